@@ -1,0 +1,324 @@
+"""Scaled dot-product attention with a pluggable scale rule.
+
+``attention(q, k, v, scale="sqrt")`` computes softmax(q k^T * factor) v, where the factor
+comes from a scale rule (:mod:`attnscale.scaling`).  Four implementations:
+
+* ``sdpa``: torch's fused kernel; the rule's factor goes in through its ``scale=``
+  argument (learnable factors are folded into q instead, so their gradient flows);
+* ``naive`` and ``stable``: the plain math, logits then a softmax from
+  :mod:`attnscale.softmax`, one (T_q, T_k) matrix in memory;
+* ``online``: FlashAttention-2's forward recurrence, tiled over keys: a running max, a
+  running sum and a running output, never the full (T_q, T_k) matrix.
+
+``ScaledAttention`` is a multi-head self-attention ``nn.Module`` built on the same code,
+and :func:`capture` records its q, k, logits and probabilities without touching the
+normal (fused) path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import scaling
+from .softmax import check_block_size, check_float, check_mask, naive_softmax, stable_softmax, stats_dtype
+
+IMPLS = ("auto", "sdpa", "naive", "stable", "online")
+WEIGHT_IMPLS = ("naive", "stable")
+
+
+def check_impl(impl: str) -> str:
+    if impl not in IMPLS:
+        raise ValueError(f"unknown attention impl {impl!r}; accepted: {', '.join(IMPLS)}")
+    return impl
+
+
+def causal_mask(t_q: int, t_k: int, device=None) -> torch.Tensor:
+    """Bool (t_q, t_k) mask, True where key j <= query i (top-left aligned, as torch SDPA)."""
+    return torch.ones(t_q, t_k, dtype=torch.bool, device=device).tril()
+
+
+def combined_mask(mask, causal: bool, t_q: int, t_k: int, device) -> torch.Tensor | None:
+    if not causal:
+        return mask
+    tri = causal_mask(t_q, t_k, device)
+    return tri if mask is None else mask & tri
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_float(t, name)
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have shape (..., T, d), got {tuple(t.shape)}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must share the last dimension d_k, got {q.shape[-1]} and {k.shape[-1]}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same number of keys, got {k.shape[-2]} and {v.shape[-2]}")
+    if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
+        raise ValueError(
+            f"q, k, v must share leading dimensions, got {tuple(q.shape[:-2])}, {tuple(k.shape[:-2])}, {tuple(v.shape[:-2])}"
+        )
+    if q.shape[-1] < 1:
+        raise ValueError("d_k must be >= 1, got a q with last dimension 0")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not torch.isfinite(t).all():
+            raise ValueError(f"{name} contains NaN or inf; attention needs finite inputs")
+
+
+def prepare_qk(q, k, rule: scaling.ScaleRule):
+    """Apply the rule's preprocessing (qknorm normalises q and k) and return (q, k, factor)."""
+    d_k = q.shape[-1]
+    if rule.normalizes_qk:
+        q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+    return q, k, rule.factor(d_k)
+
+
+def scores(q: torch.Tensor, k: torch.Tensor, factor) -> torch.Tensor:
+    """The softmax input: (q k^T) * factor."""
+    return (q @ k.transpose(-2, -1)) * factor
+
+
+def dense_attention(q, k, v, factor, mask, method: str):
+    """Logits, then a full softmax (``naive`` or ``stable``); returns (output, probabilities)."""
+    logits = scores(q, k, factor)
+    probs = naive_softmax(logits, mask) if method == "naive" else stable_softmax(logits, mask)
+    return probs @ v, probs
+
+
+def online_attention(q, k, v, factor, mask=None, block_size: int = 128):
+    """FlashAttention-2 forward: tiled over keys with a running max m, sum l and output o.
+
+    For each key block j:  s = q k_j^T * factor;  m' = max(m, rowmax s);
+    l = l e^(m - m') + rowsum e^(s - m');  o = o e^(m - m') + e^(s - m') v_j.
+    Finally o / l and the logsumexp m + log l.  Statistics and accumulation are kept in
+    float32 for half inputs (as FlashAttention does); the output is cast back.
+    Returns (output, logsumexp).
+    """
+    check_block_size(block_size)
+    acc = stats_dtype(q.dtype)
+    q_acc, k_acc, v_acc = q.to(acc), k.to(acc), v.to(acc)
+    t_k = k.shape[-2]
+    batch = q.shape[:-1]
+    if mask is not None:
+        mask = mask.expand(*batch, t_k)
+    running_max = torch.full(batch, float("-inf"), dtype=acc, device=q.device)
+    running_sum = torch.zeros(batch, dtype=acc, device=q.device)
+    out = torch.zeros(*batch, v.shape[-1], dtype=acc, device=q.device)
+    for start in range(0, t_k, block_size):
+        stop = min(start + block_size, t_k)
+        block_scores = scores(q_acc, k_acc[..., start:stop, :], factor)
+        if mask is not None:
+            block_scores = block_scores.masked_fill(~mask[..., start:stop], float("-inf"))
+        new_max = torch.maximum(running_max, block_scores.amax(dim=-1))
+        safe_max = torch.where(torch.isneginf(new_max), torch.zeros_like(new_max), new_max)
+        rescale = torch.exp(running_max - safe_max)
+        block_exp = torch.exp(block_scores - safe_max.unsqueeze(-1))
+        running_sum = running_sum * rescale + block_exp.sum(dim=-1)
+        out = out * rescale.unsqueeze(-1) + block_exp @ v_acc[..., start:stop, :]
+        running_max = new_max
+    has_keys = running_sum > 0
+    out = torch.where(has_keys.unsqueeze(-1), out / running_sum.clamp_min(torch.finfo(acc).tiny).unsqueeze(-1), 0.0)
+    safe_max = torch.where(torch.isneginf(running_max), torch.zeros_like(running_max), running_max)
+    lse = torch.where(has_keys, safe_max + torch.log(running_sum.clamp_min(torch.finfo(acc).tiny)), running_max)
+    return out.to(q.dtype), lse
+
+
+def sdpa_attention(q, k, v, factor, mask):
+    """torch's fused kernel; a tensor factor (learnable) is folded into q so gradients reach it."""
+    if isinstance(factor, torch.Tensor):
+        q, factor = q * factor, 1.0
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=float(factor))
+    if mask is not None:
+        # Rows with no key allowed: torch returns NaN for some backends; the contract is zeros.
+        out = out.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return out
+
+
+def _attend(q, k, v, factor, mask, impl: str, return_weights: bool, block_size: int):
+    if impl == "auto":
+        impl = "stable" if return_weights else "sdpa"
+    if return_weights and impl not in WEIGHT_IMPLS:
+        raise ValueError(f"return_weights=True needs impl in {WEIGHT_IMPLS} or 'auto', got {impl!r}")
+    if impl == "sdpa":
+        return sdpa_attention(q, k, v, factor, mask)
+    if impl == "online":
+        return online_attention(q, k, v, factor, mask, block_size)[0]
+    out, probs = dense_attention(q, k, v, factor, mask, impl)
+    return (out, probs) if return_weights else out
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: str | scaling.ScaleRule = "sqrt",
+    mask: torch.Tensor | None = None,
+    causal: bool = False,
+    impl: str = "auto",
+    return_weights: bool = False,
+    block_size: int = 128,
+):
+    """softmax(q k^T * factor) v on (..., T, d) tensors.
+
+    ``scale`` is a spec string or a :class:`~attnscale.scaling.ScaleRule` (learnable rules use
+    their initial factor); ``mask`` is bool, True where a key may be attended, broadcast to
+    (..., T_q, T_k); ``causal`` masks keys after the query (top-left aligned).  ``impl`` is one
+    of ``auto`` (``sdpa``, or ``stable`` when weights are asked for), ``sdpa``, ``naive``,
+    ``stable``, ``online``.  With ``return_weights=True`` returns (output, probabilities).
+    Rows with no key allowed give zeros.
+    """
+    check_impl(impl)
+    rule = scaling.parse(scale)
+    check_qkv(q, k, v)
+    t_q, t_k = q.shape[-2], k.shape[-2]
+    mask = check_mask(mask, (*q.shape[:-1], t_k))
+    mask = combined_mask(mask, causal, t_q, t_k, q.device)
+    q, k, factor = prepare_qk(q, k, rule)
+    return _attend(q, k, v, factor, mask, impl, return_weights, block_size)
+
+
+@dataclass
+class Observation:
+    """What one ScaledAttention forward saw: tensors of shape (B, H, T, d) or (B, H, T, T)."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    logits: torch.Tensor
+    probs: torch.Tensor
+    factor: float
+
+
+@dataclass
+class Capture:
+    """Filled by :func:`capture`: module name -> the last :class:`Observation`."""
+
+    observations: dict[str, Observation] = field(default_factory=dict)
+    detach: bool = True
+
+    def __getitem__(self, name: str) -> Observation:
+        return self.observations[name]
+
+    def __iter__(self):
+        return iter(self.observations.items())
+
+    def __len__(self) -> int:
+        return len(self.observations)
+
+
+class ScaledAttention(nn.Module):
+    """Multi-head self-attention with a pluggable scale rule; a drop-in attention block.
+
+    ``forward(x, mask=None)`` maps (B, T, d_model) to (B, T, d_model).  ``d_head`` need not
+    equal d_model / n_heads.  ``scale`` is a spec (see :mod:`attnscale.scaling`); ``learned``
+    adds a parameter ``log_factor``, ``qknorm`` a parameter ``gain``.  ``init`` is an init
+    scheme for the q/k/v projections.  ``impl`` as in :func:`attention`.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int | None = None,
+        *,
+        scale: str | scaling.ScaleRule = "sqrt",
+        init: str = "torch",
+        impl: str = "auto",
+        bias: bool = False,
+        causal: bool = False,
+        block_size: int = 128,
+        generator: torch.Generator | None = None,
+    ):
+        super().__init__()
+        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if d_head is None:
+            if d_model % n_heads:
+                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head")
+            d_head = d_model // n_heads
+        scaling.check_d_k(d_head)
+        check_impl(impl)
+        self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
+        self.rule = scaling.parse(scale)
+        self.init_scheme = scaling.check_init(init)
+        self.impl, self.causal, self.block_size = impl, causal, check_block_size(block_size)
+        inner = n_heads * d_head
+        self.w_q = nn.Linear(d_model, inner, bias=bias)
+        self.w_k = nn.Linear(d_model, inner, bias=bias)
+        self.w_v = nn.Linear(d_model, inner, bias=bias)
+        self.w_o = nn.Linear(inner, d_model, bias=bias)
+        scaling.init_qkv(self.w_q, self.w_k, self.w_v, init, d_head, generator=generator)
+        if self.rule.kind == "learned":
+            self.log_factor = nn.Parameter(torch.tensor(math.log(self.rule.factor(d_head))))
+        elif self.rule.kind == "qknorm":
+            self.gain = nn.Parameter(torch.tensor(float(self.rule.factor(d_head))))
+        self._capture: Capture | None = None
+        self._capture_name = ""
+
+    def factor(self) -> float | torch.Tensor:
+        """The factor multiplying q k^T now (a tensor for learnable rules)."""
+        if self.rule.kind == "learned":
+            return self.log_factor.exp()
+        if self.rule.kind == "qknorm":
+            return self.gain
+        return self.rule.factor(self.d_head)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        batch, time, _ = x.shape
+        return x.view(batch, time, self.n_heads, self.d_head).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool | None = None) -> torch.Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"expected input (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
+        batch, time, _ = x.shape
+        q, k, v = (self.split_heads(w(x)) for w in (self.w_q, self.w_k, self.w_v))
+        if self.rule.normalizes_qk:
+            q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        causal = self.causal if causal is None else causal
+        mask = combined_mask(mask, causal, time, time, x.device)
+        factor = self.factor()
+        if self._capture is not None:
+            out, probs = dense_attention(q, k, v, factor, mask, "stable")
+            self._record(q, k, factor, mask, probs)
+        else:
+            out = _attend(q, k, v, factor, mask, self.impl, False, self.block_size)
+        return self.w_o(out.transpose(1, 2).reshape(batch, time, self.n_heads * self.d_head))
+
+    def _record(self, q, k, factor, mask, probs) -> None:
+        logits = scores(q, k, factor)
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("nan"))
+        keep = (lambda t: t.detach()) if self._capture.detach else (lambda t: t)
+        self._capture.observations[self._capture_name] = Observation(
+            q=keep(q), k=keep(k), logits=keep(logits), probs=keep(probs), factor=float(factor.detach() if isinstance(factor, torch.Tensor) else factor)
+        )
+
+
+@contextlib.contextmanager
+def capture(model: nn.Module, detach: bool = True):
+    """Record q, k, logits (masked entries NaN) and probabilities of every ScaledAttention
+    inside ``model`` during the ``with`` block.  Outside it the modules run their normal path.
+
+    >>> with capture(model) as seen:
+    ...     model(x)
+    >>> seen["blocks.0.attn"].probs.shape
+    """
+    record = Capture(detach=detach)
+    modules = [(name, m) for name, m in model.named_modules() if isinstance(m, ScaledAttention)]
+    if not modules:
+        raise ValueError(f"{type(model).__name__} contains no ScaledAttention module to capture")
+    for name, module in modules:
+        module._capture, module._capture_name = record, name or "attn"
+    try:
+        yield record
+    finally:
+        for _, module in modules:
+            module._capture = None

@@ -1,0 +1,1 @@
+"""CLI commands with options of their own; each module has ``register(app)``."""

@@ -1,0 +1,60 @@
+"""The experiments, one module per lab.  Every lab module provides:
+
+``VERSION``
+    an int, raised whenever the lab's code changes what it measures (stored results of an
+    older version are not reused).
+``Config``
+    a frozen dataclass of everything the run depends on, with ``seed`` and ``device``
+    fields and defaults that run on 2 CPU cores in seconds.
+``PRESETS``
+    ``{"quick": Config(...), "full": Config(...)}``.
+``run(config, progress=None) -> dict``
+    the experiment.  Returns plain JSON-able data (lists of row dicts, numbers); never
+    prints or writes files.  ``progress(done_fraction, message)`` may be called as it goes.
+``judge(result) -> dict[claim_id, attnscale.claims.Finding]``
+    the verdict rules for the claims this lab tests, computed from ``result`` alone.
+``tables(result) -> dict[title, list[dict]]``
+    the rows worth printing (CLI) or tabulating (report).
+``figures(result, outdir) -> dict[key, list[str]]``
+    draws Matplotlib figures into ``outdir`` and returns their paths relative to it,
+    keyed by claim ID (or by the lab's name for figures that belong to no single claim).
+
+Data flows one way: config -> run -> result -> judge/tables/figures.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from types import ModuleType
+
+LABS = ("variance", "saturation", "numerics", "training", "doctor")
+PRESET_NAMES = ("quick", "full")
+
+
+def available() -> tuple[str, ...]:
+    """The labs whose module is present in this installation."""
+    found = []
+    for name in LABS:
+        try:
+            importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            continue
+        found.append(name)
+    return tuple(found)
+
+
+def load(name: str) -> ModuleType:
+    if name not in LABS:
+        raise ValueError(f"unknown lab {name!r}; accepted: {', '.join(LABS)}")
+    return importlib.import_module(f"{__name__}.{name}")
+
+
+def config_for(name: str, preset: str = "quick", **overrides):
+    """The lab's preset config with ``overrides`` (e.g. seed, device) applied."""
+    lab = load(name)
+    if preset not in lab.PRESETS:
+        raise ValueError(f"unknown preset {preset!r} for lab {name}; accepted: {', '.join(lab.PRESETS)}")
+    return dataclasses.replace(lab.PRESETS[preset], **overrides)

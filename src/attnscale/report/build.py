@@ -1,0 +1,126 @@
+"""From labs to report: run (or reuse) every lab, judge, draw, and write the files.
+
+``run_labs`` runs the experiments through the SQLite store; ``build_report`` turns their
+results into the report.json contract of DESIGN.md and renders report.md and a
+self-contained index.html from it.  Files are written to temporary names and renamed, so
+an interrupted run leaves no half-written report.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from .. import __version__, claims, lab
+from ..store import Store, config_key
+from .render import render_html, render_markdown
+
+Progress = Callable[[str, float, str], None]
+
+
+def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str, ...], fresh: bool = False,
+             progress: Progress | None = None) -> dict[str, dict]:
+    """Run each lab's preset (or read it from the store); returns {lab: {result, seconds, cached, config}}."""
+    runs = {}
+    for name in labs:
+        module = lab.load(name)
+        config = lab.config_for(name, preset, seed=seed, device=device)
+        key, config_text = config_key(name, module.VERSION, config)
+        stored = None if fresh else store.get(key)
+        if stored is not None:
+            result, seconds = stored
+            cached = True
+            if progress:
+                progress(name, 1.0, "reused stored result")
+        else:
+            start = time.perf_counter()
+            result = module.run(config, progress=(lambda f, m, n=name: progress(n, f, m)) if progress else None)
+            seconds = time.perf_counter() - start
+            store.put(key, name, config_text, result, seconds)
+            cached = False
+            if progress:
+                progress(name, 1.0, f"done in {seconds:.1f} s")
+        runs[name] = {"result": result, "seconds": seconds, "cached": cached, "config": json.loads(config_text)["config"]}
+    return runs
+
+
+def reproduce_command(lab_name: str, preset: str, seed: int) -> str:
+    return f"attnscale {lab_name} --preset {preset} --seed {seed}"
+
+
+def _clean(value):
+    """JSON has no NaN/inf: they become null (the evidence text still says what happened)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnscale-report", fresh: bool = False,
+                 device: str = "cpu", labs: tuple[str, ...] | None = None, store_path: str | Path | None = None,
+                 progress: Progress | None = None) -> dict:
+    """Run the labs and write report.json, report.md, figures/ and index.html into ``out``."""
+    if preset not in lab.PRESET_NAMES:
+        raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(lab.PRESET_NAMES)}")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu")
+    labs = lab.available() if labs is None else labs
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    store = Store(store_path or out / "results.sqlite")
+    started = dt.datetime.now(dt.timezone.utc)
+    start = time.perf_counter()
+    runs = run_labs(preset, seed, device, store, labs, fresh, progress)
+
+    findings, figures, tables = {}, {}, {}
+    figure_dir = out / "figures"
+    figure_dir.mkdir(exist_ok=True)
+    for name, run in runs.items():
+        module = lab.load(name)
+        findings[name] = module.judge(run["result"])
+        figures[name] = {key: [f"figures/{p}" for p in paths] for key, paths in module.figures(run["result"], figure_dir).items()}
+        tables[name] = module.tables(run["result"])
+
+    claim_rows = claims.evaluate(findings)
+    for row in claim_rows:
+        row["figures"] = [path for name in row["experiments"] for path in figures.get(name, {}).get(row["id"], [])]
+        row["commands"] = [reproduce_command(name, preset, seed) for name in row["experiments"] if name in runs]
+
+    report = {
+        "attnscale_version": __version__,
+        "preset": preset,
+        "seed": seed,
+        "device": device,
+        "started": started.isoformat(timespec="seconds"),
+        "seconds": round(time.perf_counter() - start, 2),
+        "labs": {name: {"seconds": round(run["seconds"], 2), "cached": run["cached"], "config": run["config"],
+                        "figures": figures[name].get(name, [])} for name, run in runs.items()},
+        "claims": claim_rows,
+        "experiments": {name: run["result"] for name, run in runs.items()},
+        "tables": tables,
+    }
+    report = _clean(report)
+    _write(out / "report.json", json.dumps(report, indent=1, ensure_ascii=False))
+    _write(out / "report.md", render_markdown(report))
+    _write(out / "index.html", render_html(report, out))
+    report["seconds"] = round(time.perf_counter() - start, 2)
+    return report
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,79 @@
+"""Render the report dict (the report.json contract) as Markdown and as one self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+
+import jinja2
+
+from ..claims import NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED
+
+QUESTION = ("Why does attention compute softmax(QK^T / sqrt(d_k)), and not / d_k, no scaling, or a constant?")
+VERDICT_CLASS = {SUPPORTED: "ok", PARTLY: "partly", REFUTED: "bad", NOT_TESTABLE: "na", PENDING: "pending"}
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "" if value is None else str(value)
+
+
+def _table_md(rows: list[dict]) -> list[str]:
+    if not rows:
+        return []
+    cols = list(rows[0])
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return lines
+
+
+def render_markdown(report: dict) -> str:
+    lines = [
+        "# attnscale report",
+        "",
+        f"attnscale {report['attnscale_version']}, preset `{report['preset']}`, seed {report['seed']}, "
+        f"device {report['device']}, started {report['started']}, {report['seconds']:.1f} s.",
+        "",
+        f"**The question.** {QUESTION}",
+        "",
+        "| ID | claim | verdict |",
+        "|---|---|---|",
+    ]
+    lines += [f"| [{c['id']}](#{c['id'].lower()}) | {c['claim']} | {c['verdict']} |" for c in report["claims"]]
+    for c in report["claims"]:
+        lines += ["", f"## {c['id']}", "", f"> {c['seed']}", "", f"**Claim** (seed section {c['section']}): {c['claim']}",
+                  "", f"**Verdict: {c['verdict']}.** {c['evidence']}", ""]
+        lines += [f"![{c['id']}]({path})" for path in c["figures"]]
+        if c.get("commands"):
+            lines += ["", "Reproduce: " + "; ".join(f"`{cmd}`" for cmd in c["commands"])]
+    lines += ["", "## Lab run times", ""]
+    lines += [f"- {name}: {info['seconds']:.1f} s{' (stored result reused)' if info['cached'] else ''}"
+              for name, info in report["labs"].items()]
+    for name, tables in report.get("tables", {}).items():
+        for title, rows in tables.items():
+            lines += ["", f"### {name}: {title}", ""] + _table_md(rows)
+    return "\n".join(lines) + "\n"
+
+
+def _inline_image(out: Path, rel: str) -> str:
+    data = (out / rel).read_bytes()
+    kind = "svg+xml" if rel.endswith(".svg") else "png"
+    return f"data:image/{kind};base64,{base64.b64encode(data).decode()}"
+
+
+def render_html(report: dict, out: Path) -> str:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("attnscale.report", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+    )
+    env.filters["fmt"] = _fmt
+    images = {}
+    for claim in report["claims"]:
+        for rel in claim["figures"]:
+            images[rel] = _inline_image(out, rel)
+    for info in report["labs"].values():
+        for rel in info.get("figures", []):
+            images[rel] = _inline_image(out, rel)
+    template = env.get_template("index.html.j2")
+    return template.render(report=report, question=QUESTION, images=images, verdict_class=VERDICT_CLASS)

@@ -1,0 +1,136 @@
+"""Softmax, three ways, in any floating dtype.
+
+* ``naive``: exp(x) / sum(exp(x)).  No max subtraction, so exp overflows once x passes
+  ln(finfo.max) (about 11.09 in float16, 88.7 in float32).  Kept on purpose: the numerics
+  lab studies exactly that overflow.
+* ``stable``: exp(x - max(x)) / sum(...).  The textbook fix: every exponent is <= 0.
+* ``online``: tiled over the last axis with a running max and a running sum, the
+  recurrence FlashAttention-2 uses in its forward pass.  It returns the logsumexp too.
+
+Masks are boolean, True where a key may be attended (torch SDPA's convention), and
+broadcast against the input.  A fully masked row gives all zeros, never NaN.  Every method
+computes in the input's own dtype, except that ``online`` keeps its running statistics in
+float32 for float16/bfloat16 inputs, as FlashAttention does.
+"""
+
+from __future__ import annotations
+
+import torch
+
+METHODS = ("naive", "stable", "online")
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"unknown softmax method {method!r}; accepted: {', '.join(METHODS)}")
+    return method
+
+
+def check_float(x: torch.Tensor, name: str = "input") -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{name} has dtype {x.dtype}; accepted: float16, bfloat16, float32, float64")
+
+
+def check_mask(mask: torch.Tensor | None, shape: torch.Size, name: str = "mask") -> torch.Tensor | None:
+    """Validate a boolean mask that must broadcast to ``shape``; return it or None."""
+    if mask is None:
+        return None
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise ValueError(f"{name} must be a bool tensor (True = may attend), got {getattr(mask, 'dtype', type(mask))}")
+    try:
+        torch.broadcast_shapes(mask.shape, shape)
+    except RuntimeError:
+        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to {tuple(shape)}") from None
+    return mask
+
+
+def naive_softmax(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    check_float(x)
+    mask = check_mask(mask, x.shape)
+    e = torch.exp(x)
+    if mask is not None:
+        e = e.masked_fill(~mask, 0.0)
+    total = e.sum(dim=-1, keepdim=True)
+    p = e / total
+    if mask is not None:
+        p = p.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return p
+
+
+def stable_softmax(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    check_float(x)
+    mask = check_mask(mask, x.shape)
+    if mask is not None:
+        x = x.masked_fill(~mask, float("-inf"))
+    row_max = x.amax(dim=-1, keepdim=True)
+    # A fully masked row has max -inf; any finite shift keeps its exps at exactly 0.
+    row_max = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
+    e = torch.exp(x - row_max)
+    total = e.sum(dim=-1, keepdim=True)
+    return torch.where(total > 0, e / total.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(e))
+
+
+def stats_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype running statistics are kept in: float32 for half types, else the input's."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def online_logsumexp(x: torch.Tensor, mask: torch.Tensor | None = None, block_size: int = 128) -> torch.Tensor:
+    """logsumexp over the last axis, visiting it in blocks with a running max and sum.
+
+    Fully masked rows give -inf.  The result is in :func:`stats_dtype` of the input.
+    """
+    check_float(x)
+    mask = check_mask(mask, x.shape)
+    check_block_size(block_size)
+    acc = stats_dtype(x.dtype)
+    if mask is not None:
+        mask = mask.expand(x.shape)
+    running_max = torch.full(x.shape[:-1], float("-inf"), dtype=acc, device=x.device)
+    running_sum = torch.zeros(x.shape[:-1], dtype=acc, device=x.device)
+    for start in range(0, x.shape[-1], block_size):
+        block = x[..., start : start + block_size].to(acc)
+        if mask is not None:
+            block = block.masked_fill(~mask[..., start : start + block_size], float("-inf"))
+        new_max = torch.maximum(running_max, block.amax(dim=-1))
+        safe_max = torch.where(torch.isneginf(new_max), torch.zeros_like(new_max), new_max)
+        # Rescale the old sum to the new max, then add this block's terms.
+        running_sum = running_sum * torch.exp(running_max - safe_max) + torch.exp(
+            block - safe_max.unsqueeze(-1)
+        ).sum(dim=-1)
+        running_max = new_max
+    safe_max = torch.where(torch.isneginf(running_max), torch.zeros_like(running_max), running_max)
+    return torch.where(running_sum > 0, safe_max + torch.log(running_sum), running_max)
+
+
+def online_softmax(
+    x: torch.Tensor, mask: torch.Tensor | None = None, block_size: int = 128
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax by the online (running max + running sum) recurrence; returns (p, logsumexp)."""
+    lse = online_logsumexp(x, mask, block_size)
+    safe_lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    p = torch.exp(x.to(lse.dtype) - safe_lse.unsqueeze(-1))
+    if mask is not None:
+        p = p.masked_fill(~mask, 0.0)
+    return p.to(x.dtype), lse
+
+
+def check_block_size(block_size: int) -> int:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+    return block_size
+
+
+def softmax(
+    x: torch.Tensor, mask: torch.Tensor | None = None, method: str = "stable", block_size: int = 128
+) -> torch.Tensor:
+    """Softmax over the last axis by ``method`` (naive, stable or online)."""
+    check_method(method)
+    if method == "naive":
+        return naive_softmax(x, mask)
+    if method == "stable":
+        return stable_softmax(x, mask)
+    return online_softmax(x, mask, block_size)[0]
