@@ -69,12 +69,19 @@ def softmax_jacobian(probs: torch.Tensor) -> torch.Tensor:
 def jacobian_frobenius(probs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """||diag(p) - p p^T||_F without forming the matrix.
 
-    ||J||_F^2 = sum_i p_i^2 - 2 sum_i p_i^3 + (sum_i p_i^2)^2.
+    Entries are p_i (1 - p_i) on the diagonal and -p_i p_j off it.  For a near one-hot row
+    the textbook form sum p^2 - 2 sum p^3 + (sum p^2)^2 cancels catastrophically, so the
+    largest probability p_t is kept apart and 1 - p_t is computed as the mass of the others.
     """
     probs, _ = _prepare(probs, mask)
-    s2 = (probs**2).sum(dim=-1)
-    s3 = (probs**3).sum(dim=-1)
-    return (s2 - 2 * s3 + s2**2).clamp_min(0).sqrt()
+    top = probs.argmax(dim=-1, keepdim=True)
+    p_top = probs.gather(-1, top).squeeze(-1)
+    others = probs.scatter(-1, top, 0.0)
+    rest_mass = others.sum(dim=-1)  # = 1 - p_top, without cancellation
+    others_sq = (others**2).sum(dim=-1)
+    diagonal = (others**2 * (1 - others) ** 2).sum(dim=-1) + (p_top * rest_mass) ** 2
+    off_diagonal = (others_sq**2 - (others**4).sum(dim=-1)) + 2 * p_top**2 * others_sq
+    return (diagonal + off_diagonal).clamp_min(0).sqrt()
 
 
 def jacobian_spectral(probs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:

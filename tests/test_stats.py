@@ -1,0 +1,105 @@
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnscale import stats
+
+
+def random_probs(rows, n, seed=0, temperature=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(rows, n, generator=g, dtype=torch.float64) * temperature, dim=-1)
+
+
+@pytest.mark.parametrize("n", [2, 7, 128])
+def test_uniform_rows_have_the_closed_forms(n):
+    p = torch.full((3, n), 1.0 / n, dtype=torch.float64)
+    torch.testing.assert_close(stats.entropy(p), torch.full((3,), math.log(n), dtype=torch.float64))
+    torch.testing.assert_close(stats.normalized_entropy(p), torch.ones(3, dtype=torch.float64))
+    torch.testing.assert_close(stats.effective_support(p), torch.full((3,), float(n), dtype=torch.float64))
+    torch.testing.assert_close(stats.kl_to_uniform(p), torch.zeros(3, dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(stats.max_prob(p), torch.full((3,), 1.0 / n, dtype=torch.float64))
+    # J = I/n - 11^T/n^2 has eigenvalues 1/n (n-1 times) and 0.
+    torch.testing.assert_close(stats.jacobian_spectral(p), torch.full((3,), 1.0 / n, dtype=torch.float64))
+    torch.testing.assert_close(stats.jacobian_frobenius(p), torch.full((3,), math.sqrt(n - 1) / n, dtype=torch.float64))
+
+
+def test_one_hot_rows_are_fully_saturated():
+    p = torch.zeros(2, 9, dtype=torch.float64)
+    p[:, 4] = 1.0
+    assert torch.equal(stats.entropy(p), torch.zeros(2, dtype=torch.float64))
+    assert torch.equal(stats.normalized_entropy(p), torch.zeros(2, dtype=torch.float64))
+    assert torch.equal(stats.effective_support(p), torch.ones(2, dtype=torch.float64))
+    torch.testing.assert_close(stats.kl_to_uniform(p), torch.full((2,), math.log(9), dtype=torch.float64))
+    assert torch.equal(stats.jacobian_frobenius(p), torch.zeros(2, dtype=torch.float64))
+    assert stats.jacobian_spectral(p).abs().max() < 1e-12
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 60), seed=st.integers(0, 9999), temperature=st.floats(0.01, 20))
+def test_jacobian_is_the_derivative_of_softmax_and_norms_agree(n, seed, temperature):
+    logits = torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * temperature
+    p = torch.softmax(logits, dim=-1)
+    autograd_jacobian = torch.autograd.functional.jacobian(lambda x: torch.softmax(x, dim=-1), logits)
+    torch.testing.assert_close(stats.softmax_jacobian(p), autograd_jacobian, atol=1e-12, rtol=0)
+    torch.testing.assert_close(stats.jacobian_frobenius(p), torch.linalg.matrix_norm(autograd_jacobian), atol=1e-10, rtol=0)
+    torch.testing.assert_close(stats.jacobian_spectral(p), torch.linalg.matrix_norm(autograd_jacobian, ord=2), atol=1e-10, rtol=0)
+    torch.testing.assert_close(stats.jacobian_diagonal(p), torch.diagonal(autograd_jacobian))
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 50), seed=st.integers(0, 9999))
+def test_kl_to_uniform_equals_its_definition(n, seed):
+    p = random_probs(4, n, seed, temperature=3.0)
+    direct = (p * torch.log(p * n)).sum(-1)
+    torch.testing.assert_close(stats.kl_to_uniform(p), direct, atol=1e-12, rtol=0)
+    assert (stats.normalized_entropy(p) <= 1 + 1e-12).all() and (stats.normalized_entropy(p) >= 0).all()
+
+
+def test_masks_restrict_every_statistic_to_the_valid_keys():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(5, 12, generator=g, dtype=torch.float64)
+    mask = torch.rand(5, 12, generator=g) < 0.6
+    mask[:, 0] = True
+    mask[:, 1] = True
+    p = torch.softmax(logits.masked_fill(~mask, float("-inf")), dim=-1)
+    for row in range(5):
+        valid = p[row][mask[row]]
+        assert stats.entropy(p, mask)[row].item() == pytest.approx(stats.entropy(valid).item())
+        assert stats.normalized_entropy(p, mask)[row].item() == pytest.approx(stats.normalized_entropy(valid).item())
+        assert stats.kl_to_uniform(p, mask)[row].item() == pytest.approx(stats.kl_to_uniform(valid).item())
+        assert stats.jacobian_frobenius(p, mask)[row].item() == pytest.approx(stats.jacobian_frobenius(valid).item())
+        moments = stats.logit_moments(logits, mask)
+        assert moments["mean"][row].item() == pytest.approx(logits[row][mask[row]].mean().item())
+        assert moments["std"][row].item() == pytest.approx(logits[row][mask[row]].std(unbiased=False).item())
+        assert moments["max_abs"][row].item() == pytest.approx(logits[row][mask[row]].abs().max().item())
+
+
+def test_rows_with_one_valid_key_have_no_normalised_entropy():
+    p = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]], dtype=torch.float64)
+    mask = torch.tensor([[True, False, False], [True, True, False]])
+    ne = stats.normalized_entropy(p, mask)
+    assert math.isnan(ne[0].item()) and ne[1].item() == pytest.approx(1.0)
+    summary = stats.summarize(p, mask)
+    assert summary["rows"] == 1 and summary["uniform_share"] == 1.0 and summary["saturated_share"] == 0.0
+
+
+def test_summarize_counts_saturated_and_uniform_rows():
+    one_hot = torch.zeros(4, 10, dtype=torch.float64)
+    one_hot[:, 0] = 1
+    uniform = torch.full((6, 10), 0.1, dtype=torch.float64)
+    summary = stats.summarize(torch.cat([one_hot, uniform]))
+    assert summary["saturated_share"] == pytest.approx(0.4)
+    assert summary["uniform_share"] == pytest.approx(0.6)
+    assert summary["normalized_entropy"] == pytest.approx(0.6)
+    with pytest.raises(ValueError, match="two or more valid keys"):
+        stats.summarize(torch.ones(3, 1))
+
+
+def test_bad_input_raises():
+    with pytest.raises(ValueError):
+        stats.entropy(torch.ones(3, 4, dtype=torch.int64))
+    with pytest.raises(ValueError):
+        stats.entropy(torch.ones(3, 4), mask=torch.ones(2, 4, dtype=torch.bool))
