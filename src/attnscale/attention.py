@@ -81,8 +81,11 @@ def prepare_qk(q, k, rule: scaling.ScaleRule):
 
 
 def scores(q: torch.Tensor, k: torch.Tensor, factor) -> torch.Tensor:
-    """The softmax input: (q k^T) * factor."""
-    return (q @ k.transpose(-2, -1)) * factor
+    """The softmax input: (q k^T) * factor, the factor applied after the product."""
+    products = q @ k.transpose(-2, -1)
+    if isinstance(factor, torch.Tensor):  # a learnable factor needs the out-of-place product for its gradient
+        return products * factor
+    return products.mul_(factor)
 
 
 def dense_attention(q, k, v, factor, mask, method: str):
@@ -93,41 +96,54 @@ def dense_attention(q, k, v, factor, mask, method: str):
 
 
 def online_attention(q, k, v, factor, mask=None, block_size: int = 128):
-    """FlashAttention-2 forward: tiled over keys with a running max m, sum l and output o.
+    """FlashAttention-2 forward: queries in tiles; for each, keys in blocks with a running
+    max m, sum l and output o.
 
     For each key block j:  s = q k_j^T * factor;  m' = max(m, rowmax s);
     l = l e^(m - m') + rowsum e^(s - m');  o = o e^(m - m') + e^(s - m') v_j.
-    Finally o / l and the logsumexp m + log l.  Statistics and accumulation are kept in
-    float32 for half inputs (as FlashAttention does); the output is cast back.
-    Returns (output, logsumexp).
+    Finally o / l and the logsumexp m + log l.  Only a (block_size x block_size) tile of
+    scores exists at a time.  Statistics and accumulation are kept in float32 for half
+    inputs (as FlashAttention does); the output is cast back.  Returns (output, logsumexp).
     """
     check_block_size(block_size)
     acc = stats_dtype(q.dtype)
     q_acc, k_acc, v_acc = q.to(acc), k.to(acc), v.to(acc)
-    t_k = k.shape[-2]
-    batch = q.shape[:-1]
     if mask is not None:
-        mask = mask.expand(*batch, t_k)
-    running_max = torch.full(batch, float("-inf"), dtype=acc, device=q.device)
-    running_sum = torch.zeros(batch, dtype=acc, device=q.device)
-    out = torch.zeros(*batch, v.shape[-1], dtype=acc, device=q.device)
-    for start in range(0, t_k, block_size):
-        stop = min(start + block_size, t_k)
-        block_scores = scores(q_acc, k_acc[..., start:stop, :], factor)
+        mask = mask.expand(*q.shape[:-1], k.shape[-2])
+    outs, lses = [], []
+    for start in range(0, q.shape[-2], block_size):
+        rows = slice(start, start + block_size)
+        out, lse = _online_rows(q_acc[..., rows, :], k_acc, v_acc, factor,
+                                None if mask is None else mask[..., rows, :], block_size)
+        outs.append(out)
+        lses.append(lse)
+    return torch.cat(outs, dim=-2).to(q.dtype), torch.cat(lses, dim=-1)
+
+
+def _online_rows(q, k, v, factor, mask, block_size: int):
+    batch = q.shape[:-1]
+    running_max = torch.full(batch, float("-inf"), dtype=q.dtype, device=q.device)
+    running_sum = torch.zeros(batch, dtype=q.dtype, device=q.device)
+    out = torch.zeros(*batch, v.shape[-1], dtype=q.dtype, device=q.device)
+    for start in range(0, k.shape[-2], block_size):
+        cols = slice(start, start + block_size)
+        block = scores(q, k[..., cols, :], factor)
         if mask is not None:
-            block_scores = block_scores.masked_fill(~mask[..., start:stop], float("-inf"))
-        new_max = torch.maximum(running_max, block_scores.amax(dim=-1))
+            block = block.masked_fill(~mask[..., cols], float("-inf"))
+        # The max only keeps exp in range; softmax does not depend on it, so no gradient flows through it.
+        new_max = torch.maximum(running_max, block.detach().amax(dim=-1))
         safe_max = torch.where(torch.isneginf(new_max), torch.zeros_like(new_max), new_max)
         rescale = torch.exp(running_max - safe_max)
-        block_exp = torch.exp(block_scores - safe_max.unsqueeze(-1))
+        block_exp = block.sub_(safe_max.unsqueeze(-1)).exp_()
         running_sum = running_sum * rescale + block_exp.sum(dim=-1)
-        out = out * rescale.unsqueeze(-1) + block_exp @ v_acc[..., start:stop, :]
+        out = out * rescale.unsqueeze(-1) + block_exp @ v[..., cols, :]
         running_max = new_max
+    tiny = torch.finfo(q.dtype).tiny
     has_keys = running_sum > 0
-    out = torch.where(has_keys.unsqueeze(-1), out / running_sum.clamp_min(torch.finfo(acc).tiny).unsqueeze(-1), 0.0)
+    out = torch.where(has_keys.unsqueeze(-1), out / running_sum.clamp_min(tiny).unsqueeze(-1), 0.0)
     safe_max = torch.where(torch.isneginf(running_max), torch.zeros_like(running_max), running_max)
-    lse = torch.where(has_keys, safe_max + torch.log(running_sum.clamp_min(torch.finfo(acc).tiny)), running_max)
-    return out.to(q.dtype), lse
+    lse = torch.where(has_keys, safe_max + torch.log(running_sum.clamp_min(tiny)), running_max)
+    return out, lse
 
 
 def sdpa_attention(q, k, v, factor, mask):
