@@ -113,14 +113,15 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
         "tables": tables,
     }
     report = _clean(report)
-    _write(out / "report.json", json.dumps(report, indent=1, ensure_ascii=False))
-    _write(out / "report.md", render_markdown(report))
-    _write(out / "index.html", render_html(report, out))
+    write_text(out / "report.json", json.dumps(report, indent=1, ensure_ascii=False))
+    write_text(out / "report.md", render_markdown(report))
+    write_text(out / "index.html", render_html(report, out))
     report["seconds"] = round(time.perf_counter() - start, 2)
     return report
 
 
-def _write(path: Path, text: str) -> None:
+def write_text(path: Path, text: str) -> None:
+    """Write to a temporary name, then rename: readers never see half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from importlib import resources
 from pathlib import Path
 
 import jinja2
@@ -62,12 +63,31 @@ def _inline_image(out: Path, rel: str) -> str:
     return f"data:image/{kind};base64,{base64.b64encode(data).decode()}"
 
 
-def render_html(report: dict, out: Path) -> str:
+EXPLORER_ROWS = 64  # must match ROWS in static/explorer.js
+
+
+def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("attnscale.report", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
     )
     env.filters["fmt"] = _fmt
+    return env
+
+
+def _assets() -> dict[str, str]:
+    static = resources.files("attnscale.report") / "static"
+    return {"css": (static / "style.css").read_text(encoding="utf-8"),
+            "explorer_js": (static / "explorer.js").read_text(encoding="utf-8"), "rows": EXPLORER_ROWS}
+
+
+def render_explorer(version: str) -> str:
+    """The explorer alone, as one self-contained page."""
+    return _environment().get_template("explore.html.j2").render(version=version, **_assets())
+
+
+def render_html(report: dict, out: Path) -> str:
+    env = _environment()
     images = {}
     for claim in report["claims"]:
         for rel in claim["figures"]:
@@ -76,4 +96,4 @@ def render_html(report: dict, out: Path) -> str:
         for rel in info.get("figures", []):
             images[rel] = _inline_image(out, rel)
     template = env.get_template("index.html.j2")
-    return template.render(report=report, question=QUESTION, images=images, verdict_class=VERDICT_CLASS)
+    return template.render(report=report, question=QUESTION, images=images, verdict_class=VERDICT_CLASS, **_assets())
