@@ -78,6 +78,9 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
         if not torch.cuda.is_available():
             raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu")
     labs = lab.available() if labs is None else labs
+    for name in labs:
+        if name not in lab.LABS:
+            raise ValueError(f"unknown lab {name!r}; accepted: {', '.join(lab.LABS)}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     store = Store(store_path or out / "results.sqlite")

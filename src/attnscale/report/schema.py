@@ -1,0 +1,40 @@
+"""JSON Schema of report.json: the contract the report, the tests and other tools read."""
+
+from ..claims import PENDING, VERDICTS
+
+NUMBER_OR_NULL = {"type": ["number", "null"]}
+
+CLAIM = {
+    "type": "object",
+    "required": ["id", "claim", "verdict", "evidence", "experiments", "figures", "numbers"],
+    "properties": {
+        "id": {"type": "string", "pattern": "^C[0-9]{2}$"},
+        "claim": {"type": "string", "minLength": 1},
+        "seed": {"type": "string"},
+        "verdict": {"enum": [*VERDICTS, PENDING]},
+        "evidence": {"type": "string"},
+        "experiments": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "figures": {"type": "array", "items": {"type": "string", "pattern": "^figures/"}},
+        "numbers": {"type": "object", "additionalProperties": {"type": ["number", "string", "null", "boolean"]}},
+        "commands": {"type": "array", "items": {"type": "string", "pattern": "^attnscale "}},
+    },
+}
+
+REPORT_SCHEMA = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["attnscale_version", "preset", "seed", "device", "started", "seconds", "claims", "experiments"],
+    "properties": {
+        "attnscale_version": {"type": "string"},
+        "preset": {"enum": ["quick", "full"]},
+        "seed": {"type": "integer"},
+        "device": {"enum": ["cpu", "cuda"]},
+        "started": {"type": "string", "format": "date-time"},
+        "seconds": {"type": "number", "minimum": 0},
+        "claims": {"type": "array", "items": CLAIM, "minItems": 18, "maxItems": 18},
+        "experiments": {"type": "object", "additionalProperties": {"type": "object"}},
+        "labs": {"type": "object", "additionalProperties": {
+            "type": "object", "required": ["seconds", "cached"],
+            "properties": {"seconds": {"type": "number"}, "cached": {"type": "boolean"}}}},
+    },
+}

@@ -1,0 +1,128 @@
+"""The report machinery, on a small lab written here (the real labs have their own tests)."""
+
+import dataclasses
+import json
+import re
+import sys
+import types
+
+import jsonschema
+import pytest
+
+from attnscale import claims, lab
+from attnscale.claims import NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, Finding
+from attnscale.report import build_report
+from attnscale.report.schema import REPORT_SCHEMA
+
+
+def make_fake_lab(calls):
+    """A lab that 'measures' Var(q.k) = d_k exactly and judges C02 from it."""
+    module = types.ModuleType("attnscale.lab.variance")
+
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        d_k: int = 64
+        seed: int = 0
+        device: str = "cpu"
+
+    def run(config, progress=None):
+        calls.append(config)
+        if progress:
+            progress(0.5, "half way")
+        return {"rows": [{"d_k": config.d_k, "variance": float(config.d_k) + config.seed}]}
+
+    def judge(result):
+        row = result["rows"][0]
+        verdict = SUPPORTED if row["variance"] == row["d_k"] else REFUTED
+        return {"C02": Finding(verdict, f"variance {row['variance']} at d_k {row['d_k']}", {"variance": row["variance"]})}
+
+    def figures(result, outdir):
+        (outdir / "fake.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+        return {"C02": ["fake.png"]}
+
+    module.VERSION = 1
+    module.Config = Config
+    module.PRESETS = {"quick": Config(), "full": Config(d_k=128)}
+    module.run, module.judge, module.figures = run, judge, figures
+    module.tables = lambda result: {"variance": result["rows"]}
+    return module
+
+
+@pytest.fixture
+def fake_lab(monkeypatch):
+    calls = []
+    monkeypatch.setitem(sys.modules, "attnscale.lab.variance", make_fake_lab(calls))
+    return calls
+
+
+def test_report_follows_the_contract_and_is_self_contained(fake_lab, tmp_path):
+    report = build_report(out=tmp_path, labs=("variance",))
+    on_disk = json.loads((tmp_path / "report.json").read_text())
+    jsonschema.validate(on_disk, REPORT_SCHEMA)
+    by_id = {c["id"]: c for c in on_disk["claims"]}
+    assert [c["id"] for c in on_disk["claims"]] == [f"C{i:02d}" for i in range(1, 19)]
+    assert by_id["C02"]["verdict"] == SUPPORTED and by_id["C02"]["numbers"] == {"variance": 64.0}
+    assert by_id["C02"]["figures"] == ["figures/fake.png"]
+    assert by_id["C02"]["commands"] == ["attnscale variance --preset quick --seed 0"]
+    assert by_id["C11"]["verdict"] == PENDING and "numerics" in by_id["C11"]["evidence"]
+    assert report["experiments"]["variance"]["rows"][0]["d_k"] == 64
+    html = (tmp_path / "index.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert not re.search(r"url\(\s*['\"]?https?:|@import", html)
+    assert "data:image/png;base64," in html and 'id="C02"' in html and 'class="explorer"' in html
+    md = (tmp_path / "report.md").read_text()
+    assert "| [C02](#c02) |" in md and "supported" in md
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_rerun_reuses_the_store_and_fresh_or_a_new_seed_recompute(fake_lab, tmp_path):
+    first = build_report(out=tmp_path, labs=("variance",))
+    assert len(fake_lab) == 1 and first["labs"]["variance"]["cached"] is False
+    again = build_report(out=tmp_path, labs=("variance",))
+    assert len(fake_lab) == 1 and again["labs"]["variance"]["cached"] is True
+    assert again["claims"] == first["claims"]
+    build_report(out=tmp_path, labs=("variance",), fresh=True)
+    assert len(fake_lab) == 2
+    other_seed = build_report(out=tmp_path, labs=("variance",), seed=3)
+    assert len(fake_lab) == 3 and fake_lab[-1].seed == 3
+    assert {c["id"]: c["verdict"] for c in other_seed["claims"]}["C02"] == REFUTED
+    full = build_report(out=tmp_path, labs=("variance",), preset="full")
+    assert fake_lab[-1].d_k == 128 and full["preset"] == "full"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(preset="medium"), "'medium'"),
+    (dict(device="tpu"), "'tpu'"),
+    (dict(labs=("astrology",)), "'astrology'"),
+])
+def test_bad_arguments_raise_value_error_and_write_nothing(kwargs, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        build_report(out=tmp_path / "r", **kwargs)
+    assert not (tmp_path / "r" / "report.json").exists()
+
+
+def test_combine_rule_covers_every_outcome():
+    f = lambda v: Finding(v, "")
+    assert claims.combine({}) == PENDING
+    assert claims.combine({"a": f(SUPPORTED)}) == SUPPORTED
+    assert claims.combine({"a": f(REFUTED), "b": f(REFUTED)}) == REFUTED
+    assert claims.combine({"a": f(SUPPORTED), "b": f(REFUTED)}) == PARTLY
+    assert claims.combine({"a": f(SUPPORTED), "b": f(PARTLY)}) == PARTLY
+    assert claims.combine({"a": f(NOT_TESTABLE), "b": f(REFUTED)}) == REFUTED
+    assert claims.combine({"a": f(NOT_TESTABLE)}) == NOT_TESTABLE
+    with pytest.raises(ValueError, match="unknown verdict"):
+        Finding("true", "")
+
+
+def test_evaluate_marks_missing_labs_and_prefixes_numbers():
+    rows = {r["id"]: r for r in claims.evaluate({"training": {"C05": Finding(REFUTED, "loss 0.1", {"loss": 0.1})}})}
+    c05 = rows["C05"]
+    assert c05["verdict"] == REFUTED and not c05["complete"]
+    assert "saturation" in c05["evidence"] and c05["numbers"] == {"training.loss": 0.1}
+    assert rows["C01"]["verdict"] == PENDING
+
+
+def test_every_claim_names_labs_that_exist():
+    assert len(claims.CLAIMS) == 18
+    for claim in claims.CLAIMS:
+        assert set(claim.labs) <= set(lab.LABS), claim.id
