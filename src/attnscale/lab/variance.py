@@ -1,0 +1,701 @@
+"""The variance lab: how big is q.k, and what does each scale rule leave of it?
+
+Claims C01, C02, C03, C08 and C15 of the seed, by Monte Carlo against closed forms.
+
+1. **Var(q.k) across d_k and distributions (C02, C03).**  For d_k = 1, 2, 4, ..., 4096 and
+   q, k drawn from each family in :data:`FAMILIES`, the dot product q.k is sampled in
+   chunks (memory stays fixed whatever the sample count) and its mean, variance and std
+   are measured with 95% intervals (normal approximation; the variance's standard error
+   uses the measured fourth central moment, so it is valid for non-Gaussian q.k).  The
+   closed form for independent components is
+
+       E[q.k] = d_k mu_q mu_k,   Var[q.k] = d_k (s_q^2 s_k^2 + s_q^2 mu_k^2 + s_k^2 mu_q^2).
+
+   The ``correlated`` family (k = q + noise) breaks independence: there the exact moments
+   are E = d_k, Var = d_k (2 + sigma^2), not what the independent formula says.  Each row
+   also gives the std left after each scale rule (none, sqrt, inv_d) and three tail
+   shares: beyond 3 (closed-form) standard deviations (Gaussian: 0.27%), beyond the seed's
+   band +-3 sqrt(d_k), and |q.k| > 3 (outside the softmax input range C04 calls healthy).
+
+2. **What common initialisations give (C01).**  Unit-variance input x through a q
+   projection: PyTorch's nn.Linear default (weight and bias U(-1/sqrt(fan_in), +)),
+   Xavier-uniform with zero bias (square, and one head's d_model -> d_k), and
+   torch.nn.MultiheadAttention's packed in_proj (Xavier over a (3 d_model, d_model)
+   matrix).  Component variance measured over tokens, against the closed form
+   fan_in Var(W) + Var(b).
+
+3. **Multiply by 1/sqrt(d_k) or divide by sqrt(d_k)? (C08).**  Bitwise comparison in
+   float16, bfloat16, float32, float64 for every d_k in 1..max and many random x, two ways:
+   ``tensor`` (the factor is a tensor of the same dtype, so each op is one IEEE rounding)
+   and ``scalar`` (a Python float factor, as attention code usually writes it).  Reported:
+   the share of elements that differ, the largest difference in ulps, and how often each
+   matches the correctly rounded x / sqrt(d_k).
+
+4. **Small d_k (C15).**  Attention rows over n keys with and without the 1/sqrt(d_k)
+   factor for small and large d_k: normalised entropy, max p, the total-variation distance
+   between the two probability rows and the relative difference of the outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .. import claims
+from .. import stats
+from ..attention import attention
+from ..claims import Finding
+
+VERSION = 1
+
+FAMILIES = {
+    "gaussian": "q_i, k_i ~ N(0, 1)",
+    "uniform": "q_i, k_i ~ U(-sqrt 3, sqrt 3): mean 0, variance 1",
+    "rademacher": "q_i, k_i = +-1 with probability 1/2",
+    "projected-torch": "unit-variance x through nn.Linear(d_model, d_k), PyTorch's default init (one fixed layer)",
+    "projected-xavier": "unit-variance x through nn.Linear(d_model, d_k), Xavier-uniform weight, zero bias",
+    "nonzero-mean": "q_i, k_i ~ N(mu, 1)",
+    "unequal-var": "q_i ~ N(0, s_q^2), k_i ~ N(0, s_k^2)",
+    "correlated": "q_i ~ N(0, 1), k = q + N(0, sigma^2) noise: q and k not independent",
+}
+INDEPENDENT_UNIT = ("gaussian", "uniform", "rademacher")  # the premise of C02 exactly
+RULES = {"none": 0.0, "sqrt": 0.5, "inv_d": 1.0}
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
+INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+            torch.float64: torch.int64}
+GAUSS_BEYOND_3 = math.erfc(3 / math.sqrt(2))  # 0.0027: P(|Z| > 3)
+Z95 = 1.959963984540054
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    device: str = "cpu"
+    d_ks: tuple[int, ...] = tuple(2**i for i in range(13))
+    families: tuple[str, ...] = tuple(FAMILIES)
+    samples: int = 20_000            # q.k samples per (family, d_k) ...
+    max_elements: int = 3_000_000    # ... but at most this many q components per (family, d_k) ...
+    min_samples: int = 1000          # ... and at least this many samples
+    chunk_elements: int = 1 << 20    # q components per streamed chunk
+    d_model: int = 256               # input size of the projected families
+    mean: float = 0.5                # mu_q = mu_k of nonzero-mean
+    std_q: float = 1.5               # s_q, s_k of unequal-var
+    std_k: float = 0.5
+    noise: float = 1.0               # sigma of correlated
+    init_d_model: int = 512          # C01's projections
+    init_head_dim: int = 64
+    init_tokens: int = 4096
+    ulp_max_dk: int = 4096           # C08: every d_k in 1..ulp_max_dk
+    ulp_per_dk: int = 64             # random x per d_k and dtype
+    small_d_ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
+    small_n: int = 128               # C15: keys per row
+    small_rows: int = 512
+
+
+PRESETS = {
+    "quick": Config(max_elements=1_000_000, min_samples=500, small_rows=256),
+    "full": Config(samples=200_000, max_elements=64_000_000, min_samples=10_000, init_tokens=32_768,
+                   ulp_per_dk=1024, small_rows=4096),
+}
+
+
+def check_config(config: Config) -> Config:
+    for d in config.d_ks + config.small_d_ks:
+        if not isinstance(d, int) or d < 1:
+            raise ValueError(f"every d_k must be an integer >= 1, got {d!r}")
+    unknown = [f for f in config.families if f not in FAMILIES]
+    if unknown:
+        raise ValueError(f"unknown families {unknown}; accepted: {', '.join(FAMILIES)}")
+    for name in ("samples", "min_samples", "max_elements", "chunk_elements", "d_model", "init_d_model",
+                 "init_head_dim", "init_tokens", "ulp_max_dk", "ulp_per_dk", "small_n", "small_rows"):
+        if getattr(config, name) < 2:
+            raise ValueError(f"{name} must be >= 2, got {getattr(config, name)!r}")
+    if config.std_q <= 0 or config.std_k <= 0 or config.noise < 0:
+        raise ValueError(f"std_q, std_k must be > 0 and noise >= 0, got {config.std_q}, {config.std_k}, {config.noise}")
+    if config.device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {config.device!r}; accepted: cpu, cuda")
+    return config
+
+
+def stable_seed(*parts) -> int:
+    """A seed from the parts, the same in every process (Python's str hash is not)."""
+    return zlib.crc32(repr(parts).encode())
+
+
+def generator(config: Config, *salt) -> torch.Generator:
+    g = torch.Generator(device=config.device)
+    g.manual_seed(stable_seed(config.seed, *salt))
+    return g
+
+
+# ---------------------------------------------------------------------------------------
+# 1. Var(q.k): closed forms and streamed sampling
+
+
+def component_moments(family: str, d_k: int, config: Config) -> tuple[float, float, float, float]:
+    """(mu_q, s_q, mu_k, s_k): the per-component mean and std of q and k."""
+    if family == "projected-torch":
+        s = math.sqrt(1 / 3 + 1 / (3 * config.d_model))  # fan_in Var(W) + Var(b), both 1/(3 fan_in)
+        return 0.0, s, 0.0, s
+    if family == "projected-xavier":
+        s = math.sqrt(2 * config.d_model / (config.d_model + d_k))  # fan_in * 2 / (fan_in + fan_out)
+        return 0.0, s, 0.0, s
+    if family == "nonzero-mean":
+        return config.mean, 1.0, config.mean, 1.0
+    if family == "unequal-var":
+        return 0.0, config.std_q, 0.0, config.std_k
+    if family == "correlated":
+        return 0.0, 1.0, 0.0, math.sqrt(1 + config.noise**2)
+    return 0.0, 1.0, 0.0, 1.0
+
+
+def independent_moments(d_k: int, mu_q: float, s_q: float, mu_k: float, s_k: float) -> tuple[float, float]:
+    """E and Var of q.k for independent components with these means and stds."""
+    mean = d_k * mu_q * mu_k
+    var = d_k * (s_q**2 * s_k**2 + s_q**2 * mu_k**2 + s_k**2 * mu_q**2)
+    return mean, var
+
+
+def exact_moments(family: str, d_k: int, config: Config) -> tuple[float, float]:
+    """The true E and Var of q.k: the independent formula, except for ``correlated``."""
+    if family == "correlated":
+        # q_i k_i = q_i^2 + sigma q_i e_i: mean 1, variance Var(q^2) + sigma^2 = 2 + sigma^2.
+        return float(d_k), d_k * (2 + config.noise**2)
+    return independent_moments(d_k, *component_moments(family, d_k, config))
+
+
+def make_projection(family: str, d_k: int, config: Config, which: str) -> nn.Linear:
+    """The q or k (``which``) projection d_model -> d_k, initialised as the family says, seeded."""
+    seed = stable_seed(config.seed, family, d_k, which)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        layer = nn.Linear(config.d_model, d_k)  # PyTorch's own default init
+    if family == "projected-xavier":
+        with torch.no_grad():
+            nn.init.xavier_uniform_(layer.weight, generator=torch.Generator().manual_seed(seed))
+            layer.bias.zero_()
+    return layer.to(config.device).requires_grad_(False)
+
+
+def draw_qk(family: str, rows: int, d_k: int, config: Config, g: torch.Generator, layers=None):
+    """``rows`` independent (q, k) pairs of dimension d_k, float32."""
+    shape, dev = (rows, d_k), config.device
+    if family in ("gaussian", "nonzero-mean", "unequal-var"):
+        mu_q, s_q, mu_k, s_k = component_moments(family, d_k, config)
+        q = torch.randn(shape, generator=g, device=dev) * s_q + mu_q
+        return q, torch.randn(shape, generator=g, device=dev) * s_k + mu_k
+    if family == "uniform":
+        bound = math.sqrt(3)
+        return ((torch.rand(shape, generator=g, device=dev) * 2 - 1) * bound,
+                (torch.rand(shape, generator=g, device=dev) * 2 - 1) * bound)
+    if family == "rademacher":
+        return (torch.randint(0, 2, shape, generator=g, device=dev).float() * 2 - 1,
+                torch.randint(0, 2, shape, generator=g, device=dev).float() * 2 - 1)
+    if family == "correlated":
+        q = torch.randn(shape, generator=g, device=dev)
+        return q, q + config.noise * torch.randn(shape, generator=g, device=dev)
+    w_q, w_k = layers  # projected families: two tokens x, x' through the fixed layers
+    x = torch.randn(2, rows, config.d_model, generator=g, device=dev)
+    return w_q(x[0]), w_k(x[1])
+
+
+class Moments:
+    """Streaming moments of a scalar sample about a fixed shift (float64 sums), plus tail counts."""
+
+    def __init__(self, shift: float, center: float, scale: float, d_k: int):
+        self.shift, self.center, self.scale, self.d_k = shift, center, scale, d_k
+        self.count = 0
+        self.sums = [0.0, 0.0, 0.0, 0.0]
+        self.beyond_3std = self.beyond_band = self.beyond_abs3 = 0
+        self.max_z = 0.0
+
+    def add(self, x: torch.Tensor) -> None:
+        x = x.double()
+        y = x - self.shift
+        power = torch.ones_like(y)
+        for p in range(4):
+            power = power * y
+            self.sums[p] += float(power.sum())
+        self.count += x.numel()
+        z = (x - self.center).abs() / self.scale
+        self.beyond_3std += int((z > 3).sum())
+        self.beyond_band += int((x.abs() > 3 * math.sqrt(self.d_k)).sum())
+        self.beyond_abs3 += int((x.abs() > 3).sum())
+        self.max_z = max(self.max_z, float(z.max()))
+
+    def summary(self) -> dict:
+        n = self.count
+        m1, m2, m3, m4 = (s / n for s in self.sums)  # raw moments of y = x - shift
+        var = max(m2 - m1**2, 0.0)
+        c4 = m4 - 4 * m1 * m3 + 6 * m1**2 * m2 - 3 * m1**4  # 4th central moment
+        mean = self.shift + m1
+        se_mean = math.sqrt(var / n)
+        se_var = math.sqrt(max(c4 - var**2, 0.0) / n)
+        std = math.sqrt(var)
+        se_std = se_var / (2 * std) if std > 0 else 0.0
+        return {
+            "samples": n,
+            "mean": mean, "mean_lo": mean - Z95 * se_mean, "mean_hi": mean + Z95 * se_mean,
+            "var": var, "var_lo": var - Z95 * se_var, "var_hi": var + Z95 * se_var,
+            "std": std, "std_lo": std - Z95 * se_std, "std_hi": std + Z95 * se_std,
+            "beyond_3std": self.beyond_3std / n,
+            "beyond_3sqrt_dk": self.beyond_band / n,
+            "beyond_abs3": self.beyond_abs3 / n,
+            "max_z": self.max_z,
+        }
+
+
+def samples_for(d_k: int, config: Config) -> int:
+    return max(config.min_samples, min(config.samples, config.max_elements // d_k))
+
+
+def measure_dot(family: str, d_k: int, config: Config) -> dict:
+    """Stream ``samples_for(d_k)`` dot products q.k and return their moments with intervals."""
+    g = generator(config, family, d_k)
+    layers = None
+    if family.startswith("projected"):
+        layers = (make_projection(family, d_k, config, "q"), make_projection(family, d_k, config, "k"))
+    exact_mean, exact_var = exact_moments(family, d_k, config)
+    pred_mean, pred_var = independent_moments(d_k, *component_moments(family, d_k, config))
+    total = samples_for(d_k, config)
+    chunk = max(1, config.chunk_elements // d_k)
+    acc = None
+    done = 0
+    while done < total:
+        rows = min(chunk, total - done)
+        q, k = draw_qk(family, rows, d_k, config, g, layers)
+        dots = (q * k).sum(dim=-1)
+        if acc is None:  # shift by the first chunk's mean so the float64 sums stay well conditioned
+            acc = Moments(float(dots.double().mean()), exact_mean, math.sqrt(exact_var), d_k)
+        acc.add(dots)
+        done += rows
+    row = {"family": family, "d_k": d_k, **acc.summary(),
+           "pred_mean": pred_mean, "pred_var": pred_var, "pred_std": math.sqrt(pred_var),
+           "exact_mean": exact_mean, "exact_var": exact_var}
+    row["var_ratio"] = row["var"] / exact_var
+    row["var_in_ci"] = bool(row["var_lo"] <= exact_var <= row["var_hi"])
+    row["mean_in_ci"] = bool(row["mean_lo"] <= exact_mean <= row["mean_hi"])
+    for rule, exponent in RULES.items():
+        row[f"std_{rule}"] = row["std"] * d_k**-exponent
+    return row
+
+
+# ---------------------------------------------------------------------------------------
+# 2. C01: what initialisations give
+
+
+def init_settings(config: Config) -> list[tuple[str, int, int, float]]:
+    """(name, fan_in, fan_out, closed-form component variance for unit-variance input)."""
+    d, h = config.init_d_model, config.init_head_dim
+    return [
+        ("torch-default square", d, d, 1 / 3 + 1 / (3 * d)),
+        ("xavier-uniform square", d, d, 2 * d / (d + d)),
+        ("xavier-uniform per-head", d, h, 2 * d / (d + h)),
+        ("nn.MultiheadAttention in_proj", d, 3 * d, 2 * d / (d + 3 * d)),
+    ]
+
+
+def init_projection(name: str, fan_in: int, fan_out: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight, bias) of the q projection: the first fan_in rows for the packed in_proj."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if name.startswith("nn.MultiheadAttention"):
+            mha = nn.MultiheadAttention(fan_in, num_heads=8)
+            return mha.in_proj_weight[:fan_in].detach(), mha.in_proj_bias[:fan_in].detach()
+        layer = nn.Linear(fan_in, fan_out)
+        if name.startswith("xavier"):
+            nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(layer.bias)
+        return layer.weight.detach(), layer.bias.detach()
+
+
+def measure_inits(config: Config) -> list[dict]:
+    rows = []
+    for i, (name, fan_in, fan_out, closed) in enumerate(init_settings(config)):
+        weight, bias = init_projection(name, fan_in, fan_out, stable_seed(config.seed, name))
+        x = torch.randn(config.init_tokens, fan_in, generator=generator(config, "init", name))
+        q = (x @ weight.T + bias).double()
+        rows.append({"init": name, "fan_in": fan_in, "fan_out": weight.shape[0], "tokens": config.init_tokens,
+                     "mean": float(q.mean()), "var": float(q.var()), "closed_form_var": closed,
+                     "component_var_min": float(q.var(dim=0).min()), "component_var_max": float(q.var(dim=0).max())})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# 3. C08: x * (1/sqrt(d_k)) vs x / sqrt(d_k), bitwise
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """|a - b| in units in the last place, for finite values of the same sign."""
+    view = INT_VIEW[a.dtype]
+    return (a.view(view).long() - b.view(view).long()).abs()
+
+
+def compare_mul_div(dtype: torch.dtype, config: Config) -> dict:
+    d_ks = torch.arange(1, config.ulp_max_dk + 1, dtype=torch.float64)
+    x64 = torch.randn(len(d_ks), config.ulp_per_dk, generator=generator(config, "ulp", str(dtype)),
+                      dtype=torch.float64) * 4
+    x = x64.to(dtype)
+    root = d_ks.sqrt().unsqueeze(-1)
+    reference = (x.double() / root).to(dtype)  # correctly rounded x / sqrt(d_k) (via float64)
+    ways = {}
+    # tensor: the factor is a full tensor in the same dtype, so each op is a single IEEE rounding
+    mul = x * (1 / root).to(dtype).expand_as(x).contiguous()
+    div = x / root.to(dtype).expand_as(x).contiguous()
+    ways["tensor"] = (mul, div)
+    # scalar: a Python float factor, as attention code writes `scores * factor`
+    mul_s, div_s = torch.empty_like(x), torch.empty_like(x)
+    for i, d in enumerate(range(1, config.ulp_max_dk + 1)):
+        mul_s[i] = x[i] * (1 / math.sqrt(d))
+        div_s[i] = x[i] / math.sqrt(d)
+    ways["scalar"] = (mul_s, div_s)
+    out = {}
+    for way, (m, v) in ways.items():
+        ulps = ulp_distance(m, v)
+        differs = ulps > 0
+        per_dk = differs.double().mean(dim=-1)
+        identical_dks = [int(d) for d in torch.nonzero(per_dk == 0).flatten() + 1]
+        out[way] = {
+            "share_differ": float(differs.double().mean()),
+            "max_ulp": int(ulps.max()),
+            "dks_with_difference": int((per_dk > 0).sum()),
+            "identical_dks_first": identical_dks[:32],
+            "identical_dks_count": len(identical_dks),
+            "pow4_identical": all(4**i in identical_dks for i in range(7) if 4**i <= config.ulp_max_dk),
+            "max_share_differ_per_dk": float(per_dk.max()),
+            "mul_exact_share": None if dtype == torch.float64 else float((m == reference).double().mean()),
+            "div_exact_share": None if dtype == torch.float64 else float((v == reference).double().mean()),
+        }
+    return out
+
+
+def measure_ulps(config: Config) -> dict:
+    return {name: compare_mul_div(dtype, config) for name, dtype in DTYPES.items()}
+
+
+# ---------------------------------------------------------------------------------------
+# 4. C15: small d_k with and without the factor
+
+
+def measure_small_dk(config: Config) -> list[dict]:
+    rows = []
+    for d_k in config.small_d_ks:
+        g = generator(config, "small", d_k)
+        r, n = config.small_rows, config.small_n
+        q = torch.randn(r, 1, d_k, generator=g, device=config.device)
+        k = torch.randn(r, n, d_k, generator=g, device=config.device)
+        v = torch.randn(r, n, 16, generator=g, device=config.device)
+        out_s, p_s = attention(q, k, v, scale="sqrt", impl="stable", return_weights=True)
+        out_n, p_n = attention(q, k, v, scale="none", impl="stable", return_weights=True)
+        p_s, p_n = p_s[:, 0], p_n[:, 0]
+        rows.append({
+            "d_k": d_k, "n": n, "rows": r,
+            "entropy_sqrt": float(stats.normalized_entropy(p_s).mean()),
+            "entropy_none": float(stats.normalized_entropy(p_n).mean()),
+            "max_p_sqrt": float(stats.max_prob(p_s).mean()),
+            "max_p_none": float(stats.max_prob(p_n).mean()),
+            "tv_distance": float(0.5 * (p_s - p_n).abs().sum(-1).mean()),
+            # v has unit variance per component, so this RMS is in units of v's std
+            "output_rms_diff": float((out_s - out_n).pow(2).mean().sqrt()),
+        })
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# run
+
+
+def run(config: Config, progress=None) -> dict:
+    config = check_config(config)
+    steps = len(config.families) * len(config.d_ks) + 3
+    done = 0
+
+    def tick(message: str) -> None:
+        nonlocal done
+        done += 1
+        if progress:
+            progress(done / steps, message)
+
+    dot_rows = []
+    for family in config.families:
+        for d_k in config.d_ks:
+            dot_rows.append(measure_dot(family, d_k, config))
+            tick(f"{family} d_k={d_k}")
+    inits = measure_inits(config)
+    tick("initialisations")
+    ulps = measure_ulps(config)
+    tick("multiply vs divide")
+    small = measure_small_dk(config)
+    tick("small d_k")
+    return {
+        "config": dataclasses.asdict(config),
+        "families": FAMILIES,
+        "gaussian_beyond_3": GAUSS_BEYOND_3,
+        "dot": dot_rows,
+        "init": inits,
+        "ulp": ulps,
+        "small_dk": small,
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# verdicts
+
+
+def _rows(result: dict, family: str) -> list[dict]:
+    return [r for r in result["dot"] if r["family"] == family]
+
+
+def judge_c01(result: dict) -> Finding:
+    """Supported if every setting gives |mean| <= 0.05 and variance within 10% of 1; partly if some do."""
+    rows = result["init"]
+    ok = [r for r in rows if abs(r["mean"]) <= 0.05 and abs(r["var"] - 1) <= 0.1]
+    verdict = claims.SUPPORTED if len(ok) == len(rows) else claims.PARTLY if ok else claims.REFUTED
+    parts = "; ".join(f"{r['init']} ({r['fan_in']}->{r['fan_out']}): mean {r['mean']:.3f}, variance "
+                      f"{r['var']:.3f} (closed form {r['closed_form_var']:.3f})" for r in rows)
+    evidence = (f"q components for unit-variance input: {parts}. Rule: supported if every setting has |mean| <= 0.05 "
+                f"and variance within 10% of 1, partly if some do. Variance 1 needs fan_in = fan_out under Xavier "
+                f"(2 fan_in / (fan_in + fan_out)); PyTorch's default nn.Linear init gives 1/3 + 1/(3 fan_in), "
+                f"so unscaled q.k then has std sqrt(d_k)/3, not sqrt(d_k).")
+    numbers = {f"var[{r['init']}]": r["var"] for r in rows}
+    numbers.update({f"closed_form_var[{r['init']}]": r["closed_form_var"] for r in rows})
+    return Finding(verdict, evidence, numbers)
+
+
+def judge_c02(result: dict) -> Finding:
+    """Supported if, for the independent unit-variance families, the exact d_k lies in the measured
+    variance's 95% interval in >= 90% of rows and no row is more than 4 standard errors off;
+    partly if every Var/d_k is within 25% of 1; refuted otherwise."""
+    rows = [r for r in result["dot"] if r["family"] in INDEPENDENT_UNIT]
+    if not rows:
+        return Finding(claims.NOT_TESTABLE, "no independent unit-variance family was sampled.")
+    in_ci = sum(r["var_in_ci"] for r in rows) / len(rows)
+    worst = max(abs(r["var"] / r["d_k"] - 1) for r in rows)
+    worst_z = max(abs(r["var"] - r["d_k"]) / max((r["var_hi"] - r["var_lo"]) / (2 * Z95), 1e-300) for r in rows)
+    corr = [r for r in result["dot"] if r["family"] == "correlated"]
+    corr_text = ""
+    if corr:
+        big = corr[-1]
+        corr_text = (f" The premise matters: with k = q + noise (not independent) at d_k = {big['d_k']} the measured "
+                     f"variance is {big['var'] / big['d_k']:.3f} d_k and the mean {big['mean']:.4g}, where the "
+                     f"independent formula says {big['pred_var'] / big['d_k']:.3f} d_k and 0 (exact: "
+                     f"{big['exact_var'] / big['d_k']:.3f} d_k and {big['exact_mean']:.4g}).")
+    if in_ci >= 0.9 and worst_z <= 4:
+        verdict = claims.SUPPORTED
+    elif worst <= 0.25:
+        verdict = claims.PARTLY
+    else:
+        verdict = claims.REFUTED
+    dks = sorted({r["d_k"] for r in rows})
+    samples = sorted({r["samples"] for r in rows})
+    evidence = (f"For {', '.join(INDEPENDENT_UNIT)} components and d_k = {dks[0]}..{dks[-1]} ({samples[0]}-{samples[-1]} "
+                f"samples each), Var(q.k) = d_k lies in the measured 95% interval in {in_ci:.0%} of {len(rows)} rows; "
+                f"the largest |Var/d_k - 1| is {worst:.3f}, at most {worst_z:.1f} standard errors. So std = sqrt(d_k). "
+                f"Rule: supported if >= 90% of intervals contain d_k and no row is more than 4 standard errors off, "
+                f"partly if every ratio is within 25% of 1, refuted otherwise.{corr_text}")
+    return Finding(verdict, evidence, {"share_in_ci": in_ci, "max_rel_error": worst, "max_std_errors": worst_z})
+
+
+def judge_c03(result: dict) -> Finding:
+    """Spread part: at d_k 64 and 128 (gaussian), >= 99% within +-3 sqrt(d_k) and std/sqrt(d_k) within 10% of 1.
+    'Extreme values likely': the share beyond 3 std, all families, against the Gaussian 0.27% (<= 1% counts as rare)."""
+    rows = [r for r in _rows(result, "gaussian") if r["d_k"] in (64, 128)]
+    if not rows:
+        return Finding(claims.NOT_TESTABLE, "d_k = 64 and 128 were not sampled for the gaussian family.")
+    within = min(1 - r["beyond_3sqrt_dk"] for r in rows)
+    std_ratio = max(abs(r["std"] / math.sqrt(r["d_k"]) - 1) for r in rows)
+    spread_ok = within >= 0.99 and std_ratio <= 0.1
+    at = [r for r in result["dot"] if r["d_k"] in (64, 128)]
+    tail = max(r["beyond_3std"] for r in at)
+    abs3 = min(r["beyond_abs3"] for r in rows)
+    tails_rare = tail <= 0.01
+    if not spread_ok:
+        verdict = claims.REFUTED
+    elif tails_rare:
+        verdict = claims.PARTLY
+    else:
+        verdict = claims.SUPPORTED
+    evidence = (f"Unscaled, at d_k = 64 and 128 (gaussian), {within:.2%} of q.k fall within +-3 sqrt(d_k) and "
+                f"std/sqrt(d_k) is within {std_ratio:.1%} of 1, so the spread is right. But values beyond 3 std are "
+                f"rare, not likely: at most {tail:.2%} in any of the {len({r['family'] for r in at})} families "
+                f"(Gaussian: {GAUSS_BEYOND_3:.2%}). What is true is that the logits are large for a softmax: "
+                f"{abs3:.0%} of them have |q.k| > 3. Rule: refuted if the spread is off (< 99% within the band or "
+                f"std off by > 10%); partly if the spread holds but at most 1% lie beyond 3 std; supported if more do.")
+    return Finding(verdict, evidence, {"share_within_band": within, "max_share_beyond_3std": tail,
+                                       "share_abs_above_3": abs3})
+
+
+def judge_c08(result: dict) -> Finding:
+    """Supported if the two ways are never more than 2 ulps apart, refuted otherwise.  Each way rounds
+    twice (the factor, then the product or quotient), so each is within about 1 ulp of the exact
+    x / sqrt(d_k), and two such results can be 2 ulps apart while both are accurate to rounding."""
+    ulp = result["ulp"]
+    worst = max(w["max_ulp"] for d in ulp.values() for w in d.values())
+    verdict = claims.SUPPORTED if worst <= 2 else claims.REFUTED
+    tensor = ", ".join(f"{name} {d['tensor']['share_differ']:.1%}" for name, d in ulp.items())
+    scalar = ", ".join(f"{name} {d['scalar']['share_differ']:.2%}" for name, d in ulp.items())
+    exact = ", ".join(f"{name} {d['tensor']['mul_exact_share']:.0%} vs {d['tensor']['div_exact_share']:.0%}"
+                      for name, d in ulp.items() if d["tensor"]["mul_exact_share"] is not None)
+    max_dk = result["config"]["ulp_max_dk"]
+    same = ", ".join(f"{name} {d['tensor']['identical_dks_count']}" for name, d in ulp.items())
+    evidence = (f"Mathematically the same; numerically up to {worst} ulp apart. With the factor as a tensor of the "
+                f"same dtype (one IEEE rounding per op) the two differ in this share of elements over d_k = "
+                f"1..{max_dk}: {tensor}; the share equal to the correctly rounded x / sqrt(d_k) is, multiply vs "
+                f"divide: {exact}. The number of d_k with no difference at all is {same} of {max_dk} (among them "
+                f"d_k = 1, 4, 16, 64, ..., where sqrt(d_k) is a power of two"
+                f"{'' if result['ulp']['float32']['tensor']['pow4_identical'] else ' - not all of them here'}). With a "
+                f"Python float factor, as attention code writes it (torch then computes half types in float32), the "
+                f"share is {scalar}. A difference of an ulp or two is rounding noise, far below anything that "
+                f"changes attention. Rule: supported if never more than 2 ulps apart (the two ways' combined "
+                f"rounding bound), refuted otherwise.")
+    numbers = {f"share_differ[{name}]": d["tensor"]["share_differ"] for name, d in ulp.items()}
+    numbers["max_ulp"] = worst
+    return Finding(verdict, evidence, numbers)
+
+
+def judge_c15(result: dict) -> Finding:
+    """'Differs little' at d_k = 2: TV distance between the rows <= 0.1 (absolute) and <= 1/4 of the
+    TV distance at the largest d_k measured (relative).  Both: supported; one: partly; neither: refuted."""
+    rows = {r["d_k"]: r for r in result["small_dk"]}
+    if 2 not in rows or max(rows) < 16:
+        return Finding(claims.NOT_TESTABLE, "needs d_k = 2 and a d_k >= 16 to compare with.")
+    two, big = rows[2], rows[max(rows)]
+    absolute = two["tv_distance"] <= 0.1
+    relative = two["tv_distance"] <= 0.25 * big["tv_distance"]
+    verdict = claims.SUPPORTED if absolute and relative else claims.PARTLY if absolute or relative else claims.REFUTED
+    one = rows.get(1)
+    one_text = (f"At d_k = 1 the factor is 1: the TV distance is {one['tv_distance']:.3g}. " if one else "")
+    evidence = (f"{one_text}At d_k = 2 (n = {two['n']} keys) the rows with and without 1/sqrt(2) are {two['tv_distance']:.3f} "
+                f"apart in total variation (normalised entropy {two['entropy_sqrt']:.3f} vs {two['entropy_none']:.3f}, "
+                f"output RMS difference {two['output_rms_diff']:.3f} std of v); at d_k = {big['d_k']} the same comparison gives "
+                f"{big['tv_distance']:.3f} (entropy {big['entropy_sqrt']:.3f} vs {big['entropy_none']:.3f}). "
+                f"Rule: 'differs little' means TV <= 0.1 and <= 1/4 of the TV at the largest d_k; supported if both "
+                f"hold, partly if one, refuted if neither.")
+    return Finding(verdict, evidence, {"tv_dk2": two["tv_distance"], f"tv_dk{big['d_k']}": big["tv_distance"],
+                                       "entropy_dk2_sqrt": two["entropy_sqrt"], "entropy_dk2_none": two["entropy_none"]})
+
+
+def judge(result: dict) -> dict[str, Finding]:
+    return {"C01": judge_c01(result), "C02": judge_c02(result), "C03": judge_c03(result),
+            "C08": judge_c08(result), "C15": judge_c15(result)}
+
+
+# ---------------------------------------------------------------------------------------
+# tables and figures
+
+
+def tables(result: dict) -> dict[str, list[dict]]:
+    dot = [{k: r[k] for k in ("family", "d_k", "samples", "mean", "exact_mean", "var", "var_lo", "var_hi", "exact_var",
+                              "std", "std_sqrt", "std_inv_d", "beyond_3std", "beyond_abs3")} for r in result["dot"]]
+    ulp = [{"dtype": name, "way": way, **{k: w[k] for k in ("share_differ", "max_ulp", "dks_with_difference",
+                                                              "identical_dks_count", "mul_exact_share", "div_exact_share")}}
+           for name, d in result["ulp"].items() for way, w in d.items()]
+    return {
+        "q.k moments vs closed form (C02, C03)": dot,
+        "q component variance by initialisation (C01)": result["init"],
+        "x * (1/sqrt(d_k)) vs x / sqrt(d_k) (C08)": ulp,
+        "small d_k with and without the factor (C15)": result["small_dk"],
+    }
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, outdir, name: str) -> str:
+    fig.tight_layout()
+    fig.savefig(outdir / name, dpi=100)
+    fig.clf()
+    return name
+
+
+def figures(result: dict, outdir) -> dict[str, list[str]]:
+    from pathlib import Path
+
+    plt = _pyplot()
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    out = {}
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for family in result["families"]:
+        rows = _rows(result, family)
+        if not rows:
+            continue
+        d = [r["d_k"] for r in rows]
+        line, = axes[0].loglog(d, [r["std"] for r in rows], "o", ms=4, label=family)
+        axes[0].loglog(d, [math.sqrt(r["exact_var"]) for r in rows], "-", color=line.get_color(), lw=0.8)
+    axes[0].set(xlabel="d_k", ylabel="std of q.k", title="measured (dots) vs closed form (lines)")
+    axes[0].legend(fontsize=7)
+    rows = _rows(result, "gaussian")
+    if rows:
+        d = [r["d_k"] for r in rows]
+        for rule in RULES:
+            axes[1].loglog(d, [r[f"std_{rule}"] for r in rows], "o-", ms=4, label=rule)
+    axes[1].set(xlabel="d_k", ylabel="std of the softmax input", title="gaussian q, k: after each scale rule")
+    axes[1].legend()
+    out["C02"] = [_save(fig, outdir, "variance_c02.png")]
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    names = [r["init"] for r in result["init"]]
+    ax.bar(range(len(names)), [r["var"] for r in result["init"]], label="measured")
+    ax.plot(range(len(names)), [r["closed_form_var"] for r in result["init"]], "k_", ms=30, mew=2, label="closed form")
+    ax.axhline(1, color="r", ls="--", lw=1, label="claimed: 1")
+    ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
+    ax.set(ylabel="q component variance", title="unit-variance input through the q projection")
+    ax.legend(fontsize=8)
+    out["C01"] = [_save(fig, outdir, "variance_c01.png")]
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for family in result["families"]:
+        rows = _rows(result, family)
+        if rows:
+            ax.semilogx([r["d_k"] for r in rows], [100 * r["beyond_3std"] for r in rows], "o-", ms=3, label=family)
+    rows = _rows(result, "gaussian")
+    if rows:
+        ax.semilogx([r["d_k"] for r in rows], [100 * r["beyond_abs3"] for r in rows], "k--",
+                    label="gaussian: |q.k| > 3 (unscaled)")
+    ax.axhline(100 * GAUSS_BEYOND_3, color="r", ls=":", label="Gaussian beyond 3 std: 0.27%")
+    ax.set_yscale("symlog", linthresh=0.1)
+    ax.set(xlabel="d_k", ylabel="% of q.k", title="share beyond 3 std (solid) vs beyond |3| (dashed)")
+    ax.legend(fontsize=6)
+    out["C03"] = [_save(fig, outdir, "variance_c03.png")]
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    names = list(result["ulp"])
+    for i, way in enumerate(("tensor", "scalar")):
+        ax.bar([j + 0.4 * i for j in range(len(names))], [100 * result["ulp"][n][way]["share_differ"] for n in names],
+               width=0.4, label=f"factor as {way}")
+    ax.set_xticks([j + 0.2 for j in range(len(names))], names)
+    ax.set(ylabel="% of elements that differ (by 1 ulp)", title="x * (1/sqrt(d_k)) vs x / sqrt(d_k)")
+    ax.legend()
+    out["C08"] = [_save(fig, outdir, "variance_c08.png")]
+    plt.close(fig)
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    small = result["small_dk"]
+    d = [r["d_k"] for r in small]
+    axes[0].semilogx(d, [r["entropy_sqrt"] for r in small], "o-", label="sqrt", base=2)
+    axes[0].semilogx(d, [r["entropy_none"] for r in small], "s-", label="none", base=2)
+    axes[0].set(xlabel="d_k", ylabel="mean normalised entropy", title=f"n = {small[0]['n']} keys")
+    axes[0].legend()
+    axes[1].semilogx(d, [r["tv_distance"] for r in small], "o-", base=2, label="TV(p_sqrt, p_none)")
+    axes[1].semilogx(d, [r["output_rms_diff"] for r in small], "s-", base=2, label="output RMS difference (std of v)")
+    axes[1].set(xlabel="d_k", title="with vs without 1/sqrt(d_k)")
+    axes[1].legend()
+    out["C15"] = [_save(fig, outdir, "variance_c15.png")]
+    plt.close(fig)
+    return out
