@@ -17,3 +17,12 @@ from hypothesis import settings  # noqa: E402
 settings.register_profile("ci", derandomize=True, deadline=None)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(scope="session")
+def quick_report(tmp_path_factory):
+    """The real quick report, built once per test session: (folder, report dict)."""
+    from attnscale.report import build_report
+
+    out = tmp_path_factory.mktemp("quick-report")
+    return out, build_report(preset="quick", seed=0, out=out)

@@ -1,0 +1,83 @@
+"""The report page in a real browser: Playwright drives Debian's headless Chromium."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from attnscale import __version__
+from attnscale.report.render import render_explorer
+
+CHROMIUM = os.environ.get("ATTNSCALE_CHROMIUM", "/usr/bin/chromium-headless-shell")
+ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="install the dev extras: bash scripts/setup.sh --dev")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: bash scripts/setup.sh --dev installs Debian's chromium-headless-shell")
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        yield chromium
+        chromium.close()
+
+
+def open_page(browser, path: Path):
+    """Open a file:// page, recording console errors and every request it makes."""
+    page = browser.new_page(viewport={"width": 1200, "height": 900})
+    errors, requests = [], []
+    page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("request", lambda request: requests.append(request.url))
+    page.goto(path.resolve().as_uri())
+    page.wait_for_load_state("load")
+    return page, errors, requests
+
+
+def set_control(page, name: str, value) -> None:
+    page.locator(f".explorer [data-x={name}]").evaluate(
+        "(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", str(value))
+
+
+def shown_entropy(page) -> float:
+    return float(page.locator(".explorer [data-x=entropy]").inner_text())
+
+
+def entropy_at(page, rule: str, log2_dk: int) -> float:
+    set_control(page, "rule", rule)
+    set_control(page, "dk", log2_dk)
+    return shown_entropy(page)
+
+
+def check_explorer(page) -> None:
+    none_small, none_large = entropy_at(page, "none", 2), entropy_at(page, "none", 10)  # d_k = 4, then 1024
+    assert none_large < none_small, (none_small, none_large)
+    sqrt_small, sqrt_large = entropy_at(page, "sqrt", 2), entropy_at(page, "sqrt", 10)
+    assert abs(sqrt_large - sqrt_small) <= 0.05 * sqrt_small, (sqrt_small, sqrt_large)
+    assert page.locator(".explorer [data-x=dk-value]").inner_text() == "1024"
+
+
+def test_explorer_page_is_offline_and_reacts_like_the_math(browser, tmp_path):
+    path = tmp_path / "explore.html"
+    path.write_text(render_explorer(__version__), encoding="utf-8")
+    page, errors, requests = open_page(browser, path)
+    check_explorer(page)
+    assert errors == []
+    assert all(url.startswith(("file://", "data:")) for url in requests), requests
+
+
+def test_report_page_in_the_browser(browser, quick_report):
+    out, _ = quick_report
+    page, errors, requests = open_page(browser, out / "index.html")
+    assert page.locator("table.verdicts tr").count() == 19  # header + C01..C18
+    check_explorer(page)
+    page.locator("#C01").scroll_into_view_if_needed()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "report.png"), full_page=False)
+    assert (ARTIFACTS / "report.png").stat().st_size > 10_000
+    assert errors == []
+    assert all(url.startswith(("file://", "data:")) for url in requests), requests
