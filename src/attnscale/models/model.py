@@ -1,0 +1,111 @@
+"""A small pre-LN decoder Transformer built on :class:`attnscale.attention.ScaledAttention`.
+
+As plain as nanoGPT: token + position embeddings, ``n_layers`` blocks of
+x + attn(ln(x)) then x + mlp(ln(x)), a final LayerNorm and a linear head.  What differs:
+every attention block takes a scale spec (``sqrt``, ``inv_d``, ``none``, ``const:C``, ...),
+an init scheme for its q/k/v projections (``torch``, ``unit``, ``t5``, ``mup``), and a head
+size ``d_head`` that need not be d_model / n_heads.
+
+Observation points: the attention modules are named ``blocks.{i}.attn``
+(:meth:`Transformer.observation_points`); ``with attnscale.capture(model) as seen:``
+records their q, k, logits and probabilities, and :meth:`Transformer.attention_weights`
+names each layer's W_q, W_k, W_v, W_o for gradient-norm logging.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import scaling
+from ..attention import ScaledAttention
+
+IGNORE_INDEX = -100  # target positions that carry no loss
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int
+    seq_len: int
+    d_model: int = 64
+    n_layers: int = 2
+    n_heads: int = 2
+    d_head: int = 32
+    scale: str = "sqrt"
+    init: str = "unit"
+    mlp_ratio: int = 4
+    impl: str = "auto"
+
+    def __post_init__(self):
+        for name in ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "d_head", "mlp_ratio"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        scaling.parse(self.scale)
+        scaling.check_init(self.init)
+
+
+class MLP(nn.Module):
+    def __init__(self, d_model: int, mlp_ratio: int):
+        super().__init__()
+        self.fc = nn.Linear(d_model, mlp_ratio * d_model)
+        self.proj = nn.Linear(mlp_ratio * d_model, d_model)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, config: ModelConfig, generator: torch.Generator):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.d_model)
+        self.attn = ScaledAttention(config.d_model, config.n_heads, config.d_head, scale=config.scale,
+                                    init=config.init, impl=config.impl, causal=True, generator=generator)
+        self.ln_2 = nn.LayerNorm(config.d_model)
+        self.mlp = MLP(config.d_model, config.mlp_ratio)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class Transformer(nn.Module):
+    """Decoder-only language model: ``forward(idx, targets=None) -> (logits, loss)``."""
+
+    def __init__(self, config: ModelConfig, seed: int = 0):
+        super().__init__()
+        self.config = config
+        generator = torch.Generator().manual_seed(seed)
+        # nn.Linear and nn.Embedding draw from the global RNG: seed it, and leave the caller's RNG untouched.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
+            self.pos_emb = nn.Embedding(config.seq_len, config.d_model)
+            self.blocks = nn.ModuleList(Block(config, generator) for _ in range(config.n_layers))
+            self.ln_f = nn.LayerNorm(config.d_model)
+            self.head = nn.Linear(config.d_model, config.vocab_size)
+
+    def observation_points(self) -> list[str]:
+        """Names of the attention modules, as :func:`attnscale.capture` reports them."""
+        return [f"blocks.{i}.attn" for i in range(self.config.n_layers)]
+
+    def attention_weights(self) -> list[dict[str, nn.Parameter]]:
+        """Per layer: {"W_q": ..., "W_k": ..., "W_v": ..., "W_o": ...}."""
+        return [{"W_q": b.attn.w_q.weight, "W_k": b.attn.w_k.weight, "W_v": b.attn.w_v.weight,
+                 "W_o": b.attn.w_o.weight} for b in self.blocks]
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        if idx.dim() != 2 or idx.shape[1] > self.config.seq_len:
+            raise ValueError(f"expected token ids (B, T) with T <= seq_len={self.config.seq_len}, got {tuple(idx.shape)}")
+        positions = torch.arange(idx.shape[1], device=idx.device)
+        x = self.tok_emb(idx) + self.pos_emb(positions)
+        for block in self.blocks:
+            x = block(x)
+        logits = self.head(self.ln_f(x))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
+        return logits, loss

