@@ -98,7 +98,7 @@ class Config:
 
 
 PRESETS = {
-    "quick": Config(max_elements=1_000_000, min_samples=500, small_rows=256),
+    "quick": Config(),
     "full": Config(samples=200_000, max_elements=64_000_000, min_samples=10_000, init_tokens=32_768,
                    ulp_per_dk=1024, small_rows=4096),
 }
