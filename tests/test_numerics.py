@@ -1,0 +1,295 @@
+"""The numerics lab and audit: measured dtype limits, softmax overflow, acceptance, verdict rules, CLI."""
+
+import copy
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from safetensors.torch import save_file
+
+from attnscale import claims
+from attnscale.lab import numerics as lab
+from attnscale.numerics import audit, exp_overflow_threshold, matmul_accumulation, parse_dtype
+from attnscale.softmax import naive_softmax, online_softmax, stable_softmax
+
+LOW = (torch.float16, torch.bfloat16, torch.float32)
+TINY = lab.Config(d_ks=(64, 128), stds=(1.0, 4.0), grid_tokens=32, impl_tokens=32, impl_heads=1,
+                  impl_scenarios=((1.0, False), (4.0, False), (16.0, True)), clamp_values=(5.0, 30.0), block_size=8)
+
+
+@pytest.fixture(scope="module")
+def tiny_result():
+    return lab.run(TINY)
+
+
+# ----------------------------------------------------------------------------- dtype limits
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_exp_threshold_is_ln_max_to_the_dtypes_resolution(dtype):
+    found = exp_overflow_threshold(dtype)
+    last, first = torch.tensor(found["last_finite"], dtype=dtype), torch.tensor(found["first_inf"], dtype=dtype)
+    assert torch.isfinite(torch.exp(last)) and torch.isinf(torch.exp(first))
+    assert torch.nextafter(last, torch.tensor(math.inf, dtype=dtype)) == first  # adjacent representable numbers
+    assert found["ln_max"] == pytest.approx(math.log(torch.finfo(dtype).max))
+    assert found["last_finite"] <= found["ln_max"] + found["resolution"]
+    assert abs(found["first_inf"] - found["ln_max"]) <= found["resolution"]
+
+
+def test_fp16_threshold_is_11_09():
+    assert exp_overflow_threshold("fp16")["first_inf"] == pytest.approx(11.09, abs=0.01)
+
+
+def test_float32_matmul_accumulates_in_float32():
+    probe = matmul_accumulation(torch.float32)
+    assert probe["accumulates_wider"] is False and probe["cancellation_result"] == "inf"
+
+
+@pytest.mark.parametrize("bad", ["fp8", "int8", torch.int32, 16])
+def test_bad_dtype_is_a_value_error(bad):
+    with pytest.raises(ValueError, match="accepted: float16"):
+        parse_dtype(bad)
+
+
+# ----------------------------------------------------------------------------- softmax overflow
+
+def finite_rows(dtype):
+    top = float(torch.finfo(dtype).max)
+    values = st.floats(min_value=-top, max_value=top, allow_nan=False, width=16 if dtype == torch.float16 else 32)
+    return st.lists(st.lists(values, min_size=1, max_size=40), min_size=1, max_size=4).filter(
+        lambda rows: len({len(r) for r in rows}) == 1)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_stable_and_online_never_overflow_on_finite_input(dtype, data):
+    x = torch.tensor(data.draw(finite_rows(dtype)), dtype=torch.float64).to(dtype)
+    if not torch.isfinite(x).all():  # float32 values beyond bfloat16's range round to inf when cast
+        return
+    stable, online = stable_softmax(x), online_softmax(x, block_size=7)[0]
+    assert torch.isfinite(stable).all() and torch.isfinite(online).all()
+    assert torch.allclose(stable.double().sum(-1), torch.ones(x.shape[0], dtype=torch.float64), atol=0.02)
+
+
+@pytest.mark.parametrize("dtype", LOW)
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 64), where=st.integers(0, 63), excess=st.floats(0, 50))
+def test_naive_overflows_beyond_the_threshold_and_not_below(dtype, n, where, excess):
+    limits = exp_overflow_threshold(dtype)
+    x = torch.zeros(1, n, dtype=dtype)
+    x[0, where % n] = limits["first_inf"] + excess
+    assert not torch.isfinite(naive_softmax(x)).all()
+    # Below ln(max / n) neither an exp nor their sum can overflow.
+    safe = torch.full((1, n), limits["last_finite"] - math.log(n) - 0.1, dtype=dtype)
+    assert torch.isfinite(naive_softmax(safe)).all()
+
+
+def test_tiled_naive_and_clamp_agree_with_references_in_float64():
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 19, 16, generator=gen, dtype=torch.float64) for _ in range(3))
+    factor = 16**-0.5
+    _, exact = lab.exact_attention(q, k, v, factor)
+    assert torch.allclose(lab.tiled_naive_attention(q, k, v, factor, block_size=5), exact, atol=1e-12)
+    assert torch.allclose(lab.plain_attention(q, k, v, factor), exact, atol=1e-12)
+    assert torch.allclose(lab.clamped_attention(q, k, v, factor, 1e6), exact, atol=1e-12)
+
+
+def test_sdpa_fp16_on_cpu_meets_flash_attn_acceptance_rule():
+    gen = torch.Generator().manual_seed(2)
+    for std in (1.0, 4.0):
+        q, k, v = (torch.randn(1, 2, 128, 64, generator=gen, dtype=torch.float64) * s for s in (std, std, 1.0))
+        q, k, v = q.half(), k.half(), v.half()
+        ref = lab.exact_attention(q.double(), k.double(), v.double(), 64**-0.5)[1]
+        plain = lab.error_row(lab.plain_attention(q, k, v, 64**-0.5), ref)
+        sdpa = lab.error_row(lab.attend("sdpa", q, k, v, "sqrt", 64), ref)
+        assert sdpa["nonfinite_share"] == 0
+        assert lab.accept(sdpa, plain, torch.float16, ref)["accepted"] is True
+
+
+def test_clamp_cost_is_zero_when_nothing_is_clamped_and_positive_otherwise():
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 1, 16, 8, generator=gen, dtype=torch.float64) for _ in range(3))
+    loose, tight = lab.clamp_cost(q * 3, k * 3, v, "none", (1e9, 1.0), "x", 3.0, False)
+    assert loose["kl_mean"] == pytest.approx(0, abs=1e-12) and loose["clamped_share"] == 0
+    assert tight["kl_mean"] > 0 and tight["kl_max"] >= tight["kl_mean"] and tight["clamped_share"] > 0
+
+
+# ----------------------------------------------------------------------------- the lab run
+
+def test_logit_range_scales_as_std_squared(tiny_result):
+    onsets = {(o["d_k"], o["outliers"]): o for o in tiny_result["onsets"]}
+    for row in tiny_result["grid"]:
+        unit = onsets[(row["d_k"], row["outliers"])]["max_abs_logit_unit_" + row["scale"]]
+        assert row["max_abs_logit"] == pytest.approx(row["std"] ** 2 * unit, rel=1e-9)
+        assert row["logit_min"] <= row["logit_max"]
+    onset = onsets[(128, False)]
+    assert onset["std_for_claimed_range"] ** 2 * onset["max_abs_logit_unit_sqrt"] == pytest.approx(30.0)
+
+
+def test_measured_fp16_matmul_overflow_matches_the_exact_product_when_accumulation_is_wider(tiny_result):
+    if not next(a for a in tiny_result["accumulation"] if a["dtype"] == "float16")["accumulates_wider"]:
+        pytest.skip("this device accumulates float16 matmuls in float16")
+    for row in tiny_result["grid"]:
+        assert row["fp16_overflow_scale_after"] == pytest.approx(row["exact_overflow_scale_after"], abs=1e-3)
+
+
+def test_run_is_deterministic_and_json_able(tiny_result):
+    again = lab.run(TINY)
+    assert json.dumps(again, allow_nan=False) == json.dumps(tiny_result, allow_nan=False)
+
+
+def test_every_implementation_row_is_consistent(tiny_result):
+    names = set(lab.impl_names(TINY))
+    for row in tiny_result["impls"]:
+        assert row["impl"] in names and 0 <= row["nonfinite_share"] <= 1
+        assert (row["max_err"] is None) == (row["nonfinite_share"] > 0)
+        if row["impl"] == "plain" and row["max_err"] is not None:
+            assert row["accepted"] is True
+    assert all(r["nonfinite_share"] == 0 for r in tiny_result["impls"] if r["impl"] in ("online", "sdpa"))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(device="tpu"), "tpu"), (dict(dtypes=("float8",)), "float8"), (dict(claim_d_k=32), "claim_d_k"),
+    (dict(clamp_values=(0.0,)), "clamp"), (dict(stds=(-1.0,)), "std"),
+])
+def test_bad_config_is_a_value_error(change, message):
+    import dataclasses
+
+    with pytest.raises(ValueError, match=message):
+        lab.run(dataclasses.replace(TINY, **change))
+
+
+def test_figures_and_tables(tiny_result, tmp_path):
+    drawn = lab.figures(tiny_result, tmp_path)
+    assert set(drawn) == {"C11", "C12", "numerics"}
+    for paths in drawn.values():
+        for path in paths:
+            assert (tmp_path / path).stat().st_size > 1000
+    for title, rows in lab.tables(tiny_result).items():
+        assert rows and all(set(r) == set(rows[0]) for r in rows), title
+
+
+# ----------------------------------------------------------------------------- verdict rules
+
+def _set(result, value, **match):
+    for row in result["impls"]:
+        if all(row[k] == v for k, v in match.items()):
+            row["nonfinite_share"] = value
+
+
+def test_c11_rule_gives_every_outcome(tiny_result):
+    measured = lab.judge_c11(tiny_result)
+    assert measured.verdict == claims.REFUTED  # unit variance: +-4, and no max-subtracted softmax overflows
+    assert "4." in measured.evidence or "3." in measured.evidence
+    wide = copy.deepcopy(tiny_result)
+    for onset in wide["onsets"]:
+        onset["max_abs_logit_unit_sqrt"] = 28.0
+    assert lab.judge_c11(wide).verdict == claims.PARTLY
+    inf = copy.deepcopy(tiny_result)
+    _set(inf, 0.25, impl="stable", dtype="float16", logits_finite=True)
+    assert lab.judge_c11(inf).verdict == claims.PARTLY
+    _set(wide, 0.25, impl="stable", dtype="float16", logits_finite=True)
+    assert lab.judge_c11(wide).verdict == claims.SUPPORTED
+
+
+def test_c12_rule_gives_every_outcome(tiny_result):
+    measured = lab.judge_c12(tiny_result)
+    assert measured.verdict == claims.PARTLY  # tiling alone overflows like naive; clamp costs a lot
+    assert "max subtraction" in measured.evidence
+    quiet = copy.deepcopy(tiny_result)
+    _set(quiet, 0.0, impl="naive")
+    assert lab.judge_c12(quiet).verdict == claims.NOT_TESTABLE
+    ideal = copy.deepcopy(tiny_result)
+    _set(ideal, 0.0, impl="tiled_naive")
+    for row in ideal["clamp"]:
+        row["kl_mean"] = 0.001
+    assert lab.judge_c12(ideal).verdict == claims.SUPPORTED
+    broken = copy.deepcopy(tiny_result)
+    _set(broken, 0.5, impl="online")
+    for c in broken["clamp_values"]:
+        _set(broken, 0.5, impl=f"clamp:{c:g}")
+    assert lab.judge_c12(broken).verdict == claims.REFUTED
+
+
+def test_judge_returns_findings_for_both_claims(tiny_result):
+    findings = lab.judge(tiny_result)
+    assert set(findings) == {"C11", "C12"} and set(findings) == set(claims.claims_of_lab("numerics"))
+    for finding in findings.values():
+        assert finding.verdict in claims.VERDICTS
+        json.dumps(finding.numbers, allow_nan=False)
+
+
+# ----------------------------------------------------------------------------- the audit
+
+def test_audit_reports_overflow_where_and_only_where_it_occurs():
+    q = torch.full((2, 1, 5, 4), 0.1)
+    k = torch.full((1, 3, 6, 4), 0.1)
+    q[1, 0, 2, :2] = 200.0
+    k[0, 2, 4, :2] = 200.0     # q.k = 80000 > 65504 at batch (1, 2), query 2, key 4
+    k[0, 0, 1, :2] = -200.0    # and -80000 at batch (1, 0), query 2, key 1
+    q[0, 0, 3, 2:] = 180.0
+    k[0, 1, 0, 2:] = 180.0     # 64800 <= 65504 at batch (0, 1), query 3, key 0: no overflow
+    report = audit(q, k, scale="sqrt", dtype=torch.float16)
+    assert sorted(map(tuple, report["matmul_overflow"]["at"])) == [(1, 0, 2, 1), (1, 2, 2, 4)]
+    assert report["matmul_overflow"]["count"] == 2 and report["matmul_overflow"]["positive"] == 1
+    assert report["matmul_overflow_predicted"]["count"] == 2
+    assert report["matmul_overflow_scaled_first"]["count"] == 0  # 80000 / sqrt(4) fits
+    assert report["max_abs_product"] == pytest.approx(80000.0, rel=1e-3)
+    assert report["nonfinite_rows"]["count"] == 1               # +inf makes its row NaN
+    assert report["entries"] == 2 * 3 * 5 * 6 and report["rows"] == 2 * 3 * 5
+    assert any("overflows float16" in line for line in report["risks"])
+    assert audit(q, k, scale="sqrt", dtype="bfloat16")["matmul_overflow"]["count"] == 0
+    assert json.dumps(report, allow_nan=False)
+
+
+def test_audit_counts_underflow_and_round_to_one_exactly():
+    q = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
+    k = torch.tensor([[0.0, 0.0], [-30.0, 0.0], [-1.0, 0.0]])
+    report = audit(q, k, scale="none", dtype=torch.float16)
+    # logits per row [0, -30, -1]: exp(-30) ~ 9e-14 underflows float16's smallest subnormal (6e-8).
+    assert report["probs_underflow_to_zero"]["count"] == 2
+    assert report["probs_round_to_one"]["count"] == 0 and report["saturated_rows"]["count"] == 0
+    assert report["naive_softmax_overflow_rows"]["count"] == 0
+    one = audit(torch.tensor([[1.0]]), torch.tensor([[0.0], [-30.0]]), scale="none")
+    assert one["probs_round_to_one"]["count"] == 1 and one["saturated_rows"]["count"] == 1
+    hot = audit(torch.tensor([[1.0]]), torch.tensor([[12.0], [0.0]]), scale="none")
+    assert hot["naive_softmax_overflow_rows"]["count"] == 1 and hot["matmul_overflow"]["count"] == 0
+
+
+@pytest.mark.parametrize("q, k, message", [
+    (torch.zeros(3, 4), torch.zeros(3, 5), "d_k"),
+    (torch.zeros(4), torch.zeros(3, 4), "shape"),
+    (torch.zeros(2, 3, 4), torch.zeros(3, 3, 4), "broadcast"),
+    (torch.tensor([[math.nan]]), torch.zeros(1, 1), "NaN"),
+    (torch.zeros(3, 4, dtype=torch.int32), torch.zeros(3, 4), "dtype"),
+])
+def test_audit_rejects_bad_input(q, k, message):
+    with pytest.raises(ValueError, match=message):
+        audit(q, k)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "attnscale", "numerics", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_cli_audits_a_safetensors_file(tmp_path):
+    q = torch.full((1, 2, 3, 4), 0.5)
+    k = torch.full((1, 2, 3, 4), 0.5)
+    q[0, 1, 0, :2] = k[0, 1, 2, :2] = 200.0
+    path = tmp_path / "q_k.safetensors"
+    save_file({"q": q.half(), "k": k.half()}, str(path))
+    done = run_cli("--from-file", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["matmul_overflow"]["at"] == [[0, 1, 0, 2]] and report["dtype"] == "float16"
+    missing = run_cli("--from-file", str(tmp_path / "absent.safetensors"))
+    lines = missing.stderr.strip().splitlines()
+    assert missing.returncode == 2 and len(lines) == 1 and "absent.safetensors" in lines[0], missing.stderr
