@@ -189,8 +189,10 @@ def audit(q: torch.Tensor, k: torch.Tensor, *, scale="sqrt", dtype=torch.float16
 
     ``q`` has shape (..., T_q, d_k) and ``k`` (..., T_k, d_k), any float dtype, leading
     dimensions that broadcast (e.g. (batch, heads, T, d_k) or (T, d_k)).  ``scale`` is a
-    scale spec (:mod:`attnscale.scaling`; qknorm normalises q and k first).  Everything is
-    compared with the same math in float64 on the same (dtype-rounded) inputs.
+    scale spec (:mod:`attnscale.scaling`; qknorm normalises q and k first).  In ``dtype`` the
+    logits are (q k^T) * factor and the probabilities torch.softmax of them, as a model's
+    eager attention computes them; everything is compared with the same math in float64 on
+    the same (dtype-rounded) inputs.
 
     Returns a dict with, among others: ``matmul_overflow`` (count, share, and the indices
     ``at`` = [..., i, j] of up to ``max_locations`` entries of q k^T that are not finite in
