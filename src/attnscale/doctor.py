@@ -651,7 +651,7 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     grid = torch.tensor([[h["normalized_entropy"] for h in diagnosis.heads if h["layer"] == layer]
-                         for layer in range(diagnosis.n_layers)])
+                         for layer in range(diagnosis.n_layers)]).numpy()
     fig, ax = plt.subplots(figsize=(1.0 + 0.45 * grid.shape[1], 1.2 + 0.45 * grid.shape[0]), dpi=100)
     image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
     for (layer, head), value in ((divmod(i, grid.shape[1]), v) for i, v in enumerate(grid.flatten().tolist())):

@@ -371,7 +371,7 @@ def figure_c14(result: dict, path) -> None:
     fig, axes = plt.subplots(1, len(conditions) + 1, figsize=(1.9 * len(conditions) + 3.2, 3.0), dpi=100,
                              gridspec_kw={"width_ratios": [1] * len(conditions) + [1.6]}, layout="constrained")
     for ax, row in zip(axes, conditions):
-        grid = torch.tensor(row["head_entropy"]).reshape(layers, heads)
+        grid = torch.tensor(row["head_entropy"]).reshape(layers, heads).numpy()
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
         ax.set_title(f"{row['condition']}\nfactor {row['factor']:.3g}", fontsize=7)
         ax.set_xlabel("head", fontsize=7)

@@ -1,0 +1,430 @@
+"""The attention doctor: the scale probe on implementations written here and on small
+transformers models, the per-head flags on constructed attention, diagnose on the default
+pretrained model (offline), the CLI's errors, and every verdict rule of the doctor lab."""
+
+import json
+import math
+import sys
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnscale import doctor, scaling
+from attnscale.attention import attention
+from attnscale.claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, VERDICTS
+from attnscale.lab import doctor as lab
+
+# ---------------------------------------------------------------------------------------
+# Attention implementations written here, each applying a known factor.
+
+
+def stable_impl(factor):
+    def attn(q, k, v, mask=None):
+        logits = (q @ k.transpose(-2, -1)) * factor
+        if mask is not None:
+            logits = logits.masked_fill(~mask, float("-inf"))
+        return torch.softmax(logits, dim=-1) @ v
+
+    return attn
+
+
+def naive_impl(factor):
+    """exp / sum with no max subtraction."""
+
+    def attn(q, k, v, mask=None):
+        e = torch.exp((q @ k.transpose(-2, -1)) * factor)
+        return (e / e.sum(dim=-1, keepdim=True)) @ v
+
+    return attn
+
+
+def causal_impl(factor):
+    """A causal mask applied inside: the first query row sees one key only."""
+
+    def attn(q, k, v, mask=None):
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        causal = torch.ones(t_q, t_k, dtype=torch.bool).tril()
+        logits = ((q @ k.transpose(-2, -1)) * factor).masked_fill(~causal, float("-inf"))
+        return torch.softmax(logits, dim=-1) @ v
+
+    return attn
+
+
+def biased_impl(factor, seed=0):
+    """An additive position bias and an additive mask (large negative), HF style; returns
+    (output in (B, T, H, d), weights) like transformers' eager functions."""
+
+    def attn(q, k, v, mask=None):
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        bias = torch.randn(t_q, t_k, generator=torch.Generator().manual_seed(seed), dtype=q.dtype) * 3
+        additive = torch.zeros(t_q, t_k, dtype=q.dtype).masked_fill(~torch.ones(t_q, t_k, dtype=torch.bool).tril(),
+                                                                    torch.finfo(q.dtype).min)
+        weights = torch.softmax((q @ k.transpose(-2, -1)) * factor + bias + additive, dim=-1)
+        return (weights @ v).transpose(1, 2), weights
+
+    return attn
+
+
+IMPLS = {"stable": stable_impl, "naive": naive_impl, "causal": causal_impl, "biased": biased_impl}
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("d_k", [1, 2, 16, 64, 256])
+@pytest.mark.parametrize("rule", ["inv_d", "sqrt", "none", "const:0.3", "const:7.5"])
+def test_infer_scale_recovers_known_factors(impl, d_k, rule):
+    factor = scaling.factor(rule, d_k)
+    found = doctor.infer_scale(IMPLS[impl](factor), d_k)
+    assert found.factor == pytest.approx(factor, rel=1e-2)
+    assert found.factor == pytest.approx(factor, rel=1e-6)  # in float64 the probe is exact, not just within 1%
+    assert found.linear
+
+
+@settings(max_examples=40, deadline=None)
+@given(d_k=st.integers(1, 512), factor=st.floats(1e-3, 20.0), impl=st.sampled_from(sorted(IMPLS)))
+def test_infer_scale_any_factor(d_k, factor, impl):
+    assert doctor.infer_scale(IMPLS[impl](factor), d_k).factor == pytest.approx(factor, rel=1e-2)
+
+
+@pytest.mark.parametrize("rule", ["sqrt", "inv_d", "none", "const:0.05", "power:0.75"])
+@pytest.mark.parametrize("method", ["naive", "stable", "online", "sdpa"])
+def test_infer_scale_agrees_with_the_attention_core(rule, method):
+    d_k = 48
+    found = doctor.infer_scale(lambda q, k, v, mask=None: attention(q, k, v, scale=rule, impl=method), d_k)
+    assert found.factor == pytest.approx(scaling.factor(rule, d_k), rel=1e-4)
+
+
+def test_infer_scale_labels_and_exponent():
+    d_k = 64
+    assert doctor.infer_scale(stable_impl(d_k**-0.5), d_k).label == "matches 1/sqrt(d_k)"
+    assert doctor.infer_scale(stable_impl(1 / d_k), d_k).label == "looks like 1/d_k"
+    assert doctor.infer_scale(stable_impl(1.0), d_k).label == "no scaling"
+    other = doctor.infer_scale(stable_impl(d_k**-0.75), d_k)
+    assert other.label.startswith("other") and other.exponent == pytest.approx(0.75, rel=1e-6)
+
+
+def test_infer_scale_flags_logits_that_are_not_linear_in_qk():
+    def softcapped(q, k, v, mask=None):  # Gemma-2 style tanh cap: no single factor
+        logits = 2.0 * torch.tanh((q @ k.transpose(-2, -1)) / 2.0)
+        return torch.softmax(logits, dim=-1) @ v
+
+    found = doctor.infer_scale(softcapped, 32)
+    assert not found.linear and found.label.startswith("not a fixed factor")
+
+
+def test_infer_scale_rejects_bad_input():
+    with pytest.raises(ValueError, match="d_k"):
+        doctor.infer_scale(stable_impl(1.0), 0)
+    with pytest.raises(ValueError, match="callable"):
+        doctor.infer_scale("not a function", 8)
+
+
+# ---------------------------------------------------------------------------------------
+# probe_model on small transformers models built from configs (random init, no download).
+
+
+def small(kind, **extra):
+    from transformers import BertConfig, GPT2Config, LlamaConfig, T5Config
+
+    configs = {
+        "bert": lambda: BertConfig(hidden_size=64, num_attention_heads=4, num_hidden_layers=2, intermediate_size=128,
+                                   vocab_size=100, **extra),
+        "gpt2": lambda: GPT2Config(n_embd=64, n_head=4, n_layer=3, vocab_size=100, bos_token_id=0, eos_token_id=0,
+                                   **extra),
+        "t5": lambda: T5Config(d_model=64, d_kv=16, num_heads=4, num_layers=2, d_ff=128, vocab_size=100,
+                               decoder_start_token_id=0, **extra),
+        "llama": lambda: LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                                     intermediate_size=128, vocab_size=100, **extra),
+    }
+    return lab.random_model(configs[kind](), seed=0, device="cpu")
+
+
+@pytest.mark.parametrize("kind, factor, finding, layers", [
+    ("bert", 16**-0.5, "matches 1/sqrt(d_k)", 2),
+    ("gpt2", 16**-0.5, "matches 1/sqrt(d_k)", 3),
+    ("t5", 1.0, "no scaling", 6),  # encoder self, decoder self and cross attention
+    ("llama", 16**-0.5, "matches 1/sqrt(d_k)", 2),  # grouped-query attention, RoPE
+])
+def test_probe_model_finds_the_factor_transformers_uses(kind, factor, finding, layers):
+    probe = doctor.probe_model(small(kind))
+    assert probe.finding == finding
+    assert len(probe.layers) == layers
+    for layer in probe.layers:
+        assert layer["d_k"] == 16
+        assert layer["factor"] == pytest.approx(factor, rel=1e-5)
+
+
+def test_probe_model_sees_configured_and_patched_factors():
+    unscaled = doctor.probe_model(small("gpt2", scale_attn_weights=False))
+    assert unscaled.finding == "no scaling"
+    by_layer = doctor.probe_model(small("gpt2", scale_attn_by_inverse_layer_idx=True))
+    assert by_layer.finding == "varies by layer"
+    assert [layer["factor"] for layer in by_layer.layers] == pytest.approx([0.25 / (i + 1) for i in range(3)], rel=1e-5)
+    bert = small("bert")
+    bert.encoder.layer[1].attention.self.scaling = 1 / 16  # what the layer passes to its attention function
+    patched = doctor.probe_model(bert)
+    assert [layer["label"] for layer in patched.layers] == ["matches 1/sqrt(d_k)", "looks like 1/d_k"]
+    assert patched.finding == "varies by layer"
+
+
+def test_intercept_replaces_the_factor_and_restores_the_model():
+    bert = small("bert")
+    ids = torch.arange(9).unsqueeze(0)
+    before = bert(input_ids=ids).last_hidden_state
+    with doctor.intercept_attention(bert, scale="inv_d"):
+        assert doctor.probe_model(bert).finding == "looks like 1/d_k"
+        changed = bert(input_ids=ids).last_hidden_state
+    assert not torch.allclose(before, changed)
+    assert torch.equal(bert(input_ids=ids).last_hidden_state, before)
+    assert doctor.probe_model(bert).finding == "matches 1/sqrt(d_k)"
+    with pytest.raises(ValueError, match="fixed rule"):
+        with doctor.intercept_attention(bert, scale="learned"):
+            pass
+    with pytest.raises(ValueError, match="transformers model"):
+        doctor.probe_model(torch.nn.Linear(2, 2))
+
+
+# ---------------------------------------------------------------------------------------
+# Per-head statistics and flags on constructed attention.
+
+
+def test_flags_on_constructed_attention():
+    n = 20
+    uniform = torch.full((1, n, n), 1.0 / n)
+    one_hot = torch.eye(n)[torch.arange(n).roll(3)].unsqueeze(0)
+    on_first = torch.zeros(1, n, n)
+    on_first[..., 0] = 1.0
+    rows = doctor.head_stats(torch.cat([uniform, one_hot, on_first]))
+    assert rows[0]["flags"] == ["over-smoothed"]
+    assert rows[0]["effective_support"] == pytest.approx(n)
+    assert rows[0]["normalized_entropy"] == pytest.approx(1.0)
+    assert rows[1]["flags"] == ["saturated"]
+    assert rows[1]["max_prob"] == pytest.approx(1.0) and rows[1]["effective_support"] == pytest.approx(1.0)
+    assert rows[2]["flags"] == ["saturated", "sink"]
+    assert rows[2]["sink_share"] == pytest.approx(1.0)
+
+
+def test_uniform_over_valid_keys_is_over_smoothed_and_sinks_scale_with_n():
+    n, valid = 12, 8
+    mask = torch.arange(n) < valid
+    probs = (mask / valid).expand(1, n, n).clone()
+    assert doctor.head_stats(probs, mask=mask)[0]["flags"] == ["over-smoothed"]
+    # Two sink tokens out of three keys get 2/3 of uniform attention: not a sink.
+    assert "sink" not in doctor.head_stats(torch.full((1, 3, 3), 1 / 3), sink_positions=(0, 2))[0]["flags"]
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(2, 40), heads=st.integers(1, 4), temperature=st.floats(0.05, 20.0), seed=st.integers(0, 1000))
+def test_head_stats_ranges(n, heads, temperature, seed):
+    logits = torch.randn(heads, n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    rows = doctor.head_stats(torch.softmax(logits / temperature, dim=-1))
+    for row in rows:
+        assert -1e-9 <= row["normalized_entropy"] <= 1 + 1e-9
+        assert 1 - 1e-9 <= row["effective_support"] <= n + 1e-6
+        assert row["kl_to_uniform"] >= -1e-9
+        assert 1 / n - 1e-9 <= row["max_prob"] <= 1 + 1e-9
+        assert ("over-smoothed" in row["flags"]) == (row["uniform_share"] > 0.5)
+        assert not {"over-smoothed", "saturated"} <= set(row["flags"])
+
+
+def test_head_stats_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="heads, T_q, T_k"):
+        doctor.head_stats(torch.full((4, 4), 0.25))
+
+
+# ---------------------------------------------------------------------------------------
+# diagnose on the default pretrained model, offline.
+
+
+@pytest.fixture(scope="module")
+def diagnosis():
+    return doctor.diagnose()
+
+
+def test_diagnose_default_model(diagnosis):
+    assert (diagnosis.n_layers, diagnosis.n_heads, diagnosis.d_k) == (6, 12, 32)
+    assert len(diagnosis.heads) == 72 and 100 <= len(diagnosis.tokens) <= 128
+    assert diagnosis.tokens[0] == "[CLS]" and diagnosis.tokens[-1] == "[SEP]"
+    assert diagnosis.probe["finding"] == "matches 1/sqrt(d_k)"
+    assert all(layer["factor"] == pytest.approx(32**-0.5, rel=1e-5) for layer in diagnosis.probe["layers"])
+    for probs in diagnosis.attentions:
+        assert torch.allclose(probs.sum(-1), torch.ones(probs.shape[:-1]), atol=1e-5)
+    json.dumps(diagnosis.to_dict())
+
+
+def test_diagnose_counterfactual_moves_the_right_way(diagnosis):
+    by_scale = {row["scale"]: row for row in diagnosis.counterfactual}
+    assert by_scale["inv_d"]["entropy_change"] > 0 > by_scale["none"]["entropy_change"]
+    assert by_scale["const:0.01"]["over-smoothed_heads"] >= by_scale["inv_d"]["over-smoothed_heads"]
+    assert by_scale["none"]["saturated_heads"] > diagnosis.summary["saturated_heads"]
+    for row in diagnosis.counterfactual:
+        assert -1 <= row["pooled_cosine"] < 0.999
+
+
+def test_diagnose_is_deterministic_and_its_own_factor_changes_nothing(diagnosis):
+    again = doctor.diagnose(probe=False, counterfactual=("sqrt",))
+    assert again.heads == diagnosis.heads
+    assert again.counterfactual[0]["token_cosine"] == pytest.approx(1.0, abs=1e-6)
+    assert again.counterfactual[0]["entropy_change"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_diagnose_heatmaps(diagnosis, tmp_path):
+    short = doctor.diagnose(text="A short text.", probe=False, counterfactual=())
+    written = doctor.draw_heatmaps(short, tmp_path)
+    assert written[0] == "entropy_grid.png" and len(written) == 1 + short.n_layers
+    for name in written:
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_bad_model_folders(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        doctor.diagnose(tmp_path / "missing")
+    with pytest.raises(ValueError, match="not a Hugging Face model folder"):
+        doctor.diagnose(tmp_path)
+    (tmp_path / "config.json").write_text("{\"model_type\": \"no-such-model\"}")
+    with pytest.raises(ValueError, match="could not load"):
+        doctor.diagnose(tmp_path)
+    with pytest.raises(ValueError, match="fixed rule"):
+        doctor.diagnose(counterfactual=("qknorm",))
+    with pytest.raises(ValueError, match="non-empty"):
+        doctor.diagnose(text="   ")
+
+
+# ---------------------------------------------------------------------------------------
+# The CLI.
+
+
+def run_cli(args, capsys):
+    from attnscale.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("make_path, message", [
+    (lambda tmp: tmp / "missing", "does not exist"),
+    (lambda tmp: tmp, "not a Hugging Face model folder"),
+])
+def test_cli_bad_model_is_one_line_exit_2(make_path, message, tmp_path, capsys):
+    code, out, err = run_cli(["diagnose", str(make_path(tmp_path))], capsys)
+    assert code == 2 and message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_cli_text_options(tmp_path, capsys):
+    code, _, err = run_cli(["diagnose", "--text", "a", "--text-file", str(tmp_path / "t.txt")], capsys)
+    assert code == 2 and "not both" in err
+    text_file = tmp_path / "t.txt"
+    text_file.write_text("The model reads this sentence.", encoding="utf-8")
+    code, out, err = run_cli(["diagnose", "--text-file", str(text_file), "--json", "--no-probe", "--counterfactual", "",
+                              "--out", str(tmp_path / "out")], capsys)
+    assert code == 0
+    payload = json.loads(out)
+    assert payload["tokens"][1:3] == ["the", "model"] and payload["probe"] is None
+    assert json.loads((tmp_path / "out" / "diagnosis.json").read_text())["heads"] == payload["heads"]
+    assert (tmp_path / "out" / "entropy_grid.png").exists()
+
+
+def test_cli_table_output(capsys):
+    code, out, _ = run_cli(["diagnose", "--text", "Attention is all you need.", "--counterfactual", "inv_d"], capsys)
+    assert code == 0
+    assert "matches 1/sqrt(d_k)" in out and "over-smoothed" in out and "inv_d" in out
+
+
+# ---------------------------------------------------------------------------------------
+# The lab's verdict rules, on constructed results.
+
+
+def probe_row(model, factor, finding, d_k=64):
+    return {"model": model, "factor_min": factor, "factor_max": factor, "d_k": d_k, "expected": d_k**-0.5,
+            "inv_d": 1 / d_k, "finding": finding, "per_layer": []}
+
+
+def constructed_result(bert_finding="matches 1/sqrt(d_k)", t5_finding="no scaling", t5_std=1.0,
+                       too_strong_share=0.6, trained_share=0.0, fresh_share=1.0):
+    d_k = 64
+    bert_factor = {"matches 1/sqrt(d_k)": d_k**-0.5, "looks like 1/d_k": 1 / d_k}[bert_finding]
+    t5_factor = 1.0 if t5_finding == "no scaling" else d_k**-0.5
+
+    def condition(name, factor, share):
+        return {"condition": name, "factor": factor, "over_smoothed_heads": share, "saturated_heads": 0.0,
+                "normalized_entropy": 0.5, "head_entropy": [0.5] * 4}
+
+    return {
+        "transformers_version": "5.x",
+        "thresholds": dict(doctor.THRESHOLDS),
+        "too_strong": "inv_d",
+        "probe": [probe_row("bert", bert_factor, bert_finding), probe_row("gpt2", d_k**-0.5, "matches 1/sqrt(d_k)"),
+                  probe_row("t5", t5_factor, t5_finding)],
+        "init": [{"model": "t5", "factor": t5_factor, "d_k": d_k, "logit_std": t5_std, "logit_max_abs": 4.0,
+                  "wq_wk_std_ratio": 0.125, "hist": [0] * 40},
+                 {"model": "bert", "factor": d_k**-0.5, "d_k": d_k, "logit_std": 0.2, "logit_max_abs": 1.0,
+                  "wq_wk_std_ratio": 1.0, "hist": [0] * 40}],
+        "pretrained": {
+            "model_type": "bert", "n_layers": 2, "n_heads": 2, "d_k": 32, "n_tokens": 100,
+            "conditions": [condition("trained, own factor", 32**-0.5, trained_share),
+                           condition("trained, inv_d", 1 / 32, too_strong_share),
+                           condition("random init, 1/sqrt(d_k)", 32**-0.5, fresh_share)],
+            "counterfactual": [],
+            "constructed": {"uniform": ["over-smoothed"], "one_hot": ["saturated"]},
+        },
+    }
+
+
+@pytest.mark.parametrize("bert_finding, verdict", [("looks like 1/d_k", SUPPORTED),
+                                                   ("matches 1/sqrt(d_k)", NOT_TESTABLE)])
+def test_c13_rule(bert_finding, verdict):
+    finding = lab.judge_c13(constructed_result(bert_finding=bert_finding))
+    assert finding.verdict == verdict
+    assert bert_finding in finding.evidence
+
+
+@pytest.mark.parametrize("t5_finding, t5_std, verdict, says", [
+    ("matches 1/sqrt(d_k)", 1.0, REFUTED, "does scale explicitly"),
+    ("no scaling", 1.0, PARTLY, "Both structural parts hold"),
+    ("no scaling", 4.0, PARTLY, "does not bring the logits"),
+])
+def test_c10_rule(t5_finding, t5_std, verdict, says):
+    finding = lab.judge_c10(constructed_result(t5_finding=t5_finding, t5_std=t5_std))
+    assert finding.verdict == verdict and says in finding.evidence
+    assert finding.numbers["t5_logit_std"] == t5_std
+
+
+@pytest.mark.parametrize("too_strong, trained, fresh, verdict", [
+    (0.2, 0.0, 0.0, REFUTED),
+    (0.6, 0.0, 1.0, PARTLY),
+    (0.6, 0.3, 0.0, PARTLY),
+    (0.6, 0.0, 0.1, SUPPORTED),
+])
+def test_c14_rule(too_strong, trained, fresh, verdict):
+    result = constructed_result(too_strong_share=too_strong, trained_share=trained, fresh_share=fresh)
+    finding = lab.judge_c14(result)
+    assert finding.verdict == verdict
+    assert f"{too_strong:.0%}" in finding.evidence
+
+
+def test_lab_config_checks():
+    with pytest.raises(ValueError, match="device"):
+        lab.run(lab.Config(device="tpu"))
+    with pytest.raises(ValueError, match="too_strong"):
+        lab.run(lab.Config(too_strong="power:2"))
+
+
+@pytest.mark.slow
+def test_lab_quick_preset(tmp_path):
+    result = lab.run(lab.PRESETS["quick"])
+    assert json.loads(json.dumps(result)) == result
+    findings = lab.judge(result)
+    assert set(findings) == {"C10", "C13", "C14"}
+    assert all(f.verdict in VERDICTS for f in findings.values())
+    assert result["pretrained"]["constructed"] == {"uniform": ["over-smoothed"], "one_hot": ["saturated"]}
+    assert all(rows for rows in lab.tables(result).values() if rows is not result["pretrained"]["flagged_heads"])
+    drawn = lab.figures(result, tmp_path)
+    assert set(drawn) == {"C10", "C13", "C14", "doctor"}
+    for paths in drawn.values():
+        assert all((tmp_path / p).read_bytes()[:4] == b"\x89PNG" for p in paths)
+    assert math.isfinite(result["init"][0]["logit_std"])
+    assert "matplotlib.pyplot" in sys.modules  # figures drew with the Agg backend
