@@ -450,3 +450,471 @@ def lr_sensitivity(cells_of_rule: list[dict]) -> float | None:
         return None
     capped = [min(c["final_val_loss"], c["initial_val_loss"]) for c in cells_of_rule]
     return statistics.fmean(capped) - min(c["final_val_loss"] for c in cells_of_rule)
+
+
+# --------------------------------------------------------------------------- verdicts
+
+def fmt(value, digits=3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}g}"
+
+
+def progress_table(result: dict, rule: str, d_heads=None) -> dict[tuple[str, int], float | None]:
+    d_heads = d_heads or result["config"]["d_heads"]
+    return {(task, d): progress_vs_sqrt(result, task, rule, d) for task in TASK_STEPS for d in d_heads}
+
+
+def describe(progress: dict) -> str:
+    return "; ".join(f"{task} d_head {d}: {fmt(p, 2)}" for (task, d), p in progress.items())
+
+
+def classify(p: float) -> str:
+    return "stalls" if p < STALL_BELOW else ("trains" if p >= TRAINS_FROM else "worse")
+
+
+def inconclusive_note(progress: dict) -> str:
+    missing = [f"{task} d_head {d}" for (task, d), p in progress.items() if p is None]
+    return (f" Inconclusive at this size for {', '.join(missing)}: sqrt itself learned too little there "
+            f"(less than {MIN_REFERENCE_GAIN['recall']} accuracy over chance on recall, "
+            f"{MIN_REFERENCE_GAIN['shakespeare']} nats on Shakespeare), so those cells were left out.") if missing else ""
+
+
+def verdict_from_classes(classes: list[str], bad: str, good: str = "trains") -> str | None:
+    if not classes:
+        return None
+    if all(c == bad for c in classes):
+        return SUPPORTED
+    if all(c == good for c in classes):
+        return REFUTED
+    return PARTLY
+
+
+def entropy_of(result, task, rule, d):
+    cell = best_cell(result, task, rule, d)
+    return None if cell is None else cell["final_entropy"]
+
+
+def judge_c05(result: dict) -> Finding:
+    progress = progress_table(result, "inv_d")
+    classes = [classify(p) for p in progress.values() if p is not None]
+    verdict = verdict_from_classes(classes, "stalls")
+    ent = "; ".join(f"d_head {d}: {fmt(entropy_of(result, 'recall', 'inv_d', d), 2)} vs {fmt(entropy_of(result, 'recall', 'sqrt', d), 2)}"
+                    for d in result["config"]["d_heads"])
+    evidence = (
+        f"Scaling by 1/d_k instead of 1/sqrt(d_k), each rule at its best learning rate: what inv_d learned as a "
+        f"fraction of what sqrt learned (recall: accuracy over chance; Shakespeare: validation-loss drop) was "
+        f"{describe(progress)}. Rule: 'unusable' means below {STALL_BELOW} everywhere (supported); at least "
+        f"{TRAINS_FROM} everywhere refutes the claim; anything else is partly supported. Final normalised attention "
+        f"entropy on recall, inv_d vs sqrt: {ent}.")
+    if verdict is None:
+        return Finding(NOT_TESTABLE, evidence + inconclusive_note(progress))
+    return Finding(verdict, evidence + inconclusive_note(progress),
+                   {f"inv_d_progress_{t}_{d}": p for (t, d), p in progress.items()})
+
+
+def init_extremes(result: dict, rule: str, d_head: int) -> dict:
+    for r in result["grid"]:
+        if r["rule"] == rule and r["d_head"] == d_head and "0" in r["attention_at"]:
+            layers = r["attention_at"]["0"]
+            return {"max_abs_logit": max(l["max_abs_logit"] for l in layers),
+                    "max_prob": statistics.fmean(l["max_prob"] for l in layers)}
+    return {"max_abs_logit": None, "max_prob": None}
+
+
+def grad_ratios(result: dict, min_d_head: int = 64) -> list[float]:
+    """Layer-0 W_q/W_k gradient norm (mean over the first half of training), sqrt over none, per matched run."""
+    by_key = {(r["task"], r["rule"], r["d_head"], r["lr"], r["seed"]): r for r in result["grid"]}
+    ratios = []
+    for (task, rule, d, lr, seed), r in by_key.items():
+        if rule != "none" or d < min_d_head:
+            continue
+        ref = by_key.get((task, "sqrt", d, lr, seed))
+        if ref and r["grad_qk_layer0_early"]:
+            ratios.append(ref["grad_qk_layer0_early"] / r["grad_qk_layer0_early"])
+    return ratios
+
+
+def big_d_heads(result: dict) -> list[int]:
+    return [d for d in result["config"]["d_heads"] if d >= 64]
+
+
+def judge_c06(result: dict) -> Finding:
+    progress = progress_table(result, "none", big_d_heads(result))
+    classes = [classify(p) for p in progress.values() if p is not None]
+    verdict = verdict_from_classes(classes, "stalls")
+    d_max = max(result["config"]["d_heads"])
+    extremes = init_extremes(result, "none", d_max)
+    small = progress_table(result, "none", [d for d in result["config"]["d_heads"] if d < 64])
+    evidence = (
+        f"With no scaling and q, k components of variance 1, the largest |logit| at init at d_head {d_max} was "
+        f"{fmt(extremes['max_abs_logit'])} and the mean max probability {fmt(extremes['max_prob'], 2)}. What the "
+        f"unscaled model learned as a fraction of sqrt's (each at its best learning rate), at d_head >= 64: "
+        f"{describe(progress)}" + (f" (and at smaller d_head: {describe(small)})" if small else "") +
+        f". Rule: below {STALL_BELOW} at every d_head >= 64 means training stalls (supported); at least "
+        f"{TRAINS_FROM} everywhere refutes it; otherwise partly supported.")
+    if verdict is None:
+        return Finding(NOT_TESTABLE, evidence + inconclusive_note(progress))
+    numbers = {f"none_progress_{t}_{d}": p for (t, d), p in progress.items()}
+    numbers.update({"init_max_abs_logit": extremes["max_abs_logit"], "init_max_prob": extremes["max_prob"]})
+    return Finding(verdict, evidence + inconclusive_note(progress), numbers)
+
+
+def judge_c07(result: dict) -> Finding:
+    progress = progress_table(result, "none", big_d_heads(result))
+    classes = [classify(p) for p in progress.values() if p is not None]
+    paper_ran_ablation = False  # see VASWANI_2017: a suspicion and a variance argument, no run without the scale
+    here = ("stalls" if classes and all(c == "stalls" for c in classes) else
+            "trains" if classes and all(c == "trains" for c in classes) else "mixed")
+    if not classes:
+        verdict = REFUTED if not paper_ran_ablation else NOT_TESTABLE
+    elif paper_ran_ablation:
+        verdict = SUPPORTED if here == "stalls" else PARTLY
+    else:
+        verdict = PARTLY if here == "stalls" else REFUTED
+    evidence = (
+        f"{VASWANI_2017} So the paper did not verify by experiment that training fails without the scale. This "
+        f"lab's own unscaled runs (fraction of sqrt's learning, at the best learning rate, d_head >= 64): "
+        f"{describe(progress)}; classified as '{here}' (stall below {STALL_BELOW}, train from {TRAINS_FROM}). "
+        f"Rule: no ablation in the paper and unscaled training that does not stall here -> refuted; no ablation but "
+        f"a stall here -> partly supported (the effect is real, the citation is not).")
+    return Finding(verdict, evidence + inconclusive_note(progress), {"paper_has_no_scale_ablation": 1})
+
+
+def oscillation(curve: list) -> float:
+    """Mean |change| of the validation loss between log points, over the second half of the run."""
+    tail = [v for v in curve[len(curve) // 2:] if v is not None]
+    return statistics.fmean(abs(b - a) for a, b in zip(tail, tail[1:])) if len(tail) > 1 else 0.0
+
+
+def deep_pairs(result: dict) -> list[dict]:
+    rows = []
+    for lr in result["config"]["deep_lrs"]:
+        pair = {r["rule"]: r for r in result["deep"] if r["lr"] == lr}
+        old, new = pair["const:0.125"], pair["const:0.0625"]
+        fail_old = (old["status"] == "diverged"
+                    or old["final_val_loss"] > DEEP_WORSE * (new["final_val_loss"] or float("inf"))
+                    or oscillation(old["curve"]["val_loss"]) > DEEP_OSCILLATES * max(oscillation(new["curve"]["val_loss"]), 1e-3))
+        stable_new = new["status"] == "finished" and new["final_val_loss"] < 0.8 * new["initial_val_loss"]
+        rows.append({"lr": lr, "final_1_8": old["final_val_loss"], "final_1_16": new["final_val_loss"],
+                     "diverged_1_8": old["diverged_at"], "diverged_1_16": new["diverged_at"],
+                     "oscillation_1_8": oscillation(old["curve"]["val_loss"]),
+                     "oscillation_1_16": oscillation(new["curve"]["val_loss"]),
+                     "1_8_fails": fail_old, "1_16_stable": stable_new})
+    return rows
+
+
+def judge_c09(result: dict) -> Finding:
+    rows = deep_pairs(result)
+    backed = [r["1_8_fails"] and r["1_16_stable"] for r in rows]
+    verdict = SUPPORTED if all(backed) else (REFUTED if not any(r["1_8_fails"] for r in rows) else PARTLY)
+    cfg = result["config"]
+    text = "; ".join(
+        f"lr {r['lr']:g}: final val loss {fmt(r['final_1_8'])} (1/8) vs {fmt(r['final_1_16'])} (1/16), "
+        f"oscillation {fmt(r['oscillation_1_8'], 2)} vs {fmt(r['oscillation_1_16'], 2)}"
+        + (f", 1/8 diverged at step {r['diverged_1_8']}" if r["diverged_1_8"] is not None else "")
+        + (f", 1/16 diverged at step {r['diverged_1_16']}" if r["diverged_1_16"] is not None else "")
+        for r in rows)
+    evidence = (
+        f"{cfg['deep_layers']}-layer model, d_head {cfg['deep_d_head']}, Shakespeare, {cfg['deep_steps']} steps: {text}. "
+        f"Rule: 1/8 fails if it diverges, ends more than {DEEP_WORSE - 1:.0%} above 1/16, or its validation loss moves "
+        f"more than {DEEP_OSCILLATES:g}x as much between log points in the second half; 1/16 is stable if it ends "
+        f"below 80% of its initial loss. Supported if 1/8 fails and 1/16 is stable at every learning rate; refuted "
+        f"if 1/8 fails at none.")
+    return Finding(verdict, evidence, {f"final_1_8_lr{r['lr']:g}": r["final_1_8"] for r in rows}
+                   | {f"final_1_16_lr{r['lr']:g}": r["final_1_16"] for r in rows})
+
+
+def t5_pairs(result: dict) -> list[dict]:
+    rows = []
+    for opt, _lr in result["config"]["t5_optimisers"]:
+        pair = {r["init"]: r for r in result["t5"] if r["optimiser"] == opt}
+        ref, t5 = pair["unit"], pair["t5"]
+        step0 = max(abs(a["logit_std"] - b["logit_std"]) / b["logit_std"]
+                    for a, b in zip(t5["attention_at"]["0"], ref["attention_at"]["0"]))
+        gaps = [abs(a - b) / b for a, b in zip(t5["curve"]["val_loss"], ref["curve"]["val_loss"])
+                if a is not None and b is not None]
+        length_differs = len(t5["curve"]["val_loss"]) != len(ref["curve"]["val_loss"])
+        gap = float("inf") if length_differs or not gaps else max(gaps)
+        rows.append({"optimiser": opt, "step0_logit_std_gap": step0, "max_curve_gap": gap,
+                     "final_sqrt_unit": ref["final_val_loss"], "final_none_t5": t5["final_val_loss"],
+                     "equivalent": gap < EQUIVALENT_CURVE})
+    return rows
+
+
+def judge_c10(result: dict) -> Finding:
+    rows = t5_pairs(result)
+    equal_at_init = all(r["step0_logit_std_gap"] < EQUAL_AT_INIT for r in rows)
+    if not equal_at_init:
+        verdict = REFUTED
+    else:
+        verdict = SUPPORTED if all(r["equivalent"] for r in rows) else PARTLY
+    variant = result["t5_variant_step0"]
+    ratio = statistics.fmean(v / s for v, s in zip(variant["none_wq_var_inv_sqrt_dk"], variant["sqrt_unit"]))
+    text = "; ".join(f"{r['optimiser']}: largest relative gap {fmt(r['max_curve_gap'], 2)}, final "
+                     f"{fmt(r['final_none_t5'])} vs {fmt(r['final_sqrt_unit'])}" for r in rows)
+    evidence = (
+        f"Rule none + T5 init (W_q std (d_model d_k)^-1/2) against sqrt + unit init, d_head {result['config']['t5_d_head']}, "
+        f"same seed: step-0 logit std differs by at most {fmt(max(r['step0_logit_std_gap'] for r in rows), 2)} "
+        f"(relative; equal below {EQUAL_AT_INIT:g}). Validation curves (equivalent if they never differ by "
+        f"{EQUIVALENT_CURVE:.0%} or more): {text}. Folding 1/sqrt(d_k) into W_q is a reparametrisation: the forward "
+        f"pass is the same, but a gradient step on the folded W_q is d_k times larger in effect under SGD and "
+        f"sqrt(d_k) times under Adam, while Adafactor's step is relative to each weight's scale. The seed's other "
+        f"reading (W_q variance 1/sqrt(d_k) per unit input, no scale) gives a step-0 logit std {fmt(ratio, 3)}x "
+        f"that of sqrt (d_k^(1/4) = {variant['d_head'] ** 0.25:.3g}): not equivalent. Whether it is cheaper on TPUs is "
+        f"not testable here. Supported if equal at step 0 and equivalent under every optimiser; partly if only at "
+        f"step 0; refuted if not equal at step 0.")
+    return Finding(verdict, evidence, {f"max_curve_gap_{r['optimiser']}": r["max_curve_gap"] for r in rows}
+                   | {"step0_gap": max(r["step0_logit_std_gap"] for r in rows), "seed_variant_std_ratio": ratio})
+
+
+def judge_c13(result: dict) -> Finding:
+    ratios = [speed_ratio(result, task, d) for task in TASK_STEPS for d in result["config"]["d_heads"]]
+    found = [r for r in ratios if r is not None]
+    evidence_cells = "; ".join(
+        f"{r['task']} d_head {r['d_head']}: sqrt {r['sqrt_steps']} steps, inv_d "
+        + (f"{r['rule_steps']} steps (x{r['ratio']:.2f})" if r["reached"] else f"not within {r['ratio_at_least'] * r['sqrt_steps']:.0f} (x>={r['ratio_at_least']:.2f})")
+        for r in found)
+    if not found:
+        return Finding(NOT_TESTABLE, "sqrt learned too little at this size to set a target; inconclusive.")
+    median = statistics.median(r["ratio_at_least"] for r in found)
+    low, high = SLOWER_RANGE
+    verdict = SUPPORTED if low <= median <= high else (REFUTED if median < NOT_SLOWER_BELOW else PARTLY)
+    evidence = (
+        f"Steps to cover {TARGET_FRACTION:.0%} of sqrt's validation-loss drop, each rule at its fastest learning "
+        f"rate: {evidence_cells}. Median ratio inv_d / sqrt {median:.2f} (a run that never reaches the target counts "
+        f"at the run's length, a lower bound). Rule: {low:g}-{high:g}x supports '2-3x slower'; below "
+        f"{NOT_SLOWER_BELOW:g}x refutes it; otherwise partly supported. This tests the size of the slowdown only; "
+        f"which implementations used 1/d_k is checked by the doctor lab.")
+    return Finding(verdict, evidence, {"median_steps_ratio_inv_d_over_sqrt": median})
+
+
+def judge_c17(result: dict) -> Finding:
+    ratios = grad_ratios(result)
+    progress = progress_table(result, "none", big_d_heads(result))
+    classes = [classify(p) for p in progress.values() if p is not None]
+    median = statistics.median(ratios) if ratios else None
+    drops = median is not None and median > GRAD_DROP
+    stalls = bool(classes) and all(c == "stalls" for c in classes)
+    verdict = SUPPORTED if drops and stalls else (REFUTED if not drops and not any(c == "stalls" for c in classes)
+                                                   else PARTLY)
+    evidence = (
+        f"Gradient norm of the first layer's W_q and W_k (mean over the first half of training), sqrt over none, "
+        f"matched runs at d_head >= 64: median {fmt(median)} (range {fmt(min(ratios) if ratios else None)}-"
+        f"{fmt(max(ratios) if ratios else None)}, {len(ratios)} pairs). Unscaled learning as a fraction of sqrt's: "
+        f"{describe(progress)}. Rule: supported if the gradient is more than {GRAD_DROP:g}x smaller and every "
+        f"unscaled run stalls (below {STALL_BELOW}); refuted if neither; partly otherwise.")
+    return Finding(verdict, evidence + inconclusive_note(progress), {"median_grad_ratio_sqrt_over_none": median})
+
+
+def near_best(result: dict, task: str, d: int, rule: str) -> bool | None:
+    cells_here = {c["rule"]: c for c in result["cells"] if (c["task"], c["d_head"]) == (task, d) and c["best_lr"]}
+    if rule not in cells_here:
+        return None
+    mine = cells_here[rule]
+    if task == "recall":
+        return (mine["final_val_acc"] or 0.0) >= max((c["final_val_acc"] or 0.0) for c in cells_here.values()) - NEAR_BEST[task]
+    return mine["final_val_loss"] <= min(c["final_val_loss"] for c in cells_here.values()) * (1 + NEAR_BEST[task])
+
+
+def judge_c18(result: dict) -> Finding:
+    d_heads = result["config"]["d_heads"]
+    conclusive = [(t, d) for t in TASK_STEPS for d in d_heads if progress_vs_sqrt(result, t, "sqrt", d) is not None]
+    if not conclusive:
+        return Finding(NOT_TESTABLE, "sqrt learned too little at this size; inconclusive.")
+    sqrt_ok = [(t, d) for t, d in conclusive if near_best(result, t, d, "sqrt")]
+    oversmooth = [(t, d) for t, d in conclusive
+                  if (entropy_of(result, t, "inv_d", d) or 0) - (entropy_of(result, t, "sqrt", d) or 0) >= OVERSMOOTH_ENTROPY
+                  and near_best(result, t, d, "inv_d") is False]
+    const_rules = [r for r in result["config"]["rules"] if r.startswith("const:")]
+    const_fails = [(r, t, d) for r in const_rules for t, d in conclusive
+                   if not math.isclose(scaling.factor(r, d), scaling.factor("sqrt", d)) and near_best(result, t, d, r) is False]
+    parts = [len(sqrt_ok) == len(conclusive), bool(oversmooth), bool(const_fails)]
+    verdict = SUPPORTED if all(parts) else (REFUTED if not any(parts) else PARTLY)
+    evidence = (
+        f"Each rule at its best learning rate; 'near the best' means recall accuracy within {NEAR_BEST['recall']} "
+        f"of the best rule, Shakespeare loss within {NEAR_BEST['shakespeare']:.0%}. sqrt near the best in "
+        f"{len(sqrt_ok)} of {len(conclusive)} (task, d_head) cells. inv_d over-smooths (final attention entropy "
+        f"{OVERSMOOTH_ENTROPY} or more above sqrt's and not near the best) in: "
+        f"{', '.join(f'{t} d_head {d}' for t, d in oversmooth) or 'none'}. A constant factor off sqrt's value and "
+        f"not near the best in: {', '.join(f'{r} on {t} d_head {d}' for r, t, d in const_fails) or 'none'}. Rule: "
+        f"supported if all three hold (sqrt always near the best, inv_d over-smooths somewhere, the constant fails "
+        f"somewhere), refuted if none does, partly otherwise." + inconclusive_note(
+            {(t, d): progress_vs_sqrt(result, t, "sqrt", d) for t in TASK_STEPS for d in d_heads}))
+    return Finding(verdict, evidence, {"sqrt_near_best_cells": len(sqrt_ok), "cells": len(conclusive),
+                                       "inv_d_oversmooth_cells": len(oversmooth), "const_fail_cells": len(const_fails)})
+
+
+def judge(result: dict) -> dict[str, Finding]:
+    return {"C05": judge_c05(result), "C06": judge_c06(result), "C07": judge_c07(result), "C09": judge_c09(result),
+            "C10": judge_c10(result), "C13": judge_c13(result), "C17": judge_c17(result), "C18": judge_c18(result)}
+
+
+# --------------------------------------------------------------------------- tables and figures
+
+def coord_rows(result: dict) -> list[dict]:
+    """Logit std and max |logit| per layer, at init and after 100 steps (recall, first LR, first seed)."""
+    cfg = result["config"]
+    rows = []
+    for r in result["grid"]:
+        if r["task"] != "recall" or r["lr"] != cfg["recall_lrs"][0] or r["seed"] != cfg["seed"]:
+            continue
+        for when in ("0", "100"):
+            for layer, s in enumerate(r["attention_at"].get(when, [])):
+                rows.append({"rule": r["rule"], "d_head": r["d_head"], "step": int(when), "layer": layer,
+                             "logit_std": s["logit_std"], "max_abs_logit": s["max_abs_logit"],
+                             "entropy": s["entropy"]})
+    return rows
+
+
+def lr_sensitivity_rows(result: dict) -> list[dict]:
+    groups: dict[tuple, list[dict]] = {}
+    for c in result["cells"]:
+        groups.setdefault((c["task"], c["rule"], c["d_head"]), []).append(c)
+    return [{"task": t, "rule": r, "d_head": d, "lrs": len(cs), "best_final_loss": min(c["final_val_loss"] for c in cs),
+             "lr_sensitivity": lr_sensitivity(cs)} for (t, r, d), cs in sorted(groups.items())]
+
+
+def tables(result: dict) -> dict[str, list[dict]]:
+    best = [{"task": c["task"], "d_head": c["d_head"], "rule": c["rule"], "best_lr": c["lr"],
+             "final_val_loss": c["final_val_loss"], "final_val_acc": c["final_val_acc"],
+             "vs_sqrt": progress_vs_sqrt(result, c["task"], c["rule"], c["d_head"]),
+             "final_entropy": c["final_entropy"], "diverged": c["diverged"]}
+            for c in result["cells"] if c["best_lr"]]
+    speed = [r for r in (speed_ratio(result, t, d) for t in TASK_STEPS for d in result["config"]["d_heads"]) if r]
+    return {
+        "rules at their best learning rate (vs_sqrt: fraction of sqrt's learning)": best,
+        "learning-rate sensitivity (Wortsman et al. 2023)": lr_sensitivity_rows(result),
+        "steps to 90% of sqrt's loss drop, inv_d vs sqrt (C13)": speed,
+        "8 layers, d_head 256: factor 1/8 vs 1/16 (C09)": deep_pairs(result),
+        "T5 folding: none + t5 init vs sqrt + unit init (C10)": t5_pairs(result),
+        "coord check: attention logits per layer vs d_head": coord_rows(result),
+    }
+
+
+RULE_COLORS = {"sqrt": "tab:blue", "inv_d": "tab:orange", "none": "tab:red", "const:0.125": "tab:green"}
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, outdir: Path, name: str) -> str:
+    for ax in fig.axes:
+        if ax.get_legend_handles_labels()[0]:
+    fig.tight_layout()
+    fig.savefig(Path(outdir) / name, dpi=100)
+    _pyplot().close(fig)
+    return name
+
+
+def figure_curves(result: dict, outdir: Path) -> str:
+    plt = _pyplot()
+    d_heads = result["config"]["d_heads"]
+    fig, axes = plt.subplots(2, len(d_heads), figsize=(3.2 * len(d_heads), 5.2), squeeze=False)
+    for row, task in enumerate(TASK_STEPS):
+        for col, d in enumerate(d_heads):
+            ax = axes[row][col]
+            for rule in result["config"]["rules"]:
+                cell = best_cell(result, task, rule, d)
+                if cell:
+                    ax.plot(cell["steps"], cell["curve"], label=f"{rule} (lr {cell['lr']:g})",
+                            color=RULE_COLORS.get(rule))
+            ax.set_title(f"{task}, d_head {d}", fontsize=9)
+            ax.set_xlabel("step", fontsize=8)
+            ax.set_ylabel("validation loss", fontsize=8)
+    return _save(fig, outdir, "training_curves.png")
+
+
+def figure_grads(result: dict, outdir: Path) -> str:
+    plt = _pyplot()
+    d_heads = result["config"]["d_heads"]
+    lr = result["config"]["recall_lrs"][0]
+    fig, axes = plt.subplots(1, len(d_heads), figsize=(3.2 * len(d_heads), 2.8), squeeze=False)
+    for col, d in enumerate(d_heads):
+        ax = axes[0][col]
+        for r in result["grid"]:
+            if r["task"] == "recall" and r["d_head"] == d and r["lr"] == lr and r["seed"] == result["config"]["seed"] \
+                    and r["rule"] in ("sqrt", "none"):
+                ax.semilogy(r["curve"]["step"], [max(g, 1e-12) for g in r["grad_qk_layer0"]], label=r["rule"],
+                            color=RULE_COLORS[r["rule"]])
+        ax.set_title(f"recall, d_head {d}, lr {lr:g}", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_ylabel("layer-0 |grad W_q, W_k|", fontsize=8)
+    return _save(fig, outdir, "training_c17_grads.png")
+
+
+def figure_deep(result: dict, outdir: Path) -> str:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    for r in result["deep"]:
+        ax.plot(r["curve"]["step"], r["curve"]["val_loss"], label=f"{r['rule']} lr {r['lr']:g}")
+    ax.set_title(f"{result['config']['deep_layers']} layers, d_head {result['config']['deep_d_head']}", fontsize=9)
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation loss")
+    return _save(fig, outdir, "training_c09_deep.png")
+
+
+def figure_t5(result: dict, outdir: Path) -> str:
+    plt = _pyplot()
+    opts = [o for o, _ in result["config"]["t5_optimisers"]]
+    fig, axes = plt.subplots(1, len(opts), figsize=(3.2 * len(opts), 2.8), squeeze=False)
+    for col, opt in enumerate(opts):
+        ax = axes[0][col]
+        for r in result["t5"]:
+            if r["optimiser"] == opt:
+                ax.plot(r["curve"]["step"], r["curve"]["val_loss"], label=f"{r['rule']} + {r['init']} init",
+                        linestyle="-" if r["init"] == "unit" else "--")
+        ax.set_title(f"{opt}, lr {r['lr']:g}", fontsize=9)
+        ax.set_xlabel("step", fontsize=8)
+        ax.set_ylabel("validation loss", fontsize=8)
+    return _save(fig, outdir, "training_c10_t5.png")
+
+
+def figure_coord(result: dict, outdir: Path) -> str:
+    plt = _pyplot()
+    rows = coord_rows(result)
+    fig, axes = plt.subplots(2, 2, figsize=(7, 5.5), squeeze=False)
+    for col, step in enumerate((0, 100)):
+        for row, metric in enumerate(("logit_std", "max_abs_logit")):
+            ax = axes[row][col]
+            for rule in result["config"]["rules"]:
+                layers = sorted({r["layer"] for r in rows if r["rule"] == rule})
+                for layer in layers:
+                    pts = sorted((r["d_head"], r[metric]) for r in rows
+                                 if r["rule"] == rule and r["layer"] == layer and r["step"] == step)
+                    if pts:
+                        ax.loglog(*zip(*pts), marker="o", color=RULE_COLORS.get(rule),
+                                  linestyle="-" if layer == 0 else ":", label=f"{rule} L{layer}")
+            ax.set_title(f"{metric} at step {step}", fontsize=9)
+            ax.set_xlabel("d_head", fontsize=8)
+    return _save(fig, outdir, "training_coord_check.png")
+
+
+def figure_lr(result: dict, outdir: Path) -> str:
+    plt = _pyplot()
+    d_heads = result["config"]["d_heads"]
+    fig, axes = plt.subplots(2, len(d_heads), figsize=(3.2 * len(d_heads), 5.2), squeeze=False)
+    for row, task in enumerate(TASK_STEPS):
+        for col, d in enumerate(d_heads):
+            ax = axes[row][col]
+            for rule in result["config"]["rules"]:
+                pts = sorted((c["lr"], c["final_val_loss"]) for c in result["cells"]
+                             if (c["task"], c["rule"], c["d_head"]) == (task, rule, d))
+                if pts:
+                    ax.semilogx(*zip(*pts), marker="o", label=rule, color=RULE_COLORS.get(rule))
+            ax.set_title(f"{task}, d_head {d}", fontsize=9)
+            ax.set_xlabel("learning rate", fontsize=8)
+            ax.set_ylabel("final validation loss", fontsize=8)
+    return _save(fig, outdir, "training_lr_sweep.png")
+
+
+def figures(result: dict, outdir) -> dict[str, list[str]]:
+    outdir = Path(outdir)
+    curves, grads, lrs = figure_curves(result, outdir), figure_grads(result, outdir), figure_lr(result, outdir)
+    return {"C05": [curves], "C06": [curves, grads], "C07": [curves], "C13": [curves], "C17": [grads],
+            "C18": [curves, lrs], "C09": [figure_deep(result, outdir)], "C10": [figure_t5(result, outdir)],
+            "training": [figure_coord(result, outdir)]}
