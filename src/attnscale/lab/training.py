@@ -805,6 +805,7 @@ def _pyplot():
 def _save(fig, outdir: Path, name: str) -> str:
     for ax in fig.axes:
         if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(Path(outdir) / name, dpi=100)
     _pyplot().close(fig)
