@@ -84,6 +84,8 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(None, help="Write diagnosis.json and PNG heatmaps into this folder."),
         as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
         device: str = typer.Option("cpu", help="cpu or cuda."),
+        threads: int = typer.Option(1, help="torch intra-op threads (0: torch's default); one is fastest for "
+                                            "small models and texts."),
     ) -> None:
         """Health check of a model's attention: entropy, saturation, sinks, and the scale it applies."""
         from .. import doctor
@@ -93,7 +95,8 @@ def register(app: typer.Typer) -> None:
             raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda")
         chosen = read_text(text, text_file)
         result = doctor.diagnose(model, doctor.DEFAULT_TEXT if chosen is None else chosen, max_tokens=max_tokens,
-                                 probe=probe, counterfactual=parse_specs(counterfactual), device=device)
+                                 probe=probe, counterfactual=parse_specs(counterfactual), device=device,
+                                 threads=threads)
         payload = result.to_dict()
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)

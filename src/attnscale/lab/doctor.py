@@ -228,7 +228,13 @@ def pretrained_part(config: Config) -> dict:
 
 
 def run(config: Config, progress=None) -> dict:
+    """One thread throughout (see :func:`attnscale.doctor.torch_threads`)."""
     check_config(config)
+    with doctor.torch_threads(1):
+        return _run(config, progress)
+
+
+def _run(config: Config, progress=None) -> dict:
     report = progress or (lambda fraction, message: None)
     report(0.0, "building small models from configs")
     models = {kind: random_model(small_config(kind, config), config.seed, config.device)
