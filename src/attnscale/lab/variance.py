@@ -688,6 +688,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
                     label="gaussian: |q.k| > 3 (unscaled)")
     ax.axhline(100 * GAUSS_BEYOND_3, color="r", ls=":", label="Gaussian beyond 3 std: 0.27%")
     ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_ylim(bottom=0)
     ax.set(xlabel="d_k", ylabel="% of q.k", title="share beyond 3 std (solid) vs beyond |3| (dashed)")
     ax.legend(fontsize=6)
     out["C03"] = [_save(fig, outdir, "variance_c03.png")]
