@@ -428,3 +428,17 @@ def test_lab_quick_preset(tmp_path):
         assert all((tmp_path / p).read_bytes()[:4] == b"\x89PNG" for p in paths)
     assert math.isfinite(result["init"][0]["logit_std"])
     assert "matplotlib.pyplot" in sys.modules  # figures drew with the Agg backend
+
+
+def test_diagnose_causal_model_counts_only_visible_keys():
+    from transformers import GPT2Config
+
+    gpt2 = lab.random_model(GPT2Config(n_embd=64, n_head=4, n_layer=2, vocab_size=30522, bos_token_id=0,
+                                       eos_token_id=0), seed=0, device="cpu")
+    _, tokenizer = doctor.load_model()
+    found = doctor.diagnose(model=gpt2, tokenizer=tokenizer, text=doctor.DEFAULT_TEXT, counterfactual=("inv_d",))
+    assert found.probe["finding"] == "matches 1/sqrt(d_k)"
+    # At random init each query spreads evenly over the keys it can see (j <= i): near
+    # uniform once the causal mask is respected, far from uniform over all n keys.
+    assert all("over-smoothed" in head["flags"] for head in found.heads)
+    assert all(head["normalized_entropy"] > 0.95 for head in found.heads)

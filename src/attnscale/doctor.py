@@ -518,13 +518,27 @@ def flag_shares(heads: list[dict]) -> dict:
             for flag in ("over-smoothed", "saturated", "sink")}
 
 
-def layer_heads(calls: list[AttentionCall], sink_positions, mask=None) -> list[dict]:
-    """Per-head rows for every recorded attention call (layer index = call order)."""
+def valid_keys(call: AttentionCall) -> torch.Tensor | None:
+    """Bool (T_q, T_k) mask of the keys each query may see in this call (None: all).
+
+    transformers passes a bool mask or an additive one (0 where allowed, a large negative
+    number where not, e.g. above the diagonal of a causal model)."""
+    mask = call.mask
+    if mask is None:
+        return None
+    mask = mask[0, 0] if mask.dim() == 4 else mask
+    allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    return allowed[-call.weights.shape[-2]:, -call.weights.shape[-1]:]
+
+
+def layer_heads(calls: list[AttentionCall], sink_positions) -> list[dict]:
+    """Per-head rows for every recorded attention call (layer index = call order); keys
+    masked in the call (causal models, padding) do not count as keys of the row."""
     rows = []
     for layer, call in enumerate(calls):
         if call.weights is None:
             raise ValueError(f"attention call {call.name} returned no weights; load the model with eager attention")
-        for row in head_stats(call.weights[0], sink_positions, mask):
+        for row in head_stats(call.weights[0], sink_positions, valid_keys(call)):
             rows.append({"layer": layer, "module": call.name, **row})
     return rows
 
