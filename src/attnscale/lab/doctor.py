@@ -58,7 +58,7 @@ class Config:
 
 PRESETS = {
     "quick": Config(),
-    "full": Config(counterfactual=("inv_d", "none", "const:0.01", "power:0.75", "power:0.25"), n_layers=4,
+    "full": Config(counterfactual=("inv_d", "none", "const:0.01", "power:0.75", "power:0.25"), n_layers=4, max_tokens=256,
                    init_tokens=128, init_draws=5),
 }
 
