@@ -57,7 +57,7 @@ def print_audit(report: dict) -> None:
     ]
     print_rows("numerics audit", rows)
     for line in report["risks"]:
-        console.print(f"- {line}")
+        console.print(f"- {line}", markup=False, highlight=False)
 
 
 def _pair(error: dict) -> str:

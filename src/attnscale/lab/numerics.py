@@ -134,8 +134,7 @@ def grid_cell(z_q, z_k, std: float, scale: str, d_k: int) -> dict:
         "logit_min": float(logits.min()), "logit_max": float(logits.max()), "logit_std": float(logits.std()),
         "max_abs_logit": float(logits.abs().max()), "max_abs_product": float(products.abs().max()),
         "fp16_overflow_scale_after": fp16_overflow_share(q16, k16),
-        "fp16_overflow_scale_first": fp16_overflow_share((q16 * factor), k16) if factor != 1 else
-        fp16_overflow_share(q16, k16),
+        "fp16_overflow_scale_first": fp16_overflow_share(q16 * factor, k16),
         "exact_overflow_scale_after": float((products.abs() > FP16_MAX).double().mean()),
         "exact_overflow_scale_first": float((logits.abs() > FP16_MAX).double().mean()),
         "fp16_naive_overflow_rows": float(naive_rows.double().mean()),
@@ -364,7 +363,8 @@ def _accumulation_text(result: dict) -> str:
         return ""
     how = "in a wider type (float32)" if acc["accumulates_wider"] else "in float16 itself"
     return (f"On {acc['device']}, a float16 matmul accumulates {how} (rounding error {acc['rounding_error_eps']:.2g} eps "
-            f"over 4096 terms; [b,b,b,-b,-b,-b].[b]*6 with b^2 = 0.75 x 65504 gives {acc['cancellation_result']}), so "
+            f"over 4096 terms; (b, b, b, -b, -b, -b) . (b, b, b, b, b, b) with b^2 = 0.75 x 65504 gives "
+            f"{acc['cancellation_result']}), so "
             "QK^T overflows only where a final |q.k| exceeds 65504. ")
 
 
@@ -390,10 +390,11 @@ def judge_c11(result: dict) -> claims.Finding:
         f"|logit| after 1/sqrt(d_k) at d_k = {d_k} is within a factor 2 of {claimed:g}; the inf part holds if a "
         f"max-subtracted softmax ({', '.join(STANDARD_IMPLS)}) gives any non-finite output in float16 or bfloat16 "
         f"on finite logits; both: supported, one: partly, none: refuted. Measured: max |logit| = {unit:.3g} over "
-        f"{result['grid_pairs']} q.k pairs (logit std 1); the logits reach "
+        f"{result['grid_pairs']} q.k pairs for q, k of std 1; the logits reach "
         f"+-{claimed:g} only when q and k have std {onset['std_for_claimed_range']:.3g}.{outlier_text} "
         f"Non-finite share of the max-subtracted implementations over every scenario: {_worst(standard):.3g}. "
-        f"{threshold_text}so only a softmax without max subtraction overflows: naive exp/sum has a non-finite "
+        f"{threshold_text}{'and a' if standard_inf else 'so only a'} softmax without max subtraction overflows: "
+        "naive exp/sum has a non-finite "
         f"output share of {naive_at_claim:.3g} at +-{claimed:g} in float16 (it overflows from std "
         f"{onset['std_naive_fp16_overflow_sqrt']:.3g} on), and {bf16_naive_at_claim:.3g} in bfloat16, whose exp "
         f"overflows only past {(_threshold(result, 'bfloat16') or {}).get('first_inf', float('nan')):.4g}. "
