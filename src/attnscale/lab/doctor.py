@@ -58,8 +58,8 @@ class Config:
 
 PRESETS = {
     "quick": Config(),
-    "full": Config(counterfactual=("inv_d", "none", "const:0.01", "power:0.75", "power:0.25"), n_layers=4, max_tokens=256,
-                   init_tokens=128, init_draws=5),
+    "full": Config(counterfactual=("inv_d", "none", "const:0.01", "power:0.75", "power:0.25"), max_tokens=256,
+                   n_layers=4, init_tokens=128, init_draws=5),
 }
 
 
