@@ -256,3 +256,36 @@ def _ray_execute(todo: dict, workers: int, address, ray_dir, ckpt, record) -> No
     finally:
         if started_here:
             ray.shutdown()
+
+
+def summary(rows: list[dict]) -> list[dict]:
+    """One line per (task, rule, init, d_head, n_layers, optimiser, steps): the learning-rate grid folded.
+
+    Losses are means over seeds (a diverged seed counts at its initial loss).  ``lr_sensitivity``
+    is Wortsman et al.'s (2023): the mean over the LR grid of min(final loss, initial loss),
+    minus the best final loss; 0 means the rule does not care about the learning rate.
+    """
+    cells: dict[tuple, dict[float, list[dict]]] = {}
+    for row in rows:
+        spec = row["spec"]
+        group = tuple(spec.get(k) for k in ("task", "rule", "init", "d_head", "n_layers", "optimiser", "steps"))
+        cells.setdefault(group, {}).setdefault(spec["lr"], []).append(row["result"])
+    out = []
+    for (task, rule, init, d_head, n_layers, optimiser, steps), by_lr in sorted(cells.items(), key=lambda kv: str(kv[0])):
+        per_lr = {}
+        for lr, results in by_lr.items():
+            initial = sum(r["initial_val_loss"] for r in results) / len(results)
+            final = sum(r["final_val_loss"] if r["final_val_loss"] is not None else initial for r in results) / len(results)
+            accs = [r["final_val_acc"] or 0.0 for r in results] if results[0]["chance_acc"] is not None else None
+            per_lr[lr] = {"initial": initial, "final": final, "acc": sum(accs) / len(accs) if accs else None,
+                          "diverged": sum(r["status"] == "diverged" for r in results), "seeds": len(results)}
+        best_lr = min(per_lr, key=lambda lr: per_lr[lr]["final"])
+        capped = [min(v["final"], v["initial"]) for v in per_lr.values()]
+        out.append({
+            "task": task, "rule": rule, "init": init, "d_head": d_head, "layers": n_layers, "optimiser": optimiser,
+            "steps": steps, "lrs": len(per_lr), "seeds": max(v["seeds"] for v in per_lr.values()),
+            "best_lr": best_lr, "best_final_loss": per_lr[best_lr]["final"], "acc_at_best": per_lr[best_lr]["acc"],
+            "diverged": sum(v["diverged"] for v in per_lr.values()),
+            "lr_sensitivity": (sum(capped) / len(capped) - per_lr[best_lr]["final"]) if len(per_lr) > 1 else None,
+        })
+    return out

@@ -1,0 +1,141 @@
+"""``attnscale train`` (one run), ``attnscale sweep`` (a grid, in parallel, into SQLite) and
+``attnscale training`` (the lab's preset, with its verdicts)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+
+DEFAULT_DB = Path("attnscale-runs") / "runs.sqlite"
+
+
+def parse_list(text: str, kind, name: str) -> list:
+    """'1e-3,3e-3' -> [0.001, 0.003]; ValueError naming the bad item."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"--{name} needs at least one value, got {text!r}")
+    out = []
+    for item in items:
+        try:
+            out.append(kind(item))
+        except ValueError:
+            raise ValueError(f"--{name}: {item!r} is not a valid {kind.__name__}; give a comma-separated list") from None
+    return out
+
+
+def print_run(result: dict) -> None:
+    from ..cli import console, print_rows
+
+    log = result["log"]
+    rows = []
+    for i, step in enumerate(log["step"]):
+        layers = log["attention"][i]
+        rows.append({"step": step, "train_loss": log["train_loss"][i], "val_loss": log["val_loss"][i],
+                     "val_acc": log["val_acc"][i] if log["val_acc"][i] is not None else "-",
+                     "grad W_q L0": log["grad"]["W_q"][i][0], "grad W_k L0": log["grad"]["W_k"][i][0],
+                     "entropy L0": layers[0]["entropy"], "max|logit| L0": layers[0]["max_abs_logit"],
+                     "logit std L0": layers[0]["logit_std"]})
+    print_rows("training log (layer 0; --json has every layer)", rows, limit=60)
+    if result["status"] == "diverged":
+        console.print(f"[bold red]diverged at step {result['diverged_at']}[/bold red] (loss NaN/inf)")
+    else:
+        acc = result["final_val_acc"]
+        console.print(f"finished: validation loss {result['initial_val_loss']:.4f} -> {result['final_val_loss']:.4f}"
+                      + (f", recall accuracy {acc:.3f} (chance {result['chance_acc']:.3f})" if acc is not None else ""))
+
+
+def register(app: typer.Typer) -> None:
+    from ..cli import make_lab_command
+
+    app.command("training")(make_lab_command("training"))
+
+    @app.command("train")
+    def train(
+        task: str = typer.Option("recall", help="recall (multi-query associative recall) or shakespeare (char LM)."),
+        rule: str = typer.Option("sqrt", help="Scale spec: sqrt, inv_d, none, const:C, power:A, learned, qknorm."),
+        init: str = typer.Option("unit", help="Q/K/V init: torch, unit, t5, mup."),
+        d_head: int = typer.Option(16, help="Head dimension d_k."),
+        layers: int = typer.Option(2, help="Number of Transformer blocks."),
+        lr: float = typer.Option(3e-3, help="Peak learning rate."),
+        optimiser: str = typer.Option("adamw", help="adamw, sgd or adafactor."),
+        steps: int = typer.Option(300, help="Training steps."),
+        seed: int = typer.Option(0, help="Seed of the init and the batches."),
+        d_model: int = typer.Option(32, help="Model width."),
+        heads: int = typer.Option(1, help="Attention heads per layer."),
+        batch_size: int = typer.Option(64, help="Sequences per step."),
+        log_every: int = typer.Option(10, help="Log every k steps."),
+        device: str = typer.Option("cpu", help="cpu or cuda."),
+        checkpoint: Path = typer.Option(None, help="Save the final weights (safetensors) into this folder."),
+        as_json: bool = typer.Option(False, "--json", help="Print the whole result as JSON."),
+    ) -> None:
+        """Train one model and print its log (a NaN/inf loss is reported as 'diverged at step k')."""
+        from ..lab.training import RunSpec
+        from ..runs import run_key, run_one
+
+        spec = RunSpec(task=task, rule=rule, init=init, d_head=d_head, n_layers=layers, lr=lr, optimiser=optimiser,
+                       steps=steps, seed=seed, d_model=d_model, n_heads=heads, batch_size=batch_size,
+                       log_every=log_every, device=device)
+        import dataclasses
+
+        result, seconds = run_one(dataclasses.asdict(spec), None if checkpoint is None else str(checkpoint))
+        if as_json:
+            sys.stdout.write(json.dumps({"spec": dataclasses.asdict(spec), "result": result}, indent=1) + "\n")
+            return
+        from ..cli import console
+
+        print_run(result)
+        if checkpoint is not None:
+            console.print(f"checkpoint: {checkpoint / (run_key(spec) + '.safetensors')}")
+        console.print(f"took {seconds:.1f} s")
+
+    @app.command("sweep")
+    def sweep(
+        task: str = typer.Option("recall", help="recall or shakespeare."),
+        rules: str = typer.Option("sqrt,inv_d,none", help="Comma-separated scale specs."),
+        d_heads: str = typer.Option("16,64,256", help="Comma-separated head dimensions."),
+        lrs: str = typer.Option("1e-3,3e-3,1e-2", help="Comma-separated learning rates."),
+        seeds: int = typer.Option(1, help="Seeds per grid point (0, 1, ...)."),
+        layers: str = typer.Option("2", help="Comma-separated numbers of layers."),
+        optimisers: str = typer.Option("adamw", help="Comma-separated optimisers: adamw, sgd, adafactor."),
+        init: str = typer.Option("unit", help="Q/K/V init scheme."),
+        steps: int = typer.Option(250, help="Training steps per run."),
+        d_model: int = typer.Option(32, help="Model width."),
+        log_every: int = typer.Option(10, help="Log every k steps."),
+        device: str = typer.Option("cpu", help="cpu or cuda."),
+        workers: int = typer.Option(None, help="Worker processes (default: the number of cores)."),
+        executor: str = typer.Option("local", help="local (process pool) or ray."),
+        address: str = typer.Option(None, help="Ray cluster address (default: start a local Ray)."),
+        db: Path = typer.Option(DEFAULT_DB, help="SQLite file of finished runs (reruns skip them)."),
+        checkpoint: Path = typer.Option(None, help="Save each run's final weights (safetensors) into this folder."),
+        summary_only: bool = typer.Option(False, "--summary", help="Print the summary of the runs in --db; run nothing."),
+    ) -> None:
+        """Run a grid of training runs (skipping those already in --db) and print a summary with LR sensitivity."""
+        from ..cli import console, print_rows, progress_bar
+        from ..lab.training import RunSpec
+        from ..runs import RunStore, execute, run_key, summary
+
+        if summary_only:
+            if not db.exists():
+                raise FileNotFoundError(f"no run store at {db}; run a sweep first or pass --db")
+            rows = RunStore(db).rows()
+            print_rows(f"sweep summary: {len(rows)} runs in {db}", summary(rows), limit=200)
+            return
+        if seeds < 1:
+            raise ValueError(f"--seeds must be >= 1, got {seeds}")
+        specs = [RunSpec(task=task, rule=r, init=init, d_head=d, n_layers=n, lr=lr, optimiser=o, steps=steps, seed=s,
+                         d_model=d_model, log_every=log_every, device=device)
+                 for r in parse_list(rules, str, "rules") for d in parse_list(d_heads, int, "d-heads")
+                 for lr in parse_list(lrs, float, "lrs") for n in parse_list(layers, int, "layers")
+                 for o in parse_list(optimisers, str, "optimisers") for s in range(seeds)]
+        store = RunStore(db)
+        with progress_bar() as bar:
+            job = bar.add_task("sweep", total=len(specs), note="")
+            execute(specs, store, workers=workers, executor=executor, address=address,
+                    ray_dir=db.parent / "ray", checkpoint_dir=checkpoint,
+                    progress=lambda done, total, msg: bar.update(job, completed=done, note=msg))
+        keys = {run_key(s) for s in specs}
+        rows = [row for row in store.rows() if row["key"] in keys]
+        print_rows(f"sweep summary: {len(rows)} runs (store: {db})", summary(rows), limit=200)
