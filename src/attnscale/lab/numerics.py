@@ -560,9 +560,11 @@ def _heatmap(ax, values, row_labels, col_labels, title, fmt="{:.2g}"):
                       aspect="auto")
     ax.set_xticks(range(len(col_labels)), col_labels, rotation=40, ha="right", fontsize=7)
     ax.set_yticks(range(len(row_labels)), row_labels, fontsize=7)
+    top = np.nanmax(data) if np.isfinite(data).any() else 1.0
     for i, row in enumerate(values):
         for j, v in enumerate(row):
-            ax.text(j, i, "-" if v is None else fmt.format(v), ha="center", va="center", fontsize=6)
+            ax.text(j, i, "-" if v is None else fmt.format(v), ha="center", va="center", fontsize=6,
+                    color="white" if v is not None and v > 0.6 * top else "black")
     ax.set_title(title, fontsize=9)
     return image
 
@@ -607,7 +609,7 @@ def _figure_c12(result: dict, outdir) -> str:
                       key=lambda r: r["clamp"])
         left.plot([r["clamp"] for r in rows], [max(r["kl_mean"], 1e-12) for r in rows], marker="o", label=scenario)
     left.axhline(KL_CHEAP, color="k", lw=1, ls=":", label=f"{KL_CHEAP} nats")
-    left.set(yscale="log", xlabel="clamp value C", ylabel="mean KL(exact || clamped), nats",
+    left.set(yscale="log", xlabel="clamp value C", ylabel="mean KL(exact || clamped), nats (0 at 1e-12)",
              title="what clamping costs (scale sqrt, float64)")
     left.legend(fontsize=6)
     columns = [(s, sc) for sc in SCALES for s in dict.fromkeys(r["scenario"] for r in result["impls"])]
