@@ -155,6 +155,12 @@ def _init_worker(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def ray_run_one(spec: dict, checkpoint_dir: str | None = None) -> tuple[dict, float]:
+    """run_one inside a Ray worker, on one torch thread (Ray gives each task one CPU)."""
+    _init_worker(1)
+    return run_one(spec, checkpoint_dir)
+
+
 def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -246,7 +252,7 @@ def _ray_execute(todo: dict, workers: int, address, ray_dir, ckpt, record) -> No
             ray.init(num_cpus=workers, _temp_dir=str(temp), include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
-        remote = ray.remote(num_cpus=1)(run_one)
+        remote = ray.remote(num_cpus=1)(ray_run_one)
         pending = {remote.remote(spec, ckpt): key for key, spec in todo.items()}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)

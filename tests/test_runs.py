@@ -1,0 +1,232 @@
+"""Sweep execution: the SQLite run store, the local process pool (resume, skip finished runs,
+a killed worker, a killed sweep), the sweep summary, and the Ray executor."""
+
+import dataclasses
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from attnscale import runs
+from attnscale.lab import training as T
+
+ATTNSCALE = [str(Path(sys.executable).parent / "attnscale")]
+
+
+def tiny(**kw):
+    base = dict(task="recall", d_head=8, d_model=16, steps=10, log_every=5, batch_size=8)
+    base.update(kw)
+    return T.RunSpec(**base)
+
+
+def fake_result(status="finished"):
+    return {"status": status, "initial_val_loss": 3.0, "final_val_loss": 2.0, "final_val_acc": 0.5, "chance_acc": 0.1}
+
+
+def test_store_one_row_per_key_and_keys(tmp_path):
+    store = runs.RunStore(tmp_path / "r.sqlite")
+    spec = dataclasses.asdict(tiny())
+    key = runs.run_key(spec)
+    store.put(key, spec, fake_result(), 1.0)
+    store.put(key, spec, fake_result("diverged"), 2.0)  # a second write of the same run is ignored
+    rows = store.rows()
+    assert len(rows) == 1 and rows[0]["status"] == "finished" and rows[0]["seconds"] == 1.0
+    assert store.keys() == {key} and store.get(key)["final_val_loss"] == 2.0
+
+
+def test_run_key_depends_on_every_field_and_validates():
+    a = runs.run_key(tiny())
+    assert a == runs.run_key(dataclasses.asdict(tiny()))
+    assert a != runs.run_key(tiny(lr=1e-2)) and a != runs.run_key(tiny(seed=1))
+    with pytest.raises(ValueError, match="optimiser"):
+        runs.run_key(dict(dataclasses.asdict(tiny()), optimiser="rmsprop"))
+
+
+def test_execute_pool_matches_in_process_training_and_skips_stored_runs(tmp_path):
+    specs = [tiny(rule=r) for r in ("sqrt", "none")] + [tiny(rule="sqrt")]  # a duplicate runs once
+    db = tmp_path / "runs.sqlite"
+    seen = []
+    results = runs.execute(specs, db, workers=2, progress=lambda d, t, m: seen.append((d, t)))
+    assert len(results) == 2 and seen[-1] == (2, 2)
+    store = runs.RunStore(db)
+    created = {r["key"]: r for r in store.rows()}
+    direct = T.train(tiny(rule="none"))
+    assert results[runs.run_key(tiny(rule="none"))]["log"]["val_loss"] == pytest.approx(direct["log"]["val_loss"], rel=1e-5)
+    again = []
+    runs.execute(specs, db, workers=2, progress=lambda d, t, m: again.append(m))
+    assert again == ["2/2 runs already stored"]
+    assert {r["key"]: r for r in store.rows()} == created
+
+
+def test_execute_rejects_bad_options():
+    with pytest.raises(ValueError, match="executor"):
+        runs.execute([tiny()], executor="slurm")
+    with pytest.raises(ValueError, match="workers"):
+        runs.execute([tiny()], workers=0)
+
+
+def test_checkpoint_is_safetensors(tmp_path):
+    from safetensors.torch import load_file
+
+    spec = dataclasses.asdict(tiny())
+    runs.run_one(spec, str(tmp_path))
+    tensors = load_file(str(tmp_path / f"{runs.run_key(spec)}.safetensors"))
+    assert "blocks.0.attn.w_q.weight" in tensors
+
+
+def test_summary_folds_the_lr_grid_with_wortsman_sensitivity():
+    rows = []
+    for lr, final in ((1e-3, 2.0), (1e-2, 1.0), (1e-1, None)):
+        result = {"status": "finished" if final else "diverged", "initial_val_loss": 3.0, "final_val_loss": final,
+                  "final_val_acc": None, "chance_acc": None}
+        rows.append({"spec": dataclasses.asdict(tiny(lr=lr)), "result": result})
+    (line,) = runs.summary(rows)
+    assert line["best_lr"] == 1e-2 and line["best_final_loss"] == 1.0 and line["diverged"] == 1
+    assert line["lr_sensitivity"] == pytest.approx((2.0 + 1.0 + 3.0) / 3 - 1.0)
+
+
+# --------------------------------------------------------------------------- killing things
+
+SWEEP = ["sweep", "--task", "recall", "--rules", "sqrt,inv_d,none", "--d-heads", "8", "--lrs", "1e-3,3e-3",
+         "--steps", "120", "--d-model", "16", "--log-every", "40", "--workers", "2"]
+
+
+def sweep_keys():
+    return {runs.run_key(tiny(rule=r, lr=lr, steps=120, log_every=40, batch_size=64))
+            for r in ("sqrt", "inv_d", "none") for lr in (1e-3, 3e-3)}
+
+
+def row_count(db: Path) -> int:
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(db, timeout=30) as con:
+            return con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
+def children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(x) for x in text.split()]
+
+
+def workers_of(pid: int) -> list[int]:
+    found = []
+    for child in children(pid):
+        cmd = Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        if "spawn_main" in cmd and "resource_tracker" not in cmd:
+            found.append(child)
+    return found
+
+
+def start_sweep(db: Path) -> subprocess.Popen:
+    return subprocess.Popen(ATTNSCALE + SWEEP + ["--db", str(db)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "COLUMNS": "200"})
+
+
+def wait_for(condition, timeout=240):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def check_rows(db: Path) -> None:
+    with sqlite3.connect(db) as con:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        keys = [k for (k,) in con.execute("SELECT key FROM runs")]
+        for (text,) in con.execute("SELECT result FROM runs"):
+            assert json.loads(text)["status"] in ("finished", "diverged")
+    assert len(keys) == len(set(keys))
+    assert set(keys) == sweep_keys()
+
+
+@pytest.mark.slow
+def test_sweep_survives_a_killed_worker_and_a_rerun_adds_nothing(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    proc = start_sweep(db)
+    assert wait_for(lambda: workers_of(proc.pid) and row_count(db) >= 1), proc.stderr.read().decode()[-2000:]
+    victims = workers_of(proc.pid)
+    os.kill(victims[0], signal.SIGKILL)
+    assert proc.wait(timeout=600) == 0, proc.stderr.read().decode()[-2000:]
+    check_rows(db)
+    with sqlite3.connect(db) as con:
+        before = con.execute("SELECT key, created FROM runs ORDER BY key").fetchall()
+    rerun = subprocess.run(ATTNSCALE + SWEEP + ["--db", str(db)], capture_output=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
+    with sqlite3.connect(db) as con:
+        assert con.execute("SELECT key, created FROM runs ORDER BY key").fetchall() == before
+
+
+@pytest.mark.slow
+def test_sweep_killed_with_kill_9_resumes_without_loss_or_duplicates(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    proc = start_sweep(db)
+    assert wait_for(lambda: row_count(db) >= 2), proc.stderr.read().decode()[-2000:]
+    pool = workers_of(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    kept = row_count(db)
+    assert 2 <= kept <= 6
+    for pid in pool:  # orphaned workers exit on their own once their pipe closes; do not wait on them
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    rerun = subprocess.run(ATTNSCALE + SWEEP + ["--db", str(db)], capture_output=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
+    check_rows(db)
+
+
+def test_cli_sweep_summary_and_errors(tmp_path):
+    missing = subprocess.run(ATTNSCALE + ["sweep", "--summary", "--db", str(tmp_path / "none.sqlite")],
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1 and "no run store" in missing.stderr
+    bad = subprocess.run(ATTNSCALE + ["sweep", "--lrs", "fast", "--db", str(tmp_path / "x.sqlite")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "'fast'" in bad.stderr
+    db = tmp_path / "s.sqlite"
+    store = runs.RunStore(db)
+    spec = dataclasses.asdict(tiny())
+    store.put(runs.run_key(spec), spec, fake_result(), 1.0)
+    shown = subprocess.run(ATTNSCALE + ["sweep", "--summary", "--db", str(db)], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "250"})
+    assert shown.returncode == 0 and "lr_sensitivity" in shown.stdout
+
+
+# --------------------------------------------------------------------------- Ray
+
+@pytest.mark.slow
+def test_ray_executor_gives_the_same_rows_as_the_local_pool(tmp_path):
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        print("Ray is not installed (pip install 'attnscale[ray]'); skipping the Ray executor test")
+        pytest.skip("Ray is not installed: pip install 'attnscale[ray]'")
+    specs = [tiny(rule="sqrt"), tiny(rule="inv_d")]
+    local = runs.execute(specs, tmp_path / "local.sqlite", workers=2)
+    ray_dir = tempfile.mkdtemp(prefix="ar", dir="/tmp")  # Ray's socket paths must stay short
+    try:
+        on_ray = runs.execute(specs, tmp_path / "ray.sqlite", workers=2, executor="ray", ray_dir=ray_dir)
+    except Exception as error:  # noqa: BLE001 - a machine where Ray cannot start is a skip, with the reason
+        print(f"Ray could not start here: {error!r}")
+        pytest.skip(f"Ray could not start on this machine: {error!r}")
+    assert set(on_ray) == set(local)
+    for key in local:
+        assert on_ray[key]["status"] == local[key]["status"]
+        assert on_ray[key]["log"]["step"] == local[key]["log"]["step"]
+        assert on_ray[key]["log"]["val_loss"] == pytest.approx(local[key]["log"]["val_loss"], rel=1e-5)
+    assert runs.RunStore(tmp_path / "ray.sqlite").keys() == runs.RunStore(tmp_path / "local.sqlite").keys()
