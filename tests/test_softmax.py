@@ -111,3 +111,17 @@ def test_online_logsumexp_of_a_masked_row_is_minus_inf():
 def test_bad_input_raises_value_error(bad):
     with pytest.raises(ValueError):
         softmax(**bad)
+
+
+def test_a_plus_inf_logit_gives_nan_not_a_quiet_row_of_zeros():
+    x = torch.tensor([[float("inf"), 1.0, 0.0]])
+    assert torch.isnan(stable_softmax(x)).any()
+    assert torch.isnan(online_softmax(x)[0]).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_online_softmax_stays_exact_for_huge_equal_logits(dtype):
+    big = 1046528.0 if dtype != torch.float16 else 60000.0
+    x = torch.tensor([[big, big]], dtype=dtype)
+    assert torch.equal(online_softmax(x)[0], torch.tensor([[0.5, 0.5]], dtype=dtype))
+    assert torch.equal(stable_softmax(x), torch.tensor([[0.5, 0.5]], dtype=dtype))

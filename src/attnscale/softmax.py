@@ -66,11 +66,10 @@ def stable_softmax(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.T
     if mask is not None:
         x = x.masked_fill(~mask, float("-inf"))
     row_max = x.amax(dim=-1, keepdim=True)
-    # A fully masked row has max -inf; any finite shift keeps its exps at exactly 0.
-    row_max = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
-    e = torch.exp(x - row_max)
+    e = torch.exp(x - _finite_or_zero(row_max))
     total = e.sum(dim=-1, keepdim=True)
-    return torch.where(total > 0, e / total.clamp_min(torch.finfo(x.dtype).tiny), torch.zeros_like(e))
+    # Only a fully masked row sums to 0; a NaN (e.g. from a +inf logit) must stay visible.
+    return torch.where(total == 0, torch.zeros_like(e), e / total)
 
 
 def stats_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -78,10 +77,10 @@ def stats_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def online_logsumexp(x: torch.Tensor, mask: torch.Tensor | None = None, block_size: int = 128) -> torch.Tensor:
-    """logsumexp over the last axis, visiting it in blocks with a running max and sum.
+def online_max_and_sum(x: torch.Tensor, mask: torch.Tensor | None = None, block_size: int = 128):
+    """Visit the last axis in blocks with a running max m and a running sum l of exp(x - m).
 
-    Fully masked rows give -inf.  The result is in :func:`stats_dtype` of the input.
+    Returns (m, l) in :func:`stats_dtype` of the input; a fully masked row has m = -inf, l = 0.
     """
     check_float(x)
     mask = check_mask(mask, x.shape)
@@ -96,25 +95,42 @@ def online_logsumexp(x: torch.Tensor, mask: torch.Tensor | None = None, block_si
         if mask is not None:
             block = block.masked_fill(~mask[..., start : start + block_size], float("-inf"))
         new_max = torch.maximum(running_max, block.amax(dim=-1))
-        safe_max = torch.where(torch.isneginf(new_max), torch.zeros_like(new_max), new_max)
+        safe_max = _finite_or_zero(new_max)
         # Rescale the old sum to the new max, then add this block's terms.
         running_sum = running_sum * torch.exp(running_max - safe_max) + torch.exp(
             block - safe_max.unsqueeze(-1)
         ).sum(dim=-1)
         running_max = new_max
-    safe_max = torch.where(torch.isneginf(running_max), torch.zeros_like(running_max), running_max)
-    return torch.where(running_sum > 0, safe_max + torch.log(running_sum), running_max)
+    return running_max, running_sum
+
+
+def _finite_or_zero(row_max: torch.Tensor) -> torch.Tensor:
+    """A fully masked row's max is -inf; shifting by 0 instead keeps its exps at exactly 0."""
+    return torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
+
+
+def online_logsumexp(x: torch.Tensor, mask: torch.Tensor | None = None, block_size: int = 128) -> torch.Tensor:
+    """logsumexp over the last axis by the online recurrence; -inf for fully masked rows."""
+    running_max, running_sum = online_max_and_sum(x, mask, block_size)
+    return torch.where(running_sum > 0, _finite_or_zero(running_max) + torch.log(running_sum), running_max)
 
 
 def online_softmax(
     x: torch.Tensor, mask: torch.Tensor | None = None, block_size: int = 128
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax by the online (running max + running sum) recurrence; returns (p, logsumexp)."""
-    lse = online_logsumexp(x, mask, block_size)
-    safe_lse = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
-    p = torch.exp(x.to(lse.dtype) - safe_lse.unsqueeze(-1))
+    """Softmax by the online (running max + running sum) recurrence; returns (p, logsumexp).
+
+    p = exp(x - m) / l with the final max m and sum l, not exp(x - logsumexp): for huge
+    logits, m + log l would round away the small log l.
+    """
+    running_max, running_sum = online_max_and_sum(x, mask, block_size)
+    safe_max = _finite_or_zero(running_max)
+    e = torch.exp(x.to(running_max.dtype) - safe_max.unsqueeze(-1))
     if mask is not None:
-        p = p.masked_fill(~mask, 0.0)
+        e = e.masked_fill(~mask, 0.0)
+    total = running_sum.unsqueeze(-1)
+    p = torch.where(total == 0, torch.zeros_like(e), e / total)
+    lse = torch.where(running_sum > 0, safe_max + torch.log(running_sum), running_max)
     return p.to(x.dtype), lse
 
 
