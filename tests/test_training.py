@@ -153,7 +153,7 @@ def deep_runs(old_final=2.5, new_final=2.5, old_diverged=False, new_initial=4.4)
     return runs
 
 
-def t5_runs(step0_gap=0.0, curve_gap=None):
+def t5_runs(step0_gap=0.0, curve_gap=None, trained_gap=None):
     runs = []
     for opt, lr in CONFIG["t5_optimisers"]:
         for rule, init in (("sqrt", "unit"), ("none", "t5")):
@@ -161,6 +161,8 @@ def t5_runs(step0_gap=0.0, curve_gap=None):
             run.update(optimiser=opt, init=init, lr=lr)
             if init == "t5":
                 run["attention_at"]["0"] = [{**l, "logit_std": 1.0 + step0_gap} for l in run["attention_at"]["0"]]
+                run["attention_at"]["final"] = [{**l, "logit_std": 1.0 + (trained_gap or {}).get(opt, 0.0)}
+                                                for l in run["attention_at"]["final"]]
                 shift = (curve_gap or {}).get(opt, 0.0)
                 run["curve"]["val_loss"] = [v * (1 + shift) for v in run["curve"]["val_loss"]]
             runs.append(run)
@@ -206,6 +208,7 @@ def test_c09_all_outcomes():
 def test_c10_all_outcomes():
     assert T.judge_c10(fake_result()).verdict == SUPPORTED
     assert T.judge_c10(fake_result(t5=t5_runs(curve_gap={"adamw": 0.1}))).verdict == PARTLY
+    assert T.judge_c10(fake_result(t5=t5_runs(trained_gap={"sgd": 0.5}))).verdict == PARTLY
     assert T.judge_c10(fake_result(t5=t5_runs(step0_gap=0.5))).verdict == REFUTED
 
 
