@@ -52,6 +52,7 @@ from typing import Callable
 import torch
 
 from . import scaling, stats
+from .threads import torch_threads
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -143,25 +144,6 @@ def load_model(model_dir=None, device: str = "cpu"):
     same folder is loaded once per process; do not change the returned model's weights."""
     path = check_model_dir(model_dir)
     return _load(str(path.resolve()), device)
-
-
-@contextlib.contextmanager
-def torch_threads(threads: int | None = 1):
-    """Run with ``threads`` intra-op threads (None or 0: leave torch's setting), then restore.
-
-    The doctor's tensors are small (a few hundred tokens at most): one thread is about as
-    fast on an idle machine and many times faster on a busy one, where intra-op threads
-    spend their time waiting on each other.
-    """
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
-        raise ValueError(f"threads must be an integer >= 0 (0: torch's default), got {threads!r}")
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import torch
 
 from .. import doctor
 from ..claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
+from ..threads import torch_threads
 
 VERSION = 1
 
@@ -228,9 +229,9 @@ def pretrained_part(config: Config) -> dict:
 
 
 def run(config: Config, progress=None) -> dict:
-    """One thread throughout (see :func:`attnscale.doctor.torch_threads`)."""
+    """One thread throughout (see :func:`attnscale.threads.torch_threads`)."""
     check_config(config)
-    with doctor.torch_threads(1):
+    with torch_threads(1):
         return _run(config, progress)
 
 

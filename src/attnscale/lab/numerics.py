@@ -34,7 +34,6 @@ the computation so the large matrix never overflows").  Four experiments, in ord
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 
@@ -44,6 +43,7 @@ from .. import claims, scaling
 from ..attention import attention
 from ..numerics import DTYPES, exp_overflow_threshold, matmul_accumulation
 from ..softmax import naive_softmax
+from ..threads import torch_threads
 
 VERSION = 1
 SCALES = ("none", "sqrt")
@@ -296,21 +296,9 @@ def clamp_cost(q, k, v, scale: str, clamp_values, label: str, std: float, outlie
 
 # ----------------------------------------------------------------------------- run
 
-@contextlib.contextmanager
-def one_thread():
-    """Every tensor here is small: one intra-op thread is as fast, and on a busy machine far
-    faster, than several that wait for each other.  The previous setting is restored."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def run(config: Config, progress=None) -> dict:
     check_config(config)
-    with one_thread():
+    with torch_threads(1):
         return measure(config, progress)
 
 

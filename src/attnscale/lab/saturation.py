@@ -31,7 +31,6 @@ part of C18 that needs no training.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ import torch
 from .. import claims, stats
 from ..attention import attention
 from ..claims import Finding
+from ..threads import torch_threads
 
 VERSION = 1
 
@@ -296,22 +296,9 @@ def derivative_in_use(config: Config, d_k: int = 64) -> dict:
 # run
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Run on one CPU thread, then restore.  This lab is many small tensor ops: with torch's
-    default two threads on a shared 2-core machine it ran up to 20x slower (threads spin
-    while waiting for each other); with one it is also faster when the machine is idle."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def run(config: Config, progress=None) -> dict:
     config = check_config(config)
-    with one_thread():
+    with torch_threads(1):
         return _run(config, progress)
 
 

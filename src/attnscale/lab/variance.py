@@ -38,7 +38,6 @@ Claims C01, C02, C03, C08 and C15 of the seed, by Monte Carlo against closed for
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import zlib
@@ -51,6 +50,7 @@ from .. import claims
 from .. import stats
 from ..attention import attention
 from ..claims import Finding
+from ..threads import torch_threads
 
 VERSION = 1
 
@@ -411,22 +411,9 @@ def measure_small_dk(config: Config) -> list[dict]:
 # run
 
 
-@contextlib.contextmanager
-def one_thread():
-    """Run on one CPU thread, then restore.  This lab is many small tensor ops: with torch's
-    default two threads on a shared 2-core machine it ran up to 20x slower (threads spin
-    while waiting for each other); with one it is also faster when the machine is idle."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def run(config: Config, progress=None) -> dict:
     config = check_config(config)
-    with one_thread():
+    with torch_threads(1):
         return _run(config, progress)
 
 
