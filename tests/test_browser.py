@@ -81,3 +81,27 @@ def test_report_page_in_the_browser(browser, quick_report):
     assert (ARTIFACTS / "report.png").stat().st_size > 10_000
     assert errors == []
     assert all(url.startswith(("file://", "data:")) for url in requests), requests
+
+
+SETTINGS = [(4, 0.5, 128, 1.0), (1024, 0.0, 128, 1.0), (64, 1.0, 16, 1.0), (256, 0.25, 1024, 2.0), (2, 0.5, 2, 1.0)]
+
+
+def test_explorer_numbers_agree_with_the_saturation_lab(browser, tmp_path):
+    """Same settings, same quantities: the page's sampler and the lab's differ only in their
+    random streams, so the means agree within Monte Carlo error (256 rows each side here)."""
+    from attnscale.lab.saturation import softmax_row_stats
+
+    path = tmp_path / "explore.html"
+    path.write_text(render_explorer(__version__), encoding="utf-8")
+    page, errors, _ = open_page(browser, path)
+    for d_k, exponent, n, std in SETTINGS:
+        shown = page.evaluate("s => window.attnscaleExplorer.simulate(s)",
+                              {"dk": d_k, "rule": "power", "exponent": exponent, "n": n, "std": std, "seed": 0})
+        lab = softmax_row_stats(d_k, exponent=exponent, n=n, qk_std=std, seed=0, rows=4096)
+        setting = (d_k, exponent, n, std)
+        assert shown["entropy"] == pytest.approx(lab["normalized_entropy"], abs=0.025), setting
+        assert shown["maxP"] == pytest.approx(lab["max_prob"], abs=0.025), setting
+        assert shown["jacobian"] == pytest.approx(lab["jacobian_frobenius"], abs=0.025), setting
+        assert shown["logitStd"] == pytest.approx(lab["logit_std"], rel=0.05), setting
+        assert shown["factor"] == pytest.approx(d_k**-exponent)
+    assert errors == []

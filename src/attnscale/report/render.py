@@ -63,7 +63,7 @@ def _inline_image(out: Path, rel: str) -> str:
     return f"data:image/{kind};base64,{base64.b64encode(data).decode()}"
 
 
-EXPLORER_ROWS = 64  # must match ROWS in static/explorer.js
+EXPLORER_ROWS = 256  # must match ROWS in static/explorer.js
 
 
 def _environment() -> jinja2.Environment:

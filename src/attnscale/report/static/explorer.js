@@ -5,7 +5,7 @@
 // Statistics are averaged over ROWS rows drawn from a fixed seed: same settings, same numbers.
 (function () {
   "use strict";
-  var ROWS = 64;
+  var ROWS = 256;
 
   function mulberry32(seed) {
     return function () {
