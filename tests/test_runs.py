@@ -4,6 +4,7 @@ a killed worker, a killed sweep), the sweep summary, and the Ray executor."""
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -219,6 +220,8 @@ def test_ray_executor_gives_the_same_rows_as_the_local_pool(tmp_path):
     specs = [tiny(rule="sqrt"), tiny(rule="inv_d")]
     local = runs.execute(specs, tmp_path / "local.sqlite", workers=2)
     ray_dir = tempfile.mkdtemp(prefix="ar", dir="/tmp")  # Ray's socket paths must stay short
+    home_ray = Path.home() / ".ray"
+    had_home_ray = home_ray.exists()
     try:
         on_ray = runs.execute(specs, tmp_path / "ray.sqlite", workers=2, executor="ray", ray_dir=ray_dir)
     except Exception as error:  # noqa: BLE001 - a machine where Ray cannot start is a skip, with the reason
@@ -230,3 +233,5 @@ def test_ray_executor_gives_the_same_rows_as_the_local_pool(tmp_path):
         assert on_ray[key]["log"]["step"] == local[key]["log"]["step"]
         assert on_ray[key]["log"]["val_loss"] == pytest.approx(local[key]["log"]["val_loss"], rel=1e-5)
     assert runs.RunStore(tmp_path / "ray.sqlite").keys() == runs.RunStore(tmp_path / "local.sqlite").keys()
+    shutil.rmtree(ray_dir, ignore_errors=True)
+    assert had_home_ray or not home_ray.exists(), "Ray wrote into HOME"

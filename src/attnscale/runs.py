@@ -23,6 +23,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import secrets
 import sqlite3
 import time
 from concurrent.futures.process import BrokenProcessPool
@@ -242,13 +243,17 @@ def _ray_execute(todo: dict, workers: int, address, ray_dir, ckpt, record) -> No
         import ray
     except ImportError:
         raise ValueError(RAY_MISSING) from None
-    started_here = not ray.is_initialized()
+    started_here, set_token = not ray.is_initialized(), False
     if started_here:
         if address:
             ray.init(address=address, log_to_driver=False)
         else:
             temp = Path(ray_dir if ray_dir is not None else Path("attnscale-runs") / "ray").resolve()
             temp.mkdir(parents=True, exist_ok=True)
+            if not any(os.environ.get(v) for v in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")):
+                # Ray would otherwise write a token to ~/.ray/auth_token; this instance's token lives in memory.
+                os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(16)
+                set_token = True
             ray.init(num_cpus=workers, _temp_dir=str(temp), include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
@@ -262,6 +267,8 @@ def _ray_execute(todo: dict, workers: int, address, ray_dir, ckpt, record) -> No
     finally:
         if started_here:
             ray.shutdown()
+        if set_token:
+            os.environ.pop("RAY_AUTH_TOKEN", None)
 
 
 def summary(rows: list[dict]) -> list[dict]:
