@@ -235,3 +235,9 @@ def test_ray_executor_gives_the_same_rows_as_the_local_pool(tmp_path):
     assert runs.RunStore(tmp_path / "ray.sqlite").keys() == runs.RunStore(tmp_path / "local.sqlite").keys()
     shutil.rmtree(ray_dir, ignore_errors=True)
     assert had_home_ray or not home_ray.exists(), "Ray wrote into HOME"
+
+
+def test_ray_missing_is_a_clear_value_error(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    with pytest.raises(ValueError, match=r"pip install 'attnscale\[ray\]'"):
+        runs.execute([tiny()], tmp_path / "r.sqlite", executor="ray")
