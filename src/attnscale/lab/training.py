@@ -245,13 +245,16 @@ class Config:
     recall_steps: int = 250
     lm_lrs: tuple[float, ...] = (3e-3,)
     lm_steps: int = 150
+    recall_batch: int = 64
+    lm_batch: int = 32
     d_model: int = 32
     n_layers: int = 2
     log_every: int = 20
     deep_layers: int = 8
     deep_d_head: int = 256
-    deep_lrs: tuple[float, ...] = (3e-3,)
-    deep_steps: int = 150
+    deep_lrs: tuple[float, ...] = (3e-3, 1e-2)
+    deep_steps: int = 120
+    deep_batch: int = 16
     t5_d_head: int = 64
     t5_optimisers: tuple[tuple[str, float], ...] = (("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))
     workers: int = 2
@@ -265,10 +268,12 @@ PRESETS = {
 
 TASK_STEPS = {"recall": "recall_steps", "shakespeare": "lm_steps"}
 TASK_LRS = {"recall": "recall_lrs", "shakespeare": "lm_lrs"}
+TASK_BATCH = {"recall": "recall_batch", "shakespeare": "lm_batch"}
 
 
 def base_spec(config: Config, task: str, **fields) -> RunSpec:
-    defaults = dict(task=task, steps=getattr(config, TASK_STEPS[task]), d_model=config.d_model,
+    defaults = dict(task=task, steps=getattr(config, TASK_STEPS[task]), batch_size=getattr(config, TASK_BATCH[task]),
+                    d_model=config.d_model,
                     n_layers=config.n_layers, log_every=config.log_every, device=config.device)
     defaults.update(fields)
     return RunSpec(**defaults)
@@ -283,7 +288,7 @@ def grid_specs(config: Config) -> list[RunSpec]:
 def deep_specs(config: Config) -> list[RunSpec]:
     """C09: factor 1/8 (right for d_k = 64) vs 1/16 (= 1/sqrt(256)) at d_head 256, 8 layers."""
     return [base_spec(config, "shakespeare", rule=rule, d_head=config.deep_d_head, n_layers=config.deep_layers,
-                      lr=lr, steps=config.deep_steps, seed=config.seed)
+                      lr=lr, steps=config.deep_steps, batch_size=config.deep_batch, seed=config.seed)
             for rule in ("const:0.125", "const:0.0625") for lr in config.deep_lrs]
 
 
