@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__, claims, lab
+from .. import __version__, answer, claims, lab
 from ..store import Store, config_key
 from .render import render_html, render_markdown
 
@@ -116,6 +116,7 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
         "tables": tables,
     }
     report = _clean(report)
+    report["answer"] = {lang: answer.compose(report, lang) for lang in answer.LANGS}
     write_text(out / "report.json", json.dumps(report, indent=1, ensure_ascii=False))
     write_text(out / "report.md", render_markdown(report))
     write_text(out / "index.html", render_html(report, out))

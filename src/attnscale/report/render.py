@@ -38,6 +38,12 @@ def render_markdown(report: dict) -> str:
         "",
         f"**The question.** {QUESTION}",
         "",
+    ]
+    if report.get("answer"):
+        lines += [f"**The answer, as measured.** {' '.join(report['answer']['en']['answer'])}", ""]
+        lines += [f"- *{item['question']}* {' '.join(item['answer'])}" for item in report["answer"]["en"]["follow_ups"]]
+        lines.append("")
+    lines += [
         "| ID | claim | verdict |",
         "|---|---|---|",
     ]
