@@ -918,6 +918,8 @@ def figure_coord(result: dict, outdir: Path) -> str:
                                   linestyle="-" if layer == 0 else ":", label=f"{rule} L{layer}")
             ax.set_title(f"{metric} at step {step}", fontsize=9)
             ax.set_xlabel("d_head", fontsize=8)
+            ax.minorticks_off()
+            ax.set_xticks(result["config"]["d_heads"], [str(d) for d in result["config"]["d_heads"]])
     return _save(fig, outdir, "training_coord_check.png")
 
 
