@@ -175,7 +175,8 @@ SMALL = {16: 1.0}
 def test_c05_all_outcomes():
     assert T.judge_c05(fake_result(frac={"inv_d": 0.05})).verdict == SUPPORTED
     assert T.judge_c05(fake_result(frac={"inv_d": 1.0})).verdict == REFUTED
-    assert T.judge_c05(fake_result(frac={"inv_d": 0.5})).verdict == PARTLY
+    assert T.judge_c05(fake_result(frac={"inv_d": 0.5})).verdict == REFUTED  # "a bit worse" is what C05 denies
+    assert T.judge_c05(fake_result(frac={"inv_d": {16: 1.0, 64: 1.0, 256: 0.05}})).verdict == PARTLY
     finding = T.judge_c05(fake_result(sqrt_frac=0.01))
     assert finding.verdict == NOT_TESTABLE and "Inconclusive" in finding.evidence
 
@@ -199,8 +200,9 @@ def test_c06_c07_c17_all_outcomes():
 
 def test_c09_all_outcomes():
     assert T.judge_c09(fake_result(deep=deep_runs(old_diverged=True))).verdict == SUPPORTED
-    assert T.judge_c09(fake_result(deep=deep_runs(old_final=3.5))).verdict == SUPPORTED
+    assert T.judge_c09(fake_result(deep=deep_runs(old_final=4.0))).verdict == SUPPORTED  # no convergence
     assert T.judge_c09(fake_result(deep=deep_runs())).verdict == REFUTED
+    assert T.judge_c09(fake_result(deep=deep_runs(old_final=2.8))).verdict == REFUTED  # worse, but converged
     # 1/8 worse, but 1/16 did not train either (ends above 80% of its initial loss)
     assert T.judge_c09(fake_result(deep=deep_runs(old_final=4.3, new_final=4.0))).verdict == PARTLY
 
@@ -221,13 +223,16 @@ def test_c13_all_outcomes():
 
 
 def test_c18_all_outcomes():
-    balance = fake_result(frac={"inv_d": 0.3, "const:0.125": {16: 0.5, 64: 1.0, 256: 0.5}},
+    balance = fake_result(frac={"inv_d": 0.3, "const:0.125": {16: 0.1, 64: 1.0, 256: 0.5}},
                           entropy={"inv_d": 0.9, "sqrt": 0.4})
     assert T.judge_c18(balance).verdict == SUPPORTED
     nothing = fake_result(frac={"none": 1.3, "inv_d": 1.0, "const:0.125": 1.0})
     assert T.judge_c18(nothing).verdict == REFUTED
-    some = fake_result(frac={"inv_d": 1.0, "const:0.125": {16: 0.5, 64: 1.0, 256: 1.0}})
+    some = fake_result(frac={"inv_d": 1.0, "const:0.125": {16: 0.1, 64: 1.0, 256: 1.0}})
     assert T.judge_c18(some).verdict == PARTLY
+    # the constant only slower somewhere (not stalled): that part does not hold
+    assert T.judge_c18(fake_result(frac={"const:0.125": {16: 0.5, 64: 1.0, 256: 1.0}},
+                                   entropy={"inv_d": 0.9, "sqrt": 0.4})).verdict == PARTLY
     assert T.judge_c18(fake_result(sqrt_frac=0.01)).verdict == NOT_TESTABLE
 
 
