@@ -5,6 +5,9 @@ start-up included.  Wall-clock numbers on a shared machine carry its load; run i
 otherwise idle one.
 
     python bench/sweep_workers.py [--runs 8] [--steps 150]
+
+Measured twice: with one torch thread per worker (the same work per process either way), and
+with the default cores // workers threads (one worker then gets every core's threads).
 """
 
 from __future__ import annotations
@@ -24,10 +27,10 @@ def grid(n: int, steps: int) -> list[RunSpec]:
                     log_every=50) for i in range(n)]
 
 
-def runs_per_minute(specs, workers: int) -> float:
+def runs_per_minute(specs, workers: int, threads: int | None) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        execute(specs, Path(tmp) / "runs.sqlite", workers=workers)
+        execute(specs, Path(tmp) / "runs.sqlite", workers=workers, threads=threads)
         return len(specs) / (time.perf_counter() - start) * 60
 
 
@@ -37,11 +40,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=150)
     args = parser.parse_args()
     specs = grid(args.runs, args.steps)
-    one = runs_per_minute(specs, 1)
-    two = runs_per_minute(specs, 2)
     print(f"{args.runs} recall runs of {args.steps} steps")
-    print(f"1 worker: {one:.1f} runs/min; 2 workers: {two:.1f} runs/min")
-    print(f"ratio 2 workers / 1 worker: {two / one:.2f} (target >= 1.8)")
+    for threads, label in ((1, "1 torch thread per worker"), (None, "default threads (cores // workers)")):
+        one = runs_per_minute(specs, 1, threads)
+        two = runs_per_minute(specs, 2, threads)
+        print(f"{label}: 1 worker {one:.1f} runs/min, 2 workers {two:.1f} runs/min, "
+              f"ratio {two / one:.2f} (target >= 1.8)")
 
 
 if __name__ == "__main__":

@@ -177,11 +177,11 @@ def check_options(executor: str, workers: int | None) -> int:
 
 def execute(specs, store=None, *, workers: int | None = None, executor: str = "local", address: str | None = None,
             ray_dir: str | Path | None = None, checkpoint_dir: str | Path | None = None,
-            progress: Progress | None = None) -> dict[str, dict]:
+            threads: int | None = None, progress: Progress | None = None) -> dict[str, dict]:
     """Run every spec the store lacks; return {key: result} for all of ``specs``.
 
     ``store``: a :class:`RunStore` (a path is accepted too) or None for an in-memory one.
-    Duplicate specs run once.
+    ``threads``: torch threads per local worker (default: cores // workers).  Duplicate specs run once.
     """
     workers = check_options(executor, workers)
     if store is None:
@@ -208,14 +208,14 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
         progress(finished, total, f"{finished}/{total} runs already stored")
     if todo:
         if executor == "local":
-            _local_execute(todo, workers, ckpt, record)
+            _local_execute(todo, workers, ckpt, record, threads)
         else:
             _ray_execute(todo, workers, address, ray_dir, ckpt, record)
     return {key: store.get(key) for key in wanted}
 
 
-def _local_execute(todo: dict, workers: int, ckpt, record) -> None:
-    threads = max(1, default_workers() // workers)
+def _local_execute(todo: dict, workers: int, ckpt, record, threads: int | None = None) -> None:
+    threads = threads or max(1, default_workers() // workers)
     context = multiprocessing.get_context("spawn")  # fork after torch has started threads can hang
     remaining = dict(todo)
     for _attempt in range(MAX_POOL_RESTARTS + 1):
