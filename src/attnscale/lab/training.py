@@ -187,6 +187,8 @@ def train(spec: RunSpec, return_model: bool = False):
     the minibatch loss, validation loss and accuracy, per-layer gradient norms of W_q, W_k,
     W_v, W_o, and per-layer attention statistics on 32 validation sequences.
     """
+    if spec.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use device 'cpu'")
     task = build_task(spec)
     model = build_model(spec, task)
     optimiser = build_optimiser(spec, model)
@@ -519,10 +521,11 @@ def judge_c05(result: dict) -> Finding:
                    {f"inv_d_progress_{t}_{d}": p for (t, d), p in progress.items()})
 
 
-def init_extremes(result: dict, rule: str, d_head: int) -> dict:
+def init_extremes(result: dict, rule: str, d_head: int, when: str = "0") -> dict:
+    """Largest |logit| and mean max probability over layers, at step ``when`` ("0", "100"), first run found."""
     for r in result["grid"]:
-        if r["rule"] == rule and r["d_head"] == d_head and "0" in r["attention_at"]:
-            layers = r["attention_at"]["0"]
+        if r["rule"] == rule and r["d_head"] == d_head and when in r["attention_at"]:
+            layers = r["attention_at"][when]
             return {"max_abs_logit": max(l["max_abs_logit"] for l in layers),
                     "max_prob": statistics.fmean(l["max_prob"] for l in layers)}
     return {"max_abs_logit": None, "max_prob": None}
@@ -551,10 +554,12 @@ def judge_c06(result: dict) -> Finding:
     verdict = verdict_from_classes(classes, "stalls")
     d_max = max(result["config"]["d_heads"])
     extremes = init_extremes(result, "none", d_max)
+    later = init_extremes(result, "none", d_max, "100")
     small = progress_table(result, "none", [d for d in result["config"]["d_heads"] if d < 64])
     evidence = (
         f"With no scaling and q, k components of variance 1, the largest |logit| at init at d_head {d_max} was "
-        f"{fmt(extremes['max_abs_logit'])} and the mean max probability {fmt(extremes['max_prob'], 2)}. What the "
+        f"{fmt(extremes['max_abs_logit'])} and the mean max probability {fmt(extremes['max_prob'], 2)}; after 100 "
+        f"steps: {fmt(later['max_abs_logit'])} and {fmt(later['max_prob'], 2)}. What the "
         f"unscaled model learned as a fraction of sqrt's (each at its best learning rate), at d_head >= 64: "
         f"{describe(progress)}" + (f" (and at smaller d_head: {describe(small)})" if small else "") +
         f". Rule: below {STALL_BELOW} at every d_head >= 64 means training stalls (supported); at least "
@@ -562,7 +567,8 @@ def judge_c06(result: dict) -> Finding:
     if verdict is None:
         return Finding(NOT_TESTABLE, evidence + inconclusive_note(progress))
     numbers = {f"none_progress_{t}_{d}": p for (t, d), p in progress.items()}
-    numbers.update({"init_max_abs_logit": extremes["max_abs_logit"], "init_max_prob": extremes["max_prob"]})
+    numbers.update({"init_max_abs_logit": extremes["max_abs_logit"], "init_max_prob": extremes["max_prob"],
+                    "step100_max_abs_logit": later["max_abs_logit"]})
     return Finding(verdict, evidence + inconclusive_note(progress), numbers)
 
 
@@ -664,8 +670,8 @@ def judge_c10(result: dict) -> Finding:
     variant = result["t5_variant_step0"]
     ratio = statistics.fmean(v / s for v, s in zip(variant["none_wq_var_inv_sqrt_dk"], variant["sqrt_unit"]))
     text = "; ".join(f"{r['optimiser']}: largest relative loss gap {fmt(r['max_curve_gap'], 2)} (final "
-                     f"{fmt(r['final_none_t5'])} vs {fmt(r['final_sqrt_unit'])}), logit std after training "
-                     f"{fmt(r['final_logit_std_gap'], 2)} apart" for r in rows)
+                     f"{fmt(r['final_none_t5'])} vs {fmt(r['final_sqrt_unit'])}), per-layer logit std after training "
+                     f"up to {r['final_logit_std_gap']:.0%} apart" for r in rows)
     evidence = (
         f"Rule none + T5 init (W_q std (d_model d_k)^-1/2) against sqrt + unit init, d_head {result['config']['t5_d_head']}, "
         f"same seed: step-0 logit std differs by at most {fmt(max(r['step0_logit_std_gap'] for r in rows), 2)} "
