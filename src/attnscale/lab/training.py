@@ -41,6 +41,7 @@ from ..attention import capture
 from ..claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
 from ..models import IGNORE_INDEX, ModelConfig, Transformer
 from ..models.tasks import check_task, make_task
+from ..threads import torch_threads
 
 VERSION = 1
 OPTIMISERS = ("adamw", "sgd", "adafactor")
@@ -345,7 +346,8 @@ def run(config: Config, progress=None) -> dict:
     out = {"config": dataclasses.asdict(config)}
     for name, specs in groups.items():
         out[name] = [summarise(spec, results[run_key(spec)]) for spec in specs]
-    out["t5_variant_step0"] = seed_variant_logit_std(config)
+    with torch_threads(1):
+        out["t5_variant_step0"] = seed_variant_logit_std(config)
     out["cells"] = cells(out["grid"])
     return out
 
