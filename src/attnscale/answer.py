@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from .claims import PENDING, REFUTED, SUPPORTED
+from .lab.training import EQUIVALENT_LOGITS  # the C10 rule's threshold on the trained logit std gap
 
 LANGS = ("en", "zh")
 
@@ -148,8 +149,8 @@ def no_scaling(ev: Evidence, lang: str) -> str:
                 f"already near one-hot, yet the gradient reaching W_q is {grad:.0f}x the sqrt rule's, not near zero.")
         if trained == PENDING or not progress:
             return text + " " + _pending("C06", lang, "training")
-        verb = {REFUTED: "so training does not stall:", SUPPORTED: "and training stalls:"}.get(trained, "and training is hurt:")
-        return text + f" Trained at d_head >= 64, {verb} it learned {_span(progress)} of what 1/sqrt(d_k) learned."
+        verb = {REFUTED: "training does not stall", SUPPORTED: "training stalls"}.get(trained, "training is hurt")
+        return text + f" Trained at d_head >= 64, {verb}: it learned {_span(progress)} of what 1/sqrt(d_k) learned."
     text = (f"不缩放时 logit 标准差随 sqrt(d_k) 增长：d_k = 128 时最大 logit 约 ±{max_logit:.0f}，而不是 ±100"
             f"（要到 d_k ≈ {dk100:.0f} 才到 100）；至少 {_pct(saturated)} 的行已接近 one-hot，"
             f"但传到 W_q 的梯度是 sqrt 规则的 {grad:.0f} 倍，并不接近 0。")
@@ -264,17 +265,21 @@ def t5(ev: Evidence, lang: str) -> str:
             return text + " " + _pending("C10", lang, "training")
         if trained == SUPPORTED:
             return text + " Trained, the two stay equivalent under every optimiser tried."
-        detail = ", ".join(f"{opt} {_pct(gap)}" for opt, gap in gaps.items())
-        return text + (f" That equivalence holds at step 0 only: the optimiser sees a different parametrisation, "
-                       f"and after training the per-layer logit std differs ({detail}).")
+        same = [opt for opt, gap in gaps.items() if gap < EQUIVALENT_LOGITS]
+        differ = ", ".join(f"{opt} by {_pct(gap)}" for opt, gap in gaps.items() if gap >= EQUIVALENT_LOGITS)
+        return text + (f" Trained, it stays equivalent under {', '.join(same) or 'no optimiser tried'}"
+                       f"{'' if not differ else f', but the per-layer logit std ends apart under {differ}'}: the "
+                       f"optimiser sees a different parametrisation, so the folding is equivalent at step 0, not in training.")
     text = (f"T5 不做显式缩放（实测已安装代码的因子为 {factor:.3g}）；它把 W_q 初始化得比 W_k 小 1/sqrt(d_kv)"
             f"（d_kv = {d_kv} 时实测标准差比 {ratio:.3f}），多出的 1/d_kv 只在 W_q 的方差里，初始 logit 标准差为 1，与 1/sqrt(d_k) 相同。")
     if trained == PENDING or not gaps:
         return text + _pending("C10", lang, "training")
     if trained == SUPPORTED:
         return text + "训练后在所有试过的优化器下都保持等价。"
-    detail = "，".join(f"{opt} {_pct(gap)}" for opt, gap in gaps.items())
-    return text + f"但这种等价只在第 0 步成立：优化器面对的是不同的参数化，训练后各层 logit 标准差出现差异（{detail}）。"
+    same = [opt for opt, gap in gaps.items() if gap < EQUIVALENT_LOGITS]
+    differ = "，".join(f"{opt} 相差 {_pct(gap)}" for opt, gap in gaps.items() if gap >= EQUIVALENT_LOGITS)
+    return text + (f"训练后在 {'、'.join(same) or '所试的任何优化器'} 下仍等价" + (f"，但在 {differ}（各层 logit 标准差）" if differ else "")
+                   + "：优化器面对的是不同的参数化，所以这种折叠只在第 0 步等价，训练中未必。")
 
 
 FOLLOW_UPS = {
