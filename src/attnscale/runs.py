@@ -24,11 +24,12 @@ import json
 import multiprocessing
 import os
 import secrets
-import sqlite3
 import time
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable
+
+from .store import SQLiteTable
 
 EXECUTORS = ("local", "ray")
 MAX_POOL_RESTARTS = 3
@@ -67,19 +68,10 @@ def run_key(spec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-class RunStore:
+class RunStore(SQLiteTable):
     """The ``runs`` table of one SQLite file: one row per finished run."""
 
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
-            db.execute(SCHEMA)
-
-    def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=60)
-        db.execute("PRAGMA journal_mode=WAL")
-        return db
+    schema = SCHEMA
 
     def keys(self) -> set[str]:
         with self._connect() as db:

@@ -34,19 +34,26 @@ def config_key(kind: str, version: int, config) -> tuple[str, str]:
     return hashlib.sha256(text.encode()).hexdigest()[:32], text
 
 
-class Store:
-    """A results table in one SQLite file (created with its folder on first use)."""
+class SQLiteTable:
+    """One table in an SQLite file, created (with its folder) on first use; WAL mode so that
+    readers and one writer from several processes do not block each other."""
+
+    schema = SCHEMA
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
-            db.execute(SCHEMA)
+            db.execute(self.schema)
 
     def _connect(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=60)
         db.execute("PRAGMA journal_mode=WAL")
         return db
+
+
+class Store(SQLiteTable):
+    """The report's results table: one row per (lab, version, config)."""
 
     def get(self, key: str) -> tuple[dict, float] | None:
         """The stored (result, seconds it took), or None."""
