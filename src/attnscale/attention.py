@@ -146,10 +146,17 @@ def _online_rows(q, k, v, factor, mask, block_size: int):
     return out, lse
 
 
-def sdpa_attention(q, k, v, factor, mask):
-    """torch's fused kernel; a tensor factor (learnable) is folded into q so gradients reach it."""
+def sdpa_attention(q, k, v, factor, mask, causal: bool = False):
+    """torch's fused kernel; a tensor factor (learnable) is folded into q so gradients reach it.
+
+    A causal pattern with no other mask goes in as ``is_causal``: an explicit mask would
+    keep torch off its fastest kernels.
+    """
     if isinstance(factor, torch.Tensor):
         q, factor = q * factor, 1.0
+    if causal and mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=float(factor))
+    mask = combined_mask(mask, causal, q.shape[-2], k.shape[-2], q.device)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=float(factor))
     if mask is not None:
         # Rows with no key allowed: torch returns NaN for some backends; the contract is zeros.
@@ -157,13 +164,14 @@ def sdpa_attention(q, k, v, factor, mask):
     return out
 
 
-def _attend(q, k, v, factor, mask, impl: str, return_weights: bool, block_size: int):
+def _attend(q, k, v, factor, mask, causal: bool, impl: str, return_weights: bool, block_size: int):
     if impl == "auto":
         impl = "stable" if return_weights else "sdpa"
     if return_weights and impl not in WEIGHT_IMPLS:
         raise ValueError(f"return_weights=True needs impl in {WEIGHT_IMPLS} or 'auto', got {impl!r}")
     if impl == "sdpa":
-        return sdpa_attention(q, k, v, factor, mask)
+        return sdpa_attention(q, k, v, factor, mask, causal)
+    mask = combined_mask(mask, causal, q.shape[-2], k.shape[-2], q.device)
     if impl == "online":
         return online_attention(q, k, v, factor, mask, block_size)[0]
     out, probs = dense_attention(q, k, v, factor, mask, impl)
@@ -194,11 +202,10 @@ def attention(
     check_impl(impl)
     rule = scaling.parse(scale)
     check_qkv(q, k, v)
-    t_q, t_k = q.shape[-2], k.shape[-2]
+    t_k = k.shape[-2]
     mask = check_mask(mask, (*q.shape[:-1], t_k))
-    mask = combined_mask(mask, causal, t_q, t_k, q.device)
     q, k, factor = prepare_qk(q, k, rule)
-    return _attend(q, k, v, factor, mask, impl, return_weights, block_size)
+    return _attend(q, k, v, factor, mask, causal, impl, return_weights, block_size)
 
 
 @dataclass
@@ -299,13 +306,13 @@ class ScaledAttention(nn.Module):
         if self.rule.normalizes_qk:
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
         causal = self.causal if causal is None else causal
-        mask = combined_mask(mask, causal, time, time, x.device)
         factor = self.factor()
         if self._capture is not None:
+            mask = combined_mask(mask, causal, time, time, x.device)
             out, probs = dense_attention(q, k, v, factor, mask, "stable")
             self._record(q, k, factor, mask, probs)
         else:
-            out = _attend(q, k, v, factor, mask, self.impl, False, self.block_size)
+            out = _attend(q, k, v, factor, mask, causal, self.impl, False, self.block_size)
         return self.w_o(out.transpose(1, 2).reshape(batch, time, self.n_heads * self.d_head))
 
     def _record(self, q, k, factor, mask, probs) -> None:
