@@ -32,6 +32,18 @@ LABS = ("variance", "saturation", "numerics", "training", "doctor")
 PRESET_NAMES = ("quick", "full")
 
 
+class Ticker:
+    """Counts a run's finished steps and reports the fraction done to ``progress`` (if any)."""
+
+    def __init__(self, progress, steps: int):
+        self.progress, self.steps, self.done = progress, steps, 0
+
+    def __call__(self, message: str) -> None:
+        self.done += 1
+        if self.progress:
+            self.progress(self.done / self.steps, message)
+
+
 def available() -> tuple[str, ...]:
     """The labs whose module is present in this installation."""
     found = []

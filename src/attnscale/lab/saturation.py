@@ -41,6 +41,7 @@ from .. import claims, stats
 from ..attention import attention
 from ..claims import Finding
 from ..threads import torch_threads
+from . import Ticker
 
 VERSION = 1
 
@@ -303,14 +304,7 @@ def run(config: Config, progress=None) -> dict:
 
 
 def _run(config: Config, progress=None) -> dict:
-    steps = len(config.d_ks) * 2 + 1
-    done = 0
-
-    def tick(message: str) -> None:
-        nonlocal done
-        done += 1
-        if progress:
-            progress(done / steps, message)
+    tick = Ticker(progress, steps=len(config.d_ks) * 2 + 1)
 
     sweep = []
     for d_k in config.d_ks:

@@ -51,6 +51,7 @@ from .. import stats
 from ..attention import attention
 from ..claims import Finding
 from ..threads import torch_threads
+from . import Ticker
 
 VERSION = 1
 
@@ -418,14 +419,7 @@ def run(config: Config, progress=None) -> dict:
 
 
 def _run(config: Config, progress=None) -> dict:
-    steps = len(config.families) * len(config.d_ks) + 3
-    done = 0
-
-    def tick(message: str) -> None:
-        nonlocal done
-        done += 1
-        if progress:
-            progress(done / steps, message)
+    tick = Ticker(progress, steps=len(config.families) * len(config.d_ks) + 3)
 
     dot_rows = []
     for family in config.families:
