@@ -659,11 +659,11 @@ def diagnose(model_dir=None, text: str = DEFAULT_TEXT, *, max_tokens: int = 128,
 def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -> list[str]:
     """entropy_grid.png (layer x head normalised entropy) and attention_layer<L>.png (each
     head's attention map over the tokens).  Returns the paths written, relative to outdir."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.colors import PowerNorm
+
+    from .plotting import pyplot
+
+    plt = pyplot()
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)

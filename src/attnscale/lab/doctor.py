@@ -30,6 +30,7 @@ import torch
 from .. import doctor
 from ..claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
 from ..threads import torch_threads
+from ..plotting import pyplot
 
 VERSION = 1
 
@@ -361,17 +362,8 @@ def tables(result: dict) -> dict[str, list[dict]]:
     }
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def figure_c14(result: dict, path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     pre = result["pretrained"]
     conditions = pre["conditions"]
     layers, heads = pre["n_layers"], pre["n_heads"]
@@ -399,7 +391,7 @@ def figure_c14(result: dict, path) -> None:
 
 
 def figure_c13(result: dict, path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=100)
     for index, row in enumerate(result["probe"]):
         ratio = [layer["factor"] * math.sqrt(row["d_k"]) for layer in row["per_layer"]]
@@ -423,7 +415,7 @@ def figure_c13(result: dict, path) -> None:
 
 
 def figure_c10(result: dict, path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 3.2), dpi=100)
     centers = [(a + b) / 2 for a, b in zip(HIST_EDGES[:-1], HIST_EDGES[1:])]
     for row in result["init"]:
@@ -440,7 +432,7 @@ def figure_c10(result: dict, path) -> None:
 
 
 def figure_counterfactual(result: dict, path) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     rows = result["pretrained"]["counterfactual"]
     fig, ax = plt.subplots(figsize=(5.5, 3.0), dpi=100)
     x = range(len(rows))

@@ -44,6 +44,7 @@ from ..attention import attention
 from ..numerics import DTYPES, exp_overflow_threshold, matmul_accumulation
 from ..softmax import naive_softmax
 from ..threads import torch_threads
+from ..plotting import pyplot, save
 
 VERSION = 1
 SCALES = ("none", "sqrt")
@@ -531,15 +532,6 @@ def impl_names_of(result: dict) -> list[str]:
     return list(dict.fromkeys(r["impl"] for r in result["impls"]))
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _heatmap(ax, values, row_labels, col_labels, title, fmt="{:.2g}"):
     import numpy as np
 
@@ -562,7 +554,7 @@ def _logits_finite(result: dict, scenario: str, scale: str) -> bool:
 
 
 def _figure_c11(result: dict, outdir) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for d_k in sorted({r["d_k"] for r in result["grid"]}):
         for outliers, style in ((False, "-"), (True, "--")):
@@ -583,14 +575,11 @@ def _figure_c11(result: dict, outdir) -> str:
     labels = [s + ("" if _logits_finite(result, s, "sqrt") else " *") for s in scenarios]
     _heatmap(right, values, impls, labels, "float16 non-finite output share, scale sqrt\n"
              "(* float16 QK^T overflows there)")
-    fig.tight_layout()
-    fig.savefig(outdir / "numerics_c11.png", dpi=100)
-    plt.close(fig)
-    return "numerics_c11.png"
+    return save(fig, outdir, "numerics_c11.png")
 
 
 def _figure_c12(result: dict, outdir) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
     for scenario in dict.fromkeys(r["scenario"] for r in result["clamp"]):
         rows = sorted((r for r in result["clamp"] if r["scenario"] == scenario and r["scale"] == "sqrt"),
@@ -606,14 +595,11 @@ def _figure_c12(result: dict, outdir) -> str:
               for i in impls]
     labels = [f"{s}, {sc}" + ("" if _logits_finite(result, s, sc) else " *") for s, sc in columns]
     _heatmap(right, values, impls, labels, "float16 non-finite output share\n(* float16 QK^T overflows there)")
-    fig.tight_layout()
-    fig.savefig(outdir / "numerics_c12.png", dpi=100)
-    plt.close(fig)
-    return "numerics_c12.png"
+    return save(fig, outdir, "numerics_c12.png")
 
 
 def _figure_errors(result: dict, outdir) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     impls = [i for i in impl_names_of(result) if i != "plain"]
     dtypes = list(dict.fromkeys(r["dtype"] for r in result["impls"]))
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -627,10 +613,7 @@ def _figure_errors(result: dict, outdir) -> str:
     _heatmap(ax, [[None if v is None else min(v, 10.0) for v in row] for row in values], impls, list(dtypes),
              "worst max-error ratio to the plain math, scale sqrt\n(<= 2 passes flash-attn's rule; "
              "capped at 10; - = non-finite output)")
-    fig.tight_layout()
-    fig.savefig(outdir / "numerics_errors.png", dpi=100)
-    plt.close(fig)
-    return "numerics_errors.png"
+    return save(fig, outdir, "numerics_errors.png")
 
 
 def figures(result: dict, outdir) -> dict[str, list[str]]:

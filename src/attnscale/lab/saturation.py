@@ -42,6 +42,7 @@ from ..attention import attention
 from ..claims import Finding
 from ..threads import torch_threads
 from . import Ticker
+from ..plotting import pyplot, save
 
 VERSION = 1
 
@@ -551,22 +552,6 @@ def tables(result: dict) -> dict[str, list[dict]]:
     }
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(plt, fig, outdir, name: str) -> str:
-    fig.tight_layout()
-    fig.savefig(outdir / name, dpi=100)
-    plt.close(fig)
-    return name
-
-
 def _rule_rows(result: dict, n: int):
     for r in ("none", "sqrt", "inv_d"):
         rows = sorted(_pick(result["sweep"], rule=r, n=n), key=lambda x: x["d_k"])
@@ -580,7 +565,7 @@ def _rule_rows(result: dict, n: int):
 def figures(result: dict, outdir) -> dict[str, list[str]]:
     from pathlib import Path
 
-    plt = _pyplot()
+    plt = pyplot()
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     n = _n_ref(result)
@@ -594,7 +579,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     axes[0].set(xlabel="d_k", ylabel="logit std", title="softmax input std by rule")
     axes[1].set(xlabel="d_k", ylabel="% of logits in [-3, 3]", title=f"n = {n}")
     axes[0].legend(fontsize=8)
-    out["C04"] = [_save(plt, fig, outdir, "saturation_c04.png")]
+    out["C04"] = [save(fig, outdir, "saturation_c04.png")]
 
     ns = result["config"]["ns"]
     fig, axes = plt.subplots(1, len(ns), figsize=(4 * len(ns), 3.6), squeeze=False)
@@ -603,7 +588,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
             ax.semilogx([r["d_k"] for r in rows], [r["normalized_entropy"] for r in rows], "o-", ms=3, label=name)
         ax.set(xlabel="d_k", ylabel="mean normalised entropy", title=f"n = {nn_}", ylim=(0, 1.02))
     axes[0][0].legend(fontsize=8)
-    out["C05"] = [_save(plt, fig, outdir, "saturation_c05.png")]
+    out["C05"] = [save(fig, outdir, "saturation_c05.png")]
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for name, rows in _rule_rows(result, n):
@@ -616,7 +601,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
             axes[1].loglog([r["d_k"] for r in rows], [r["grad_wq_output"] for r in rows], "o-", ms=3, label=name)
     axes[1].set(xlabel="d_k", ylabel="||dL/dW_q||_F", title=f"gradient reaching W_q (n = {result['config']['grad_n']})")
     axes[1].legend(fontsize=8)
-    out["C06"] = [_save(plt, fig, outdir, "saturation_c06.png")]
+    out["C06"] = [save(fig, outdir, "saturation_c06.png")]
 
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
     for key, c in result["derivative"].items():
@@ -629,7 +614,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     axes[1].set(xlabel="logit x", ylabel="p_x (1 - p_x)", title="diagonal derivative")
     axes[2].set(xlabel="logit x", ylabel="||diag(p) - p p^T||_F", title="full Jacobian")
     axes[0].legend(fontsize=8)
-    out["C16"] = [_save(plt, fig, outdir, "saturation_c16.png")]
+    out["C16"] = [save(fig, outdir, "saturation_c16.png")]
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     powers = sorted([r for r in result["slopes"] if r["exponent"] is not None and r["n"] == n],
@@ -642,5 +627,5 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     axes[0].legend()
     axes[1].plot(a, [r["entropy_spread"] for r in powers], "o-")
     axes[1].set(xlabel="exponent A", ylabel="max - min normalised entropy over d_k", title=f"n = {n}")
-    out["C18"] = [_save(plt, fig, outdir, "saturation_c18.png")]
+    out["C18"] = [save(fig, outdir, "saturation_c18.png")]
     return out

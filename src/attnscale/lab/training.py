@@ -42,6 +42,7 @@ from ..claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
 from ..models import IGNORE_INDEX, ModelConfig, Transformer
 from ..models.tasks import check_task, make_task
 from ..threads import torch_threads
+from ..plotting import pyplot, save
 
 VERSION = 1
 OPTIMISERS = ("adamw", "sgd", "adafactor")
@@ -838,27 +839,16 @@ def tables(result: dict) -> dict[str, list[dict]]:
 RULE_COLORS = {"sqrt": "tab:blue", "inv_d": "tab:orange", "none": "tab:red", "const:0.125": "tab:green"}
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _save(fig, outdir: Path, name: str) -> str:
+    """Add a small legend to every axis that has labelled lines, then save."""
     for ax in fig.axes:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(Path(outdir) / name, dpi=100)
-    _pyplot().close(fig)
-    return name
+    return save(fig, outdir, name)
 
 
 def figure_curves(result: dict, outdir: Path) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     d_heads = result["config"]["d_heads"]
     fig, axes = plt.subplots(2, len(d_heads), figsize=(3.2 * len(d_heads), 5.2), squeeze=False)
     for row, task in enumerate(TASK_STEPS):
@@ -876,7 +866,7 @@ def figure_curves(result: dict, outdir: Path) -> str:
 
 
 def figure_grads(result: dict, outdir: Path) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     d_heads = result["config"]["d_heads"]
     lr = result["config"]["recall_lrs"][0]
     fig, axes = plt.subplots(1, len(d_heads), figsize=(3.2 * len(d_heads), 2.8), squeeze=False)
@@ -894,7 +884,7 @@ def figure_grads(result: dict, outdir: Path) -> str:
 
 
 def figure_deep(result: dict, outdir: Path) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for r in result["deep"]:
         ax.plot(r["curve"]["step"], r["curve"]["val_loss"], label=f"{r['rule']} lr {r['lr']:g}")
@@ -905,7 +895,7 @@ def figure_deep(result: dict, outdir: Path) -> str:
 
 
 def figure_t5(result: dict, outdir: Path) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     opts = [o for o, _ in result["config"]["t5_optimisers"]]
     fig, axes = plt.subplots(1, len(opts), figsize=(3.2 * len(opts), 2.8), squeeze=False)
     for col, opt in enumerate(opts):
@@ -921,7 +911,7 @@ def figure_t5(result: dict, outdir: Path) -> str:
 
 
 def figure_coord(result: dict, outdir: Path) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     rows = coord_rows(result)
     fig, axes = plt.subplots(2, 2, figsize=(7, 5.5), squeeze=False)
     for col, step in enumerate((0, 100)):
@@ -943,7 +933,7 @@ def figure_coord(result: dict, outdir: Path) -> str:
 
 
 def figure_lr(result: dict, outdir: Path) -> str:
-    plt = _pyplot()
+    plt = pyplot()
     d_heads = result["config"]["d_heads"]
     fig, axes = plt.subplots(2, len(d_heads), figsize=(3.2 * len(d_heads), 5.2), squeeze=False)
     for row, task in enumerate(TASK_STEPS):

@@ -52,6 +52,7 @@ from ..attention import attention
 from ..claims import Finding
 from ..threads import torch_threads
 from . import Ticker
+from ..plotting import pyplot, save
 
 VERSION = 1
 
@@ -603,26 +604,10 @@ def tables(result: dict) -> dict[str, list[dict]]:
     }
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, outdir, name: str) -> str:
-    fig.tight_layout()
-    fig.savefig(outdir / name, dpi=100)
-    fig.clf()
-    return name
-
-
 def figures(result: dict, outdir) -> dict[str, list[str]]:
     from pathlib import Path
 
-    plt = _pyplot()
+    plt = pyplot()
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     out = {}
@@ -644,7 +629,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
             axes[1].loglog(d, [r[f"std_{rule}"] for r in rows], "o-", ms=4, label=rule)
     axes[1].set(xlabel="d_k", ylabel="std of the softmax input", title="gaussian q, k: after each scale rule")
     axes[1].legend()
-    out["C02"] = [_save(fig, outdir, "variance_c02.png")]
+    out["C02"] = [save(fig, outdir, "variance_c02.png")]
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -655,7 +640,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
     ax.set(ylabel="q component variance", title="unit-variance input through the q projection")
     ax.legend(fontsize=8)
-    out["C01"] = [_save(fig, outdir, "variance_c01.png")]
+    out["C01"] = [save(fig, outdir, "variance_c01.png")]
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -672,7 +657,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     ax.set_ylim(bottom=0)
     ax.set(xlabel="d_k", ylabel="% of q.k", title="share beyond 3 std (solid) vs beyond |3| (dashed)")
     ax.legend(fontsize=6)
-    out["C03"] = [_save(fig, outdir, "variance_c03.png")]
+    out["C03"] = [save(fig, outdir, "variance_c03.png")]
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -683,7 +668,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     ax.set_xticks([j + 0.2 for j in range(len(names))], names)
     ax.set(ylabel="% of elements that differ (by 1 ulp)", title="x * (1/sqrt(d_k)) vs x / sqrt(d_k)")
     ax.legend()
-    out["C08"] = [_save(fig, outdir, "variance_c08.png")]
+    out["C08"] = [save(fig, outdir, "variance_c08.png")]
     plt.close(fig)
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -697,6 +682,6 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     axes[1].semilogx(d, [r["output_rms_diff"] for r in small], "s-", base=2, label="output RMS difference (std of v)")
     axes[1].set(xlabel="d_k", title="with vs without 1/sqrt(d_k)")
     axes[1].legend()
-    out["C15"] = [_save(fig, outdir, "variance_c15.png")]
+    out["C15"] = [save(fig, outdir, "variance_c15.png")]
     plt.close(fig)
     return out
