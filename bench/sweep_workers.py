@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from attnscale.lab.training import RunSpec
+from attnscale.train import RunSpec
 from attnscale.runs import execute
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from attnscale import runs
-from attnscale.lab import training as T
+from attnscale import train as T
 
 ATTNSCALE = [str(Path(sys.executable).parent / "attnscale")]
 

@@ -1,35 +1,42 @@
-"""Sweep execution: many training runs, in worker processes or on Ray, into SQLite.
+"""Sweep execution: many training runs, batched into groups, in worker processes or on Ray, into SQLite.
 
-A run is a :class:`attnscale.lab.training.RunSpec` (task, rule, init, d_head, n_layers, lr,
-optimiser, steps, seed, ...), identified by a hash of its fields and the training lab's
-VERSION.  :func:`execute` runs the specs that the store does not hold yet:
+A run is a :class:`attnscale.train.RunSpec` (task, rule, init, d_head, n_layers, lr,
+optimiser, steps, seed, ...), identified by a hash of its fields and the training engine's
+VERSION.  :func:`execute` runs the specs that the store does not hold yet.  Runs that
+share a shape are trained together as one program (:func:`attnscale.train.train_group`),
+at most ``batch_runs`` to a group (1 trains each run alone, on the plain one-run path):
 
 * ``executor="local"`` (default): a pool of ``workers`` spawned processes, each with
-  cores // workers torch threads.  A worker that dies (killed, out of memory) breaks the
-  pool; the pool is restarted and the runs that were in flight are run again.
-* ``executor="ray"``: one Ray task per run, on the cluster at ``address``, or on a local
+  cores // workers torch threads, one group per task.  A worker that dies (killed, out of
+  memory) breaks the pool; the pool is restarted and the groups in flight are run again.
+  A worker whose parent process is gone (the sweep was killed with kill -9) exits within
+  a second or two instead of living on as an orphan.
+* ``executor="ray"``: one Ray task per group, on the cluster at ``address``, or on a local
   Ray instance started for the sweep (its files under ``ray_dir``, HOME untouched).
 
-Only the parent process writes the store, one row per finished run, each in its own
-transaction (``INSERT OR IGNORE`` on the key): a sweep killed with kill -9 loses only the
-runs in flight, and rerunning it skips every run already stored.  A diverged run (NaN/inf
-loss) is a finished run: its row says at which step.
+Only the parent process writes the store, one transaction per finished group (``INSERT OR
+IGNORE`` on the key): a sweep killed with kill -9 loses only the groups in flight, and
+rerunning it skips every run already stored.  A diverged run (NaN/inf loss) is a finished
+run: its row says at which step.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
-import hashlib
+import dataclasses
 import json
 import multiprocessing
 import os
 import secrets
+import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable
 
+from . import checks
 from .store import SQLiteTable
+from .train import RunSpec, as_spec, group_specs, run_key, train, train_group
 
 EXECUTORS = ("local", "ray")
 MAX_POOL_RESTARTS = 3
@@ -48,50 +55,57 @@ CREATE TABLE IF NOT EXISTS runs (
 Progress = Callable[[int, int, str], None]  # (done, total, message)
 
 
+DEFAULT_BATCH_RUNS = 24   # runs per group: enough to amortise the per-op overhead on a CPU
+PARENT_POLL_SECONDS = 1.0  # how often a worker checks that its parent is alive
+
+
 def spec_dict(spec) -> dict:
-    """A RunSpec (or a dict of its fields) as a plain dict."""
-    if isinstance(spec, dict):
-        return dict(spec)
-    import dataclasses
-
-    return dataclasses.asdict(spec)
-
-
-def run_key(spec) -> str:
-    """The store key of a run: its fields and the training lab's VERSION, hashed."""
-    from .lab import training
-
-    data = training.RunSpec(**spec_dict(spec))  # validates and fills defaults
-    import dataclasses
-
-    text = json.dumps({"version": training.VERSION, "spec": dataclasses.asdict(data)}, sort_keys=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
+    """A RunSpec (or a dict of its fields) as a plain dict, validated and with defaults filled."""
+    return dataclasses.asdict(as_spec(spec))
 
 
 class RunStore(SQLiteTable):
-    """The ``runs`` table of one SQLite file: one row per finished run."""
+    """The ``runs`` table of one SQLite file: one row per finished run.
+
+    ``since`` (a time.time() value): see only the runs stored from then on (a fresh start
+    that still keeps every finished group, so that a killed run resumes).
+    """
 
     schema = SCHEMA
 
+    def __init__(self, path: str | Path, since: float | None = None):
+        super().__init__(path)
+        self.since = 0.0 if since is None else since
+
     def keys(self) -> set[str]:
         with self._connect() as db:
-            return {row[0] for row in db.execute("SELECT key FROM runs")}
+            return {row[0] for row in db.execute("SELECT key FROM runs WHERE created >= ?", (self.since,))}
 
     def put(self, key: str, spec: dict, result: dict, seconds: float) -> None:
         """Store one finished run in a single transaction; a key already stored is left as it is."""
+        self.put_many([(key, spec, result, seconds)])
+
+    def put_many(self, rows: list[tuple[str, dict, dict, float]]) -> None:
+        """Store finished runs [(key, spec, result, seconds)] in one transaction: all of them or none."""
+        now = time.time()
         db = self._connect()
         try:
             with db:
-                db.execute(
-                    "INSERT OR IGNORE INTO runs (key, spec, status, result, seconds, created) VALUES (?, ?, ?, ?, ?, ?)",
-                    (key, json.dumps(spec, sort_keys=True), result["status"], json.dumps(result), seconds, time.time()),
+                # A run stored before ``since`` is replaced; one stored since is kept as it is.
+                db.executemany(
+                    "INSERT INTO runs (key, spec, status, result, seconds, created) VALUES (?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT(key) DO UPDATE SET spec = excluded.spec, status = excluded.status, "
+                    "result = excluded.result, seconds = excluded.seconds, created = excluded.created "
+                    "WHERE runs.created < ?",
+                    [(key, json.dumps(spec, sort_keys=True), result["status"], json.dumps(result), seconds, now,
+                      self.since) for key, spec, result, seconds in rows],
                 )
         finally:
             db.close()
 
     def get(self, key: str) -> dict | None:
         with self._connect() as db:
-            row = db.execute("SELECT result FROM runs WHERE key = ?", (key,)).fetchone()
+            row = db.execute("SELECT result FROM runs WHERE key = ? AND created >= ?", (key, self.since)).fetchone()
         return json.loads(row[0]) if row else None
 
     def rows(self) -> list[dict]:
@@ -115,6 +129,10 @@ class MemoryStore:
         self._rows.setdefault(key, {"key": key, "spec": spec, "status": result["status"], "result": result,
                                     "seconds": seconds})
 
+    def put_many(self, rows) -> None:
+        for row in rows:
+            self.put(*row)
+
     def get(self, key):
         row = self._rows.get(key)
         return row["result"] if row else None
@@ -123,35 +141,59 @@ class MemoryStore:
         return list(self._rows.values())
 
 
+def save_checkpoint(spec: dict, model, checkpoint_dir: str) -> None:
+    """The run's final weights to ``<checkpoint_dir>/<key>.safetensors`` (its spec in the metadata)."""
+    from safetensors.torch import save_file
+
+    folder = Path(checkpoint_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    tensors = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    save_file(tensors, str(folder / f"{run_key(spec)}.safetensors"), metadata={"spec": json.dumps(spec)})
+
+
 def run_one(spec: dict, checkpoint_dir: str | None = None) -> tuple[dict, float]:
-    """Train one run (in whatever process calls it); returns (result, seconds).
-
-    With ``checkpoint_dir``, the final weights go to ``<checkpoint_dir>/<key>.safetensors``.
-    """
-    from .lab import training
-
+    """Train one run on the plain one-run path (in whatever process calls it); returns (result, seconds)."""
     start = time.perf_counter()
-    result, model = training.train(training.RunSpec(**spec), return_model=True)
+    result, model = train(RunSpec(**spec), return_model=True)
     if checkpoint_dir is not None:
-        from safetensors.torch import save_file
-
-        folder = Path(checkpoint_dir)
-        folder.mkdir(parents=True, exist_ok=True)
-        tensors = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
-        save_file(tensors, str(folder / f"{run_key(spec)}.safetensors"), metadata={"spec": json.dumps(spec)})
+        save_checkpoint(spec, model, checkpoint_dir)
     return result, time.perf_counter() - start
 
 
-def _init_worker(threads: int) -> None:
+def run_group(specs: list[dict], checkpoint_dir: str | None = None) -> list[tuple[dict, float]]:
+    """Train a group of runs of one shape (one run: the plain path; more: batched); returns
+    [(result, seconds)] in the order of ``specs``, each run charged an equal share of the time."""
+    if len(specs) == 1:
+        return [run_one(specs[0], checkpoint_dir)]
+    start = time.perf_counter()
+    results, models = train_group([RunSpec(**s) for s in specs], return_models=True)
+    if checkpoint_dir is not None:
+        for spec, model in zip(specs, models):
+            save_checkpoint(spec, model, checkpoint_dir)
+    share = (time.perf_counter() - start) / len(specs)
+    return [(result, share) for result in results]
+
+
+def _watch_parent(parent: int) -> None:
+    """Exit this worker once its parent is gone (re-parented to init or a subreaper)."""
+    while True:
+        time.sleep(PARENT_POLL_SECONDS)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _init_worker(threads: int, parent: int | None = None) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    if parent is not None:
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
 
 
-def ray_run_one(spec: dict, checkpoint_dir: str | None = None) -> tuple[dict, float]:
-    """run_one inside a Ray worker, on one torch thread (Ray gives each task one CPU)."""
+def ray_run_group(specs: list[dict], checkpoint_dir: str | None = None) -> list[tuple[dict, float]]:
+    """run_group inside a Ray worker, on one torch thread (Ray gives each task one CPU)."""
     _init_worker(1)
-    return run_one(spec, checkpoint_dir)
+    return run_group(specs, checkpoint_dir)
 
 
 def default_workers() -> int:
@@ -167,15 +209,33 @@ def check_options(executor: str, workers: int | None) -> int:
     return workers
 
 
+def plan_groups(todo: dict[str, dict], batch_runs: int, workers: int) -> list[list[str]]:
+    """The runs to do as groups of keys: runs of one shape, at most ``batch_runs`` each, split
+    further while there are fewer groups than workers; the costliest groups first."""
+    size = min(batch_runs, max(1, -(-len(todo) // workers)))
+    specs = {key: as_spec(spec) for key, spec in todo.items()}
+    groups = [[run_key(s) for s in group] for group in group_specs(list(specs.values()), size)]
+
+    def cost(group):
+        s = specs[group[0]]
+        return len(group) * s.steps * s.n_layers * s.batch_size * (s.d_model + s.n_heads * s.d_head)
+
+    return sorted(groups, key=cost, reverse=True)
+
+
 def execute(specs, store=None, *, workers: int | None = None, executor: str = "local", address: str | None = None,
             ray_dir: str | Path | None = None, checkpoint_dir: str | Path | None = None,
-            threads: int | None = None, progress: Progress | None = None) -> dict[str, dict]:
+            threads: int | None = None, batch_runs: int = DEFAULT_BATCH_RUNS,
+            progress: Progress | None = None) -> dict[str, dict]:
     """Run every spec the store lacks; return {key: result} for all of ``specs``.
 
     ``store``: a :class:`RunStore` (a path is accepted too) or None for an in-memory one.
-    ``threads``: torch threads per local worker (default: cores // workers).  Duplicate specs run once.
+    ``batch_runs``: most runs trained together as one group (1: each run alone).
+    ``threads``: torch threads per local worker (default: cores // workers).  Duplicate specs
+    run once.  With one local worker the groups run in this process.
     """
     workers = check_options(executor, workers)
+    batch_runs = checks.positive_int("batch_runs", batch_runs)
     if store is None:
         store = MemoryStore()
     elif isinstance(store, (str, Path)):
@@ -189,48 +249,58 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
     total, finished = len(wanted), len(wanted) - len(todo)
     ckpt = None if checkpoint_dir is None else str(checkpoint_dir)
 
-    def record(key: str, result: dict, seconds: float) -> None:
+    def record(keys: list[str], outcomes: list[tuple[dict, float]]) -> None:
         nonlocal finished
-        store.put(key, todo[key], result, seconds)
-        finished += 1
+        store.put_many([(key, todo[key], result, seconds) for key, (result, seconds) in zip(keys, outcomes)])
+        finished += len(keys)
         if progress:
             progress(finished, total, f"{finished}/{total} runs")
 
     if progress:
         progress(finished, total, f"{finished}/{total} runs already stored")
     if todo:
-        if executor == "local":
-            _local_execute(todo, workers, ckpt, record, threads)
+        groups = plan_groups(todo, batch_runs, workers)
+        if executor == "ray":
+            _ray_execute(groups, todo, workers, address, ray_dir, ckpt, record)
+        elif workers == 1:
+            _in_process_execute(groups, todo, ckpt, record, threads)
         else:
-            _ray_execute(todo, workers, address, ray_dir, ckpt, record)
+            _local_execute(groups, todo, workers, ckpt, record, threads)
     return {key: store.get(key) for key in wanted}
 
 
-def _local_execute(todo: dict, workers: int, ckpt, record, threads: int | None = None) -> None:
+def _in_process_execute(groups: list[list[str]], todo: dict, ckpt, record, threads: int | None) -> None:
+    from .threads import torch_threads
+
+    with torch_threads(threads or default_workers()):
+        for keys in groups:
+            record(keys, run_group([todo[k] for k in keys], ckpt))
+
+
+def _local_execute(groups: list[list[str]], todo: dict, workers: int, ckpt, record, threads: int | None = None) -> None:
     threads = threads or max(1, default_workers() // workers)
     context = multiprocessing.get_context("spawn")  # fork after torch has started threads can hang
-    remaining = dict(todo)
+    remaining = list(groups)
     for _attempt in range(MAX_POOL_RESTARTS + 1):
         try:
             with cf.ProcessPoolExecutor(max_workers=min(workers, len(remaining)), mp_context=context,
-                                        initializer=_init_worker, initargs=(threads,)) as pool:
-                futures = {pool.submit(run_one, spec, ckpt): key for key, spec in remaining.items()}
+                                        initializer=_init_worker, initargs=(threads, os.getpid())) as pool:
+                futures = {pool.submit(run_group, [todo[k] for k in keys], ckpt): keys for keys in remaining}
                 for future in cf.as_completed(futures):
-                    key = futures[future]
-                    result, seconds = future.result()
-                    record(key, result, seconds)
-                    remaining.pop(key)
+                    keys = futures[future]
+                    record(keys, future.result())
+                    remaining.remove(keys)
             return
         except BrokenProcessPool:
-            continue  # a worker died: the runs it and its peers held are run again
-    raise RuntimeError(f"the worker pool broke {MAX_POOL_RESTARTS + 1} times; {len(remaining)} runs not done")
+            continue  # a worker died: the groups it and its peers held are run again
+    raise RuntimeError(f"the worker pool broke {MAX_POOL_RESTARTS + 1} times; {len(remaining)} groups not done")
 
 
 RAY_MISSING = ("--executor ray needs Ray, which is not installed; install it with "
                "`pip install 'attnscale[ray]'` (or `pip install 'ray[default]'`), or use --executor local")
 
 
-def _ray_execute(todo: dict, workers: int, address, ray_dir, ckpt, record) -> None:
+def _ray_execute(groups: list[list[str]], todo: dict, workers: int, address, ray_dir, ckpt, record) -> None:
     try:
         import ray
     except ImportError:
@@ -249,13 +319,12 @@ def _ray_execute(todo: dict, workers: int, address, ray_dir, ckpt, record) -> No
             ray.init(num_cpus=workers, _temp_dir=str(temp), include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
     try:
-        remote = ray.remote(num_cpus=1)(ray_run_one)
-        pending = {remote.remote(spec, ckpt): key for key, spec in todo.items()}
+        remote = ray.remote(num_cpus=1)(ray_run_group)
+        pending = {remote.remote([todo[k] for k in keys], ckpt): keys for keys in groups}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
-                result, seconds = ray.get(ref)
-                record(pending.pop(ref), result, seconds)
+                record(pending.pop(ref), ray.get(ref))
     finally:
         if started_here:
             ray.shutdown()

@@ -72,7 +72,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the whole result as JSON."),
     ) -> None:
         """Train one model and print its log (a NaN/inf loss is reported as 'diverged at step k')."""
-        from ..lab.training import RunSpec
+        from ..train import RunSpec
         from ..runs import run_key, run_one
 
         spec = RunSpec(task=task, rule=rule, init=init, d_head=d_head, n_layers=layers, lr=lr, optimiser=optimiser,
@@ -107,6 +107,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", help="cpu or cuda."),
         workers: int = typer.Option(None, help="Worker processes (default: the number of cores)."),
         executor: str = typer.Option("local", help="local (process pool) or ray."),
+        batch_runs: int = typer.Option(24, help="Most runs of one shape trained together as one program (1: one at a time)."),
         address: str = typer.Option(None, help="Ray cluster address (default: start a local Ray)."),
         db: Path = typer.Option(DEFAULT_DB, help="SQLite file of finished runs (reruns skip them)."),
         checkpoint: Path = typer.Option(None, help="Save each run's final weights (safetensors) into this folder."),
@@ -114,7 +115,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run a grid of training runs (skipping those already in --db) and print a summary with LR sensitivity."""
         from ..cli import console, print_rows, progress_bar
-        from ..lab.training import RunSpec
+        from ..train import RunSpec
         from ..runs import RunStore, execute, run_key, summary
 
         if summary_only:
@@ -134,7 +135,7 @@ def register(app: typer.Typer) -> None:
         with progress_bar() as bar:
             job = bar.add_task("sweep", total=len(specs), note="")
             execute(specs, store, workers=workers, executor=executor, address=address,
-                    ray_dir=db.parent / "ray", checkpoint_dir=checkpoint,
+                    ray_dir=db.parent / "ray", checkpoint_dir=checkpoint, batch_runs=batch_runs,
                     progress=lambda done, total, msg: bar.update(job, completed=done, note=msg))
         keys = {run_key(s) for s in specs}
         rows = [row for row in store.rows() if row["key"] in keys]

@@ -36,16 +36,14 @@ from pathlib import Path
 
 import torch
 
-from .. import scaling, stats
-from ..attention import capture
+from .. import scaling
 from ..claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
-from ..models import IGNORE_INDEX, ModelConfig, Transformer
-from ..models.tasks import check_task, make_task
-from ..threads import torch_threads
 from ..plotting import pyplot, save
+from ..runs import execute, run_key
+from ..threads import torch_threads
+from ..train import RunSpec, attention_stats, build_model, build_task
 
-VERSION = 1
-OPTIMISERS = ("adamw", "sgd", "adafactor")
+VERSION = 2
 
 # Thresholds of the verdict rules (quoted in the evidence texts).
 STALL_BELOW = 0.2        # progress below this: the rule stalls (learns < 20% of what sqrt learns)
@@ -74,169 +72,6 @@ VASWANI_2017 = (
 )
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """One training run."""
-
-    task: str = "recall"
-    rule: str = "sqrt"
-    init: str = "unit"
-    d_head: int = 16
-    n_layers: int = 2
-    lr: float = 3e-3
-    optimiser: str = "adamw"
-    steps: int = 300
-    seed: int = 0
-    d_model: int = 32
-    n_heads: int = 1
-    batch_size: int = 64
-    log_every: int = 10
-    warmup: int = 20
-    weight_decay: float = 0.0
-    n_pairs: int = 4      # recall
-    n_queries: int = 4    # recall
-    context: int = 32     # shakespeare
-    device: str = "cpu"
-
-    def __post_init__(self):
-        check_task(self.task)
-        scaling.parse(self.rule)
-        scaling.check_init(self.init)
-        if self.optimiser not in OPTIMISERS:
-            raise ValueError(f"unknown optimiser {self.optimiser!r}; accepted: {', '.join(OPTIMISERS)}")
-        for name in ("d_head", "n_layers", "steps", "d_model", "n_heads", "batch_size", "log_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
-        if self.warmup < 0 or self.weight_decay < 0:
-            raise ValueError(f"warmup and weight_decay must be >= 0, got {self.warmup!r}, {self.weight_decay!r}")
-        if self.device not in ("cpu", "cuda"):
-            raise ValueError(f"unknown device {self.device!r}; accepted: cpu, cuda")
-
-
-# --------------------------------------------------------------------------- one run
-
-def build_task(spec: RunSpec):
-    if spec.task == "recall":
-        return make_task("recall", n_pairs=spec.n_pairs, n_queries=spec.n_queries, val_size=128)
-    return make_task("shakespeare", context=spec.context, val_size=128)
-
-
-def build_model(spec: RunSpec, task) -> Transformer:
-    config = ModelConfig(vocab_size=task.vocab_size, seq_len=task.seq_len, d_model=spec.d_model,
-                         n_layers=spec.n_layers, n_heads=spec.n_heads, d_head=spec.d_head, scale=spec.rule,
-                         init=spec.init)
-    return Transformer(config, seed=spec.seed).to(spec.device)
-
-
-def build_optimiser(spec: RunSpec, model: torch.nn.Module) -> torch.optim.Optimizer:
-    params = model.parameters()
-    if spec.optimiser == "adamw":
-        return torch.optim.AdamW(params, lr=spec.lr, betas=(0.9, 0.95), weight_decay=spec.weight_decay)
-    if spec.optimiser == "sgd":
-        return torch.optim.SGD(params, lr=spec.lr, momentum=0.9, weight_decay=spec.weight_decay)
-    # Adafactor's lr caps its relative step size: updates scale with each parameter's RMS.
-    return torch.optim.Adafactor(params, lr=spec.lr, weight_decay=spec.weight_decay)
-
-
-def lr_factor(step: int, spec: RunSpec) -> float:
-    """Linear warmup, then cosine decay to 10% of the peak."""
-    if step < spec.warmup:
-        return (step + 1) / spec.warmup
-    done = (step - spec.warmup) / max(1, spec.steps - spec.warmup)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
-
-
-@torch.no_grad()
-def attention_stats(model: Transformer, x: torch.Tensor) -> list[dict]:
-    """Per layer: normalised entropy, max probability, max |logit|, logit std (per row, over
-    the keys a causal query sees; the first row, with one key, left out)."""
-    with capture(model) as seen:
-        model(x)
-    rows = []
-    for name in model.observation_points():
-        seen_here = seen[name]
-        logits, probs = seen_here.logits[..., 1:, :], seen_here.probs[..., 1:, :]
-        valid = ~torch.isnan(logits)
-        moments = stats.logit_moments(logits.nan_to_num(0.0), valid)
-        rows.append({
-            "entropy": float(stats.normalized_entropy(probs, valid).mean()),
-            "max_prob": float(stats.max_prob(probs, valid).mean()),
-            "max_abs_logit": float(moments["max_abs"].max()),
-            "logit_std": float(moments["std"].mean()),
-        })
-    return rows
-
-
-@torch.no_grad()
-def evaluate(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float | None]:
-    logits, loss = model(x, y)
-    scored = y != IGNORE_INDEX
-    accuracy = float((logits.argmax(-1)[scored] == y[scored]).float().mean())
-    return float(loss), accuracy
-
-
-def finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def train(spec: RunSpec, return_model: bool = False):
-    """Train one run; returns its result dict (and the model if ``return_model``).
-
-    Logged at step 0, every ``log_every`` steps and at the end, before that step's update:
-    the minibatch loss, validation loss and accuracy, per-layer gradient norms of W_q, W_k,
-    W_v, W_o, and per-layer attention statistics on 32 validation sequences.
-    """
-    if spec.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use device 'cpu'")
-    task = build_task(spec)
-    model = build_model(spec, task)
-    optimiser = build_optimiser(spec, model)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: lr_factor(step, spec))
-    batches = torch.Generator().manual_seed(spec.seed + 1_000_003)
-    x_val, y_val = (t.to(spec.device) for t in task.validation())
-    log = {"step": [], "train_loss": [], "val_loss": [], "val_acc": [],
-           "grad": {w: [] for w in ("W_q", "W_k", "W_v", "W_o")}, "attention": []}
-    status, diverged_at = "finished", None
-    for step in range(spec.steps + 1):
-        x, y = (t.to(spec.device) for t in task.batch(spec.batch_size, batches))
-        model.train()
-        _, loss = model(x, y)
-        if not torch.isfinite(loss):
-            status, diverged_at = "diverged", step
-            break
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        if step % spec.log_every == 0 or step == spec.steps:
-            model.eval()
-            val_loss, val_acc = evaluate(model, x_val, y_val)
-            log["step"].append(step)
-            log["train_loss"].append(float(loss.detach()))
-            log["val_loss"].append(finite_or_none(val_loss))
-            log["val_acc"].append(val_acc if task.has_accuracy else None)
-            for w in log["grad"]:
-                log["grad"][w].append([finite_or_none(float(layer[w].grad.norm())) for layer in model.attention_weights()])
-            log["attention"].append(attention_stats(model, x_val[:32]))
-        if step == spec.steps:
-            break
-        optimiser.step()
-        schedule.step()
-    finished_losses = [v for v in log["val_loss"] if v is not None]
-    result = {
-        "status": status,
-        "diverged_at": diverged_at,
-        "log": log,
-        "initial_val_loss": log["val_loss"][0] if log["val_loss"] else None,
-        "final_val_loss": None if status == "diverged" else log["val_loss"][-1],
-        "best_val_loss": min(finished_losses) if finished_losses else None,
-        "final_val_acc": None if (status == "diverged" or not task.has_accuracy) else log["val_acc"][-1],
-        "chance_acc": task.chance_accuracy if task.has_accuracy else None,
-    }
-    return (result, model) if return_model else result
-
-
 # --------------------------------------------------------------------------- the experiments
 
 @dataclass(frozen=True)
@@ -262,7 +97,6 @@ class Config:
     deep_batch: int = 16
     t5_d_head: int = 64
     t5_optimisers: tuple[tuple[str, float], ...] = (("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))
-    workers: int = 2
 
 
 PRESETS = {
@@ -335,14 +169,17 @@ def summarise(spec: RunSpec, result: dict) -> dict:
     }
 
 
-def run(config: Config, progress=None) -> dict:
-    from ..runs import execute
+def run(config: Config, progress=None, *, store=None, workers: int | None = None, batch_runs: int = 24) -> dict:
+    """The lab's runs, trained in groups of at most ``batch_runs`` by ``workers`` processes.
 
+    ``store``: a :class:`attnscale.runs.RunStore` that keeps every finished group (so a killed
+    run resumes where it stopped), or None to keep runs in memory.  Execution options do not
+    change the numbers, so they are arguments here, not fields of the config.
+    """
     groups = {"grid": grid_specs(config), "deep": deep_specs(config), "t5": t5_specs(config)}
     everything = [spec for specs in groups.values() for spec in specs]
     report = (lambda done, total, msg: progress(done / max(1, total), msg)) if progress else None
-    results = execute(everything, workers=config.workers, progress=report)
-    from ..runs import run_key
+    results = execute(everything, store, workers=workers, batch_runs=batch_runs, progress=report)
 
     out = {"config": dataclasses.asdict(config)}
     for name, specs in groups.items():

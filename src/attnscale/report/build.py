@@ -9,6 +9,7 @@ an interrupted run leaves no half-written report.
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import json
 import math
 import os
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__, answer, claims, lab
+from ..runs import RunStore
 from ..store import Store, config_key
 from .render import render_html, render_markdown
 
@@ -39,7 +41,13 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
                 progress(name, 1.0, "reused stored result")
         else:
             start = time.perf_counter()
-            result = module.run(config, progress=(lambda f, m, n=name: progress(n, f, m)) if progress else None)
+            options = {}
+            if "store" in inspect.signature(module.run).parameters:
+                # Labs made of many training runs keep each finished group beside the results: a killed
+                # report resumes where it stopped.
+                options["store"] = RunStore(store.path.with_name("runs.sqlite"), since=time.time() if fresh else None)
+            result = module.run(config, progress=(lambda f, m, n=name: progress(n, f, m)) if progress else None,
+                                **options)
             seconds = time.perf_counter() - start
             store.put(key, name, config_text, result, seconds)
             cached = False

@@ -1,0 +1,184 @@
+"""K small Transformers of one shape as one program: every parameter gets a leading run axis.
+
+:class:`BatchedTransformer` is built from K :class:`attnscale.models.Transformer` models (so
+each run keeps its own seeded initial weights) and computes all K forwards with batched
+matmuls: one forward and one backward serve every run.  Each run keeps its own scale rule:
+a fixed factor, a learnable temperature (``learned``) or QK-norm with a learnable gain
+(``qknorm``); the factor is folded into q before torch's fused attention, so runs with
+different factors share one kernel call.  Nothing mixes runs: a run whose numbers turn
+NaN/inf cannot change its neighbours'.
+
+:meth:`BatchedTransformer.unstack` gives run k back as a plain Transformer (checkpoints,
+equivalence tests).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..attention import dense_attention
+from ..models import IGNORE_INDEX, Transformer
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-run nn.Linear: x (K, ..., in), weight (K, out, in), bias (K, out)."""
+    runs, inner = x.shape[0], x.shape[-1]
+    flat = x.reshape(runs, -1, inner)
+    if bias is None:
+        out = torch.bmm(flat, weight.transpose(1, 2))
+    else:
+        out = torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2))
+    return out.view(*x.shape[:-1], weight.shape[1])
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """Per-run LayerNorm: x (K, B, T, D), weight and bias (K, D)."""
+    shape = (x.shape[0],) + (1,) * (x.dim() - 2) + (x.shape[-1],)
+    return torch.addcmul(bias.view(shape), F.layer_norm(x, x.shape[-1:], eps=eps), weight.view(shape))
+
+
+KERNELS = ("auto", "sdpa", "math")
+SDPA_UP_TO_D_HEAD = 64  # measured on CPU (bench/train_batched.py): above it, bmm + softmax is faster for short T
+
+
+def attention_kernel(kernel: str, d_head: int) -> str:
+    """``sdpa`` (torch's fused kernel) or ``math`` (bmm, softmax, bmm); ``auto`` picks by d_head."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown attention kernel {kernel!r}; accepted: {', '.join(KERNELS)}")
+    if kernel == "auto":
+        return "sdpa" if d_head <= SDPA_UP_TO_D_HEAD else "math"
+    return kernel
+
+
+def stack_name(name: str) -> str:
+    return name.replace(".", "__")
+
+
+class BatchedTransformer(nn.Module):
+    """``forward(idx (K, B, T), targets (K, B, T)) -> (logits (K, B, T, V), per-run losses (K,))``."""
+
+    def __init__(self, models: list[Transformer], kernel: str = "auto"):
+        super().__init__()
+        if not models:
+            raise ValueError("a batch needs at least one model")
+        first = models[0].config
+        shape = ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "d_head", "mlp_ratio")
+        for m in models:
+            if any(getattr(m.config, f) != getattr(first, f) for f in shape):
+                raise ValueError(f"models of one batch must share {', '.join(shape)}; got {first} and {m.config}")
+        self.config = first
+        self.kernel = attention_kernel(kernel, first.d_head)
+        self.runs = len(models)
+        self.rules = [block.attn.rule for block in models[0].blocks]  # per layer, run 0 (used for names only)
+        self.params = nn.ParameterDict()
+        for name, _ in models[0].named_parameters():
+            if name.endswith(("log_factor", "gain")):
+                continue
+            self.params[stack_name(name)] = nn.Parameter(torch.stack([m.get_parameter(name).detach() for m in models]))
+        ref = next(models[0].parameters())
+        rules = [m.blocks[0].attn.rule for m in models]
+        kinds = [r.kind for r in rules]
+        fixed = [r.factor(first.d_head) if r.kind == "fixed" else 1.0 for r in rules]
+        self.register_buffer("fixed_factor", torch.tensor(fixed, dtype=ref.dtype, device=ref.device))
+        self.register_buffer("is_learned", torch.tensor([k == "learned" for k in kinds], device=ref.device))
+        self.register_buffer("is_qknorm", torch.tensor([k == "qknorm" for k in kinds], device=ref.device))
+        self.any_learned, self.any_qknorm = any(k == "learned" for k in kinds), any(k == "qknorm" for k in kinds)
+        self.kinds = kinds
+        for i in range(first.n_layers):
+            # Every run gets both slots; a run uses the one its rule names (the other gets no gradient).
+            log_factor = [float(m.blocks[i].attn.log_factor.detach()) if k == "learned" else 0.0 for m, k in zip(models, kinds)]
+            gain = [float(m.blocks[i].attn.gain.detach()) if k == "qknorm" else 1.0 for m, k in zip(models, kinds)]
+            if self.any_learned:
+                self.params[f"blocks__{i}__attn__log_factor"] = nn.Parameter(
+                    torch.tensor(log_factor, dtype=ref.dtype, device=ref.device))
+            if self.any_qknorm:
+                self.params[f"blocks__{i}__attn__gain"] = nn.Parameter(
+                    torch.tensor(gain, dtype=ref.dtype, device=ref.device))
+        self.register_buffer("run_index", torch.arange(self.runs, device=ref.device))
+
+    def p(self, name: str) -> torch.Tensor:
+        return self.params[stack_name(name)]
+
+    def factor(self, layer: int) -> torch.Tensor:
+        """(K,) the factor each run multiplies q k^T by in ``layer``."""
+        factor = self.fixed_factor
+        if self.any_learned:
+            factor = torch.where(self.is_learned, self.p(f"blocks.{layer}.attn.log_factor").exp(), factor)
+        if self.any_qknorm:
+            factor = torch.where(self.is_qknorm, self.p(f"blocks.{layer}.attn.gain"), factor)
+        return factor
+
+    def attention(self, layer: int, x: torch.Tensor, observe: list | None) -> torch.Tensor:
+        runs, batch, time, _ = x.shape
+        heads, d_head = self.config.n_heads, self.config.d_head
+        prefix = f"blocks.{layer}.attn."
+        # One matmul for q, k and v (the weights stay separate parameters, as in the one-run model).
+        w_qkv = torch.cat([self.p(prefix + name + ".weight") for name in ("w_q", "w_k", "w_v")], dim=1)
+        qkv = linear(x, w_qkv).view(runs, batch, time, 3, heads, d_head).permute(3, 0, 1, 4, 2, 5)
+        q, k, v = qkv.unbind(0)  # each (K, B, H, T, dh)
+        if self.any_qknorm:
+            normed = self.is_qknorm.view(runs, 1, 1, 1, 1)
+            q = torch.where(normed, F.normalize(q, dim=-1), q)
+            k = torch.where(normed, F.normalize(k, dim=-1), k)
+        q = q * self.factor(layer).view(runs, 1, 1, 1, 1)
+        flat = (runs * batch * heads, time, d_head)
+        q, k, v = q.reshape(flat), k.reshape(flat), v.reshape(flat)
+        if observe is not None:
+            mask = torch.ones(time, time, dtype=torch.bool, device=x.device).tril()
+            out, probs = dense_attention(q, k, v, 1.0, mask, "stable")
+            logits = torch.bmm(q, k.transpose(1, 2)).masked_fill(~mask, float("nan"))
+            observe.append((logits.view(runs, batch, heads, time, time), probs.view(runs, batch, heads, time, time)))
+        elif self.kernel == "sdpa":
+            out = F.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), is_causal=True,
+                                                 scale=1.0).squeeze(1)
+        else:
+            mask = torch.ones(time, time, dtype=torch.bool, device=x.device).tril()
+            logits = torch.bmm(q, k.transpose(1, 2)).masked_fill_(~mask, float("-inf"))
+            out = torch.bmm(torch.softmax(logits, dim=-1), v)
+        out = out.view(runs, batch, heads, time, d_head).transpose(2, 3).reshape(runs, batch, time, heads * d_head)
+        return linear(out, self.p(prefix + "w_o.weight"))
+
+    def mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        prefix = f"blocks.{layer}.mlp."
+        hidden = F.gelu(linear(x, self.p(prefix + "fc.weight"), self.p(prefix + "fc.bias")))
+        return linear(hidden, self.p(prefix + "proj.weight"), self.p(prefix + "proj.bias"))
+
+    def norm(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        return layer_norm(x, self.p(name + ".weight"), self.p(name + ".bias"))
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, observe: list | None = None):
+        """``observe``: a list that receives (logits, probs) per layer, from the plain (dense) path."""
+        runs, _, time = idx.shape
+        if runs != self.runs or time > self.config.seq_len:
+            raise ValueError(f"expected token ids (K={self.runs}, B, T<={self.config.seq_len}), got {tuple(idx.shape)}")
+        x = self.p("tok_emb.weight")[self.run_index.view(runs, 1, 1), idx]
+        x = x + self.p("pos_emb.weight")[:, :time].unsqueeze(1)
+        for i in range(self.config.n_layers):
+            x = x + self.attention(i, self.norm(f"blocks.{i}.ln_1", x), observe)
+            x = x + self.mlp(i, self.norm(f"blocks.{i}.ln_2", x))
+        logits = linear(self.norm("ln_f", x), self.p("head.weight"), self.p("head.bias"))
+        if targets is None:
+            return logits, None
+        return logits, per_run_loss(logits, targets)
+
+    def attention_weights(self, layer: int) -> dict[str, nn.Parameter]:
+        return {w: self.p(f"blocks.{layer}.attn.{name}.weight")
+                for w, name in (("W_q", "w_q"), ("W_k", "w_k"), ("W_v", "w_v"), ("W_o", "w_o"))}
+
+    @torch.no_grad()
+    def unstack(self, run: int, model: Transformer) -> Transformer:
+        """Copy run ``run``'s weights into ``model`` (a Transformer of this shape and that run's rule)."""
+        for name, param in model.named_parameters():
+            param.copy_(self.params[stack_name(name)][run])
+        return model
+
+
+def per_run_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(K,) mean cross-entropy of each run over its scored positions."""
+    runs, vocab = logits.shape[0], logits.shape[-1]
+    token_loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=IGNORE_INDEX,
+                                 reduction="none").view(runs, -1)
+    scored = (targets != IGNORE_INDEX).view(runs, -1).sum(dim=1)
+    return token_loss.sum(dim=1) / scored

@@ -1,0 +1,93 @@
+"""What one training run is: :class:`RunSpec`, and how runs group into batches.
+
+A run is (task, rule, init, d_head, n_layers, lr, optimiser, steps, seed, ...).  Runs that
+share a *shape* (everything but rule, init, lr, optimiser and seed) can train together as
+one program (:mod:`attnscale.train.batched`); :func:`group_specs` forms those groups.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass
+
+from .. import checks, scaling
+from ..models.tasks import check_task
+
+# Raised whenever the engine changes what a run computes: stored runs of an older version are not reused.
+VERSION = 2
+OPTIMISERS = ("adamw", "sgd", "adafactor")
+
+# Fields a run may differ in from the other runs of its group; every other field is the group's shape.
+PER_RUN_FIELDS = ("rule", "init", "lr", "optimiser", "seed")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run."""
+
+    task: str = "recall"
+    rule: str = "sqrt"
+    init: str = "unit"
+    d_head: int = 16
+    n_layers: int = 2
+    lr: float = 3e-3
+    optimiser: str = "adamw"
+    steps: int = 300
+    seed: int = 0
+    d_model: int = 32
+    n_heads: int = 1
+    batch_size: int = 64
+    log_every: int = 10
+    warmup: int = 20
+    weight_decay: float = 0.0
+    n_pairs: int = 4      # recall
+    n_queries: int = 4    # recall
+    n_keys: int = 16      # recall
+    n_values: int = 16    # recall
+    context: int = 32     # shakespeare
+    device: str = "cpu"
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        check_task(self.task)
+        scaling.parse(self.rule)
+        scaling.check_init(self.init)
+        checks.one_of("optimiser", self.optimiser, OPTIMISERS)
+        checks.fields(self, ints=("d_head", "n_layers", "steps", "d_model", "n_heads", "batch_size", "log_every",
+                                  "n_pairs", "n_queries", "n_keys", "n_values", "context"),
+                      floats=("lr",), non_negative=("warmup", "weight_decay"))
+
+    def shape(self) -> tuple:
+        """The fields a batch of runs must share."""
+        return tuple((f.name, getattr(self, f.name)) for f in dataclasses.fields(self) if f.name not in PER_RUN_FIELDS)
+
+
+def as_spec(spec) -> RunSpec:
+    """A RunSpec from a RunSpec or a dict of its fields (validated, defaults filled)."""
+    return spec if isinstance(spec, RunSpec) else RunSpec(**dict(spec))
+
+
+def run_key(spec) -> str:
+    """The store key of a run: its fields and the engine's VERSION, hashed."""
+    text = json.dumps({"version": VERSION, "spec": dataclasses.asdict(as_spec(spec))}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def group_specs(specs, max_runs: int = 24) -> list[list[RunSpec]]:
+    """Split ``specs`` into groups of at most ``max_runs`` runs that share a shape.
+
+    Within a group, runs are ordered by optimiser (each optimiser's runs are contiguous), then
+    by their order in ``specs``; groups come in order of their first spec.  ``max_runs=1``
+    gives one run per group.
+    """
+    max_runs = checks.positive_int("max_runs", max_runs)
+    by_shape: dict[tuple, list[RunSpec]] = {}
+    for spec in map(as_spec, specs):
+        by_shape.setdefault(spec.shape(), []).append(spec)
+    groups = []
+    for members in by_shape.values():
+        members = sorted(members, key=lambda s: OPTIMISERS.index(s.optimiser))
+        groups.extend(members[i:i + max_runs] for i in range(0, len(members), max_runs))
+    return groups

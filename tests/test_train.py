@@ -1,0 +1,211 @@
+"""The training engine: one run learns, runs are deterministic, divergence is a result, and
+a batch of runs trained as one program gives each run exactly what training it alone gives."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from attnscale import train as T
+from attnscale.train import batched, optim
+
+TINY = dict(d_model=32, n_layers=2, batch_size=32, log_every=25)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run fastest on one thread; on a busy 2-core machine more threads only wait on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow
+def test_tiny_run_learns_recall_well_above_chance():
+    spec = T.RunSpec(task="recall", rule="sqrt", d_head=16, lr=1e-2, steps=150, n_pairs=2, n_queries=2, **TINY)
+    result = T.train(spec)
+    assert result["status"] == "finished"
+    assert result["final_val_acc"] > max(0.5, 5 * result["chance_acc"]), result["final_val_acc"]
+    assert result["final_val_loss"] < result["initial_val_loss"] - 1.0
+
+
+def test_same_seed_same_curve_and_log_shape():
+    spec = T.RunSpec(task="shakespeare", steps=10, log_every=5, context=16, d_model=16, batch_size=8)
+    a, b = T.train(spec), T.train(spec)
+    assert a["log"] == b["log"]
+    assert a["log"]["step"] == [0, 5, 10]
+    assert len(a["log"]["grad"]["W_q"][0]) == 2 and len(a["log"]["attention"][0]) == 2
+    other = T.train(dataclasses.replace(spec, seed=1))
+    assert other["log"]["train_loss"] != a["log"]["train_loss"]
+
+
+def test_diverging_run_is_recorded_not_raised():
+    result = T.train(T.RunSpec(optimiser="sgd", lr=1e4, steps=40, log_every=5, batch_size=8))
+    assert result["status"] == "diverged"
+    assert isinstance(result["diverged_at"], int) and 0 < result["diverged_at"] <= 40
+    assert result["final_val_loss"] is None and result["final_val_acc"] is None
+
+
+def test_adafactor_and_sgd_run():
+    for opt, lr in (("adafactor", 1e-2), ("sgd", 0.1)):
+        result = T.train(T.RunSpec(optimiser=opt, lr=lr, steps=5, log_every=5, batch_size=8))
+        assert result["status"] == "finished"
+
+
+def test_lr_schedule_warmup_then_cosine_to_a_tenth():
+    spec = T.RunSpec(steps=100, warmup=10)
+    assert T.lr_factor(0, spec) == pytest.approx(0.1)
+    assert T.lr_factor(9, spec) == pytest.approx(1.0)
+    assert T.lr_factor(10, spec) == pytest.approx(1.0)
+    assert T.lr_factor(55, spec) == pytest.approx(0.55)
+    assert T.lr_factor(100, spec) == pytest.approx(0.1)
+
+
+def test_attention_stats_ranges_and_extremes():
+    spec = T.RunSpec(rule="none", d_head=256)
+    task = T.build_task(spec)
+    x = task.validation()[0][:16]
+    hot = T.attention_stats(T.build_model(spec, task), x)
+    cool = T.attention_stats(T.build_model(T.RunSpec(rule="inv_d", d_head=256), task), x)
+    for layer in hot + cool:
+        assert 0 <= layer["entropy"] <= 1 and 0 < layer["max_prob"] <= 1
+    # unit init: logit std ~ d_k^(1/2) unscaled, ~ d_k^(-1/2) under 1/d_k
+    assert hot[0]["logit_std"] > 5 and cool[0]["logit_std"] < 0.2
+    assert hot[0]["entropy"] < cool[0]["entropy"]
+
+
+def test_bad_specs_raise():
+    for bad, match in ((dict(task="mt"), "unknown task"), (dict(optimiser="lion"), "optimiser"),
+                       (dict(lr=-1.0), "lr"), (dict(steps=0), "steps"), (dict(rule="x"), "scale spec"),
+                       (dict(device="tpu"), "device")):
+        with pytest.raises(ValueError, match=match):
+            T.RunSpec(**bad)
+
+
+
+
+# --------------------------------------------------------------------------- batched = one at a time
+
+SMALL = dict(task="recall", d_head=8, d_model=16, batch_size=8, log_every=10, n_pairs=3, n_queries=3)
+
+
+def numbers(result: dict) -> list[float]:
+    """Every number a run logs, flattened (None as nan)."""
+    log = result["log"]
+    flat = list(log["step"]) + list(log["train_loss"]) + list(log["val_loss"]) + [a or 0.0 for a in log["val_acc"]]
+    for w in T.single.WEIGHTS:
+        flat += [g for layers in log["grad"][w] for g in layers]
+    flat += [layer[k] for layers in log["attention"] for layer in layers for k in sorted(layer)]
+    return [float("nan") if v is None else float(v) for v in flat]
+
+
+def assert_same_runs(specs, rel: float):
+    together, batched_models = T.train_group(specs, return_models=True)
+    for spec, mine, model in zip(specs, together, batched_models):
+        alone, reference = T.train(spec, return_model=True)
+        assert (mine["status"], mine["diverged_at"]) == (alone["status"], alone["diverged_at"]), spec
+        if alone["status"] == "diverged":
+            continue  # blowing up amplifies rounding without bound: only where it stopped must agree
+        got, want = torch.tensor(numbers(mine), dtype=torch.float64), torch.tensor(numbers(alone), dtype=torch.float64)
+        assert got.shape == want.shape
+        assert torch.allclose(got, want, rtol=rel, atol=rel * 1e-3, equal_nan=True), (spec, (got - want).abs().max())
+        for (name, a), (_, b) in zip(reference.named_parameters(), model.named_parameters()):
+            a, b = a.detach(), b.detach()
+            scale = a.abs().max().clamp_min(1e-12)
+            assert float((a - b).abs().max() / scale) <= rel, (spec.rule, name)
+    return together
+
+
+def test_batched_float64_equals_separate_runs_to_1e_9():
+    specs = [T.RunSpec(rule="sqrt", seed=0, lr=3e-3, steps=30, dtype="float64", **SMALL),
+             T.RunSpec(rule="inv_d", seed=1, lr=1e-2, steps=30, dtype="float64", **SMALL),
+             T.RunSpec(rule="none", seed=2, lr=1e-3, steps=30, dtype="float64", **SMALL)]
+    assert_same_runs(specs, rel=1e-9)
+
+
+def test_batched_float64_learned_qknorm_and_three_optimisers():
+    specs = T.group_specs([
+        T.RunSpec(rule="learned", seed=3, lr=1e-2, steps=20, optimiser="adamw", dtype="float64", **SMALL),
+        T.RunSpec(rule="qknorm", seed=4, lr=0.05, steps=20, optimiser="sgd", dtype="float64", **SMALL),
+        T.RunSpec(rule="const:0.125", seed=5, lr=1e-2, steps=20, optimiser="adafactor", dtype="float64", **SMALL),
+        T.RunSpec(rule="power:0.75", init="t5", seed=5, lr=3e-3, steps=20, optimiser="adafactor", dtype="float64",
+                  **SMALL),
+    ])
+    assert len(specs) == 1
+    assert_same_runs(specs[0], rel=1e-9)
+
+
+def test_batched_float32_equals_separate_runs_over_50_steps():
+    specs = [T.RunSpec(rule=rule, seed=seed, lr=lr, steps=50, **SMALL)
+             for rule, seed, lr in (("sqrt", 0, 3e-3), ("inv_d", 1, 1e-2), ("qknorm", 2, 3e-3))]
+    assert_same_runs(specs, rel=1e-4)
+
+
+def test_a_diverging_run_leaves_its_neighbours_untouched():
+    calm = [T.RunSpec(rule="sqrt", seed=0, lr=3e-3, steps=20, optimiser="sgd", dtype="float64", **SMALL),
+            T.RunSpec(rule="none", seed=1, lr=1e-2, steps=20, optimiser="sgd", dtype="float64", **SMALL)]
+    wild = T.RunSpec(rule="none", seed=2, lr=1e4, steps=20, optimiser="sgd", dtype="float64", **SMALL)
+    with_wild = assert_same_runs([calm[0], wild, calm[1]], rel=1e-9)
+    assert with_wild[1]["status"] == "diverged" and 0 < with_wild[1]["diverged_at"] <= 20
+    without = T.train_group(calm)
+    for a, b in zip((with_wild[0], with_wild[2]), without):
+        assert numbers(a) == pytest.approx(numbers(b), rel=1e-12)
+
+
+def test_group_specs_share_a_shape_keep_optimisers_contiguous_and_cap_the_size():
+    specs = [T.RunSpec(rule=r, optimiser=o, seed=s, d_head=d, steps=5)
+             for d in (8, 16) for o in ("sgd", "adamw") for r in ("sqrt", "none") for s in range(3)]
+    groups = T.group_specs(specs, max_runs=5)
+    assert sum(len(g) for g in groups) == len(specs)
+    assert all(len(g) <= 5 and len({s.shape() for s in g}) == 1 for g in groups)
+    for g in groups:
+        kinds = [s.optimiser for s in g]
+        assert kinds == sorted(kinds, key=T.OPTIMISERS.index)
+    assert [len(g) for g in T.group_specs(specs, max_runs=1)] == [1] * len(specs)
+    with pytest.raises(ValueError, match="max_runs"):
+        T.group_specs(specs, max_runs=0)
+
+
+def test_batched_optimisers_match_torch_per_run():
+    """One step of each batched optimiser on stacked random tensors equals torch.optim on each slice."""
+    gen = torch.Generator().manual_seed(0)
+    decay = 0.1
+    for kind, make in (("adamw", lambda p, lr: torch.optim.AdamW([p], lr=lr, betas=T.single.ADAMW_BETAS,
+                                                                 weight_decay=decay)),
+                       ("sgd", lambda p, lr: torch.optim.SGD([p], lr=lr, momentum=T.single.SGD_MOMENTUM,
+                                                             weight_decay=decay)),
+                       ("adafactor", lambda p, lr: torch.optim.Adafactor([p], lr=lr, weight_decay=decay))):
+        for shape in ((3,), (3, 5), (3, 4, 6)):
+            start = torch.randn(shape, generator=gen, dtype=torch.float64)
+            grads = [torch.randn(shape, generator=gen, dtype=torch.float64) for _ in range(3)]
+            lrs = torch.tensor([1e-3, 1e-2, 0.3], dtype=torch.float64)
+            stacked = torch.nn.Parameter(start.clone())
+            opt = optim.BatchedOptimiser([stacked], [(kind, 0, 3)], weight_decay=decay)
+            for g in grads:
+                stacked.grad = g.clone()
+                opt.step(lrs, torch.ones(3, dtype=torch.bool))
+            for k in range(3):
+                alone = torch.nn.Parameter(start[k].clone())
+                reference = make(alone, float(lrs[k]))
+                for g in grads:
+                    alone.grad = g[k].clone()
+                    reference.step()
+                assert torch.allclose(stacked[k].detach(), alone.detach(), rtol=1e-12, atol=1e-14), (kind, shape, k)
+
+
+def test_attention_kernels_agree_and_bad_kernel_is_refused():
+    spec = T.RunSpec(rule="sqrt", steps=3, dtype="float64", **SMALL)
+    task = T.build_task(spec)
+    models = [T.build_model(dataclasses.replace(spec, seed=s), task) for s in range(2)]
+    x, y = task.batch(4, torch.Generator().manual_seed(0))
+    idx, targets = x.expand(2, *x.shape), y.expand(2, *y.shape)
+    losses = {kernel: batched.BatchedTransformer(models, kernel=kernel)(idx, targets)[1] for kernel in ("sdpa", "math")}
+    observed: list = []
+    dense = batched.BatchedTransformer(models)(idx, targets, observe=observed)[1]
+    assert torch.allclose(losses["sdpa"], losses["math"], rtol=1e-12) and torch.allclose(dense, losses["math"], rtol=1e-12)
+    for k, model in enumerate(models):
+        assert float(losses["math"][k]) == pytest.approx(float(model(x, y)[1]), rel=1e-12)
+    assert len(observed) == spec.n_layers and observed[0][1].shape[:2] == (2, 4)
+    with pytest.raises(ValueError, match="kernel"):
+        batched.BatchedTransformer(models, kernel="cuda-graphs")
