@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from .claims import PENDING, REFUTED, SUPPORTED
-from .lab.training import EQUIVALENT_LOGITS  # the C10 rule's threshold on the trained logit std gap
+from .lab.training.verdicts import EQUIVALENT_LOGITS  # the C10 rule's threshold on the trained logit std gap
 
 LANGS = ("en", "zh")
 

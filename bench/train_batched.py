@@ -1,0 +1,106 @@
+"""Batched training (K runs of one shape as one program) against one run at a time.
+
+For the quick preset's recall shapes (d_model 32 and 64, d_head 16, 64, 256, 2 layers), in
+one process with the same torch threads, interleaved so machine load hits both alike:
+
+* runs x steps per second, one run at a time (``attnscale.train.train``) and batched
+  (``attnscale.train.train_group``) with K = 12 and 24, logging as the lab logs;
+* the batched path's achieved FLOP/s (FLOPs of one training step counted by
+  torch.utils.flop_counter, per second of pure training steps) as a share of this
+  machine's float32 matmul FLOP/s, measured here with a large torch.mm.
+
+Prints the ratios; targets: batched / one-at-a-time >= 4x at d_head 16 and 64, >= 1.5x at
+d_head 256; FLOP share >= 30% at d_head 256.
+
+    python bench/train_batched.py [--threads 1] [--steps 60] [--device cpu|cuda] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from attnscale.train import RunSpec, train, train_group
+from attnscale.train.batched import BatchedTransformer
+from attnscale.train.single import build_model, build_task
+
+RULES = ("sqrt", "inv_d", "none", "const:0.125")
+
+
+def specs_for(d_model: int, d_head: int, runs: int, steps: int, device: str) -> list[RunSpec]:
+    return [RunSpec(task="recall", rule=RULES[i % len(RULES)], seed=i // len(RULES), lr=3e-3, d_head=d_head,
+                    d_model=d_model, steps=steps, log_every=20, batch_size=64, device=device) for i in range(runs)]
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device: str) -> float:
+    sync(device)
+    start = time.perf_counter()
+    fn()
+    sync(device)
+    return time.perf_counter() - start
+
+
+def matmul_flops_per_second(device: str, size: int = 2048, repeats: int = 5) -> float:
+    a, b = (torch.randn(size, size, device=device) for _ in range(2))
+    a @ b
+    seconds = min(timed(lambda: a @ b, device) for _ in range(repeats))
+    return 2 * size**3 / seconds
+
+
+def step_flops_and_rate(specs: list[RunSpec], device: str, steps: int = 20) -> tuple[float, float]:
+    """(FLOPs of one forward+backward of the batch, FLOP/s over ``steps`` pure training steps)."""
+    task = build_task(specs[0])
+    model = BatchedTransformer([build_model(s, task) for s in specs])
+    gen = torch.Generator().manual_seed(0)
+    x, y = task.batch(specs[0].batch_size, gen)
+    x, y = (t.expand(len(specs), *t.shape).to(device) for t in (x, y))
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
+
+    def step():
+        optimiser.zero_grad(set_to_none=True)
+        model(x, y)[1].sum().backward()
+        optimiser.step()
+
+    with FlopCounterMode(display=False) as counter:
+        model(x, y)[1].sum().backward()
+    flops = counter.get_total_flops()
+    step()
+    seconds = timed(lambda: [step() for _ in range(steps)], device)
+    return flops, flops * steps / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--quick", action="store_true", help="d_model 32 only")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    peak = matmul_flops_per_second(args.device)
+    print(f"torch threads {args.threads}, device {args.device}; float32 matmul: {peak / 1e9:.1f} GFLOP/s")
+    print(f"{'d_model':>7} {'d_head':>6} {'one at a time':>14} {'K=12':>8} {'K=24':>8} {'x K=12':>7} {'x K=24':>7}"
+          f" {'FLOP share K=24':>16}   (runs x steps / s)")
+    for d_model in ((32,) if args.quick else (32, 64)):
+        for d_head in (16, 64, 256):
+            single = specs_for(d_model, d_head, 2, args.steps, args.device)
+            rate_one = len(single) * args.steps / timed(lambda: [train(s) for s in single], args.device)
+            rates = {}
+            for runs in (12, 24):
+                group = specs_for(d_model, d_head, runs, args.steps, args.device)
+                rates[runs] = runs * args.steps / timed(lambda: train_group(group), args.device)
+            _, achieved = step_flops_and_rate(specs_for(d_model, d_head, 24, args.steps, args.device), args.device)
+            print(f"{d_model:>7} {d_head:>6} {rate_one:>14.1f} {rates[12]:>8.1f} {rates[24]:>8.1f} "
+                  f"{rates[12] / rate_one:>6.2f}x {rates[24] / rate_one:>6.2f}x {achieved / peak:>15.0%}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

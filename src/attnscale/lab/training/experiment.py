@@ -1,0 +1,323 @@
+"""The training lab's experiment: small Transformers trained under sqrt(d_k), d_k, no scaling
+and a constant, with seeds, real baselines and learning-rate grids that widen until every
+rule's best rate is inside what was tried.
+
+The seed (section 6) proposes it: train the same model dividing QK^T by sqrt(d_k), by d_k
+and not at all, and compare.  What runs (see :class:`Config`):
+
+* the grid: rules ``sqrt``, ``inv_d``, ``none``, ``const:0.125`` (the seed's "divide by 8",
+  right for d_k = 64 only) x d_head x a learning-rate grid x seeds, on two tasks:
+  multi-query associative recall (attention must find one position among many) and
+  character-level Shakespeare.  Q/K/V use the ``unit`` init (q and k components of variance
+  1, the seed's assumption).  While a rule's best learning rate (by the median over seeds)
+  sits at an edge of its grid, the grid grows by one x3 step on that side, up to
+  ``lr_widen`` times.
+* deep: an 8-layer model at d_head 256 on recall, factor 1/8 vs 1/16 -> C09.
+* t5: rule ``none`` + ``t5`` init (the factor folded into W_q) vs ``sqrt`` + ``unit`` init,
+  same seeds, under AdamW, SGD and Adafactor, on recall (d_head 256) and Shakespeare -> C10.
+* baselines: recall's copy baseline (a model that copies a random value token of its
+  context), computed exactly; the unigram and bigram entropies of the training text.
+
+Every run goes through :func:`attnscale.runs.execute` in groups trained as one program.
+Nothing here writes a file or prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from ... import checks
+from ...models.tasks import RecallTask, load_corpus
+from ...runs import execute, run_key
+from ...threads import torch_threads
+from ...train import RunSpec, attention_stats, build_model, build_task
+
+VERSION = 3
+TASKS = ("recall", "shakespeare")
+SOLVED_ACC = 0.9          # recall: validation accuracy that counts as solved
+LR_STEP = 3.0             # the grid widens by this factor per step
+COORD_STEP = 100          # the coord check's "after training" step
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    device: str = "cpu"
+    rules: tuple[str, ...] = ("sqrt", "inv_d", "none", "const:0.125")
+    d_heads: tuple[int, ...] = (16, 64, 256)
+    seeds: int = 3
+    d_model: int = 32
+    n_layers: int = 2
+    log_every: int = 25
+    lr_widen: int = 3
+    recall_pairs: int = 4
+    recall_values: int = 16
+    recall_steps: int = 400
+    recall_batch: int = 64
+    recall_lrs: tuple[float, ...] = (1e-3, 3e-3)
+    lm_context: int = 32
+    lm_steps: int = 150
+    lm_batch: int = 32
+    lm_lrs: tuple[float, ...] = (3e-3,)
+    deep_layers: int = 8
+    deep_d_head: int = 256
+    deep_lrs: tuple[float, ...] = (3e-3,)
+    deep_steps: int = 400
+    t5_recall_d_head: int = 256
+    t5_lm_d_head: int = 64
+    t5_optimisers: tuple[tuple[str, float], ...] = (("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))
+
+    def __post_init__(self):
+        checks.fields(self, ints=("seeds", "d_model", "n_layers", "log_every", "recall_pairs", "recall_values",
+                                  "recall_steps", "recall_batch", "lm_context", "lm_steps", "lm_batch",
+                                  "deep_layers", "deep_d_head", "deep_steps", "t5_recall_d_head", "t5_lm_d_head"),
+                      non_negative=("lr_widen",), int_tuples=("d_heads",),
+                      float_tuples=("recall_lrs", "lm_lrs", "deep_lrs"))
+        if "sqrt" not in self.rules:
+            raise ValueError(f"rules must include the reference 'sqrt', got {self.rules!r}")
+
+
+PRESETS = {
+    "quick": Config(),
+    "full": Config(seeds=5, recall_steps=800, recall_lrs=(1e-3, 3e-3, 1e-2), lm_steps=600, lm_batch=64,
+                   lm_lrs=(1e-3, 3e-3, 1e-2), deep_steps=800, deep_lrs=(1e-3, 3e-3)),
+}
+
+
+# --------------------------------------------------------------------------- specs
+
+def base_spec(config: Config, task: str, **fields) -> RunSpec:
+    if task == "recall":
+        defaults = dict(steps=config.recall_steps, batch_size=config.recall_batch, n_pairs=config.recall_pairs,
+                        n_queries=config.recall_pairs, n_keys=config.recall_values, n_values=config.recall_values)
+    else:
+        defaults = dict(steps=config.lm_steps, batch_size=config.lm_batch, context=config.lm_context)
+    defaults.update(task=task, d_model=config.d_model, n_layers=config.n_layers, log_every=config.log_every,
+                    device=config.device)
+    defaults.update(fields)
+    return RunSpec(**defaults)
+
+
+def seeds_of(config: Config) -> range:
+    return range(config.seed, config.seed + config.seeds)
+
+
+def cell_specs(config: Config, task: str, rule: str, d_head: int, lr: float) -> list[RunSpec]:
+    return [base_spec(config, task, rule=rule, d_head=d_head, lr=lr, seed=s) for s in seeds_of(config)]
+
+
+def initial_lrs(config: Config, task: str) -> tuple[float, ...]:
+    return config.recall_lrs if task == "recall" else config.lm_lrs
+
+
+def deep_specs(config: Config) -> list[RunSpec]:
+    """C09: factor 1/8 (right for d_k = 64) vs 1/16 (= 1/sqrt(256)) at d_head 256, 8 layers, on recall."""
+    return [base_spec(config, "recall", rule=rule, d_head=config.deep_d_head, n_layers=config.deep_layers, lr=lr,
+                      steps=config.deep_steps, seed=s)
+            for rule in ("const:0.125", "const:0.0625") for lr in config.deep_lrs for s in seeds_of(config)]
+
+
+def t5_specs(config: Config) -> list[RunSpec]:
+    """C10: none + t5 init vs sqrt + unit init, same seeds, per optimiser and task."""
+    return [base_spec(config, task, rule=rule, init=init, d_head=d_head, optimiser=opt, lr=lr, seed=s)
+            for task, d_head in (("recall", config.t5_recall_d_head), ("shakespeare", config.t5_lm_d_head))
+            for opt, lr in config.t5_optimisers for rule, init in (("sqrt", "unit"), ("none", "t5"))
+            for s in seeds_of(config)]
+
+
+# --------------------------------------------------------------------------- baselines
+
+def copy_baseline(n_pairs: int, n_values: int) -> float:
+    """Accuracy of copying a uniformly random value token of the context: the queried pair's
+    value, or another pair's value that happens to be equal (each with probability 1/n_values)."""
+    return (1 + (n_pairs - 1) / n_values) / n_pairs
+
+
+def text_entropies() -> dict[str, float]:
+    """Unigram entropy and bigram (next character given the last) entropy of the training
+    text, in nats, from its own character counts."""
+    ids = load_corpus()["train"].long()
+    vocab = int(ids.max()) + 1
+    unigram = torch.bincount(ids, minlength=vocab).double()
+    pairs = torch.bincount(ids[:-1] * vocab + ids[1:], minlength=vocab * vocab).double().view(vocab, vocab)
+
+    def entropy(counts):
+        p = counts[counts > 0] / counts.sum()
+        return float(-(p * p.log()).sum())
+
+    return {"unigram": entropy(unigram), "bigram": entropy(pairs.flatten()) - entropy(pairs.sum(dim=1))}
+
+
+def baselines(config: Config) -> dict:
+    task = RecallTask(n_pairs=config.recall_pairs, n_queries=config.recall_pairs, n_keys=config.recall_values,
+                      n_values=config.recall_values)
+    return {"recall": {"copy": copy_baseline(config.recall_pairs, config.recall_values),
+                       "chance": task.chance_accuracy},
+            "shakespeare": text_entropies()}
+
+
+# --------------------------------------------------------------------------- one run, summarised
+
+def steps_to_solve(log: dict) -> int | None:
+    return next((step for step, acc in zip(log["step"], log["val_acc"]) if acc is not None and acc >= SOLVED_ACC),
+                None)
+
+
+def summarise(spec: RunSpec, result: dict) -> dict:
+    """A run reduced to what the verdicts, tables and figures read."""
+    log = result["log"]
+    steps = log["step"]
+    half = max(1, len(steps) // 2)
+    qk = [math.hypot(q[0] or 0.0, k[0] or 0.0) for q, k in zip(log["grad"]["W_q"], log["grad"]["W_k"])]
+    at = {str(s): layers for s, layers in zip(steps, log["attention"]) if s in (0, COORD_STEP)}
+    at["final"] = log["attention"][-1] if log["attention"] else []
+    return {
+        **{k: getattr(spec, k) for k in ("task", "rule", "init", "d_head", "n_layers", "lr", "optimiser", "steps",
+                                         "seed")},
+        "status": result["status"], "diverged_at": result["diverged_at"],
+        "initial_val_loss": result["initial_val_loss"], "final_val_loss": result["final_val_loss"],
+        "final_val_acc": result["final_val_acc"],
+        "steps_to_solve": steps_to_solve(log) if spec.task == "recall" else None,
+        "curve": {"step": steps, "val_loss": log["val_loss"], "val_acc": log["val_acc"]},
+        "grad_qk_layer0": qk,
+        "grad_qk_layer0_early": sum(qk[:half]) / half if qk else None,
+        "attention_at": at,
+    }
+
+
+# --------------------------------------------------------------------------- seeds folded
+
+def spread(values: list) -> dict:
+    """Median, min and max of the values that exist (None when none does), and how many."""
+    found = [v for v in values if v is not None]
+    if not found:
+        return {"median": None, "min": None, "max": None, "n": 0}
+    return {"median": statistics.median(found), "min": min(found), "max": max(found), "n": len(found)}
+
+
+def score(run: dict) -> float | None:
+    """The number a cell is ranked by: recall accuracy (a diverged run scores 0); LM final
+    loss (a diverged run scores its initial loss)."""
+    if run["task"] == "recall":
+        return run["final_val_acc"] if run["final_val_acc"] is not None else 0.0
+    return run["final_val_loss"] if run["final_val_loss"] is not None else run["initial_val_loss"]
+
+
+def fold_cells(runs: list[dict]) -> list[dict]:
+    """One row per (task, rule, d_head, lr): the seeds' scores and their median [min, max]."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["task"], r["rule"], r["d_head"], r["lr"]), []).append(r)
+    rows = []
+    for (task, rule, d_head, lr), members in sorted(groups.items()):
+        members.sort(key=lambda r: r["seed"])
+        rows.append({
+            "task": task, "rule": rule, "d_head": d_head, "lr": lr, "seeds": [r["seed"] for r in members],
+            "score": spread([score(r) for r in members]),
+            "scores": [score(r) for r in members],
+            "final_val_loss": spread([r["final_val_loss"] for r in members]),
+            "final_val_acc": spread([r["final_val_acc"] for r in members]) if task == "recall" else None,
+            "steps_to_solve": [r["steps_to_solve"] for r in members] if task == "recall" else None,
+            "diverged": sum(r["status"] == "diverged" for r in members),
+        })
+    return rows
+
+
+def rank(cell: dict) -> tuple:
+    """Sort key, best first: recall by median accuracy, then median loss; LM by median loss."""
+    loss = cell["final_val_loss"]["median"]
+    loss = math.inf if loss is None else loss
+    if cell["task"] == "recall":
+        return (-cell["score"]["median"], loss)
+    return (cell["score"]["median"], 0.0)
+
+
+def best_lrs(cells: list[dict]) -> dict[tuple, dict]:
+    """{(task, rule, d_head): {"lr", "grid", "at_edge"}}: the learning rate with the best median
+    score; ``at_edge`` is "low", "high", "both" (a grid of one) or None."""
+    by_key: dict[tuple, list[dict]] = {}
+    for c in cells:
+        by_key.setdefault((c["task"], c["rule"], c["d_head"]), []).append(c)
+    out = {}
+    for key, members in by_key.items():
+        grid = sorted(c["lr"] for c in members)
+        best = min(members, key=rank)["lr"]
+        edge = "both" if len(grid) == 1 else "low" if best == grid[0] else "high" if best == grid[-1] else None
+        out[key] = {"lr": best, "grid": grid, "at_edge": edge}
+    return out
+
+
+def widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int]) -> list[RunSpec]:
+    """New specs for every (task, rule, d_head) whose best LR is at an edge of its grid."""
+    new = []
+    for (task, rule, d_head), info in best.items():
+        if info["at_edge"] is None or widened.get((task, rule, d_head), 0) >= config.lr_widen:
+            continue
+        widened[(task, rule, d_head)] = widened.get((task, rule, d_head), 0) + 1
+        sides = {"low": [info["grid"][0] / LR_STEP], "high": [info["grid"][-1] * LR_STEP],
+                 "both": [info["grid"][0] / LR_STEP, info["grid"][-1] * LR_STEP]}[info["at_edge"]]
+        for lr in sides:
+            new.extend(cell_specs(config, task, rule, d_head, float(f"{lr:.3g}")))
+    return new
+
+
+# --------------------------------------------------------------------------- the lab
+
+def run(config: Config, progress=None, *, store=None, workers: int | None = None, batch_runs: int = 24) -> dict:
+    """Every run of the lab, trained in groups of at most ``batch_runs`` by ``workers`` processes.
+
+    ``store``: a :class:`attnscale.runs.RunStore` that keeps every finished group (a killed
+    lab resumes where it stopped), or None to keep runs in memory.  Execution options do not
+    change the numbers, so they are arguments here, not fields of the config.
+    """
+    rounds = 1 + config.lr_widen
+
+    def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
+        def report(done, total, message):
+            if progress:
+                progress((number + done / max(1, total)) / (rounds + 1), f"{what}: {message}")
+        return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report)
+
+    grid = [s for task in TASKS for rule in config.rules for d in config.d_heads
+            for lr in initial_lrs(config, task) for s in cell_specs(config, task, rule, d, lr)]
+    extra = {"deep": deep_specs(config), "t5": t5_specs(config)}
+    results = train_round(grid + [s for specs in extra.values() for s in specs], 0, "grid, deep and t5 runs")
+    widened: dict[tuple, int] = {}
+    for number in range(1, rounds):
+        new = widen(config, best_lrs(fold_cells([summarise(s, results[run_key(s)]) for s in grid])), widened)
+        if not new:
+            break
+        results.update(train_round(new, number, f"widening the LR grids (round {number})"))
+        grid += new
+    out = {"config": dataclasses.asdict(config), "baselines": baselines(config)}
+    out["grid"] = [summarise(s, results[run_key(s)]) for s in grid]
+    for name, specs in extra.items():
+        out[name] = [summarise(s, results[run_key(s)]) for s in specs]
+    out["cells"] = fold_cells(out["grid"])
+    best = best_lrs(out["cells"])
+    out["best_lr"] = [{"task": t, "rule": r, "d_head": d, **info, "widened": widened.get((t, r, d), 0)}
+                      for (t, r, d), info in sorted(best.items())]
+    with torch_threads(1):
+        out["t5_variant_step0"] = seed_variant_logit_std(config)
+    out["runs"] = len(results)
+    return out
+
+
+@torch.no_grad()
+def seed_variant_logit_std(config: Config) -> dict:
+    """Step-0 logit std of the seed's other reading of T5 (W_q variance 1/(d_model sqrt(d_k)), no scale)
+    next to sqrt + unit init: same seed, so the only difference is W_q's scale."""
+    spec = base_spec(config, "shakespeare", rule="sqrt", init="unit", d_head=config.t5_lm_d_head, seed=config.seed)
+    task = build_task(spec)
+    x = task.validation()[0][:64]
+    sqrt_std = [layer["logit_std"] for layer in attention_stats(build_model(spec, task), x)]
+    variant = build_model(dataclasses.replace(spec, rule="none"), task)
+    for block in variant.blocks:
+        block.attn.w_q.weight.mul_(config.t5_lm_d_head ** -0.25)
+    variant_std = [layer["logit_std"] for layer in attention_stats(variant, x)]
+    return {"d_head": config.t5_lm_d_head, "sqrt_unit": sqrt_std, "none_wq_var_inv_sqrt_dk": variant_std}
