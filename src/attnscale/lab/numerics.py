@@ -402,7 +402,7 @@ MEMORY_SAVED = 8.0  # tiling "prevents the overflow" of memory if dense attentio
 
 # The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
 NUMBER_KEYS = {
-    "C11": ("max_abs_logit_unit_std_sqrt", "std_for_claimed_range", "trained_model", "trained_d_k",
+    "C11": ("claim_d_k", "claimed_range", "max_abs_logit_unit_std_sqrt", "std_for_claimed_range", "trained_model", "trained_d_k",
             "trained_max_abs_logit", "trained_logit_std", "trained_qk_std", "trained_naive_fp16_overflow_rows",
             "realistic_scenarios", "real_code_nonfinite", "real_code_max_error", "real_code_worst",
             "standard_softmax_nonfinite", "naive_fp16_nonfinite_at_claim", "fp16_exp_first_inf",
@@ -536,7 +536,8 @@ def judge_c11(result: dict) -> claims.Finding:
         f"the inf part if real code gives a non-finite output in a realistic configuration; supported if both "
         f"hold, partly if one holds or real code gives a wrong output (off by more than {WRONG_OUTPUT} std of v) "
         f"without inf, refuted if none of these.")
-    numbers = {"max_abs_logit_unit_std_sqrt": unit, "std_for_claimed_range": onset["std_for_claimed_range"],
+    numbers = {"claim_d_k": d_k, "claimed_range": claimed,
+               "max_abs_logit_unit_std_sqrt": unit, "std_for_claimed_range": onset["std_for_claimed_range"],
                "trained_model": trained["model"], "trained_d_k": trained["d_k"],
                "trained_max_abs_logit": top["max_abs_logit"], "trained_logit_std": top["logit_std"],
                "trained_qk_std": top["qk_std"], "trained_naive_fp16_overflow_rows": top["naive_fp16"],

@@ -81,11 +81,14 @@ INIT_NAMES = ("torch-default square", "xavier-uniform square", "xavier-uniform p
 TAIL_LIKELY = 0.01
 SOFTMAX_LARGE = 3.0
 LARGE_LIKELY = 0.5
+# C15: "differs little" at d_k = 2: rows at most this far apart in total variation, and at most this
+# fraction of the distance at the largest d_k measured.
+SMALL_TV, SMALL_TV_RATIO = 0.1, 0.25
 
 # The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
 NUMBER_KEYS = {
     "C01": tuple(f"var[{name}]" for name in INIT_NAMES) + tuple(f"closed_form_var[{name}]" for name in INIT_NAMES),
-    "C02": ("share_in_ci", "max_rel_error", "max_std_errors"),
+    "C02": ("share_in_ci", "max_rel_error", "max_std_errors", "max_d_k"),
     "C03": ("share_within_band", "max_std_ratio_error", "max_share_beyond_3std", "share_abs_above_3"),
     "C08": tuple(f"share_differ[{name}]" for name in DTYPES) + ("max_ulp",),
     "C15": ("tv_dk2", "tv_dk_large", "dk_large", "entropy_dk2_sqrt", "entropy_dk2_none"),
@@ -513,7 +516,8 @@ def judge_c02(result: dict) -> Finding:
                 f"the largest |Var/d_k - 1| is {worst:.3f}, at most {worst_z:.1f} standard errors. So std = sqrt(d_k). "
                 f"Rule: supported if >= 90% of intervals contain d_k and no row is more than 4 standard errors off, "
                 f"partly if every ratio is within 25% of 1, refuted otherwise.{corr_text}")
-    return Finding(verdict, evidence, {"share_in_ci": in_ci, "max_rel_error": worst, "max_std_errors": worst_z})
+    return Finding(verdict, evidence, {"share_in_ci": in_ci, "max_rel_error": worst, "max_std_errors": worst_z,
+                                       "max_d_k": dks[-1]})
 
 
 def judge_c03(result: dict) -> Finding:
@@ -592,8 +596,8 @@ def judge_c15(result: dict) -> Finding:
     if 2 not in rows or max(rows) < 16:
         return Finding(claims.NOT_TESTABLE, "needs d_k = 2 and a d_k >= 16 to compare with.")
     two, big = rows[2], rows[max(rows)]
-    absolute = two["tv_distance"] <= 0.1
-    relative = two["tv_distance"] <= 0.25 * big["tv_distance"]
+    absolute = two["tv_distance"] <= SMALL_TV
+    relative = two["tv_distance"] <= SMALL_TV_RATIO * big["tv_distance"]
     verdict = claims.SUPPORTED if absolute and relative else claims.PARTLY if absolute or relative else claims.REFUTED
     one = rows.get(1)
     one_text = (f"At d_k = 1 the factor is 1: the TV distance is {one['tv_distance']:.3g}. " if one else "")
