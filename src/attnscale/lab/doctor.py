@@ -266,7 +266,7 @@ def flag_summary(model, x: torch.Tensor) -> dict:
         model(x)
     heads = []
     t = x.shape[1]
-    causal = torch.ones(t, t, dtype=torch.bool).tril()
+    causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
     for name in model.observation_points():
         probs = seen[name].probs  # (B, H, T, T)
         batch, n_heads = probs.shape[:2]
