@@ -4,26 +4,51 @@ import sys
 
 import pytest
 
-from attnscale import answer, claims
-from attnscale.claims import PARTLY, REFUTED, SUPPORTED, Finding
+from attnscale import answer, claims, lab
+from attnscale.claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
 
+# Labs whose findings do not declare their numbers yet; once a lab declares NUMBER_KEYS, take it out
+# of this set and every number the answer reads from it is checked against its declaration.
+UNDECLARED = {"training"}
+
+# Findings with the numbers of a quick report (variance, saturation, numerics, doctor).
+VARIANCE = {
+    "C01": Finding(PARTLY, "", {"var[torch-default square]": 0.33, "var[xavier-uniform square]": 1.0,
+                                "var[xavier-uniform per-head]": 1.8}),
+    "C02": Finding(SUPPORTED, "", {"max_rel_error": 0.108, "max_d_k": 4096}),
+    "C15": Finding(PARTLY, "", {"tv_dk2": 0.13, "tv_dk_large": 0.87, "dk_large": 128}),
+}
 SATURATION = {
     "C04": Finding(SUPPORTED, "", {"max_std_error": 0.077, "min_share_within_3": 0.976, "max_saturated_share": 0.0}),
     "C05": Finding(SUPPORTED, "", {"min_normalized_entropy": 0.9984, "min_uniform_share": 0.92}),
     "C06": Finding(REFUTED, "", {"max_logit_abs": 32.0, "min_saturated_share": 0.15, "grad_ratio_none_sqrt": 15.3,
                                  "dk_logits_reach_100": 1208.0}),
-    "C16": Finding(PARTLY, "", {"share_p_in_5_95_n2": 0.96, "share_p_in_5_95_n128": 0.009}),
-    "C18": Finding(SUPPORTED, "", {"zero_slope_exponent": 0.498}),
+    "C16": Finding(SUPPORTED, "", {"max_entry_at_100": 6.4e-43, "small_n": 2, "large_n": 128,
+                                   "share_p_in_range_small_n": 0.96, "share_p_in_range_large_n": 0.009,
+                                   "holds_up_to_n": 16, "possible_up_to_n": 40}, scope="for up to 16 keys only"),
+    "C18": Finding(SUPPORTED, "", {"zero_slope_exponent": 0.498, "constant_factor": 0.125,
+                                   "constant_entropy_min": 0.13, "constant_entropy_max": 0.998}),
 }
-
-DOCTOR = {"C10": Finding(PARTLY, "", {"t5_factor": 1.0, "t5_wq_wk_std_ratio": 0.125, "d_kv": 64})}
+NUMERICS = {
+    "C11": Finding(PARTLY, "", {"claim_d_k": 128, "claimed_range": 30.0, "max_abs_logit_unit_std_sqrt": 4.27,
+                                "trained_model": "bert", "trained_d_k": 32, "trained_max_abs_logit": 44.0,
+                                "trained_naive_fp16_overflow_rows": 0.083, "real_code_nonfinite": 0.0,
+                                "real_code_max_error": 0.24, "fp16_exp_first_inf": 11.09375}),
+    "C12": Finding(PARTLY, "", {"online_nonfinite": 0.0, "tiled_naive_nonfinite": 1.0, "clamp_kl_cheapest_fix": 2.33,
+                                "memory_tokens": 2048, "dense_peak_mib": 32.0, "online_peak_mib": 1.02,
+                                "memory_ratio": 31.5}),
+}
+DOCTOR = {"C10": Finding(PARTLY, "", {"t5_factor": 1.0, "t5_wq_wk_std_ratio": 0.125, "d_kv": 64,
+                                      "t5_logit_std": 0.999})}
+MEASURED = {"variance": VARIANCE, "saturation": SATURATION, "numerics": NUMERICS, "doctor": DOCTOR}
 
 
 def training(c06_verdict, c06_progress):
     return {
         "C05": Finding(REFUTED, "", {"inv_d_progress_recall_64": 0.95, "inv_d_progress_recall_256": 0.9}),
-        "C06": Finding(c06_verdict, "", {"none_progress_recall_64": c06_progress, "init_max_abs_logit": 60.0}),
-        "C10": Finding(PARTLY, "", {"final_logit_std_gap_adamw": 0.12, "final_logit_std_gap_adafactor": 0.0,
+        "C06": Finding(c06_verdict, "", {"none_progress_recall_64": c06_progress,
+                                         "none_progress_shakespeare_256": c06_progress, "init_max_abs_logit": 60.0}),
+        "C10": Finding(PARTLY, "", {"final_logit_std_gap_adamw": 2.51, "final_logit_std_gap_adafactor": 0.0,
                                      "step0_gap": 0.0}),
         "C17": Finding(REFUTED, "", {"median_grad_ratio_sqrt_over_none": 0.5}),
         "C18": Finding(SUPPORTED, "", {"sqrt_near_best_cells": 5, "cells": 6}),
@@ -34,18 +59,60 @@ def report_from(findings):
     return {"preset": "quick", "seed": 0, "claims": claims.evaluate(findings)}
 
 
+def sentences(composed):
+    return composed["answer"] + [s for item in composed["follow_ups"] for s in item["answer"]]
+
+
 def test_with_no_evidence_every_sentence_says_it_is_pending():
     composed = answer.compose(report_from({}), "en")
-    sentences = composed["answer"] + [s for item in composed["follow_ups"] for s in item["answer"]]
-    assert len(sentences) == 10
-    assert all("not measured yet" in s for s in sentences)
+    assert len(sentences(composed)) == 10
+    assert all("not measured yet" in s for s in sentences(composed))
+
+
+def test_the_answer_reads_only_numbers_the_labs_declare():
+    """Every number the answer reads is declared by the lab that emits it (the labs' own tests check
+    that their findings carry exactly their NUMBER_KEYS)."""
+    declaring = {name for name in lab.LABS if hasattr(lab.load(name), "NUMBER_KEYS")}
+    assert declaring == set(lab.LABS) - UNDECLARED, "a lab declares NUMBER_KEYS now: take it out of UNDECLARED"
+    for (claim_id, name), keys in answer.READS.items():
+        assert name in claims.BY_ID[claim_id].labs, (claim_id, name)
+        if name in declaring:
+            declared = lab.load(name).NUMBER_KEYS.get(claim_id, ())
+            missing = [key for key in keys if not claims.key_declared(declared, key)]
+            assert not missing, f"the answer reads {claim_id}'s {missing} from {name}, which it does not declare"
+
+
+def test_reading_an_undeclared_number_fails():
+    ev = answer.Evidence(report_from(MEASURED))
+    with pytest.raises(KeyError, match="READS does not declare"):
+        ev.number("C02", "share_in_ci")
+    assert ev.number("C02", "max_rel_error") == 0.108 and ev.number("C10", "d_kv") == 64  # doctor.d_kv
 
 
 def test_sentences_quote_the_measured_numbers():
-    text = answer.render_text(answer.compose(report_from({"saturation": SATURATION}), "en"))
-    assert "±32, not ±100" in text and "d_k ≈ 1208" in text and "15x the sqrt rule's" in text
-    assert "0.998" in text and "0.498" in text and "0.9% for 128 keys" in text
-    assert "C06's training half: not measured yet" in text
+    text = answer.render_text(answer.compose(report_from(MEASURED), "en"))
+    assert "about ±32, well short of the seed's ±100 (rows reach that only from d_k ≈ 1208)" in text
+    assert "15x the sqrt rule's" in text and "at least 97.6% of the logits" in text and "98%" not in text
+    assert "Xavier on a square matrix (1.00) gives q components of variance about 1" in text
+    assert "but PyTorch's default nn.Linear (0.33) and Xavier on a per-head projection (1.80) do not" in text
+    assert "up to 4096" in text and "small next to d_k = 128, but above 0.1" in text
+    assert "0.998" in text and "d_k^-0.498" in text and "0.9% for 128 keys" in text and "up to 16 keys" in text
+    assert "At initialisation a constant factor fits one d_k only: 0.125 gives normalised entropy from 0.13" in text
+    assert "in the pretrained bert (d_k = 32) they reach ±44" in text and "off by up to 0.24 std of v" in text
+    assert "2048: 32 MiB dense, 1.0 MiB tiled" in text and "KL 2.33 nats" in text
+    assert "C06's training half: not measured yet" in text and "0.13 apart" in text and "d_k = 128" in text
+    assert "make up the factor" not in text
+
+
+def test_no_fixed_comparison_survives_other_numbers():
+    extreme = dict(SATURATION, C06=Finding(SUPPORTED, "", {"max_logit_abs": 110.0, "min_saturated_share": 0.8,
+                                                           "grad_ratio_none_sqrt": 0.02, "dk_logits_reach_100": 100.0}))
+    wide = dict(NUMERICS)
+    wide["C11"] = Finding(SUPPORTED, "", {**NUMERICS["C11"].numbers, "max_abs_logit_unit_std_sqrt": 31.0,
+                                          "real_code_nonfinite": 0.02})
+    text = answer.render_text(answer.compose(report_from({**MEASURED, "saturation": extreme, "numerics": wide}), "en"))
+    assert "as extreme as the seed's ±100" in text and "near zero" in text and "not ±100" not in text
+    assert "do reach ±30" in text and "produced inf or NaN" in text and "no inf" not in text
 
 
 @pytest.mark.parametrize("verdict, progress, phrase", [
@@ -54,19 +121,27 @@ def test_sentences_quote_the_measured_numbers():
     (PARTLY, 0.5, "training is hurt: it learned 50%"),
 ])
 def test_the_text_follows_the_verdict(verdict, progress, phrase):
-    findings = {"saturation": SATURATION, "training": training(verdict, progress), "doctor": DOCTOR}
+    findings = {**MEASURED, "training": training(verdict, progress)}
     text = answer.render_text(answer.compose(report_from(findings), "en"))
-    assert phrase in text
+    assert phrase in text and "Trained at d_head 64-256" in text
     assert "not 'unusable'" in text and "90%-95%" in text  # C05 refuted in training
     assert "2.00x that with scaling" in text and "not 10x smaller" in text  # C17 ratio 0.5
-    assert "equivalent under adafactor, but the per-layer logit std ends apart under adamw by 12%" in text and "measured std ratio 0.125 at d_kv = 64" in text
+    assert "equivalent under Adafactor, but the per-layer logit std ends apart under AdamW by 251%" in text
+    assert "std 0.125 times W_k's at d_kv = 64" in text and "near the best rule in 5 of 6 settings" in text
 
 
-def test_chinese_text_is_chinese_and_carries_the_same_numbers():
-    findings = {"saturation": SATURATION, "training": training(REFUTED, 0.9)}
+def test_chinese_text_is_chinese_with_the_same_numbers_and_labels():
+    findings = {**MEASURED, "training": training(REFUTED, 0.9)}
     zh = answer.render_text(answer.compose(report_from(findings), "zh"))
     assert len(re.findall(r"[\u4e00-\u9fff]", zh)) > 300
     assert "±32" in zh and "1208" in zh and "训练并未停滞" in zh and "90%" in zh
+    assert "在 AdamW 下相差 251%" in zh and "得到的方差并不是 1" in zh and "变大" in zh
+    assert "零斜率" not in zh and "训练训练" not in zh
+    assert "结论统计：部分支持 " in zh and "，支持 " in zh and "不成立 " in zh
+    for label in ("supported", "refuted", "partly"):
+        assert label not in zh
+    # full-width punctuation around Chinese text
+    assert not re.search(r"[\u4e00-\u9fff] ?[,;:()]|[,;:(] ?[\u4e00-\u9fff]", zh), zh
 
 
 def test_bad_input():

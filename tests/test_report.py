@@ -62,6 +62,7 @@ def test_report_follows_the_contract_and_is_self_contained(fake_lab, tmp_path):
     by_id = {c["id"]: c for c in on_disk["claims"]}
     assert [c["id"] for c in on_disk["claims"]] == [f"C{i:02d}" for i in range(1, 19)]
     assert by_id["C02"]["verdict"] == SUPPORTED and by_id["C02"]["numbers"] == {"variance": 64.0}
+    assert by_id["C02"]["verdict_line"] == SUPPORTED and by_id["C11"]["verdict_line"] == PENDING
     assert by_id["C02"]["figures"] == ["figures/fake.png"]
     assert by_id["C02"]["commands"] == ["attnscale variance --preset quick --seed 0"]
     assert by_id["C11"]["verdict"] == PENDING and "numerics" in by_id["C11"]["evidence"]
@@ -110,8 +111,61 @@ def test_combine_rule_covers_every_outcome():
     assert claims.combine({"a": f(SUPPORTED), "b": f(PARTLY)}) == PARTLY
     assert claims.combine({"a": f(NOT_TESTABLE), "b": f(REFUTED)}) == REFUTED
     assert claims.combine({"a": f(NOT_TESTABLE)}) == NOT_TESTABLE
+    # a claim with two parts is supported only when both parts were tested and support it
+    assert claims.combine({"a": f(SUPPORTED), "b": f(SUPPORTED)}, ("a", "b")) == SUPPORTED
+    assert claims.combine({"a": f(SUPPORTED)}, ("a", "b")) == PARTLY
+    assert claims.combine({"a": f(SUPPORTED), "b": f(NOT_TESTABLE)}, ("a", "b")) == PARTLY
+    assert claims.combine({"a": f(REFUTED)}, ("a", "b")) == REFUTED
     with pytest.raises(ValueError, match="unknown verdict"):
         Finding("true", "")
+
+
+@pytest.fixture(scope="module")
+def saturation_findings():
+    """The saturation lab's real findings on a tiny run: C05, C06 and C18 at initialisation."""
+    from attnscale.lab import saturation
+
+    tiny = saturation.Config(d_ks=(1, 16, 64, 128, 1024), ns=(16, 128), exponents=(0.0, 0.25, 0.5, 0.75, 1.0),
+                             rows=64, grad_n=16, grad_d_model=16, grad_d_v=8, grad_batch=1, deriv_points=11,
+                             deriv_rows=32)
+    return saturation.judge(saturation.run(tiny))
+
+
+def test_a_part_measured_alone_cannot_make_a_claim_supported(saturation_findings):
+    c05 = saturation_findings["C05"]
+    assert c05.verdict == SUPPORTED  # at initialisation 1/d_k is near uniform
+    row = {r["id"]: r for r in claims.evaluate({"saturation": saturation_findings})}["C05"]
+    assert row["verdict"] == PARTLY and row["verdict_line"] == "partly supported (training half not measured yet)"
+    outcomes = {}
+    for trained in (SUPPORTED, PARTLY, REFUTED, NOT_TESTABLE):
+        rows = {r["id"]: r for r in claims.evaluate({"saturation": saturation_findings,
+                                                     "training": {"C05": Finding(trained, "trained")}})}
+        outcomes[trained] = (rows["C05"]["verdict"], rows["C05"]["verdict_line"])
+    assert outcomes[SUPPORTED] == (SUPPORTED, SUPPORTED)
+    assert outcomes[PARTLY] == (PARTLY, PARTLY)
+    assert outcomes[REFUTED] == (PARTLY, PARTLY)
+    assert outcomes[NOT_TESTABLE] == (PARTLY, "partly supported (training half not testable here)")
+    assert {verdict for verdict, _ in outcomes.values()} | {row["verdict"]} == {SUPPORTED, PARTLY}
+
+
+def test_a_half_not_testable_stays_in_the_verdict_line():
+    found = {"doctor": {"C13": Finding(NOT_TESTABLE, "the installed BERT uses 1/sqrt(d_k)")},
+             "training": {"C13": Finding(REFUTED, "not slower")}}
+    c13 = {r["id"]: r for r in claims.evaluate(found)}["C13"]
+    assert c13["verdict"] == REFUTED and c13["verdict_line"] == "refuted (old-BERT half not testable here)"
+    alone = {r["id"]: r for r in claims.evaluate({"doctor": found["doctor"]})}["C13"]
+    assert alone["verdict_line"] == "not testable here (slowdown half not measured yet)"
+    scoped = claims.evaluate({"saturation": {"C16": Finding(SUPPORTED, "", scope="for up to 8 keys only")}})
+    assert {r["id"]: r for r in scoped}["C16"]["verdict_line"] == "supported (for up to 8 keys only)"
+
+
+def test_declared_number_keys_are_checked_both_ways():
+    declared = {"C01": ("a", "family_*")}
+    assert claims.undeclared_numbers(declared, {"C01": Finding(SUPPORTED, "", {"a": 1, "family_x": 2})}) == []
+    assert claims.undeclared_numbers(declared, {"C01": Finding(SUPPORTED, "", {"b": 1})}) == [
+        "C01.b (not declared)", "C01.a (declared, missing)"]
+    assert claims.undeclared_numbers(declared, {"C01": Finding(NOT_TESTABLE, "")}) == []
+    assert claims.key_declared(("family_*",), "family_*") and not claims.key_declared(("family_x",), "family_*")
 
 
 def test_evaluate_marks_missing_labs_and_prefixes_numbers():

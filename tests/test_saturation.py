@@ -144,6 +144,9 @@ def test_derivative_in_use(result):
     assert u2["share_p_in_5_95"] > 0.9  # sigmoid of N(0, 2)
     assert u128["share_p_in_5_95"] < 0.1
     assert 0 < u128["diagonal_share_of_jacobian"] <= 1
+    for n, used in result["derivative_in_use"].items():
+        # the p_i sum to 1: at most 20 of them reach 0.05
+        assert used["share_p_in_5_95"] <= min(1.0, 20 / int(n)) + 1e-12
 
 
 def test_same_seed_same_numbers():
@@ -195,6 +198,10 @@ def test_judge_gives_every_claim(result):
     assert all(f.verdict in claims.VERDICTS for f in findings.values())
 
 
+def test_findings_carry_exactly_the_declared_numbers(result):
+    assert claims.undeclared_numbers(saturation.NUMBER_KEYS, saturation.judge(result)) == []
+
+
 def test_c04_rule(result):
     ok = _edit(result, {"rule": "sqrt"}, logit_std=1.0, share_within_3=0.99, saturated_share=0.0)
     assert saturation.judge_c04(ok).verdict == claims.SUPPORTED
@@ -238,15 +245,37 @@ def test_c06_rule(result):
     assert saturation.judge_c06(res).verdict == claims.NOT_TESTABLE
 
 
-def test_c16_rule(result):
+def _c16_edit(result, n, **values):
     res = copy.deepcopy(result)
-    res["derivative_in_use"]["128"]["share_p_in_5_95"] = 0.6
-    assert saturation.judge_c16(res).verdict == claims.SUPPORTED
-    res["derivative_in_use"]["128"]["share_p_in_5_95"] = 0.01
-    assert saturation.judge_c16(res).verdict == claims.PARTLY
-    res["derivative_in_use"]["2"]["share_p_in_5_95"] = 0.01
-    res["derivative"]["2"]["at_100"]["diag"] = 0.1
-    assert saturation.judge_c16(res).verdict == claims.REFUTED
+    res["derivative_in_use"][str(n)].update(values)
+    return res
+
+
+C16_CASES = {
+    # the measurement as it is: near 0 at 100; the ranges hold with 2 keys (and fail at 128)
+    claims.SUPPORTED: lambda r: r,
+    # logits too spread for the ranges even with 2 keys (sqrt-scaled q.k of std 4: p_i mostly near 0 or 1)
+    claims.PARTLY: lambda r: _c16_edit(r, 2, share_p_in_5_95=0.3, share_diag_in_5_25=0.3),
+    claims.REFUTED: lambda r: _c16_edit({**r, "derivative": {n: {**c, "at_100": {**c["at_100"], "diag": 0.1}}
+                                                             for n, c in r["derivative"].items()}},
+                                        2, share_p_in_5_95=0.3, share_diag_in_5_25=0.3),
+}
+
+
+@pytest.mark.parametrize("verdict", C16_CASES)
+def test_c16_rule_reaches_every_verdict(result, verdict):
+    assert saturation.judge_c16(C16_CASES[verdict](result)).verdict == verdict
+    assert set(C16_CASES) == {claims.SUPPORTED, claims.PARTLY, claims.REFUTED}
+
+
+def test_c16_names_where_the_ranges_hold(result):
+    measured = saturation.judge_c16(result)
+    up_to = measured.numbers["holds_up_to_n"]
+    assert 2 <= up_to < 128 and measured.scope == f"for up to {up_to} keys only; not at 128"
+    assert measured.numbers["possible_up_to_n"] == 40 and "fail for realistic n" in measured.evidence
+    few = copy.deepcopy(result)  # measured only where the ranges can hold: no narrower scope to name
+    few["derivative_in_use"] = {n: u for n, u in few["derivative_in_use"].items() if int(n) <= up_to}
+    assert saturation.judge_c16(few).verdict == claims.SUPPORTED and saturation.judge_c16(few).scope is None
 
 
 def test_c18_rule(result):

@@ -169,6 +169,10 @@ def test_judge_gives_every_claim(result):
     assert all(f.verdict in claims.VERDICTS for f in findings.values())
 
 
+def test_findings_carry_exactly_the_declared_numbers(result):
+    assert claims.undeclared_numbers(variance.NUMBER_KEYS, variance.judge(result)) == []
+
+
 def _init_rows(variances):
     return {"init": [{"init": f"s{i}", "fan_in": 4, "fan_out": 4, "mean": 0.0, "var": v, "closed_form_var": v}
                      for i, v in enumerate(variances)]}
@@ -199,12 +203,38 @@ def test_c02_rule():
     assert variance.judge_c02(_dot_rows(1.0, families=("correlated",))).verdict == claims.NOT_TESTABLE
 
 
-def test_c03_rule():
-    assert variance.judge_c03(_dot_rows(1.0, tail=0.0027)).verdict == claims.PARTLY
-    assert variance.judge_c03(_dot_rows(1.0, tail=0.05)).verdict == claims.SUPPORTED
-    assert variance.judge_c03(_dot_rows(1.0, band=0.1)).verdict == claims.REFUTED
-    assert variance.judge_c03(_dot_rows(1.5)).verdict == claims.REFUTED
-    assert variance.judge_c03({"dot": []}).verdict == claims.NOT_TESTABLE
+def _edit_dot(result, match=None, **values):
+    res = copy.deepcopy(result)
+    for row in res["dot"]:
+        if all(row.get(k) == v for k, v in (match or {}).items()):
+            row.update(values)
+    return res
+
+
+C03_CASES = {
+    # the measurement as it is: spread right, most unscaled q.k beyond +-3 (the softmax reading)
+    claims.SUPPORTED: lambda r: r,
+    # q, k of variance 1/3 (PyTorch's default init): q.k std 8/3 at d_k = 64, so 26% beyond +-3
+    claims.PARTLY: lambda r: _edit_dot(r, {"d_k": 64}, beyond_abs3=0.26),
+    # a spread wider than the band: 5% of q.k beyond +-3 sqrt(d_k)
+    claims.REFUTED: lambda r: _edit_dot(r, {"d_k": 64}, beyond_3sqrt_dk=0.05),
+    claims.NOT_TESTABLE: lambda r: {**r, "dot": [row for row in r["dot"] if row["family"] != "gaussian"]},
+}
+
+
+@pytest.mark.parametrize("verdict", C03_CASES)
+def test_c03_rule_reaches_every_verdict(result, verdict):
+    finding = variance.judge_c03(C03_CASES[verdict](result))
+    assert finding.verdict == verdict
+    assert set(C03_CASES) == set(claims.VERDICTS)
+
+
+def test_c03_names_the_reading_that_holds(result):
+    measured = variance.judge_c03(result)
+    assert "the softmax reading" in measured.evidence and "rare, not likely" in measured.evidence
+    assert measured.numbers["share_abs_above_3"] > 0.5 and measured.numbers["max_share_beyond_3std"] < 0.01
+    heavy = variance.judge_c03(_edit_dot(result, {"d_k": 64}, beyond_abs3=0.26, beyond_3std=0.03))
+    assert heavy.verdict == claims.PARTLY and "the statistical reading" in heavy.evidence
 
 
 def test_c08_rule(result):
@@ -226,6 +256,7 @@ def _small(tv2, tv_big):
 
 
 def test_c15_rule():
+    assert variance.judge_c15(_small(0.05, 0.8)).numbers["dk_large"] == 64
     assert variance.judge_c15(_small(0.05, 0.8)).verdict == claims.SUPPORTED
     assert variance.judge_c15(_small(0.13, 0.8)).verdict == claims.PARTLY
     assert variance.judge_c15(_small(0.08, 0.1)).verdict == claims.PARTLY

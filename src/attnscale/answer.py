@@ -3,23 +3,57 @@
 The seed gives a 30-second answer and three follow-ups.  :func:`compose` rewrites them
 from a report (report.json): every sentence is chosen by the verdict of the claim it
 states and quotes that claim's measured numbers, so a refuted claim is stated as measured
-and the text changes when the evidence does.  A claim whose lab has not run yet is said to
-be pending.  English (``en``) or Chinese (``zh``).
+and the text changes when the evidence does; no comparison is written in advance.  A claim
+whose lab has not run yet is said to be pending.  English (``en``) or Chinese (``zh``).
+
+:data:`READS` declares every number the answer reads, by claim and lab; each lab declares
+the numbers its findings carry in its ``NUMBER_KEYS``, and the tests hold the two together.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from pathlib import Path
 
-from .claims import PENDING, REFUTED, SUPPORTED
+from .claims import BY_ID, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, key_declared
+from .lab.numerics import KL_CHEAP, MEMORY_SAVED, WRONG_OUTPUT
 from .lab.training.verdicts import EQUIVALENT_LOGITS  # the C10 rule's threshold on the trained logit std gap
+from .lab.variance import SMALL_TV, SMALL_TV_RATIO
 
 LANGS = ("en", "zh")
 
+# (claim ID, lab) -> the numbers the answer reads from that lab's finding ("name*": a family of keys).
+READS = {
+    ("C01", "variance"): ("var[torch-default square]", "var[xavier-uniform square]", "var[xavier-uniform per-head]"),
+    ("C02", "variance"): ("max_rel_error", "max_d_k"),
+    ("C04", "saturation"): ("max_std_error", "min_share_within_3", "max_saturated_share"),
+    ("C05", "saturation"): ("min_normalized_entropy",),
+    ("C05", "training"): ("inv_d_progress_*",),
+    ("C06", "saturation"): ("max_logit_abs", "min_saturated_share", "grad_ratio_none_sqrt", "dk_logits_reach_100"),
+    ("C06", "training"): ("none_progress_*",),
+    ("C10", "doctor"): ("t5_factor", "t5_wq_wk_std_ratio", "d_kv", "t5_logit_std"),
+    ("C10", "training"): ("final_logit_std_gap_*",),
+    ("C11", "numerics"): ("claim_d_k", "claimed_range", "max_abs_logit_unit_std_sqrt", "trained_model", "trained_d_k",
+                          "trained_max_abs_logit", "trained_naive_fp16_overflow_rows", "real_code_nonfinite",
+                          "real_code_max_error", "fp16_exp_first_inf"),
+    ("C12", "numerics"): ("online_nonfinite", "tiled_naive_nonfinite", "clamp_kl_cheapest_fix", "memory_tokens",
+                          "dense_peak_mib", "online_peak_mib", "memory_ratio"),
+    ("C15", "variance"): ("tv_dk2", "tv_dk_large", "dk_large"),
+    ("C16", "saturation"): ("max_entry_at_100", "small_n", "large_n", "share_p_in_range_small_n",
+                            "share_p_in_range_large_n", "holds_up_to_n", "possible_up_to_n"),
+    ("C17", "training"): ("median_grad_ratio_sqrt_over_none",),
+    ("C18", "saturation"): ("zero_slope_exponent", "constant_factor", "constant_entropy_min", "constant_entropy_max"),
+    ("C18", "training"): ("cells", "sqrt_near_best_cells"),
+}
+
+VERDICT_ZH = {SUPPORTED: "支持", PARTLY: "部分支持", REFUTED: "不成立", NOT_TESTABLE: "此处无法检验", PENDING: "待测"}
+OPTIMISER_NAMES = {"adamw": "AdamW", "sgd": "SGD", "adafactor": "Adafactor"}
+
 
 class Evidence:
-    """Verdicts and numbers of one report, looked up by claim ID."""
+    """Verdicts and numbers of one report, looked up by claim ID; only declared numbers can be read."""
 
     def __init__(self, report: dict):
         self.claims = {c["id"]: c for c in report["claims"]}
@@ -30,207 +64,335 @@ class Evidence:
     def lab_verdict(self, claim_id: str, lab: str) -> str:
         return self.claims[claim_id].get("lab_verdicts", {}).get(lab, PENDING)
 
-    def number(self, claim_id: str, key: str):
-        """A number by its name, with or without the lab prefix multi-lab claims carry."""
-        numbers = self.claims[claim_id]["numbers"]
-        if key in numbers:
-            return numbers[key]
-        matches = [v for k, v in numbers.items() if k.split(".", 1)[-1] == key]
-        return matches[0] if matches else None
+    def _key(self, claim_id: str, key: str) -> str:
+        """The key as report.json carries it (prefixed by its lab on claims tested by several labs)."""
+        labs = [lab for (cid, lab), keys in READS.items() if cid == claim_id and key_declared(keys, key)]
+        if not labs:
+            raise KeyError(f"the answer reads {claim_id}'s {key!r}, which READS does not declare")
+        return f"{labs[0]}.{key}" if len(BY_ID[claim_id].labs) > 1 else key
 
-    def numbers_like(self, claim_id: str, prefix: str) -> list[float]:
-        return [v for k, v in self.claims[claim_id]["numbers"].items()
-                if k.split(".", 1)[-1].startswith(prefix) and isinstance(v, (int, float))]
+    def number(self, claim_id: str, key: str):
+        return self.claims[claim_id]["numbers"].get(self._key(claim_id, key))
+
+    def family(self, claim_id: str, prefix: str) -> dict[str, float]:
+        """The numeric members of a declared family ``prefix*``, by their suffix."""
+        full = self._key(claim_id, prefix + "*")[:-1]
+        return {k[len(full):]: v for k, v in self.claims[claim_id]["numbers"].items()
+                if k.startswith(full) and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def has(self, claim_id: str, *keys: str) -> bool:
         return all(self.number(claim_id, key) is not None for key in keys)
 
 
+# Percentages: "at least" rounds down and "at most" rounds up, so that a bound stays true.
+
 def _pct(x: float) -> str:
+    if 0 < abs(x) < 0.01 or 0.99 < abs(x) < 1:
+        return f"{100 * x:.1f}%"
     return f"{100 * x:.0f}%"
 
 
-def _span(values: list[float]) -> str:
+def _at_least(x: float) -> str:
+    return f"{math.floor(1000 * x + 1e-9) / 10:g}%"
+
+
+def _at_most(x: float) -> str:
+    return f"{math.ceil(1000 * x - 1e-9) / 10:g}%"
+
+
+def _and(items: list[str], lang: str) -> str:
+    if len(items) < 2:
+        return "".join(items)
+    if lang == "en":
+        return ", ".join(items[:-1]) + " and " + items[-1]
+    return "、".join(items[:-1]) + "和" + items[-1]
+
+
+def _span(values) -> str:
+    values = list(values)
     lo, hi = min(values), max(values)
     return _pct(lo) if abs(hi - lo) < 0.005 else f"{_pct(lo)}-{_pct(hi)}"
+
+
+def _d_heads(family: dict[str, float]) -> str:
+    """'64-256' from keys like 'recall_64', 'shakespeare_256'."""
+    sizes = sorted({int(k.rsplit("_", 1)[-1]) for k in family if k.rsplit("_", 1)[-1].isdigit()})
+    if not sizes:
+        return "?"
+    return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
 
 
 def _pending(claim_id: str, lang: str, lab: str | None = None) -> str:
     if lang == "en":
         part = f"{claim_id}'s {lab} half" if lab else claim_id
         return f"({part}: not measured yet; run `attnscale report`.)"
-    part = f"{claim_id} 的 {lab} 部分" if lab else claim_id
+    half = {"training": "训练", "saturation": "初始化"}.get(lab, lab)
+    part = f"{claim_id} 的{half}部分" if lab else claim_id
     return f"（{part}：尚未测量，请运行 `attnscale report`。）"
 
 
 # Each sentence function returns the sentence for one claim (or a pair of claims) in ``lang``.
 
 def variance(ev: Evidence, lang: str) -> str:
-    if not ev.has("C02", "max_rel_error"):
+    if not ev.has("C02", "max_rel_error", "max_d_k"):
         return _pending("C02", lang)
-    err = ev.number("C02", "max_rel_error")
+    err, d_max = ev.number("C02", "max_rel_error"), ev.number("C02", "max_d_k")
     holds = ev.verdict("C02") == SUPPORTED
     if lang == "en":
         return (f"If q and k have independent components of mean 0 and variance 1, q·k is a sum of d_k unit-variance "
                 f"terms, so Var(q·k) = d_k and its std is sqrt(d_k)" +
-                (f" (measured within {_pct(err)} for d_k up to 4096)." if holds else
-                 f"; measured, the variance is off by up to {_pct(err)}, so this holds only roughly."))
-    return ("若 q、k 各分量独立、均值为 0、方差为 1，q·k 是 d_k 个单位方差项之和，因此 Var(q·k) = d_k，标准差为 sqrt(d_k)" +
-            (f"（d_k 至 4096 实测误差不超过 {_pct(err)}）。" if holds else f"；实测方差偏差可达 {_pct(err)}，只是近似成立。"))
+                (f" (measured within {_at_most(err)} for d_k up to {d_max})." if holds else
+                 f"; measured, the variance is off by up to {_at_most(err)}, so this holds only roughly."))
+    return ("若 q、k 各分量独立、均值为 0、方差为 1，q·k 就是 d_k 个方差为 1 的项之和，所以 Var(q·k) = d_k，标准差为 sqrt(d_k)" +
+            (f"（d_k 最大到 {d_max}，实测偏差不超过 {_at_most(err)}）。" if holds else
+             f"；实测方差偏差可达 {_at_most(err)}，只是近似成立。"))
+
+
+INIT_NAMES = {  # key in C01's numbers -> (English, Chinese)
+    "var[xavier-uniform square]": ("Xavier on a square matrix", "方阵上的 Xavier 初始化"),
+    "var[torch-default square]": ("PyTorch's default nn.Linear", "PyTorch 默认的 nn.Linear 初始化"),
+    "var[xavier-uniform per-head]": ("Xavier on a per-head projection", "按单头投影做的 Xavier 初始化"),
+}
 
 
 def init_premise(ev: Evidence, lang: str) -> str:
-    torch_var = ev.number("C01", "var[torch-default square]")
-    head_var = ev.number("C01", "var[xavier-uniform per-head]")
-    if torch_var is None or head_var is None:
+    if not ev.has("C01", *INIT_NAMES):
         return _pending("C01", lang)
-    if ev.verdict("C01") == SUPPORTED:
-        return ("Common initialisations do give q and k components of variance about 1." if lang == "en"
-                else "常见初始化确实让 q、k 分量方差约为 1。")
+    i = 0 if lang == "en" else 1
+    shown = {key: (f"{names[0]} ({ev.number('C01', key):.2f})" if lang == "en" else
+                   f"{names[1]}（{ev.number('C01', key):.2f}）") for key, names in INIT_NAMES.items()}
+    near = [shown[key] for key in INIT_NAMES if abs(ev.number("C01", key) - 1) <= 0.1]
+    off = [shown[key] for key in INIT_NAMES if abs(ev.number("C01", key) - 1) > 0.1]
     if lang == "en":
-        return (f"That premise is an assumption, not what common initialisations give: PyTorch's default nn.Linear "
-                f"yields q components of variance {torch_var:.2f}, Xavier on a per-head projection {head_var:.2f}; "
-                f"the argument is about how the spread grows with d_k, whatever the starting variance.")
-    return (f"这个前提只是假设，常见初始化并不给出方差 1：PyTorch 默认 nn.Linear 得到的 q 分量方差为 {torch_var:.2f}，"
-            f"按单头投影做 Xavier 初始化为 {head_var:.2f}；论证的关键是方差随 d_k 线性增长，而不是初始方差恰好为 1。")
+        if not off:
+            return f"Common initialisations do give q and k components of variance about 1: {_and(near, lang)}."
+        head = (f"That premise holds for some initialisations, not all: {_and(near, lang)} "
+                f"{'gives' if len(near) == 1 else 'give'} q components of variance about 1, but {_and(off, lang)} "
+                f"{'does' if len(off) == 1 else 'do'} not" if near else
+                f"That premise is an assumption: no initialisation measured gives q components of variance 1 "
+                f"({_and(off, lang)})")
+        return head + "; the spread still grows as sqrt(d_k), from whatever variance it starts at."
+    if not off:
+        return f"常见初始化确实让 q、k 分量的方差约为 1：{_and(near, lang)}。"
+    head = (f"这个前提只对部分初始化成立：{_and(near, lang)}得到的方差约为 1，但{_and(off, lang)}得到的方差并不是 1" if near
+            else f"这个前提只是假设，实测的初始化得到的方差都不是 1：{_and(off, lang)}")
+    return head + "；不过无论起点方差是多少，点积的标准差都会随 sqrt(d_k) 变大。"
 
 
 def sqrt_rule(ev: Evidence, lang: str) -> str:
-    if not ev.has("C04", "max_std_error", "min_share_within_3"):
+    if not ev.has("C04", "max_std_error", "min_share_within_3", "max_saturated_share"):
         return _pending("C04", lang)
-    err, share = ev.number("C04", "max_std_error"), ev.number("C04", "min_share_within_3")
+    err, share, saturated = (ev.number("C04", k) for k in ("max_std_error", "min_share_within_3", "max_saturated_share"))
     if lang == "en":
-        return (f"Dividing by sqrt(d_k) brings the logit std back to 1 at every d_k (within {_pct(err)} for d_k = 1 to "
-                f"4096), so the softmax sees the same input whatever the head size: at least {_pct(share)} of the "
-                f"logits lie in [-3, 3]" + (" and no row saturates." if ev.verdict("C04") == SUPPORTED else "."))
-    return (f"除以 sqrt(d_k) 让 logit 标准差在任何 d_k 下都回到 1（d_k 从 1 到 4096 误差不超过 {_pct(err)}），"
-            f"softmax 的输入分布与头维度无关：至少 {_pct(share)} 的 logit 落在 [-3, 3]"
-            + ("，没有饱和的行。" if ev.verdict("C04") == SUPPORTED else "。"))
+        rows = "no row saturates" if saturated == 0 else f"at most {_at_most(saturated)} of rows saturate"
+        return (f"Dividing by sqrt(d_k) brings the logit std back to 1 at every d_k measured (within {_at_most(err)}), "
+                f"so the softmax sees the same input whatever the head size: at least {_at_least(share)} of the logits "
+                f"lie in [-3, 3] and {rows}.")
+    rows = "没有一行饱和" if saturated == 0 else f"饱和的行不超过 {_at_most(saturated)}"
+    return (f"除以 sqrt(d_k) 后，在实测的各个 d_k 下 logit 的标准差都回到 1（偏差不超过 {_at_most(err)}），"
+            f"softmax 的输入不再随头维度变化：至少 {_at_least(share)} 的 logit 落在 [-3, 3] 内，{rows}。")
 
 
 def inv_d_rule(ev: Evidence, lang: str) -> str:
     entropy = ev.number("C05", "min_normalized_entropy")
-    progress = ev.numbers_like("C05", "inv_d_progress_")
     if entropy is None:
         return _pending("C05", lang)
+    progress = ev.family("C05", "inv_d_progress_")
     trained = ev.lab_verdict("C05", "training")
+    uniform = ev.lab_verdict("C05", "saturation") in (SUPPORTED, PARTLY)
     if lang == "en":
-        text = (f"Dividing by d_k shrinks the logit std to 1/sqrt(d_k): at initialisation attention is near uniform "
-                f"(normalised entropy {entropy:.3f} at d_k = 64 and 128).")
+        text = (f"Dividing by d_k shrinks the logit std to 1/sqrt(d_k): at initialisation attention is "
+                f"{'near uniform' if uniform else 'not near uniform'} (normalised entropy {entropy:.3f} or more at "
+                f"d_k = 64 and 128).")
         if trained == PENDING or not progress:
             return text + " " + _pending("C05", lang, "training")
+        span = _span(progress.values())
         if trained == REFUTED:
             return text + (f" But it is not 'unusable': trained, each rule at its best learning rate, it learned "
-                           f"{_span(progress)} of what 1/sqrt(d_k) learned; the weights grow to make up the factor.")
+                           f"{span} of what 1/sqrt(d_k) learned.")
         if trained == SUPPORTED:
-            return text + f" Trained, it learned only {_span(progress)} of what 1/sqrt(d_k) learned: it fails."
-        return text + (f" Trained, it learned {_span(progress)} of what 1/sqrt(d_k) learned: worse in places, "
-                       f"not uniformly unusable.")
-    text = f"除以 d_k 会把 logit 标准差压到 1/sqrt(d_k)：初始化时注意力接近均匀（d_k = 64、128 时归一化熵 {entropy:.3f}）。"
+            return text + f" Trained, it learned only {span} of what 1/sqrt(d_k) learned: unusable."
+        return text + (f" Trained, it learned {span} of what 1/sqrt(d_k) learned: worse in places, not everywhere "
+                       f"unusable.")
+    text = (f"除以 d_k 会把 logit 的标准差压到 1/sqrt(d_k)：初始化时注意力{'接近均匀分布' if uniform else '并不接近均匀分布'}"
+            f"（d_k = 64 和 128 时归一化熵不低于 {entropy:.3f}）。")
     if trained == PENDING or not progress:
         return text + _pending("C05", lang, "training")
+    span = _span(progress.values())
     if trained == REFUTED:
-        return text + f"但并非“根本不可用”：各自取最佳学习率训练后，它学到的相当于 1/sqrt(d_k) 的 {_span(progress)}，权重会长大来补偿这个因子。"
+        return text + f"但它并非“根本不可用”：各自取最佳学习率训练后，它学到的相当于 1/sqrt(d_k) 的 {span}。"
     if trained == SUPPORTED:
-        return text + f"训练后只学到 1/sqrt(d_k) 的 {_span(progress)}，确实不可用。"
-    return text + f"训练后学到 1/sqrt(d_k) 的 {_span(progress)}：有的设置变差，但不是处处不可用。"
+        return text + f"训练后它只学到 1/sqrt(d_k) 的 {span}，确实不可用。"
+    return text + f"训练后它学到 1/sqrt(d_k) 的 {span}：有些设置更差，但并非处处不可用。"
 
 
 def no_scaling(ev: Evidence, lang: str) -> str:
-    keys = ("max_logit_abs", "min_saturated_share", "grad_ratio_none_sqrt", "dk_logits_reach_100")
+    keys = ("max_logit_abs", "min_saturated_share", "grad_ratio_none_sqrt")
     if not ev.has("C06", *keys):
         return _pending("C06", lang)
-    max_logit, saturated, grad, dk100 = (ev.number("C06", k) for k in keys)
-    progress = ev.numbers_like("C06", "none_progress_")
+    max_logit, saturated, grad = (ev.number("C06", k) for k in keys)
+    dk100 = ev.number("C06", "dk_logits_reach_100")
+    progress = ev.family("C06", "none_progress_")
     trained = ev.lab_verdict("C06", "training")
     if lang == "en":
-        text = (f"Without scaling the logit std grows as sqrt(d_k): at d_k = 128 the largest logits are about "
-                f"±{max_logit:.0f}, not ±100 (that takes d_k ≈ {dk100:.0f}); {_pct(saturated)} or more of the rows are "
-                f"already near one-hot, yet the gradient reaching W_q is {grad:.0f}x the sqrt rule's, not near zero.")
+        if max_logit >= 50:
+            size = f"about ±{max_logit:.0f}, as extreme as the seed's ±100 suggests"
+        else:
+            reach = f"rows reach that only from d_k ≈ {dk100:.0f}" if dk100 else "no d_k measured reaches it"
+            size = f"about ±{max_logit:.0f}, well short of the seed's ±100 ({reach})"
+        if grad <= 0.1:
+            gradient = f"and the gradient reaching W_q is {grad:.2g}x the sqrt rule's: near zero"
+        elif grad >= 1:
+            gradient = f"yet the gradient reaching W_q is {grad:.0f}x the sqrt rule's, not near zero"
+        else:
+            gradient = f"and the gradient reaching W_q is {grad:.2g}x the sqrt rule's, smaller but not near zero"
+        text = (f"Without scaling the logit std grows as sqrt(d_k): at d_k = 128 the largest logit of a row is {size}; "
+                f"{_at_least(saturated)} or more of the rows are already near one-hot, {gradient}.")
         if trained == PENDING or not progress:
             return text + " " + _pending("C06", lang, "training")
         verb = {REFUTED: "training does not stall", SUPPORTED: "training stalls"}.get(trained, "training is hurt")
-        return text + f" Trained at d_head >= 64, {verb}: it learned {_span(progress)} of what 1/sqrt(d_k) learned."
-    text = (f"不缩放时 logit 标准差随 sqrt(d_k) 增长：d_k = 128 时最大 logit 约 ±{max_logit:.0f}，而不是 ±100"
-            f"（要到 d_k ≈ {dk100:.0f} 才到 100）；至少 {_pct(saturated)} 的行已接近 one-hot，"
-            f"但传到 W_q 的梯度是 sqrt 规则的 {grad:.0f} 倍，并不接近 0。")
+        return text + (f" Trained at d_head {_d_heads(progress)}, {verb}: it learned {_span(progress.values())} of "
+                       f"what 1/sqrt(d_k) learned.")
+    if max_logit >= 50:
+        size = f"约 ±{max_logit:.0f}，和原答案说的 ±100 一样极端"
+    else:
+        reach = f"要到 d_k ≈ {dk100:.0f} 才会到 100" if dk100 else "实测的 d_k 都达不到"
+        size = f"约 ±{max_logit:.0f}，远没有原答案说的 ±100（{reach}）"
+    if grad <= 0.1:
+        gradient = f"传到 W_q 的梯度只有 sqrt 规则的 {grad:.2g} 倍，接近 0"
+    elif grad >= 1:
+        gradient = f"但传到 W_q 的梯度是 sqrt 规则的 {grad:.0f} 倍，并不接近 0"
+    else:
+        gradient = f"传到 W_q 的梯度是 sqrt 规则的 {grad:.2g} 倍，变小了但不接近 0"
+    text = (f"不缩放时 logit 的标准差会随 sqrt(d_k) 变大：d_k = 128 时每行最大的 logit {size}；"
+            f"至少 {_at_least(saturated)} 的行已经接近 one-hot，{gradient}。")
     if trained == PENDING or not progress:
         return text + _pending("C06", lang, "training")
-    verb = {REFUTED: "训练并未停滞", SUPPORTED: "训练确实停滞"}.get(trained, "训练受到损害")
-    return text + f"在 d_head >= 64 训练时{verb}：学到的相当于 1/sqrt(d_k) 的 {_span(progress)}。"
+    verb = {REFUTED: "训练并未停滞", SUPPORTED: "训练确实停滞"}.get(trained, "训练受到影响")
+    return text + f"d_head 为 {_d_heads(progress)} 时，{verb}：学到的相当于 1/sqrt(d_k) 的 {_span(progress.values())}。"
 
 
 def low_precision(ev: Evidence, lang: str) -> str:
-    keys11 = ("max_abs_logit_unit_std_sqrt", "std_for_claimed_range", "standard_softmax_nonfinite", "fp16_exp_first_inf")
-    if not ev.has("C11", *keys11) or not ev.has("C12", "stable_nonfinite", "online_nonfinite", "tiled_naive_nonfinite"):
+    keys11 = ("claim_d_k", "claimed_range", "max_abs_logit_unit_std_sqrt", "trained_model", "trained_d_k",
+              "trained_max_abs_logit", "trained_naive_fp16_overflow_rows", "real_code_nonfinite",
+              "real_code_max_error", "fp16_exp_first_inf")
+    keys12 = ("online_nonfinite", "tiled_naive_nonfinite", "memory_tokens", "dense_peak_mib", "online_peak_mib",
+              "memory_ratio")
+    if not ev.has("C11", *keys11) or not ev.has("C12", *keys12):
         return _pending("C11", lang)
-    max_logit, std_needed, nonfinite, threshold = (ev.number("C11", k) for k in keys11)
-    tiled_breaks = ev.number("C12", "tiled_naive_nonfinite") > 0
-    max_sub_safe = ev.number("C12", "stable_nonfinite") == 0 and ev.number("C12", "online_nonfinite") == 0
+    d_k, claimed, unit, model, model_d_k, trained, naive, nonfinite, error, threshold = (
+        ev.number("C11", k) for k in keys11)
+    online, tiled, tokens, dense_mib, online_mib, ratio = (ev.number("C12", k) for k in keys12)
     clamp_kl = ev.number("C12", "clamp_kl_cheapest_fix")
+    unit_reaches, trained_reaches = unit >= claimed / 2, trained >= claimed / 2
+    saves_memory = bool(ratio) and ratio >= MEMORY_SAVED
     if lang == "en":
-        text = (f"In FP16, scaled logits at d_k = 128 are not around ±30 for unit-variance q and k: the largest was "
-                f"{max_logit:.1f} (±30 needs q, k std {std_needed:.1f}). ")
-        text += ("No max-subtracted softmax produced inf or NaN. " if nonfinite == 0 else
-                 f"Even max-subtracted softmax produced non-finite outputs ({_pct(nonfinite)}). ")
-        text += f"exp overflows past {threshold:.2f} only when the max is not subtracted"
-        if max_sub_safe and tiled_breaks:
-            text += ("; the max subtraction, which FlashAttention's online softmax keeps, prevents it, not the "
-                     "1/sqrt(d_k) factor and not the tiling (tiling is for memory)")
-        if clamp_kl is not None:
-            text += f"; clamping helps only at values that distort attention (KL {clamp_kl:.2f} nats)"
-        return text + "."
-    text = (f"FP16 下，q、k 方差为 1 时，d_k = 128 缩放后的 logit 并不在 ±30 附近：实测最大 {max_logit:.1f}"
-            f"（要 q、k 标准差达到 {std_needed:.1f} 才会到 ±30）。")
-    text += ("减去最大值的 softmax 从未产生 inf 或 NaN。" if nonfinite == 0 else
-             f"即使减去最大值，softmax 仍有 {_pct(nonfinite)} 的非有限输出。")
-    text += f"只有不减最大值时 exp 才会在超过 {threshold:.2f} 后溢出"
-    if max_sub_safe and tiled_breaks:
-        text += "；防止溢出的是减去最大值（FlashAttention 的 online softmax 也这样做），而不是 1/sqrt(d_k) 因子，也不是分块（分块是为了省显存）"
-    if clamp_kl is not None:
-        text += f"；clamp 只有在明显扭曲注意力的取值下才有用（KL {clamp_kl:.2f} nats）"
-    return text + "。"
+        text = (f"In FP16 and BF16, scaled logits at d_k = {d_k} {'do' if unit_reaches else 'do not'} reach ±{claimed:g} "
+                f"for independent unit-variance q and k (the largest was {unit:.1f}), but a trained model's "
+                f"{'do' if trained_reaches else 'do not'}: in the pretrained {model} (d_k = {model_d_k}) they reach "
+                f"±{trained:.0f}. ")
+        if nonfinite > 0:
+            text += "Attention computed as models compute it then produced inf or NaN. "
+        else:
+            text += (f"Still, attention computed as models compute it produced no inf or NaN: exp overflows FP16 past "
+                     f"{threshold:.2f}, which a softmax without max subtraction would hit in {_pct(naive)} of that "
+                     f"model's rows, but real code subtracts the row max"
+                     + (f"; what goes wrong is precision, BF16 attention computed the eager way being off by up to "
+                        f"{error:.2f} std of v. " if error > WRONG_OUTPUT else ". "))
+        if online == 0 and tiled > 0:
+            text += ("FlashAttention's online softmax keeps the max subtraction, so it never overflowed; its tiling "
+                     + (f"is what saves memory (one head at T = {tokens}: {dense_mib:.0f} MiB dense, {online_mib:.1f} "
+                        f"MiB tiled); " if saves_memory else "does not prevent overflow; "))
+            clamp = "clamping"
+        else:
+            clamp = "Clamping"
+        if clamp_kl is None:
+            return text + f"{clamp} with the values tried did not remove the overflow."
+        if clamp_kl <= KL_CHEAP:
+            return text + f"{clamp} removed the overflow at a negligible cost (KL {clamp_kl:.3f} nats)."
+        return text + f"{clamp} removed it only at values that distort attention (KL {clamp_kl:.2f} nats)."
+    text = (f"在 FP16 和 BF16 下，若 q、k 各分量独立且方差为 1，d_k = {d_k} 缩放后的 logit "
+            f"{'确实' if unit_reaches else '并不会'}达到 ±{claimed:g}（实测最大 {unit:.1f}）；训练过的模型"
+            f"{'却会' if trained_reaches else '也不会'}：预训练的 {model}（d_k = {model_d_k}）的 logit 达到 ±{trained:.0f}。")
+    if nonfinite > 0:
+        text += "按模型实际的算法计算注意力时，确实出现了 inf 或 NaN。"
+    else:
+        text += (f"但按模型实际的算法计算注意力时，没有出现 inf 或 NaN：FP16 的 exp 在输入超过 {threshold:.2f} 时溢出，"
+                 f"不减最大值的 softmax 会在该模型 {_pct(naive)} 的行上溢出，而实际代码都会先减去每行的最大值"
+                 + (f"；真正的问题是精度：BF16 按 eager 方式计算的输出误差最大可达 v 标准差的 {error:.2f} 倍。"
+                    if error > WRONG_OUTPUT else "。"))
+    if online == 0 and tiled > 0:
+        text += ("FlashAttention 的 online softmax 同样先减去最大值，所以从未溢出；它的分块"
+                 + (f"是为了省显存（单个头、T = {tokens} 时，完整矩阵需要 {dense_mib:.0f} MiB，分块只要 {online_mib:.1f} MiB）；"
+                    if saves_memory else "并不能防止溢出；"))
+    if clamp_kl is None:
+        return text + "试过的 clamp 取值都没能消除溢出。"
+    if clamp_kl <= KL_CHEAP:
+        return text + f"clamp 能以很小的代价消除溢出（KL {clamp_kl:.3f} nats）。"
+    return text + f"clamp 只有在明显扭曲注意力的取值下才能消除溢出（KL {clamp_kl:.2f} nats）。"
 
 
 def balance(ev: Evidence, lang: str) -> str:
     exponent = ev.number("C18", "zero_slope_exponent")
     if exponent is None:
         return _pending("C18", lang)
+    constant = ev.number("C18", "constant_factor")
+    low, high = ev.number("C18", "constant_entropy_min"), ev.number("C18", "constant_entropy_max")
     cells, best = ev.number("C18", "cells"), ev.number("C18", "sqrt_near_best_cells")
     if lang == "en":
-        text = (f"So 1/sqrt(d_k) is the factor that keeps the softmax input independent of d_k (the exponent with zero "
-                f"slope measured {exponent:.3f}); any constant is right for one d_k only.")
+        text = (f"So 1/sqrt(d_k) is the factor that keeps the softmax input the same whatever d_k: measured, the logit "
+                f"std stops changing with d_k when the factor is d_k^-{exponent:.3f} (0.5 in theory).")
+        if constant is not None:
+            text += (f" At initialisation a constant factor fits one d_k only: {constant:g} gives normalised entropy "
+                     f"from {low:.2f} to {high:.3f} across d_k.")
         if cells:
             text += f" In training, 1/sqrt(d_k) was near the best rule in {best} of {cells} settings."
         return text
-    text = f"所以 1/sqrt(d_k) 是让 softmax 输入与 d_k 无关的因子（实测零斜率指数 {exponent:.3f}）；任何常数只对一个 d_k 合适。"
+    text = (f"所以 1/sqrt(d_k) 是让 softmax 的输入不随 d_k 变化的因子：实测因子取 d_k^-{exponent:.3f} 时，"
+            f"logit 的标准差不再随 d_k 变化（理论值是 0.5）。")
+    if constant is not None:
+        text += f"在初始化时，固定常数只适合某一个 d_k：常数 {constant:g} 在不同 d_k 下的归一化熵从 {low:.2f} 变到 {high:.3f}。"
     if cells:
-        text += f"训练中，1/sqrt(d_k) 在 {cells} 个设置里有 {best} 个接近最佳。"
+        text += f"训练中，1/sqrt(d_k) 在 {cells} 个设置里有 {best} 个接近最好的规则。"
     return text
 
 
 def small_d_k(ev: Evidence, lang: str) -> str:
-    if not ev.has("C15", "tv_dk2", "tv_dk128"):
+    if not ev.has("C15", "tv_dk2", "tv_dk_large", "dk_large"):
         return _pending("C15", lang)
-    tv2, tv128 = ev.number("C15", "tv_dk2"), ev.number("C15", "tv_dk128")
+    tv2, tv_large, d_large = (ev.number("C15", k) for k in ("tv_dk2", "tv_dk_large", "dk_large"))
+    absolute, relative = tv2 <= SMALL_TV, tv2 <= SMALL_TV_RATIO * tv_large
     if lang == "en":
+        size = {(True, True): "a small difference, but not none",
+                (False, True): f"small next to d_k = {d_large}, but above {SMALL_TV:g}, so not negligible",
+                (True, False): f"small in itself, but not next to d_k = {d_large}",
+                (False, False): "not a small difference"}[(absolute, relative)]
         return (f"At d_k = 1 the factor is exactly 1. At d_k = 2 the attention rows with and without 1/sqrt(2) are "
-                f"{tv2:.2f} apart in total variation, against {tv128:.2f} at d_k = 128: a small difference, not none, "
-                f"and the factor costs nothing, so keep it.")
+                f"{tv2:.2f} apart in total variation, against {tv_large:.2f} at d_k = {d_large}: {size}.")
+    size = {(True, True): "差别小，但不是没有",
+            (False, True): f"相对而言小得多，但超过 {SMALL_TV:g}，不能忽略",
+            (True, False): f"本身不大，但和 d_k = {d_large} 时相比并不小",
+            (False, False): "差别并不小"}[(absolute, relative)]
     return (f"d_k = 1 时因子就是 1。d_k = 2 时，有无 1/sqrt(2) 的注意力分布总变差距离为 {tv2:.2f}，"
-            f"而 d_k = 128 时为 {tv128:.2f}：差别小但不为零，而这个因子几乎没有开销，应当保留。")
+            f"而 d_k = {d_large} 时为 {tv_large:.2f}：{size}。")
 
 
 def gradients(ev: Evidence, lang: str) -> str:
-    if not ev.has("C16", "share_p_in_5_95_n2", "share_p_in_5_95_n128"):
+    keys = ("max_entry_at_100", "small_n", "large_n", "share_p_in_range_small_n", "share_p_in_range_large_n",
+            "possible_up_to_n")
+    if not ev.has("C16", *keys):
         return _pending("C16", lang)
-    n2, n128 = ev.number("C16", "share_p_in_5_95_n2"), ev.number("C16", "share_p_in_5_95_n128")
+    at100, small_n, large_n, small, large, possible = (ev.number("C16", k) for k in keys)
+    up_to = ev.number("C16", "holds_up_to_n")
     ratio = ev.number("C17", "median_grad_ratio_sqrt_over_none")
+    near_zero = at100 < 1e-10
     if lang == "en":
-        text = (f"The softmax Jacobian is diag(p) - p p^T; its diagonal p_i(1 - p_i) is near 0 when one input dominates "
-                f"(an input of 100). The seed's 'p between 0.05 and 0.95, derivative 0.05-0.25' is the two-key case: "
-                f"with sqrt-scaled logits {_pct(n2)} of p_i lie in [0.05, 0.95] for 2 keys, but {n128 * 100:.1f}% for "
-                f"128 keys, where every p_i is small.")
+        text = (f"The softmax Jacobian is diag(p) - p p^T; with one input at 100 its entries are below {at100:.0e}"
+                f"{', near 0' if near_zero else ''}. The seed's 'p between 0.05 and 0.95, derivative 0.05-0.25' "
+                f"describes a softmax over a few keys: with sqrt-scaled logits {_pct(small)} of p_i lie in [0.05, 0.95] "
+                f"for {small_n} keys" + (f", and most do up to {up_to} keys" if up_to and up_to > small_n else "")
+                + f", but {_pct(large)} for {large_n} keys, where every p_i is small (the p_i sum to 1, so beyond "
+                f"{possible} keys fewer than half of them can reach 0.05).")
         if ratio is not None:
             text += (f" In training, the first layer's W_q, W_k gradient without scaling was {1 / ratio:.2f}x that "
                      f"with scaling (median over matched runs)" +
@@ -238,9 +400,12 @@ def gradients(ev: Evidence, lang: str) -> str:
         else:
             text += " " + _pending("C17", lang)
         return text
-    text = (f"softmax 的雅可比矩阵是 diag(p) - p p^T，对角项 p_i(1 - p_i) 在某个输入占绝对优势（如 100）时接近 0。"
-            f"原答案“p 在 0.05-0.95、导数 0.05-0.25”只适用于两个 key：sqrt 缩放后 2 个 key 时 {_pct(n2)} 的 p_i 落在 "
-            f"[0.05, 0.95]，128 个 key 时只有 {n128 * 100:.1f}%，每个 p_i 都很小。")
+    text = (f"softmax 的雅可比矩阵是 diag(p) - p p^T；某个输入为 100 时，它的元素都小于 {at100:.0e}"
+            f"{'，接近 0' if near_zero else ''}。原答案说的“p 在 0.05-0.95、导数 0.05-0.25”只适用于 key 很少的情况："
+            f"sqrt 缩放后，{small_n} 个 key 时 {_pct(small)} 的 p_i 落在 [0.05, 0.95]"
+            + (f"，到 {up_to} 个 key 时仍有一半以上" if up_to and up_to > small_n else "")
+            + f"；{large_n} 个 key 时只有 {_pct(large)}，每个 p_i 都很小（p_i 之和为 1，key 超过 {possible} 个时，"
+            f"能达到 0.05 的不到一半）。")
     if ratio is not None:
         text += (f"训练中，不缩放时第一层 W_q、W_k 的梯度是缩放时的 {1 / ratio:.2f} 倍（匹配运行的中位数）" +
                  ("，确实小了 10 倍以上。" if ratio > 10 else "，并没有小 10 倍。"))
@@ -253,33 +418,39 @@ def t5(ev: Evidence, lang: str) -> str:
     factor, ratio = ev.number("C10", "t5_factor"), ev.number("C10", "t5_wq_wk_std_ratio")
     if factor is None or ratio is None:
         return _pending("C10", lang)
-    d_kv = ev.number("C10", "d_kv")
-    gaps = {k.split("final_logit_std_gap_", 1)[1]: v for k, v in ev.claims["C10"]["numbers"].items()
-            if "final_logit_std_gap_" in k and isinstance(v, (int, float))}
+    d_kv, logit_std = ev.number("C10", "d_kv"), ev.number("C10", "t5_logit_std")
+    gaps = ev.family("C10", "final_logit_std_gap_")
     trained = ev.lab_verdict("C10", "training")
+    no_factor = abs(factor - 1) <= 0.02
     if lang == "en":
-        text = (f"T5 applies no factor (the installed code, probed: {factor:.3g}); instead W_q is initialised "
-                f"1/sqrt(d_kv) smaller than W_k (measured std ratio {ratio:.3f} at d_kv = {d_kv}), so only W_q's "
-                f"variance carries the extra 1/d_kv, and the logits start with unit std, as with 1/sqrt(d_k).")
+        text = (f"T5 applies {'no factor' if no_factor else f'a factor {factor:.3g}'} (the installed code, probed: "
+                f"{factor:.3g}); W_q is initialised with std {ratio:.3f} times W_k's at d_kv = {d_kv} "
+                f"(1/sqrt(d_kv) = {d_kv ** -0.5:.3f}), so only W_q's variance carries the extra 1/d_kv, and the logits "
+                f"start with std {logit_std:.2f}.")
         if trained == PENDING or not gaps:
             return text + " " + _pending("C10", lang, "training")
         if trained == SUPPORTED:
             return text + " Trained, the two stay equivalent under every optimiser tried."
-        same = [opt for opt, gap in gaps.items() if gap < EQUIVALENT_LOGITS]
-        differ = ", ".join(f"{opt} by {_pct(gap)}" for opt, gap in gaps.items() if gap >= EQUIVALENT_LOGITS)
+        same = [OPTIMISER_NAMES.get(opt, opt) for opt, gap in gaps.items() if gap < EQUIVALENT_LOGITS]
+        differ = ", ".join(f"{OPTIMISER_NAMES.get(opt, opt)} by {_pct(gap)}" for opt, gap in gaps.items()
+                           if gap >= EQUIVALENT_LOGITS)
         return text + (f" Trained, it stays equivalent under {', '.join(same) or 'no optimiser tried'}"
                        f"{'' if not differ else f', but the per-layer logit std ends apart under {differ}'}: the "
-                       f"optimiser sees a different parametrisation, so the folding is equivalent at step 0, not in training.")
-    text = (f"T5 不做显式缩放（实测已安装代码的因子为 {factor:.3g}）；它把 W_q 初始化得比 W_k 小 1/sqrt(d_kv)"
-            f"（d_kv = {d_kv} 时实测标准差比 {ratio:.3f}），多出的 1/d_kv 只在 W_q 的方差里，初始 logit 标准差为 1，与 1/sqrt(d_k) 相同。")
+                       f"optimiser sees a different parametrisation, so the folding is equivalent at step 0, not in "
+                       f"training.")
+    text = (f"T5 {'不做显式缩放' if no_factor else f'的缩放因子是 {factor:.3g}'}（实测已安装代码的因子为 {factor:.3g}）；"
+            f"d_kv = {d_kv} 时，W_q 初始化的标准差是 W_k 的 {ratio:.3f} 倍（1/sqrt(d_kv) = {d_kv ** -0.5:.3f}），"
+            f"多出的 1/d_kv 只放在 W_q 的方差里，初始 logit 的标准差为 {logit_std:.2f}。")
     if trained == PENDING or not gaps:
         return text + _pending("C10", lang, "training")
     if trained == SUPPORTED:
-        return text + "训练后在所有试过的优化器下都保持等价。"
-    same = [opt for opt, gap in gaps.items() if gap < EQUIVALENT_LOGITS]
-    differ = "，".join(f"{opt} 相差 {_pct(gap)}" for opt, gap in gaps.items() if gap >= EQUIVALENT_LOGITS)
-    return text + (f"训练后在 {'、'.join(same) or '所试的任何优化器'} 下仍等价" + (f"，但在 {differ}（各层 logit 标准差）" if differ else "")
-                   + "：优化器面对的是不同的参数化，所以这种折叠只在第 0 步等价，训练中未必。")
+        return text + "训练后，在所有试过的优化器下两者都保持等价。"
+    same = [OPTIMISER_NAMES.get(opt, opt) for opt, gap in gaps.items() if gap < EQUIVALENT_LOGITS]
+    differ = "，".join(f"在 {OPTIMISER_NAMES.get(opt, opt)} 下相差 {_pct(gap)}" for opt, gap in gaps.items()
+                      if gap >= EQUIVALENT_LOGITS)
+    return text + ((f"训练后，在 {'、'.join(same)} 下仍然等价" if same else "训练后，在所试的优化器下都不再等价")
+                   + (f"，但各层 logit 标准差{differ}" if differ else "")
+                   + "：优化器面对的是另一种参数化，所以这种折叠只在第 0 步等价，训练过程中并不等价。")
 
 
 FOLLOW_UPS = {
@@ -292,13 +463,23 @@ FOLLOW_UPS = {
 }
 
 
+def _spaced(text: str, lang: str) -> str:
+    """Chinese text: a space between Chinese characters and Latin letters or digits, as the rest is set."""
+    if lang != "zh":
+        return text
+    text = re.sub(r"([\u4e00-\u9fff])([A-Za-z0-9±])", r"\1 \2", text)
+    return re.sub(r"([A-Za-z0-9%)])([\u4e00-\u9fff])", r"\1 \2", text)
+
+
 def compose(report: dict, lang: str = "en") -> dict:
     """The 30-second answer and the three follow-ups, as lists of sentences."""
     if lang not in LANGS:
         raise ValueError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
     ev = Evidence(report)
-    answer = [f(ev, lang) for f in (variance, init_premise, sqrt_rule, inv_d_rule, no_scaling, low_precision, balance)]
-    follow_ups = [{"question": q, "answer": [f(ev, lang)]} for q, f in zip(FOLLOW_UPS[lang], (small_d_k, gradients, t5))]
+    answer = [_spaced(f(ev, lang), lang)
+              for f in (variance, init_premise, sqrt_rule, inv_d_rule, no_scaling, low_precision, balance)]
+    follow_ups = [{"question": q, "answer": [_spaced(f(ev, lang), lang)]}
+                  for q, f in zip(FOLLOW_UPS[lang], (small_d_k, gradients, t5))]
     counts = {}
     for claim in report["claims"]:
         counts[claim["verdict"]] = counts.get(claim["verdict"], 0) + 1
@@ -311,10 +492,13 @@ def render_text(composed: dict) -> str:
     join = "".join if zh else " ".join
     lines = ["30 秒回答" if zh else "The 30-second answer", "", join(composed["answer"]), ""]
     for i, item in enumerate(composed["follow_ups"], 1):
-        lines += [f"{'追问' if zh else 'Follow-up'} {i}: {item['question']}", join(item["answer"]), ""]
-    counts = ", ".join(f"{v} {n}" for v, n in composed["verdict_counts"].items())
-    lines.append((f"（依据：preset {composed['preset']}、seed {composed['seed']} 的报告；结论统计：{counts}）" if zh else
-                  f"(From the report of preset {composed['preset']}, seed {composed['seed']}; verdicts: {counts}.)"))
+        lines += [f"追问 {i}：{item['question']}" if zh else f"Follow-up {i}: {item['question']}", join(item["answer"]), ""]
+    if zh:
+        counts = "，".join(f"{VERDICT_ZH.get(v, v)} {n}" for v, n in composed["verdict_counts"].items())
+        lines.append(f"（依据：preset {composed['preset']}、seed {composed['seed']} 的报告；结论统计：{counts}。）")
+    else:
+        counts = ", ".join(f"{v} {n}" for v, n in composed["verdict_counts"].items())
+        lines.append(f"(From the report of preset {composed['preset']}, seed {composed['seed']}; verdicts: {counts}.)")
     return "\n".join(lines)
 
 
@@ -331,4 +515,3 @@ def load_report(path: str | Path) -> dict:
     if not isinstance(report, dict) or "claims" not in report:
         raise ValueError(f"{str(path)!r} is not a report.json (no 'claims')")
     return report
-

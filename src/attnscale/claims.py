@@ -3,8 +3,15 @@
 The 18 claims come from the seed (an interview answer, in Chinese).  Each lab module in
 :mod:`attnscale.lab` has a ``judge(result)`` function that turns its own measured results
 into :class:`Finding` objects, one per claim it tests, by a rule written in code next to
-the experiment.  A claim tested by several labs gets one finding from each; :func:`combine`
-merges them by a fixed rule.  Nothing here holds an expected verdict.
+the experiment.  A claim tested by several labs gets one finding from each, and each lab
+tests one part of it (``Claim.parts``: the saturation lab at initialisation, the training
+lab in training); :func:`combine` merges them by a fixed rule and :func:`verdict_line`
+keeps an untested part visible next to the verdict.  Nothing here holds an expected verdict.
+
+Each lab module declares the numbers its findings carry in ``NUMBER_KEYS`` (claim ID ->
+key names; a name ending in ``*`` stands for a family of keys with that prefix), and
+:mod:`attnscale.answer` declares the numbers it reads; :func:`undeclared_numbers` and
+:func:`key_declared` let the tests hold the two to each other.
 """
 
 from __future__ import annotations
@@ -26,15 +33,24 @@ class Claim:
     text: str
     seed: str
     labs: tuple[str, ...]
+    parts: tuple[str, ...] = ()  # with several labs: the part of the claim each lab tests, in order
+
+    def part(self, lab: str) -> str:
+        return self.parts[self.labs.index(lab)] if self.parts else f"{lab} part"
 
 
 @dataclass
 class Finding:
-    """One lab's verdict on one claim, with the evidence text and the numbers it quotes."""
+    """One lab's verdict on one claim, with the evidence text and the numbers it quotes.
+
+    ``scope`` (optional) says where the verdict holds when that is narrower than the claim's
+    wording (e.g. "for up to 8 keys only"); it is shown next to the verdict.
+    """
 
     verdict: str
     evidence: str
     numbers: dict[str, float | int | str | None] = field(default_factory=dict)
+    scope: str | None = None
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -65,12 +81,12 @@ CLAIMS: tuple[Claim, ...] = (
           "the ability to focus, and the model is \"fundamentally unusable, not just a bit worse\".",
           "除以 d_k：方差变为 1/d_k……softmax 输出分布过于平滑（接近均匀分布），注意力丧失区分度；"
           "不是“差一点”而是根本不可用。",
-          ("saturation", "training")),
+          ("saturation", "training"), ("initialisation half", "training half")),
     Claim("C06", "2.2",
           "With no scaling, logits are extreme (around ±100), softmax is near one-hot, gradients are near 0 and "
           "training stalls.",
           "不缩放：方差为 d_k，softmax 输入值极端（如 100 或 -100），输出接近 one-hot……梯度在 softmax 饱和区几乎为 0，训练停滞。",
-          ("saturation", "training")),
+          ("saturation", "training"), ("initialisation half", "training half")),
     Claim("C07", "2.2",
           "Vaswani et al. (2017) verified by experiment that without scaling the gradients vanish and training "
           "does not converge.",
@@ -91,7 +107,7 @@ CLAIMS: tuple[Claim, ...] = (
           "\"variance 1/sqrt(d_k)\" and \"variance 1/d_k\"); this is mathematically equivalent and cheaper on TPUs.",
           "他们将缩放因子融入 Q 和 K 的初始化：Q 和 K 的权重初始化方差设为 1/d_k，这样点积的方差自动为 1，无需显式缩放……"
           "本质数学等价，只是工程优化。",
-          ("training", "doctor")),
+          ("training", "doctor"), ("training half", "installed-code half")),
     Claim("C11", "2.4",
           "In FP16/BF16, even after scaling, d_k = 128 gives logits around [-30, 30]; FP16's small range then "
           "makes the softmax produce inf.",
@@ -107,7 +123,7 @@ CLAIMS: tuple[Claim, ...] = (
           "Some implementations (Hugging Face's old BERT is named) wrongly used 1/d_k, which made training "
           "2-3x slower.",
           "某些实现（如 Hugging Face 的旧版 BERT）错误地使用了 1/d_k 缩放，导致训练慢 2-3 倍。",
-          ("training", "doctor")),
+          ("training", "doctor"), ("slowdown half", "old-BERT half")),
     Claim("C14", "2.4",
           "A diagnostic: print the attention weights; if every token gets about 1/n, the scaling is too strong.",
           "验证方法：打印注意力权重分布，若所有 token 权重接近 1/n，说明缩放过大。",
@@ -131,7 +147,7 @@ CLAIMS: tuple[Claim, ...] = (
           "sqrt(d_k) is the balance point: d_k over-smooths, and no constant can adapt to different d_k.",
           "除以 sqrt(d_k) 是数学推导（方差归一化）和工程实践（避免梯度饱和、保持区分度）的平衡点。"
           "不是 d_k 是因为会过度平滑，不是常数是因为无法适应不同 d_k。",
-          ("saturation", "training")),
+          ("saturation", "training"), ("initialisation half", "training half")),
 )
 
 BY_ID = {claim.id: claim for claim in CLAIMS}
@@ -141,28 +157,73 @@ def claims_of_lab(lab: str) -> tuple[str, ...]:
     return tuple(claim.id for claim in CLAIMS if lab in claim.labs)
 
 
-def combine(findings: dict[str, Finding]) -> str:
-    """One verdict from several labs' findings on the same claim.
+def combine(findings: dict[str, Finding], labs: tuple[str, ...] | None = None) -> str:
+    """One verdict from several labs' findings on the same claim (``labs``: the labs the claim
+    names; by default those that reported).
 
     Findings that say "not testable here" are set aside when another lab could test the
     claim; if all the rest agree, that verdict stands; any disagreement (one lab supports
-    what another refutes or only partly supports) gives "partly supported".
+    what another refutes or only partly supports) gives "partly supported".  Where the claim
+    names several labs, each tests only a part of it, so "supported" needs every part
+    tested: with a part not measured yet or not testable here, it is capped at "partly
+    supported".
     """
     if not findings:
         return PENDING
-    tested = {f.verdict for f in findings.values() if f.verdict != NOT_TESTABLE}
+    labs = tuple(findings) if labs is None else labs
+    tested = {lab: f.verdict for lab, f in findings.items() if f.verdict != NOT_TESTABLE}
     if not tested:
         return NOT_TESTABLE
-    if len(tested) == 1:
-        return tested.pop()
-    return PARTLY
+    verdicts = set(tested.values())
+    verdict = verdicts.pop() if len(verdicts) == 1 else PARTLY
+    if verdict == SUPPORTED and len(labs) > 1 and set(tested) != set(labs):
+        verdict = PARTLY
+    return verdict
+
+
+def verdict_line(claim: Claim, findings: dict[str, Finding], verdict: str) -> str:
+    """The verdict as the report shows it: with the parts that were not tested, and any
+    finding's narrower scope, in brackets, e.g. "refuted (old-BERT half not testable here)"."""
+    if verdict == PENDING:
+        return verdict
+    notes = []
+    if len(claim.labs) > 1:
+        for lab in claim.labs:
+            if lab not in findings:
+                notes.append(f"{claim.part(lab)} not measured yet")
+            elif findings[lab].verdict == NOT_TESTABLE and verdict != NOT_TESTABLE:
+                notes.append(f"{claim.part(lab)} not testable here")
+    notes += [f.scope for f in findings.values() if f.scope]
+    return verdict + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def key_declared(declared: tuple[str, ...], key: str) -> bool:
+    """Whether ``key`` is one of ``declared``: by name, or by a family name ending in ``*``
+    (a read of a family, e.g. ``inv_d_progress_*``, must be declared as that family)."""
+    return any(key == name or (name.endswith("*") and not key.endswith("*") and key.startswith(name[:-1]))
+               for name in declared)
+
+
+def undeclared_numbers(declared: dict[str, tuple[str, ...]], findings: dict[str, Finding]) -> list[str]:
+    """``claim.key`` names that disagree with a lab's ``NUMBER_KEYS``: numbers a finding carries
+    that are not declared, and declared names (not families) that a tested finding lacks."""
+    wrong = []
+    for claim_id, finding in findings.items():
+        names = declared.get(claim_id, ())
+        wrong += [f"{claim_id}.{key} (not declared)" for key in finding.numbers if not key_declared(names, key)]
+        if finding.verdict != NOT_TESTABLE:
+            wrong += [f"{claim_id}.{name} (declared, missing)" for name in names
+                      if not name.endswith("*") and name not in finding.numbers]
+    wrong += [f"{claim_id} (declared, no finding)" for claim_id in declared if claim_id not in findings]
+    return wrong
 
 
 def evaluate(lab_findings: dict[str, dict[str, Finding]]) -> list[dict]:
     """Verdicts for every claim from ``{lab: {claim_id: Finding}}``.
 
-    A claim whose labs have not all reported keeps the verdict of those that have, and
-    its evidence names the labs still pending; a claim no lab has reported on is ``pending``.
+    A claim whose labs have not all reported keeps the verdict of those that have (capped
+    as :func:`combine` says), its evidence names the labs still pending and its verdict line
+    the parts not measured yet; a claim no lab has reported on is ``pending``.
     """
     rows = []
     for claim in CLAIMS:
@@ -178,12 +239,14 @@ def evaluate(lab_findings: dict[str, dict[str, Finding]]) -> list[dict]:
         numbers = {}
         for lab, finding in found.items():
             numbers.update({(f"{lab}.{k}" if len(claim.labs) > 1 else k): v for k, v in finding.numbers.items()})
+        verdict = combine(found, claim.labs)
         rows.append({
             "id": claim.id,
             "claim": claim.text,
             "seed": claim.seed,
             "section": claim.section,
-            "verdict": combine(found),
+            "verdict": verdict,
+            "verdict_line": verdict_line(claim, found, verdict),
             "complete": not missing,
             "evidence": evidence,
             "experiments": list(claim.labs),

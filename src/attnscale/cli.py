@@ -86,7 +86,8 @@ def run_lab_command(name: str, preset: str, seed: int, device: str, as_json: boo
     for title, rows in module.tables(result).items():
         print_rows(f"{name}: {title}", rows)
     for claim_id, finding in findings.items():
-        console.print(f"{claim_id} {finding.verdict}: {finding.evidence}", markup=False, highlight=False)
+        scope = f" ({finding.scope})" if finding.scope else ""
+        console.print(f"{claim_id} {finding.verdict}{scope}: {finding.evidence}", markup=False, highlight=False)
     if figures is not None:
         figures.mkdir(parents=True, exist_ok=True)
         for paths in module.figures(result, figures).values():

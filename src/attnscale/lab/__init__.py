@@ -12,7 +12,11 @@
     the experiment.  Returns plain JSON-able data (lists of row dicts, numbers); never
     prints or writes files.  ``progress(done_fraction, message)`` may be called as it goes.
 ``judge(result) -> dict[claim_id, attnscale.claims.Finding]``
-    the verdict rules for the claims this lab tests, computed from ``result`` alone.
+    the verdict rules for the claims this lab tests, computed from ``result`` alone; every
+    verdict a rule can give must be reachable from a plausible measurement.
+``NUMBER_KEYS``
+    ``{claim_id: (key, ...)}``: the names of the numbers each finding carries (``name*`` for a
+    family of keys with that prefix); the report and :mod:`attnscale.answer` read only these.
 ``tables(result) -> dict[title, list[dict]]``
     the rows worth printing (CLI) or tabulating (report).
 ``figures(result, outdir) -> dict[key, list[str]]``

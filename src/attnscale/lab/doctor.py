@@ -11,11 +11,15 @@ Everything here runs the installed ``transformers`` code; nothing is downloaded.
   factor * q.k in the first encoder layer, for T5 and for a BERT of the same size, and the
   ratio std(W_q) / std(W_k) (1/sqrt(d_kv) if the factor went into W_q's init).
 * C14 ("if every token gets about 1/n, the scaling is too strong"): the over-smoothed flag
-  (KL to uniform < 0.05 nats on most rows) on the pretrained all-MiniLM-L6-v2 at its own
-  factor, on the same model with the factor replaced (1/d_k, a small constant: scaling
-  really too strong), and on a randomly initialised BERT of the same shape with the correct
-  1/sqrt(d_k).  The diagnostic works if the flag fires when the scaling is too strong and
-  not when it is right.
+  (KL to uniform < 0.05 nats on most rows) on trained models, with the correct factor and a
+  too-strong one, in the two ways a factor can be too strong: the pretrained
+  all-MiniLM-L6-v2 at its own factor and with the factor replaced (1/d_k, a small constant:
+  a too-strong factor at inference), and two small decoders trained from scratch on
+  associative recall, one with 1/sqrt(d_k) and one with 1/d_k (a too-strong factor during
+  training), with the flag followed along training.  The diagnostic works if the flag fires
+  when the scaling is too strong and not when it is right.  A randomly initialised BERT of
+  the pretrained shape with the correct 1/sqrt(d_k) is reported as a caveat: at
+  initialisation every head is near uniform whatever the factor.
 * Counterfactual: how far the trained model's per-head entropy and output embeddings move
   when its factor is replaced (cosine similarity to the original outputs).
 """
@@ -27,12 +31,13 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import doctor
+from .. import doctor, scaling
+from ..attention import capture
 from ..claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
 from ..threads import torch_threads
 from ..plotting import pyplot
 
-VERSION = 1
+VERSION = 2
 
 # C14: the flag "fires" when scaling too strong flags at least half of the heads; a correctly
 # scaled model "false-alarms" when at least a quarter of its heads are flagged.
@@ -40,6 +45,16 @@ FIRES_SHARE = 0.5
 FALSE_ALARM_SHARE = 0.25
 # C10: logits "folded to unit scale" when their std at init lies in [0.5, 2].
 UNIT_STD_RANGE = (0.5, 2.0)
+
+# The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
+NUMBER_KEYS = {
+    "C10": ("t5_factor", "t5_finding", "t5_logit_std", "bert_logit_std", "t5_wq_wk_std_ratio", "inv_sqrt_d_kv", "d_kv"),
+    "C13": ("transformers", "bert_factor", "bert_d_k", "bert_finding", "gpt2_factor", "gpt2_finding"),
+    "C14": ("too_strong_rule", "too_strong_factor", "over_smoothed_too_strong", "over_smoothed_trained",
+            "over_smoothed_scratch_too_strong", "over_smoothed_scratch_sqrt", "entropy_scratch_too_strong",
+            "entropy_scratch_sqrt", "scratch_steps", "flag_stops_at_step", "over_smoothed_random_init",
+            "constructed_uniform_flags", "constructed_one_hot_flags"),
+}
 
 
 @dataclass(frozen=True)
@@ -56,12 +71,17 @@ class Config:
     vocab: int = 1000
     init_tokens: int = 64
     init_draws: int = 1  # random token sequences averaged for the logit std at init
+    scratch_steps: int = 60  # C14: the small decoders trained from scratch (sqrt and too_strong)
+    scratch_lr: float = 1e-2
+    scratch_batch: int = 32
+    scratch_d_head: int = 64
+    scratch_checks: int = 3  # the flag is measured at step 0 and at this many evenly spaced steps
 
 
 PRESETS = {
     "quick": Config(),
     "full": Config(counterfactual=("inv_d", "none", "const:0.01", "power:0.75", "power:0.25"), max_tokens=256,
-                   n_layers=4, init_tokens=128, init_draws=5),
+                   n_layers=4, init_tokens=128, init_draws=5, scratch_steps=400, scratch_checks=8),
 }
 
 
@@ -72,6 +92,12 @@ def check_config(config: Config) -> None:
         raise ValueError(f"d_model={config.d_model} is not divisible by n_heads={config.n_heads}")
     if config.too_strong not in config.counterfactual:
         raise ValueError(f"too_strong={config.too_strong!r} must be one of counterfactual={config.counterfactual}")
+    for name in ("scratch_steps", "scratch_batch", "scratch_d_head", "scratch_checks"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not (math.isfinite(config.scratch_lr) and config.scratch_lr > 0):
+        raise ValueError(f"scratch_lr must be a finite number > 0, got {config.scratch_lr!r}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -229,6 +255,66 @@ def pretrained_part(config: Config) -> dict:
     }
 
 
+# ---------------------------------------------------------------------------------------
+# C14: small decoders trained from scratch with the correct and a too-strong factor.
+
+@torch.no_grad()
+def flag_summary(model, x: torch.Tensor) -> dict:
+    """The doctor's per-head flags on a decoder built on ScaledAttention, over the batch ``x``:
+    every (sequence, query) row of a head counts, over the keys its causal mask lets it see."""
+    with capture(model) as seen:
+        model(x)
+    heads = []
+    t = x.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+    for name in model.observation_points():
+        probs = seen[name].probs  # (B, H, T, T)
+        batch, n_heads = probs.shape[:2]
+        rows = probs.permute(1, 0, 2, 3).reshape(n_heads, batch * t, t)
+        heads += doctor.head_stats(rows, (0,), causal.repeat(batch, 1))
+    summary = doctor.summarize_heads(heads)
+    return {"over_smoothed_heads": summary["over-smoothed_heads"], "saturated_heads": summary["saturated_heads"],
+            "normalized_entropy": summary["normalized_entropy"]}
+
+
+def train_from_scratch(rule: str, config: Config) -> dict:
+    """AdamW on multi-query associative recall, the doctor's flags measured along the way."""
+    from ..models import ModelConfig, Transformer
+    from ..models.tasks import make_task
+
+    task = make_task("recall", n_pairs=8, n_queries=8, val_size=32)
+    x_val, y_val = task.validation()
+    model = Transformer(ModelConfig(vocab_size=task.vocab_size, seq_len=task.seq_len, d_model=32, n_layers=2,
+                                    n_heads=2, d_head=config.scratch_d_head, scale=rule, init="unit"),
+                        seed=config.seed).to(config.device)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=config.scratch_lr, betas=(0.9, 0.95), weight_decay=0.0)
+    batches = torch.Generator().manual_seed(config.seed + 14)
+    checks = {round(i * config.scratch_steps / config.scratch_checks) for i in range(config.scratch_checks + 1)}
+    trajectory = []
+    for step in range(config.scratch_steps + 1):
+        if step in checks:
+            model.eval()
+            with torch.no_grad():
+                _, val_loss = model(x_val.to(config.device), y_val.to(config.device))
+            trajectory.append({"step": step, "val_loss": float(val_loss), **flag_summary(model, x_val.to(config.device))})
+            model.train()
+        if step == config.scratch_steps:
+            break
+        x, y = task.batch(config.scratch_batch, batches)
+        _, loss = model(x.to(config.device), y.to(config.device))
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+    return {"rule": rule, "factor": scaling.factor(rule, config.scratch_d_head), "d_head": config.scratch_d_head,
+            "trajectory": trajectory, **{k: trajectory[-1][k] for k in ("over_smoothed_heads", "normalized_entropy",
+                                                                         "val_loss")}}
+
+
+def scratch_part(config: Config) -> dict:
+    return {"task": "recall", "steps": config.scratch_steps, "lr": config.scratch_lr,
+            "runs": [train_from_scratch(rule, config) for rule in ("sqrt", config.too_strong)]}
+
+
 def run(config: Config, progress=None) -> dict:
     """One thread throughout (see :func:`attnscale.threads.torch_threads`)."""
     check_config(config)
@@ -247,11 +333,13 @@ def _run(config: Config, progress=None) -> dict:
     inits = init_rows(models, probes, config)
     report(0.5, "diagnosing the pretrained model")
     pretrained = pretrained_part(config)
+    report(0.7, "training two small decoders (C14)")
+    scratch = scratch_part(config)
     report(1.0, "done")
     import transformers
 
     return {"transformers_version": transformers.__version__, "thresholds": dict(doctor.THRESHOLDS),
-            "probe": probes, "init": inits, "pretrained": pretrained, "too_strong": config.too_strong}
+            "probe": probes, "init": inits, "pretrained": pretrained, "scratch": scratch, "too_strong": config.too_strong}
 
 
 # ---------------------------------------------------------------------------------------
@@ -303,37 +391,64 @@ def judge_c10(result: dict) -> Finding:
 
 
 def judge_c14(result: dict) -> Finding:
-    pre = result["pretrained"]
+    """On trained models: the flag 'fires' if too-strong scaling flags >= FIRES_SHARE of the heads,
+    and false-alarms if a correctly scaled trained model has >= FALSE_ALARM_SHARE flagged.  Two
+    too-strong cases: the pretrained model with its factor replaced, and a model trained with the
+    too-strong factor.  Fires in both with no false alarm: supported; fires in neither: refuted;
+    otherwise partly.  The random-init model is a caveat, not part of the rule."""
+    pre, too_strong = result["pretrained"], result["too_strong"]
     by_condition = {row["condition"]: row for row in pre["conditions"]}
-    strong = by_condition[f"trained, {result['too_strong']}"]
-    trained = by_condition["trained, own factor"]
+    swapped = by_condition[f"trained, {too_strong}"]
+    own = by_condition["trained, own factor"]
     fresh = by_condition["random init, 1/sqrt(d_k)"]
-    fires = strong["over_smoothed_heads"] >= FIRES_SHARE
-    false_alarm = max(trained["over_smoothed_heads"], fresh["over_smoothed_heads"]) >= FALSE_ALARM_SHARE
-    numbers = {"too_strong_rule": result["too_strong"], "too_strong_factor": strong["factor"],
-               "over_smoothed_too_strong": strong["over_smoothed_heads"],
-               "over_smoothed_trained": trained["over_smoothed_heads"],
+    scratch = {row["rule"]: row for row in result["scratch"]["runs"]}
+    bad, good = scratch[too_strong], scratch["sqrt"]
+    fires = {"swapped": swapped["over_smoothed_heads"] >= FIRES_SHARE,
+             "trained": bad["over_smoothed_heads"] >= FIRES_SHARE}
+    false_alarm = max(own["over_smoothed_heads"], good["over_smoothed_heads"]) >= FALSE_ALARM_SHARE
+    stops = next((c["step"] for c in bad["trajectory"] if c["over_smoothed_heads"] < FIRES_SHARE), None)
+    numbers = {"too_strong_rule": too_strong, "too_strong_factor": swapped["factor"],
+               "over_smoothed_too_strong": swapped["over_smoothed_heads"],
+               "over_smoothed_trained": own["over_smoothed_heads"],
+               "over_smoothed_scratch_too_strong": bad["over_smoothed_heads"],
+               "over_smoothed_scratch_sqrt": good["over_smoothed_heads"],
+               "entropy_scratch_too_strong": bad["normalized_entropy"], "entropy_scratch_sqrt": good["normalized_entropy"],
+               "scratch_steps": result["scratch"]["steps"], "flag_stops_at_step": stops,
                "over_smoothed_random_init": fresh["over_smoothed_heads"],
                "constructed_uniform_flags": ",".join(pre["constructed"]["uniform"]),
                "constructed_one_hot_flags": ",".join(pre["constructed"]["one_hot"])}
     extra = "; ".join(f"{row['condition']}: {row['over_smoothed_heads']:.0%}" for row in pre["conditions"]
-                      if row is not strong and row is not trained and row is not fresh)
+                      if row not in (swapped, own, fresh))
+    path = ", ".join(f"step {c['step']}: {c['over_smoothed_heads']:.0%} (entropy {c['normalized_entropy']:.2f})"
+                     for c in bad["trajectory"])
     text = (f"Over-smoothed flag (KL to uniform < {result['thresholds']['over_smoothed_kl']} nats on most rows, i.e. "
-            f"every key gets about 1/n) on {pre['model_type']} ({pre['n_layers']}x{pre['n_heads']} heads, d_k = "
-            f"{pre['d_k']}, {pre['n_tokens']} tokens): {trained['over_smoothed_heads']:.0%} of heads at its trained "
-            f"factor {trained['factor']:.4g}; {strong['over_smoothed_heads']:.0%} with the factor replaced by "
-            f"{result['too_strong']} ({strong['factor']:.4g}, too strong){'; ' + extra if extra else ''}; "
-            f"{fresh['over_smoothed_heads']:.0%} in a randomly initialised model of the same shape with the correct "
-            f"1/sqrt(d_k). Rule: the diagnostic works if too-strong scaling flags >= {FIRES_SHARE:.0%} of heads; "
-            f"it is ambiguous if a correctly scaled model (trained or at init) has >= {FALSE_ALARM_SHARE:.0%} "
-            f"flagged.")
-    if not fires:
-        return Finding(REFUTED, text + " Too-strong scaling does not make the weights near 1/n.", numbers)
-    if false_alarm:
-        return Finding(PARTLY, text + " Too-strong scaling does give near-1/n weights, but so does a correctly "
-                       "scaled model (small q and k at initialisation), so 1/n weights do not by themselves prove "
-                       "that the scaling is wrong.", numbers)
-    return Finding(SUPPORTED, text + " The flag separates too-strong scaling from correct scaling here.", numbers)
+            f"every key gets about 1/n), share of heads flagged. A too-strong factor at inference: {pre['model_type']} "
+            f"({pre['n_layers']}x{pre['n_heads']} heads, d_k = {pre['d_k']}, {pre['n_tokens']} tokens) gives "
+            f"{own['over_smoothed_heads']:.0%} at its trained factor {own['factor']:.4g} and "
+            f"{swapped['over_smoothed_heads']:.0%} with it replaced by {too_strong} ({swapped['factor']:.4g})"
+            f"{'; ' + extra if extra else ''}. A too-strong factor during training: two small decoders trained "
+            f"{result['scratch']['steps']} steps on associative recall (d_head {bad['d_head']}, AdamW lr "
+            f"{result['scratch']['lr']:g}), with 1/sqrt(d_k): {good['over_smoothed_heads']:.0%} flagged, normalised "
+            f"entropy {good['normalized_entropy']:.2f}; with {too_strong} ({bad['factor']:.4g}): "
+            f"{bad['over_smoothed_heads']:.0%}, entropy {bad['normalized_entropy']:.2f}; along its training: {path}"
+            + (f": as training sharpens its attention the flag stops firing by step {stops}, though the attention "
+               f"stays flatter than the sqrt model's. " if stops else ". ")
+            + f"Caveat: at initialisation near-uniform attention is normal, not a sign of a wrong factor: a randomly "
+            f"initialised model of the pretrained shape with the correct 1/sqrt(d_k) has "
+            f"{fresh['over_smoothed_heads']:.0%} of its heads flagged, so the diagnostic reads only on trained "
+            f"weights. Rule, on trained models: the flag fires if >= {FIRES_SHARE:.0%} of heads are flagged under "
+            f"too-strong scaling, and false-alarms if a correctly scaled model has >= {FALSE_ALARM_SHARE:.0%}; "
+            f"supported if it fires in both too-strong cases without a false alarm, refuted if it fires in neither, "
+            f"partly otherwise.")
+    if not any(fires.values()):
+        return Finding(REFUTED, text + " Too-strong scaling does not make the trained weights near 1/n.", numbers)
+    if all(fires.values()) and not false_alarm:
+        return Finding(SUPPORTED, text + " The flag separates too-strong from correct scaling in both cases.", numbers)
+    found = ("a factor made too strong at inference" if fires["swapped"] else "a model trained with too strong a factor")
+    missed = ("a model trained with it, whose attention sharpens in training all the same" if fires["swapped"]
+              else "the same factor swapped into a model trained correctly")
+    return Finding(PARTLY, text + f" The flag catches {found} but not {missed}"
+                   + ("; and it also fires on a correctly scaled trained model." if false_alarm else "."), numbers)
 
 
 def judge(result: dict) -> dict[str, Finding]:
@@ -355,6 +470,9 @@ def tables(result: dict) -> dict[str, list[dict]]:
         "C14: near-uniform heads": [
             {k: row[k] for k in ("condition", "factor", "over_smoothed_heads", "saturated_heads", "normalized_entropy")}
             for row in pre["conditions"]],
+        "C14: the flag while training from scratch (recall)": [
+            {"rule": run["rule"], "factor": run["factor"], **check} for run in result["scratch"]["runs"]
+            for check in run["trajectory"]],
         "counterfactual: the trained model with its factor replaced": [
             {k: row[k] for k in ("scale", "factor", "entropy_change", "over-smoothed_heads", "saturated_heads",
                                  "token_cosine", "pooled_cosine")} for row in pre["counterfactual"]],
@@ -386,6 +504,25 @@ def figure_c14(result: dict, path) -> None:
     bar.set_xlabel("share of heads over-smoothed", fontsize=7)
     bar.tick_params(labelsize=6)
     fig.suptitle("C14: normalised entropy per head (1 = uniform, every key 1/n)", fontsize=9)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def figure_c14_training(result: dict, path) -> None:
+    """The flag and the entropy along training, for the correct and the too-strong factor."""
+    plt = pyplot()
+    fig, (flagged, entropy) = plt.subplots(1, 2, figsize=(8, 3.0), dpi=100, layout="constrained")
+    for run in result["scratch"]["runs"]:
+        steps = [c["step"] for c in run["trajectory"]]
+        label = f"{run['rule']} (factor {run['factor']:.3g})"
+        flagged.plot(steps, [c["over_smoothed_heads"] for c in run["trajectory"]], marker="o", label=label)
+        entropy.plot(steps, [c["normalized_entropy"] for c in run["trajectory"]], marker="o", label=label)
+    flagged.axhline(FIRES_SHARE, color="gray", ls="--", lw=0.8)
+    flagged.set(xlabel="training step", ylabel="share of heads over-smoothed", ylim=(-0.05, 1.05))
+    entropy.set(xlabel="training step", ylabel="mean normalised entropy", ylim=(0, 1.02))
+    flagged.legend(fontsize=7)
+    fig.suptitle(f"C14: the 1/n flag while training on recall (d_head {result['scratch']['runs'][0]['d_head']})",
+                 fontsize=9)
     fig.savefig(path)
     plt.close(fig)
 
@@ -453,10 +590,11 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    drawn = {"C14": ("doctor_c14.png", figure_c14), "C13": ("doctor_c13.png", figure_c13),
-             "C10": ("doctor_c10.png", figure_c10), "doctor": ("doctor_counterfactual.png", figure_counterfactual)}
+    drawn = (("C14", "doctor_c14.png", figure_c14), ("C14", "doctor_c14_training.png", figure_c14_training),
+             ("C13", "doctor_c13.png", figure_c13), ("C10", "doctor_c10.png", figure_c10),
+             ("doctor", "doctor_counterfactual.png", figure_counterfactual))
     out = {}
-    for key, (name, draw) in drawn.items():
+    for key, name, draw in drawn:
         draw(result, outdir / name)
-        out[key] = [name]
+        out.setdefault(key, []).append(name)
     return out

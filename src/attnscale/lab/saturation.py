@@ -44,9 +44,23 @@ from ..threads import torch_threads
 from . import Ticker
 from ..plotting import pyplot, save
 
-VERSION = 1
+VERSION = 2
 
 RULE_EXPONENTS = {"none": 0.0, "sqrt": 0.5, "inv_d": 1.0}
+DERIV_NS = (2, 4, 8, 16, 32, 64, 128)  # C16: keys per row for the derivative of sqrt-scaled logits
+# C16's ranges: for inputs in [-3, 3], "p_i about 0.05-0.95, derivative about 0.05-0.25"
+P_RANGE, DIAG_RANGE = (0.05, 0.95), (0.05, 0.25)
+
+# The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
+NUMBER_KEYS = {
+    "C04": ("max_std_error", "min_share_within_3", "max_saturated_share"),
+    "C05": ("min_normalized_entropy", "min_uniform_share"),
+    "C06": ("max_logit_abs", "min_saturated_share", "grad_ratio_none_sqrt", "grad_ratio_probs", "dk_logits_reach_100"),
+    "C16": ("max_entry_at_100", "small_n", "large_n", "share_p_in_range_small_n", "share_diag_in_range_small_n",
+            "share_p_in_range_large_n", "holds_up_to_n", "possible_up_to_n"),
+    "C18": ("zero_slope_exponent", "least_varying_exponent", "sqrt_entropy_spread", "inv_d_entropy_at_max_dk",
+            "constant_factor", "constant_entropy_min", "constant_entropy_max"),
+}
 
 
 @dataclass(frozen=True)
@@ -272,9 +286,9 @@ def derivative_curves(config: Config) -> dict:
 
 
 def derivative_in_use(config: Config, d_k: int = 64) -> dict:
-    """p_i and p_i(1 - p_i) for logits as the sqrt rule gives them (std qk_std^2), n = 2 and 128."""
+    """p_i and p_i(1 - p_i) for logits as the sqrt rule gives them (std qk_std^2), n in DERIV_NS."""
     out = {}
-    for n in (2, 128):
+    for n in DERIV_NS:
         logits = sample_rows(d_k, n, config.qk_std, config.deriv_rows, config.seed, config.device) * d_k**-0.5
         probs = torch.softmax(logits.double(), dim=-1)
         diag = stats.jacobian_diagonal(probs).flatten()
@@ -285,10 +299,10 @@ def derivative_in_use(config: Config, d_k: int = 64) -> dict:
         out[str(n)] = {
             "n": n, "d_k": d_k,
             "logits_within_3": float((logits.abs() <= 3).to(torch.float64).mean()),
-            "share_p_in_5_95": float(((p >= 0.05) & (p <= 0.95)).to(torch.float64).mean()),
+            "share_p_in_5_95": float(((p >= P_RANGE[0]) & (p <= P_RANGE[1])).to(torch.float64).mean()),
             "p_quantiles": torch.quantile(p, q).tolist(),
             "diag_quantiles": torch.quantile(diag, q).tolist(),
-            "share_diag_in_5_25": float(((diag >= 0.05) & (diag <= 0.25)).to(torch.float64).mean()),
+            "share_diag_in_5_25": float(((diag >= DIAG_RANGE[0]) & (diag <= DIAG_RANGE[1])).to(torch.float64).mean()),
             "diagonal_share_of_jacobian": float((diag_sq / jac_sq).mean()),
         }
     return out
@@ -449,32 +463,56 @@ def judge_c06(result: dict) -> Finding:
 
 
 def judge_c16(result: dict) -> Finding:
-    """(i) near 0 at 100: max |Jacobian entry| < 1e-10 for n = 2 and 128; (ii, iii) for logits as the sqrt
-    rule gives them, >= 50% of p_i in [0.05, 0.95], for n = 2 and for n = 128.  All three: supported;
-    none: refuted; otherwise partly."""
+    """(i) near 0 for an extreme input: every Jacobian entry < 1e-10 at 100, n = 2 and 128.  (ii) the
+    claimed ranges, judged where they can hold: for sqrt-scaled logits with the fewest keys measured
+    (n = 2, a sigmoid), >= 50% of p_i in [0.05, 0.95] and >= 50% of p_i(1 - p_i) in [0.05, 0.25].
+    Both: supported; one: partly; neither: refuted.  Since the p_i sum to 1, at most 20 of them reach
+    0.05, so (ii) cannot hold beyond 40 keys: the verdict names the n up to which it was measured to hold."""
     curves, used = result["derivative"], result["derivative_in_use"]
     at100 = max(max(c["at_100"]["diag"], c["at_100"]["max_off_diag"]) for c in curves.values())
     extreme_ok = at100 < 1e-10
-    range_ok = {n: u["share_p_in_5_95"] >= 0.5 for n, u in used.items()}
-    parts = [extreme_ok, *range_ok.values()]
+    ns = sorted(int(n) for n in used)
+    holds = {n: used[str(n)]["share_p_in_5_95"] >= 0.5 and used[str(n)]["share_diag_in_5_25"] >= 0.5 for n in ns}
+    small, large = used[str(ns[0])], used[str(ns[-1])]
+    range_ok = holds[ns[0]]
+    up_to = None
+    for n in ns:
+        if not holds[n]:
+            break
+        up_to = n
+    possible = round(2 / P_RANGE[0])  # 1 / 0.05 = 20 values can reach 0.05: half of 40 keys
+    parts = [extreme_ok, range_ok]
     verdict = claims.SUPPORTED if all(parts) else claims.REFUTED if not any(parts) else claims.PARTLY
-    c2, c128, u2, u128 = curves["2"], curves["128"], used["2"], used["128"]
+    scope = (f"for up to {up_to} keys only; not at {ns[-1]}" if range_ok and up_to is not None and up_to < ns[-1]
+             else None)
+    c2, c128 = curves["2"], curves["128"]
+    by_n = ", ".join(f"n = {n}: {used[str(n)]['share_p_in_5_95']:.0%}" for n in ns)
     evidence = (f"The diagonal of the softmax Jacobian is p_i(1 - p_i) (autograd agrees to "
                 f"{max(c['formula_error'] for c in curves.values()):.1e}); the full Jacobian also has off-diagonal "
-                f"terms -p_i p_j (for n = 128 the diagonal carries {u128['diagonal_share_of_jacobian']:.0%} of its "
-                f"squared norm). At an input of 100 every entry is below {max(at100, 1e-300):.1e}: near 0, as claimed. "
-                f"For one logit swept over [-3, 3]: with n = 2 (the other logit 0; a sigmoid) p runs "
-                f"{c2['p_range'][0]:.3f}-{c2['p_range'][1]:.3f} and p(1 - p) {c2['diag_range'][0]:.3f}-"
-                f"{c2['diag_range'][1]:.3f}, the seed's numbers; with n = 128 (others N(0, 1)) p runs only "
-                f"{c128['p_range'][0]:.4f}-{c128['p_range'][1]:.4f} and p(1 - p) {c128['diag_range'][0]:.4f}-"
-                f"{c128['diag_range'][1]:.4f}. For logits as the sqrt rule gives them (d_k = {u128['d_k']}), "
-                f"{u2['share_p_in_5_95']:.0%} of p_i lie in [0.05, 0.95] with n = 2 but {u128['share_p_in_5_95']:.1%} "
-                f"with n = 128, where the median p_i is {u128['p_quantiles'][1]:.4f} and the 95th percentile of "
-                f"p_i(1 - p_i) is {u128['diag_quantiles'][2]:.4f}. Rule: supported if the derivative at 100 is below "
-                f"1e-10 and >= 50% of p_i lie in [0.05, 0.95] for both n = 2 and n = 128; refuted if none of the "
-                f"three holds; partly otherwise.")
-    return Finding(verdict, evidence, {"max_entry_at_100": at100, "share_p_in_5_95_n2": u2["share_p_in_5_95"],
-                                       "share_p_in_5_95_n128": u128["share_p_in_5_95"]})
+                f"terms -p_i p_j (for n = {large['n']} the diagonal carries {large['diagonal_share_of_jacobian']:.0%} "
+                f"of its squared norm). At an input of 100 every entry is below {max(at100, 1e-300):.1e}: "
+                f"{'near 0, as claimed' if extreme_ok else 'not near 0'}. For one logit swept over [-3, 3]: with n = 2 "
+                f"(the other logit 0; a sigmoid) p runs {c2['p_range'][0]:.3f}-{c2['p_range'][1]:.3f} and p(1 - p) "
+                f"{c2['diag_range'][0]:.3f}-{c2['diag_range'][1]:.3f}, the seed's numbers; with n = 128 (others "
+                f"N(0, 1)) p runs only {c128['p_range'][0]:.4f}-{c128['p_range'][1]:.4f} and p(1 - p) "
+                f"{c128['diag_range'][0]:.4f}-{c128['diag_range'][1]:.4f}. For logits as the sqrt rule gives them "
+                f"(d_k = {small['d_k']}), the share of p_i in [{P_RANGE[0]}, {P_RANGE[1]}] is {by_n}; with "
+                f"{small['n']} keys {small['share_diag_in_5_25']:.0%} of p_i(1 - p_i) lie in [{DIAG_RANGE[0]}, "
+                f"{DIAG_RANGE[1]}]. The p_i sum to 1, so at most {possible // 2} of them can reach {P_RANGE[0]}: beyond "
+                f"{possible} keys fewer than half can, whatever the logits. So the seed's ranges describe a softmax "
+                f"over a few keys: measured, they hold "
+                + (f"up to n = {up_to}" if up_to is not None else "for no n measured")
+                + f" and fail for realistic n (n = {large['n']}: {large['share_p_in_5_95']:.1%} of p_i in range, "
+                f"median p_i {large['p_quantiles'][1]:.4f}, 95th percentile of p_i(1 - p_i) "
+                f"{large['diag_quantiles'][2]:.4f}). Rule: (i) the derivative at 100 is below 1e-10; (ii) with "
+                f"{small['n']} keys, >= 50% of p_i lie in [{P_RANGE[0]}, {P_RANGE[1]}] and >= 50% of p_i(1 - p_i) in "
+                f"[{DIAG_RANGE[0]}, {DIAG_RANGE[1]}]; supported if both hold (with the n up to which (ii) holds "
+                f"named), partly if one does, refuted if neither.")
+    return Finding(verdict, evidence, {
+        "max_entry_at_100": at100, "small_n": small["n"], "large_n": large["n"],
+        "share_p_in_range_small_n": small["share_p_in_5_95"], "share_diag_in_range_small_n": small["share_diag_in_5_25"],
+        "share_p_in_range_large_n": large["share_p_in_5_95"], "holds_up_to_n": up_to, "possible_up_to_n": possible},
+        scope=scope)
 
 
 def judge_c18(result: dict) -> Finding:
@@ -517,7 +555,10 @@ def judge_c18(result: dict) -> Finding:
                 f"partly otherwise.")
     return Finding(verdict, evidence, {"zero_slope_exponent": a_star, "least_varying_exponent": best["exponent"],
                                        "sqrt_entropy_spread": sqrt_spread,
-                                       "inv_d_entropy_at_max_dk": inv[-1]["normalized_entropy"] if inv else None})
+                                       "inv_d_entropy_at_max_dk": inv[-1]["normalized_entropy"] if inv else None,
+                                       "constant_factor": result["config"]["constant"] if const else None,
+                                       "constant_entropy_min": const[0]["entropy_min"] if const else None,
+                                       "constant_entropy_max": const[0]["entropy_max"] if const else None})
 
 
 def judge(result: dict) -> dict[str, Finding]:

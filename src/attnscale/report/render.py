@@ -14,6 +14,11 @@ QUESTION = ("Why does attention compute softmax(QK^T / sqrt(d_k)), and not / d_k
 VERDICT_CLASS = {SUPPORTED: "ok", PARTLY: "partly", REFUTED: "bad", NOT_TESTABLE: "na", PENDING: "pending"}
 
 
+def verdict_line(claim: dict) -> str:
+    """The verdict with its untested parts and scope, e.g. "refuted (old-BERT half not testable here)"."""
+    return claim.get("verdict_line") or claim["verdict"]
+
+
 def _fmt(value) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -47,10 +52,10 @@ def render_markdown(report: dict) -> str:
         "| ID | claim | verdict |",
         "|---|---|---|",
     ]
-    lines += [f"| [{c['id']}](#{c['id'].lower()}) | {c['claim']} | {c['verdict']} |" for c in report["claims"]]
+    lines += [f"| [{c['id']}](#{c['id'].lower()}) | {c['claim']} | {verdict_line(c)} |" for c in report["claims"]]
     for c in report["claims"]:
         lines += ["", f"## {c['id']}", "", f"> {c['seed']}", "", f"**Claim** (seed section {c['section']}): {c['claim']}",
-                  "", f"**Verdict: {c['verdict']}.** {c['evidence']}", ""]
+                  "", f"**Verdict: {verdict_line(c)}.** {c['evidence']}", ""]
         lines += [f"![{c['id']}]({path})" for path in c["figures"]]
         if c.get("commands"):
             lines += ["", "Reproduce: " + "; ".join(f"`{cmd}`" for cmd in c["commands"])]
@@ -78,6 +83,7 @@ def _environment() -> jinja2.Environment:
         autoescape=jinja2.select_autoescape(["html", "j2"]),
     )
     env.filters["fmt"] = _fmt
+    env.filters["verdict_line"] = verdict_line
     return env
 
 

@@ -12,6 +12,7 @@ CLAIM = {
         "claim": {"type": "string", "minLength": 1},
         "seed": {"type": "string"},
         "verdict": {"enum": [*VERDICTS, PENDING]},
+        "verdict_line": {"type": "string", "minLength": 1},
         "evidence": {"type": "string"},
         "experiments": {"type": "array", "items": {"type": "string"}, "minItems": 1},
         "figures": {"type": "array", "items": {"type": "string", "pattern": "^figures/"}},
