@@ -9,7 +9,7 @@ from attnscale.claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
 
 # Labs whose findings do not declare their numbers yet; once a lab declares NUMBER_KEYS, take it out
 # of this set and every number the answer reads from it is checked against its declaration.
-UNDECLARED = {"training"}
+UNDECLARED: set[str] = set()
 
 # Findings with the numbers of a quick report (variance, saturation, numerics, doctor).
 VARIANCE = {

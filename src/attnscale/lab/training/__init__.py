@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from .experiment import PRESETS, VERSION, Config, run
 from .figures import coord_rows, figures
-from .verdicts import (EQUIVALENT_LOGITS, READINGS, cell, deep_rows, fmt_spread, judge, speed_rows, t5_rows)
+from .verdicts import (EQUIVALENT_LOGITS, NUMBER_KEYS, READINGS, cell, deep_rows, fmt_spread, judge, speed_rows, t5_rows)
 
-__all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "EQUIVALENT_LOGITS"]
+__all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "EQUIVALENT_LOGITS", "NUMBER_KEYS"]
 
 
 def spread_text(s: dict | None) -> str:

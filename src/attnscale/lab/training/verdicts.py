@@ -42,6 +42,18 @@ EQUIVALENT_ACC = 0.05     # C10 on recall: median final accuracies within this
 OVERSMOOTH_ENTROPY = 0.05  # C18: inv_d's final attention entropy above sqrt's by this much
 READINGS = ("own", "sqrt")  # each rule at its own best LR, and at sqrt's best LR
 
+# The numbers each finding carries (checked against the judges by the tests, and against what the answer reads).
+NUMBER_KEYS = {
+    "C05": ("inv_d_progress_*", "inv_d_at_sqrt_lr_progress_*"),
+    "C06": ("none_progress_*", "init_max_abs_logit", "init_max_prob", "step100_max_abs_logit"),
+    "C07": ("paper_has_no_scale_ablation", "unscaled_stalls_here"),
+    "C09": ("acc_1_8_lr*", "acc_1_16_lr*"),
+    "C10": ("curve_gap_*", "final_logit_std_gap_*", "variant_logit_std_ratio"),
+    "C13": ("steps_ratio_*", "hf_bert_used_inv_d"),
+    "C17": ("median_grad_ratio_sqrt_over_none", "none_beats_copy_cells"),
+    "C18": ("sqrt_near_best_cells", "cells", "inv_d_oversmooth_cells", "const_fail_cells"),
+}
+
 VASWANI_2017 = (
     "Vaswani et al. (2017), section 3.2.1, report no ablation of the scale: they note that dot-product and "
     "additive attention do about equally well for small d_k while additive attention is ahead for larger d_k "
@@ -208,7 +220,7 @@ def judge_c05(result: dict) -> Finding:
         f"supports it, in none refutes it (at most 'a bit worse', which the claim denies). Readings: "
         f"{readings_line(verdicts)}." + vote_note(readings["own"]))
     numbers = {f"inv_d_progress_{c['task']}_{c['d_head']}": c["progress"]["median"] for c in readings["own"]}
-    numbers |= {f"inv_d_progress_at_sqrt_lr_{c['task']}_{c['d_head']}": c["progress"]["median"]
+    numbers |= {f"inv_d_at_sqrt_lr_progress_{c['task']}_{c['d_head']}": c["progress"]["median"]
                 for c in readings["sqrt"]}
     return Finding(verdict or NOT_TESTABLE, evidence, numbers)
 
@@ -399,7 +411,7 @@ def judge_c10(result: dict) -> Finding:
         f"but diverging under some optimiser is partly supported (equivalent at init, not in training under "
         f"optimisers that do not scale updates with the weights); different at init refutes it.")
     numbers = {f"curve_gap_{r['task']}_{r['optimiser']}": r["max_curve_gap"] for r in rows}
-    numbers |= {f"logit_std_gap_{r['task']}_{r['optimiser']}": r["final_logit_std_gap"] for r in rows}
+    numbers |= {f"final_logit_std_gap_{r['task']}_{r['optimiser']}": r["final_logit_std_gap"] for r in rows}
     numbers["variant_logit_std_ratio"] = ratio
     return Finding(verdict, evidence, numbers)
 
