@@ -145,14 +145,14 @@ def wait_for(condition, timeout=240):
     return False
 
 
-def check_rows(db: Path) -> None:
+def check_rows(db: Path, expected: set | None = None) -> None:
     with sqlite3.connect(db) as con:
         assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         keys = [k for (k,) in con.execute("SELECT key FROM runs")]
         for (text,) in con.execute("SELECT result FROM runs"):
             assert json.loads(text)["status"] in ("finished", "diverged")
     assert len(keys) == len(set(keys))
-    assert set(keys) == sweep_keys()
+    assert set(keys) == (sweep_keys() if expected is None else expected)
 
 
 @pytest.mark.slow
@@ -177,16 +177,10 @@ def test_sweep_killed_with_kill_9_resumes_without_loss_or_duplicates(tmp_path):
     db = tmp_path / "runs.sqlite"
     proc = start_sweep(db)
     assert wait_for(lambda: row_count(db) >= 2), proc.stderr.read().decode()[-2000:]
-    pool = workers_of(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
     kept = row_count(db)
     assert 2 <= kept <= 6
-    for pid in pool:  # orphaned workers exit on their own once their pipe closes; do not wait on them
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
     rerun = subprocess.run(ATTNSCALE + SWEEP + ["--db", str(db)], capture_output=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
     check_rows(db)
@@ -241,3 +235,67 @@ def test_ray_missing_is_a_clear_value_error(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
     with pytest.raises(ValueError, match=r"pip install 'attnscale\[ray\]'"):
         runs.execute([tiny()], tmp_path / "r.sqlite", executor="ray")
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_no_worker_outlives_a_sweep_killed_with_kill_9(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    proc = start_sweep(db)
+    assert wait_for(lambda: len(workers_of(proc.pid)) >= 2), proc.stderr.read().decode()[-2000:]
+    spawned = children(proc.pid)  # the workers and multiprocessing's resource tracker
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert wait_for(lambda: not any(alive(pid) for pid in spawned), timeout=10), \
+        [Path(f"/proc/{pid}/cmdline").read_bytes()[:120] for pid in spawned if alive(pid)]
+
+
+def test_runs_stored_since_a_fresh_start_replace_older_ones(tmp_path):
+    spec = dataclasses.asdict(tiny())
+    key = runs.run_key(spec)
+    old = runs.RunStore(tmp_path / "r.sqlite")
+    old.put(key, spec, fake_result(), 1.0)
+    fresh = runs.RunStore(tmp_path / "r.sqlite", since=time.time() + 1)
+    assert fresh.keys() == set() and fresh.get(key) is None
+    fresh.put(key, spec, fake_result("diverged"), 2.0)
+    fresh.put(key, spec, fake_result(), 3.0)  # stored since: kept as it is
+    assert runs.RunStore(tmp_path / "r.sqlite").get(key)["status"] == "diverged"
+
+
+LAB_SCRIPT = """
+import sys, torch
+from attnscale.lab import training as T
+from attnscale.runs import RunStore
+torch.set_num_threads(1)
+config = T.Config(d_heads=(8,), seeds=2, d_model=16, log_every=5, lr_widen=0, recall_steps=30, recall_batch=16,
+                  recall_lrs=(3e-3, 1e-2), lm_steps=10, lm_batch=8, lm_context=16, lm_lrs=(3e-3,), deep_layers=2,
+                  deep_d_head=8, deep_steps=10, t5_recall_d_head=16, t5_lm_d_head=16)
+T.run(config, store=RunStore(sys.argv[1]), workers=2, batch_runs=4)
+"""
+
+
+@pytest.mark.slow
+def test_training_lab_killed_with_kill_9_keeps_finished_groups_and_resumes(tmp_path):
+    db = tmp_path / "runs.sqlite"
+    command = [sys.executable, "-c", LAB_SCRIPT, str(db)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert wait_for(lambda: row_count(db) >= 4), proc.stderr.read().decode()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    with sqlite3.connect(db) as con:
+        before = dict(con.execute("SELECT key, created FROM runs").fetchall())
+    check_rows(db, set(before))
+    rerun = subprocess.run(command, capture_output=True, timeout=900)
+    assert rerun.returncode == 0, rerun.stderr.decode()[-2000:]
+    with sqlite3.connect(db) as con:
+        after = dict(con.execute("SELECT key, created FROM runs").fetchall())
+    check_rows(db, set(after))
+    assert len(after) > len(before)
+    assert {k: after[k] for k in before} == before  # stored groups were reused, not retrained

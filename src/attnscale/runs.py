@@ -182,12 +182,26 @@ def _watch_parent(parent: int) -> None:
             os._exit(1)
 
 
+def _die_with_parent() -> None:
+    """Linux: ask the kernel to kill this process the moment its parent dies (prctl PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _init_worker(threads: int, parent: int | None = None) -> None:
     import torch
 
     torch.set_num_threads(threads)
     if parent is not None:
-        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+        _die_with_parent()
+        if os.getppid() != parent:  # the parent died before the kernel could be asked
+            os._exit(1)
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()  # where prctl is missing
 
 
 def ray_run_group(specs: list[dict], checkpoint_dir: str | None = None) -> list[tuple[dict, float]]:
