@@ -38,7 +38,10 @@ def register(app: typer.Typer) -> None:
             report = build_report(preset=preset, seed=seed, out=out, fresh=fresh, device=device, labs=chosen,
                                   progress=progress)
         for name, info in report["labs"].items():
-            console.print(f"  {name:<11} {info['seconds']:7.1f} s{'  (stored result reused)' if info['cached'] else ''}")
+            runs = (f"  ({info['runs']} training runs, {info['runs'] / info['seconds']:.2f} runs/s)"
+                    if info.get("runs") and not info["cached"] else "")
+            console.print(f"  {name:<11} {info['seconds']:7.1f} s{'  (stored result reused)' if info['cached'] else ''}{runs}",
+                          markup=False, highlight=False)
         counts = {}
         for claim in report["claims"]:
             counts[claim["verdict"]] = counts.get(claim["verdict"], 0) + 1

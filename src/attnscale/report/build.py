@@ -118,7 +118,9 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
         "started": started.isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - start, 2),
         "labs": {name: {"seconds": round(run["seconds"], 2), "cached": run["cached"], "config": run["config"],
-                        "figures": figures[name].get(name, [])} for name, run in runs.items()},
+                        "figures": figures[name].get(name, []),
+                        **({"runs": run["result"]["runs"]} if "runs" in run["result"] else {})}
+                 for name, run in runs.items()},
         "claims": claim_rows,
         "experiments": {name: run["result"] for name, run in runs.items()},
         "tables": tables,

@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from .experiment import PRESETS, VERSION, Config, run
+from .experiment import PRESETS, VERSION, Config, run, tasks_of
 from .figures import coord_rows, figures
 from .verdicts import (EQUIVALENT_LOGITS, NUMBER_KEYS, READINGS, cell, deep_rows, fmt_spread, judge, speed_rows, t5_rows)
 
@@ -37,7 +37,7 @@ def progress_rows(result: dict) -> list[dict]:
     for rule in result["config"]["rules"]:
         if rule == "sqrt":
             continue
-        for task in ("recall", "shakespeare"):
+        for task in tasks_of(result):
             for d in result["config"]["d_heads"]:
                 for reading in READINGS:
                     c = cell(result, task, rule, d, reading)

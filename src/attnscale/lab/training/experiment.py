@@ -48,10 +48,12 @@ COORD_STEP = 100          # the coord check's "after training" step
 class Config:
     seed: int = 0
     device: str = "cpu"
+    tasks: tuple[str, ...] = ("recall", "shakespeare")
     rules: tuple[str, ...] = ("sqrt", "inv_d", "none", "const:0.125")
     d_heads: tuple[int, ...] = (16, 64, 256)
     seeds: int = 3
-    d_model: int = 32
+    d_model: int = 64
+    n_heads: int = 2
     n_layers: int = 2
     log_every: int = 25
     lr_widen: int = 3
@@ -73,11 +75,15 @@ class Config:
     t5_optimisers: tuple[tuple[str, float], ...] = (("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))
 
     def __post_init__(self):
-        checks.fields(self, ints=("seeds", "d_model", "n_layers", "log_every", "recall_pairs", "recall_values",
+        checks.fields(self, ints=("seeds", "d_model", "n_heads", "n_layers", "log_every", "recall_pairs", "recall_values",
                                   "recall_steps", "recall_batch", "lm_context", "lm_steps", "lm_batch",
                                   "deep_layers", "deep_d_head", "deep_steps", "t5_recall_d_head", "t5_lm_d_head"),
                       non_negative=("lr_widen",), int_tuples=("d_heads",),
                       float_tuples=("recall_lrs", "lm_lrs", "deep_lrs"))
+        for task in self.tasks:
+            checks.one_of("task", task, TASKS)
+        if not self.tasks or "recall" not in self.tasks:
+            raise ValueError(f"tasks must include 'recall' (the deep and t5 runs use it), got {self.tasks!r}")
         if "sqrt" not in self.rules:
             raise ValueError(f"rules must include the reference 'sqrt', got {self.rules!r}")
 
@@ -97,10 +103,14 @@ def base_spec(config: Config, task: str, **fields) -> RunSpec:
                         n_queries=config.recall_pairs, n_keys=config.recall_values, n_values=config.recall_values)
     else:
         defaults = dict(steps=config.lm_steps, batch_size=config.lm_batch, context=config.lm_context)
-    defaults.update(task=task, d_model=config.d_model, n_layers=config.n_layers, log_every=config.log_every,
-                    device=config.device)
+    defaults.update(task=task, d_model=config.d_model, n_heads=config.n_heads, n_layers=config.n_layers,
+                    log_every=config.log_every, device=config.device)
     defaults.update(fields)
     return RunSpec(**defaults)
+
+
+def tasks_of(result: dict) -> tuple[str, ...]:
+    return tuple(result["config"]["tasks"])
 
 
 def seeds_of(config: Config) -> range:
@@ -126,7 +136,7 @@ def t5_specs(config: Config) -> list[RunSpec]:
     """C10: none + t5 init vs sqrt + unit init, same seeds, per optimiser and task."""
     return [base_spec(config, task, rule=rule, init=init, d_head=d_head, optimiser=opt, lr=lr, seed=s)
             for task, d_head in (("recall", config.t5_recall_d_head), ("shakespeare", config.t5_lm_d_head))
-            for opt, lr in config.t5_optimisers for rule, init in (("sqrt", "unit"), ("none", "t5"))
+            if task in config.tasks for opt, lr in config.t5_optimisers for rule, init in (("sqrt", "unit"), ("none", "t5"))
             for s in seeds_of(config)]
 
 
@@ -283,7 +293,7 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
                 progress((number + done / max(1, total)) / (rounds + 1), f"{what}: {message}")
         return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report)
 
-    grid = [s for task in TASKS for rule in config.rules for d in config.d_heads
+    grid = [s for task in config.tasks for rule in config.rules for d in config.d_heads
             for lr in initial_lrs(config, task) for s in cell_specs(config, task, rule, d, lr)]
     extra = {"deep": deep_specs(config), "t5": t5_specs(config)}
     results = train_round(grid + [s for specs in extra.values() for s in specs], 0, "grid, deep and t5 runs")

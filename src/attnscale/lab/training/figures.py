@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from ...plotting import pyplot, save
-from .experiment import TASKS
+from .experiment import tasks_of
 from .verdicts import best_lr, deep_rows, runs_at
 
 RULE_COLORS = {"sqrt": "tab:blue", "inv_d": "tab:orange", "none": "tab:red", "const:0.125": "tab:green",
@@ -55,9 +55,9 @@ def finish(fig, outdir: Path, name: str) -> str:
 
 def figure_curves(result: dict, outdir: Path) -> str:
     d_heads = result["config"]["d_heads"]
-    fig, axes = panel_grid(len(TASKS), len(d_heads))
+    fig, axes = panel_grid(len(tasks_of(result)), len(d_heads))
     base = result["baselines"]
-    for row, task in enumerate(TASKS):
+    for row, task in enumerate(tasks_of(result)):
         field = "val_acc" if task == "recall" else "val_loss"
         for col, d in enumerate(d_heads):
             ax = axes[row][col]
@@ -91,8 +91,8 @@ def figure_grads(result: dict, outdir: Path) -> str:
 
 def figure_lr(result: dict, outdir: Path) -> str:
     d_heads = result["config"]["d_heads"]
-    fig, axes = panel_grid(len(TASKS), len(d_heads))
-    for row, task in enumerate(TASKS):
+    fig, axes = panel_grid(len(tasks_of(result)), len(d_heads))
+    for row, task in enumerate(tasks_of(result)):
         for col, d in enumerate(d_heads):
             ax = axes[row][col]
             for rule in result["config"]["rules"]:
@@ -125,8 +125,8 @@ def figure_deep(result: dict, outdir: Path) -> str:
 
 def figure_t5(result: dict, outdir: Path) -> str:
     opts = [o for o, _ in result["config"]["t5_optimisers"]]
-    fig, axes = panel_grid(len(TASKS), len(opts))
-    for row, task in enumerate(TASKS):
+    fig, axes = panel_grid(len(tasks_of(result)), len(opts))
+    for row, task in enumerate(tasks_of(result)):
         field = "val_acc" if task == "recall" else "val_loss"
         for col, opt in enumerate(opts):
             ax = axes[row][col]

@@ -25,7 +25,7 @@ import statistics
 
 from ... import scaling
 from ...claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
-from .experiment import SOLVED_ACC, TASKS, spread
+from .experiment import SOLVED_ACC, spread, tasks_of
 
 STALL_BELOW = 0.2         # progress below this: the rule stalls (unusable)
 TRAINS_FROM = 0.8         # progress from this: the rule trains about as well as sqrt
@@ -160,7 +160,7 @@ def cell(result: dict, task: str, rule: str, d_head: int, reading: str = "own") 
 
 
 def cells_of(result: dict, rule: str, reading: str, min_d_head: int = 1) -> list[dict]:
-    return [cell(result, task, rule, d, reading) for task in TASKS for d in result["config"]["d_heads"]
+    return [cell(result, task, rule, d, reading) for task in tasks_of(result) for d in result["config"]["d_heads"]
             if d >= min_d_head]
 
 
@@ -348,7 +348,7 @@ def relative_gap(a: float, b: float) -> float:
 
 def t5_rows(result: dict) -> list[dict]:
     rows = []
-    for task in TASKS:
+    for task in tasks_of(result):
         for opt, _lr in result["config"]["t5_optimisers"]:
             pair = {init: sorted((r for r in result["t5"] if r["task"] == task and r["optimiser"] == opt
                                   and r["init"] == init), key=lambda r: r["seed"]) for init in ("unit", "t5")}
@@ -489,7 +489,7 @@ def grad_ratios(result: dict) -> list[float]:
     """First-layer W_q/W_k gradient norm (mean over the first half of training), sqrt over none, per
     matched seed at sqrt's best learning rate, d_head >= 64."""
     ratios = []
-    for task in TASKS:
+    for task in tasks_of(result):
         for d in result["config"]["d_heads"]:
             if d < 64:
                 continue
@@ -559,7 +559,7 @@ def final_entropy(result: dict, task: str, rule: str, d: int) -> float | None:
 
 def judge_c18(result: dict) -> Finding:
     rules = result["config"]["rules"]
-    voting_cells = [(t, d) for t in TASKS for d in result["config"]["d_heads"] if reference(result, t, d)["works"]]
+    voting_cells = [(t, d) for t in tasks_of(result) for d in result["config"]["d_heads"] if reference(result, t, d)["works"]]
     if not voting_cells:
         return Finding(NOT_TESTABLE, "sqrt itself did not work in any cell at this size; inconclusive.")
     sqrt_ok = []
