@@ -262,7 +262,8 @@ def test_runs_stored_since_a_fresh_start_replace_older_ones(tmp_path):
     key = runs.run_key(spec)
     old = runs.RunStore(tmp_path / "r.sqlite")
     old.put(key, spec, fake_result(), 1.0)
-    fresh = runs.RunStore(tmp_path / "r.sqlite", since=time.time() + 1)
+    time.sleep(0.01)
+    fresh = runs.RunStore(tmp_path / "r.sqlite", since=time.time())
     assert fresh.keys() == set() and fresh.get(key) is None
     fresh.put(key, spec, fake_result("diverged"), 2.0)
     fresh.put(key, spec, fake_result(), 3.0)  # stored since: kept as it is

@@ -15,7 +15,7 @@ from attnscale.lab.training import experiment as E
 from attnscale.lab.training import verdicts as V
 from attnscale.models.tasks import RecallTask, load_corpus
 
-TINY = T.Config(d_heads=(8, 64), seeds=3, d_model=16, log_every=5, lr_widen=1, recall_steps=10, recall_batch=16,
+TINY = T.Config(tasks=("recall", "shakespeare"), d_heads=(8, 64), seeds=3, d_model=16, n_heads=1, log_every=5, lr_widen=1, recall_steps=10, recall_batch=16,
                 recall_lrs=(3e-3, 1e-2), lm_steps=5, lm_batch=8, lm_context=16, lm_lrs=(3e-3,), deep_layers=2,
                 deep_d_head=64, deep_steps=10, t5_recall_d_head=8, t5_lm_d_head=8)
 

@@ -160,13 +160,27 @@ def run_one(spec: dict, checkpoint_dir: str | None = None) -> tuple[dict, float]
     return result, time.perf_counter() - start
 
 
-def run_group(specs: list[dict], checkpoint_dir: str | None = None) -> list[tuple[dict, float]]:
+STEP_REPORT_EVERY = 10  # steps between a worker's progress messages
+_progress_queue = None   # set in a pool worker: where it reports the steps its group has done
+
+
+def run_group(specs: list[dict], checkpoint_dir: str | None = None, group: int = 0,
+              step_progress=None) -> list[tuple[dict, float]]:
     """Train a group of runs of one shape (one run: the plain path; more: batched); returns
-    [(result, seconds)] in the order of ``specs``, each run charged an equal share of the time."""
+    [(result, seconds)] in the order of ``specs``, each run charged an equal share of the time.
+    ``step_progress(group, step, steps)`` (or, in a pool worker, the pool's queue) hears of the
+    batched path's steps."""
     if len(specs) == 1:
         return [run_one(specs[0], checkpoint_dir)]
+    if step_progress is None and _progress_queue is not None:
+        step_progress = lambda g, step, steps: _progress_queue.put((g, step, steps))  # noqa: E731
+    report = None
+    if step_progress is not None:
+        def report(step, steps):
+            if step % STEP_REPORT_EVERY == 0 or step == steps:
+                step_progress(group, step, steps)
     start = time.perf_counter()
-    results, models = train_group([RunSpec(**s) for s in specs], return_models=True)
+    results, models = train_group([RunSpec(**s) for s in specs], return_models=True, progress=report)
     if checkpoint_dir is not None:
         for spec, model in zip(specs, models):
             save_checkpoint(spec, model, checkpoint_dir)
@@ -193,9 +207,11 @@ def _die_with_parent() -> None:
         pass
 
 
-def _init_worker(threads: int, parent: int | None = None) -> None:
+def _init_worker(threads: int, parent: int | None = None, queue=None) -> None:
     import torch
 
+    global _progress_queue
+    _progress_queue = queue
     torch.set_num_threads(threads)
     if parent is not None:
         _die_with_parent()
@@ -263,12 +279,20 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
     total, finished = len(wanted), len(wanted) - len(todo)
     ckpt = None if checkpoint_dir is None else str(checkpoint_dir)
 
-    def record(keys: list[str], outcomes: list[tuple[dict, float]]) -> None:
+    in_flight: dict[int, float] = {}  # group -> runs' worth of steps done
+
+    def record(keys: list[str], outcomes: list[tuple[dict, float]], group: int | None = None) -> None:
         nonlocal finished
         store.put_many([(key, todo[key], result, seconds) for key, (result, seconds) in zip(keys, outcomes)])
         finished += len(keys)
+        in_flight.pop(group, None)
         if progress:
             progress(finished, total, f"{finished}/{total} runs")
+
+    def steps_done(group: int, size: int, step: int, steps: int) -> None:
+        in_flight[group] = size * step / steps
+        if progress:
+            progress(min(total, finished + sum(in_flight.values())), total, f"{finished}/{total} runs")
 
     if progress:
         progress(finished, total, f"{finished}/{total} runs already stored")
@@ -277,37 +301,58 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
         if executor == "ray":
             _ray_execute(groups, todo, workers, address, ray_dir, ckpt, record)
         elif workers == 1:
-            _in_process_execute(groups, todo, ckpt, record, threads)
+            _in_process_execute(groups, todo, ckpt, record, threads, steps_done)
         else:
-            _local_execute(groups, todo, workers, ckpt, record, threads)
+            _local_execute(groups, todo, workers, ckpt, record, threads, steps_done)
     return {key: store.get(key) for key in wanted}
 
 
-def _in_process_execute(groups: list[list[str]], todo: dict, ckpt, record, threads: int | None) -> None:
+def _in_process_execute(groups: list[list[str]], todo: dict, ckpt, record, threads: int | None, steps_done) -> None:
     from .threads import torch_threads
 
     with torch_threads(threads or default_workers()):
-        for keys in groups:
-            record(keys, run_group([todo[k] for k in keys], ckpt))
+        for index, keys in enumerate(groups):
+            report = lambda g, step, steps, size=len(keys): steps_done(g, size, step, steps)  # noqa: E731
+            record(keys, run_group([todo[k] for k in keys], ckpt, index, report), index)
 
 
-def _local_execute(groups: list[list[str]], todo: dict, workers: int, ckpt, record, threads: int | None = None) -> None:
+def _local_execute(groups: list[list[str]], todo: dict, workers: int, ckpt, record, threads: int | None,
+                   steps_done) -> None:
     threads = threads or max(1, default_workers() // workers)
     context = multiprocessing.get_context("spawn")  # fork after torch has started threads can hang
-    remaining = list(groups)
+    remaining = dict(enumerate(groups))
     for _attempt in range(MAX_POOL_RESTARTS + 1):
+        queue = context.Queue()
         try:
             with cf.ProcessPoolExecutor(max_workers=min(workers, len(remaining)), mp_context=context,
-                                        initializer=_init_worker, initargs=(threads, os.getpid())) as pool:
-                futures = {pool.submit(run_group, [todo[k] for k in keys], ckpt): keys for keys in remaining}
-                for future in cf.as_completed(futures):
-                    keys = futures[future]
-                    record(keys, future.result())
-                    remaining.remove(keys)
+                                        initializer=_init_worker, initargs=(threads, os.getpid(), queue)) as pool:
+                futures = {pool.submit(run_group, [todo[k] for k in keys], ckpt, index): index
+                           for index, keys in remaining.items()}
+                pending = set(futures)
+                while pending:
+                    done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+                    _drain(queue, remaining, steps_done)
+                    for future in done:
+                        index = futures[future]
+                        record(remaining[index], future.result(), index)
+                        remaining.pop(index)
             return
         except BrokenProcessPool:
             continue  # a worker died: the groups it and its peers held are run again
     raise RuntimeError(f"the worker pool broke {MAX_POOL_RESTARTS + 1} times; {len(remaining)} groups not done")
+
+
+def _drain(queue, groups: dict[int, list[str]], steps_done) -> None:
+    """Pass on the step counts the workers have reported since the last call."""
+    import queue as queues
+
+    while True:
+        try:
+            index, step, steps = queue.get_nowait()
+        except (queues.Empty, OSError, EOFError):
+            return
+        if index in groups:
+            steps_done(index, len(groups[index]), step, steps)
 
 
 RAY_MISSING = ("--executor ray needs Ray, which is not installed; install it with "

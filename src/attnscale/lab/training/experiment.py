@@ -46,31 +46,34 @@ COORD_STEP = 100          # the coord check's "after training" step
 
 @dataclass(frozen=True)
 class Config:
+    """The quick preset's values are the defaults: recall sized so that sqrt solves it (validation
+    accuracy >= 0.9) in most seeds at every d_head within ``recall_steps``."""
+
     seed: int = 0
     device: str = "cpu"
-    tasks: tuple[str, ...] = ("recall", "shakespeare")
+    tasks: tuple[str, ...] = ("recall",)
     rules: tuple[str, ...] = ("sqrt", "inv_d", "none", "const:0.125")
-    d_heads: tuple[int, ...] = (16, 64, 256)
+    d_heads: tuple[int, ...] = (16, 64)
     seeds: int = 3
-    d_model: int = 64
+    d_model: int = 32
     n_heads: int = 2
     n_layers: int = 2
     log_every: int = 25
     lr_widen: int = 3
-    recall_pairs: int = 4
+    recall_pairs: int = 3
     recall_values: int = 16
-    recall_steps: int = 400
+    recall_steps: int = 300
     recall_batch: int = 64
     recall_lrs: tuple[float, ...] = (1e-3, 3e-3)
     lm_context: int = 32
-    lm_steps: int = 150
+    lm_steps: int = 600
     lm_batch: int = 32
-    lm_lrs: tuple[float, ...] = (3e-3,)
+    lm_lrs: tuple[float, ...] = (1e-3, 3e-3)
     deep_layers: int = 8
     deep_d_head: int = 256
     deep_lrs: tuple[float, ...] = (3e-3,)
-    deep_steps: int = 400
-    t5_recall_d_head: int = 256
+    deep_steps: int = 200
+    t5_recall_d_head: int = 64
     t5_lm_d_head: int = 64
     t5_optimisers: tuple[tuple[str, float], ...] = (("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))
 
@@ -90,8 +93,8 @@ class Config:
 
 PRESETS = {
     "quick": Config(),
-    "full": Config(seeds=5, recall_steps=800, recall_lrs=(1e-3, 3e-3, 1e-2), lm_steps=600, lm_batch=64,
-                   lm_lrs=(1e-3, 3e-3, 1e-2), deep_steps=800, deep_lrs=(1e-3, 3e-3)),
+    "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
+                   deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256),
 }
 
 
