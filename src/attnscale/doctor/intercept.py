@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -195,3 +196,44 @@ def run_attention(model, inputs: dict, scale: str | None = None, on_call=None, b
 def final_hidden(outputs) -> torch.Tensor:
     hidden = getattr(outputs, "last_hidden_state", None)
     return hidden if hidden is not None else outputs[0]
+
+
+@contextlib.contextmanager
+def uncompiled_flex():
+    """Run transformers' flex_attention path through torch's flex_attention without torch.compile.
+
+    transformers compiles flex attention and its block masks on first use: on a CPU that
+    takes about 35 s per new shape, longer than the whole audit may; even torch's own
+    uncompiled path traces each new score_mod with dynamo (seconds each).  torch's debug
+    switch runs the flex operator's dense reference directly instead.  The audit measures
+    what transformers passes to flex (scale, score_mod, masks), which the reference
+    computes by the same definition (its parity with eager is checked like any backend's)."""
+    try:
+        from torch.nn.attention import flex_attention as torch_flex
+        from transformers import masking_utils
+        from transformers.integrations import flex_attention as hf_flex
+    except ImportError:
+        yield
+        return
+
+    def uncompiled(query, key, value, training=False, **kwargs):
+        return torch_flex.flex_attention(query, key, value, **kwargs)
+
+    def uncompiled_mask(*args, _compile=False, **kwargs):
+        return torch_flex.create_block_mask(*args, **kwargs)
+
+    saved = (hf_flex.compile_friendly_flex_attention, getattr(masking_utils, "create_block_mask", None),
+             torch_flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG)
+    hf_flex.compile_friendly_flex_attention = uncompiled
+    torch_flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = True
+    if saved[1] is not None:
+        masking_utils.create_block_mask = uncompiled_mask
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_flex.compile_friendly_flex_attention = saved[0]
+        torch_flex._FLEX_ATTENTION_DISABLE_COMPILE_DEBUG = saved[2]
+        if saved[1] is not None:
+            masking_utils.create_block_mask = saved[1]

@@ -100,15 +100,19 @@ def log_ratio(out: torch.Tensor, two_keys_only: bool) -> torch.Tensor:
     return torch.where(ok, torch.log(p0.clamp_min(tiny)) - torch.log(p1.clamp_min(tiny)), torch.full_like(p0, float("nan")))
 
 
-def estimate_factor(measure: Callable[[float], torch.Tensor], d_k: int, max_tries: int = 12) -> ScaleEstimate:
-    """The factor from ``measure(gap) -> log(p_0/p_1)`` per row, at gaps 0, G, 2G.
+def estimate_factor(measure: Callable[[float], torch.Tensor] | None, d_k: int, max_tries: int = 12,
+                    measure_gaps: Callable[[list], list] | None = None) -> ScaleEstimate:
+    """The factor from ``measure(gap) -> log(p_0/p_1)`` per row, at gaps 0, G, 2G
+    (``measure_gaps([g, ...]) -> [rows, ...]`` instead measures the three gaps in one go).
 
     G adapts until factor * G is about 2 (probabilities far from 0, 1 and from each other).
     """
+    if measure_gaps is None:
+        measure_gaps = lambda gaps: [measure(g) for g in gaps]  # noqa: E731
     gap = 2.0 * math.sqrt(d_k)
     nan = float("nan")
     for _ in range(max_tries):
-        base, one, two = (measure(g).double().flatten() for g in (0.0, gap, 2 * gap))
+        base, one, two = (rows.double().flatten() for rows in measure_gaps([0.0, gap, 2 * gap]))
         f1, f2 = (one - base) / gap, (two - base) / (2 * gap)
         valid = torch.isfinite(f1) & torch.isfinite(f2)
         if not valid.any():
