@@ -33,7 +33,7 @@ console = Console()
 err_console = Console(stderr=True)
 
 # Extra command modules under attnscale.commands, each with register(app).
-COMMAND_MODULES = ("report", "explore", "answer", "audit")
+COMMAND_MODULES = ("report", "explore", "answer")
 
 
 def version_callback(value: bool) -> None:

@@ -32,8 +32,8 @@ from ..threads import torch_threads
 from . import declared as declared_rules
 from . import families, kernel, legacy, paths
 from .loading import check_model_dir, check_weights, load_config, quiet_transformers
-from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, agree, family_row, judge_family,
-                       relative)
+from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, agree, caps_differ, family_row,
+                       judge_family)
 from .intercept import (final_hidden, intercept_attention, model_inputs, run_attention, set_attn_implementation,
                         uncompiled_flex)
 
@@ -330,14 +330,14 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
             model = families.build(config, seed)
             main_input = getattr(model, "main_input_name", "input_ids")
             if main_input != "input_ids":
-                raise families.Skip(f"takes {main_input}, not token ids")
+                raise families.Skip(f"takes {main_input}, not token ids", final=True)
             ids = torch.arange(3, 3 + TOKENS).unsqueeze(0) % (getattr(config, "vocab_size", 100) or 100)
             with torch.no_grad(), quiet_transformers():
                 model(**model_inputs(model, ids, torch.ones_like(ids)))
             return model
         except families.Skip as reason:
             refusal = refusal or reason
-            if "takes" in str(reason) or "multimodal" in str(reason) or "wrapper" in str(reason):
+            if reason.final:
                 raise
         except Exception as error:  # noqa: BLE001 - a model that cannot run is skipped with the reason
             refusal = refusal or families.Skip(f"cannot run a forward pass: {families.first_line(error)}")
@@ -373,7 +373,7 @@ def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyA
         eager = reference.layers[0]["backends"]["eager"]["kernel"]
         if not agree(result["factor"], eager["factor"]):
             audit.findings.append(f"factor {result['factor']:.6g}, {reference.family} eager {eager['factor']:.6g}")
-        if relative(result["cap"], eager["cap"]) > CAP_TOL and (result["cap"] or eager["cap"]):
+        if caps_differ(result["cap"], eager["cap"]):
             audit.findings.append(f"soft cap {result['cap']}, {reference.family} eager {eager['cap']}")
     audit.verdict = "mismatch" if audit.findings else "ok"
     return audit

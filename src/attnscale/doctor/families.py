@@ -54,7 +54,12 @@ MULTIMODAL_WORDS = ("vision", "audio", "speech", "image", "vq", "patcher", "proj
 
 
 class Skip(Exception):
-    """A family that cannot be built as a tiny text model; the message is the reason."""
+    """A family that cannot be built as a tiny text model; the message is the reason.
+    ``final``: no other tiny size can help (multimodal, too big, no base model class)."""
+
+    def __init__(self, reason: str, final: bool = False):
+        super().__init__(reason)
+        self.final = final
 
 
 @dataclass
@@ -120,13 +125,14 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
     multimodal = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
     if multimodal:
         raise Skip(f"multimodal composite ({', '.join(sub_configs)}); its text model is audited as its own family "
-                   "where transformers registers one")
+                   "where transformers registers one", final=True)
     kwargs = tiny_kwargs(cls, {**FAMILY_TINY.get(model_type, {}), **(overrides or {})})
     for name, sub_cls in sub_configs.items():
         if name in kwargs:
             continue
         if getattr(sub_cls, "__name__", "") == "AutoConfig":
-            raise Skip(f"a wrapper around two other families ({', '.join(sub_configs)}), each audited on its own")
+            raise Skip(f"a wrapper around two other families ({', '.join(sub_configs)}), each audited on its own",
+                       final=True)
         try:
             kwargs[name] = sub_cls(**tiny_kwargs(sub_cls))
         except Exception as error:  # noqa: BLE001 - any refusal of the tiny sizes is a reason to skip
@@ -169,16 +175,22 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
     """The base model (no LM head) for ``config``, random init under ``seed``, eval mode, CPU."""
     from transformers import AutoModel
 
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
     from .loading import quiet_transformers
 
+    model_type = getattr(config, "model_type", "")
+    if model_type not in MODEL_MAPPING_NAMES:
+        raise Skip(f"no base model class (AutoModel) for {model_type!r}", final=True)
     with quiet_transformers():
         try:
             parameters = count_parameters(config)
         except Exception as error:  # noqa: BLE001 - a family transformers cannot build: skipped with the reason
-            raise Skip(f"cannot be built from its config: {first_line(error)}") from None
+            raise Skip(f"cannot be built from its config: {first_line(error)}",
+                       final="Unrecognized configuration class" in str(error)) from None
         if parameters > max_parameters:
             raise Skip(f"{parameters:,} parameters at the tiny sizes (more than {max_parameters:,}): the config "
-                       "ignores them")
+                       "ignores them", final=True)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             try:

@@ -23,6 +23,7 @@ changing the query must reach every head.  A layout that fails is not used.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 
 import torch
@@ -141,16 +142,19 @@ def head_vectors(designs, tokens: int, dim: int, gap_unit: float, role: str, dty
 
 
 def write_hook(writes: list[tuple[Block, torch.Tensor]]):
-    """A forward hook that writes each (block, vectors (B, T, dim)) into the module's output."""
+    """A forward hook that writes each (block, vectors (B, T, dim)) into the module's output
+    ((B, T, out), or (B, 1, T, out) as latent attention's projections give it)."""
     def hook(module, args, output):
         tensor = output[0] if isinstance(output, tuple) else output
         batch, tokens = writes[0][1].shape[:2]
-        if tensor.dim() != 3 or tensor.shape[0] != batch or tensor.shape[1] != tokens:
+        if tensor.dim() < 3 or tensor.shape[0] != batch or tensor.shape[-2] != tokens or \
+                math.prod(tensor.shape[1:-2]) != 1:
             return output
-        written = tensor.clone()
+        written = tensor.reshape(batch, tokens, tensor.shape[-1]).clone()
         for block, vectors in writes:
             source = vectors[..., block.first:block.first + block.size].to(written.dtype)
             written[..., block.index().to(written.device)] = source.repeat(1, 1, block.heads)
+        written = written.reshape(tensor.shape)
         return (written, *output[1:]) if isinstance(output, tuple) else written
 
     return hook

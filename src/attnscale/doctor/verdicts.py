@@ -27,6 +27,13 @@ def relative(a: float | None, b: float | None) -> float:
     return abs(a - b) / max(abs(b), 1e-300)
 
 
+def caps_differ(a: float | None, b: float | None) -> bool:
+    """A soft cap on one side only, or two caps more than CAP_TOL apart."""
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return not relative(a, b) <= CAP_TOL
+
+
 def agree(a, b, tol=FACTOR_TOL) -> bool:
     return relative(a, b) <= tol
 
@@ -50,10 +57,9 @@ def layer_findings(row: dict, backend: str) -> list[str]:
         found.append(f"{row['name']}: attention function applies {kernel_factor:.6g}, config implies "
                      f"{declared['kernel']:.6g}")
     cap = entry["kernel"].get("cap")
-    if declared["cap"] is not None or cap is not None:
-        if relative(cap, declared["cap"]) > CAP_TOL:
-            found.append(f"{row['name']}: soft cap {cap if cap is None else round(cap, 4)}, config "
-                         f"{declared['cap']}")
+    if entry["kernel"].get("nonlinearity") in ("linear", "soft cap") and caps_differ(cap, declared["cap"]):
+        found.append(f"{row['name']}: soft cap {cap if cap is None else round(cap, 4)}, config "
+                     f"{declared['cap']}")
     return found
 
 
@@ -67,8 +73,7 @@ def backend_findings(row: dict, backend: str) -> list[str]:
     for what, reference, value in pairs:
         if reference is not None and math.isfinite(reference) and not agree(value, reference):
             found.append(f"{row['name']}: {backend} {what} factor {value:.6g}, eager {reference:.6g}")
-    if relative(other["kernel"].get("cap"), eager["kernel"].get("cap")) > CAP_TOL and \
-            (other["kernel"].get("cap") or eager["kernel"].get("cap")):
+    if caps_differ(other["kernel"].get("cap"), eager["kernel"].get("cap")):
         found.append(f"{row['name']}: {backend} soft cap {other['kernel'].get('cap')}, eager {eager['kernel'].get('cap')}")
     if eager.get("path") and other.get("path"):
         seen = [i for i, (a, b) in enumerate(zip(eager["path"]["per_query"], other["path"]["per_query"]))
