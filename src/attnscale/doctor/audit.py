@@ -39,6 +39,7 @@ from .intercept import (final_hidden, intercept_attention, model_inputs, run_att
 
 DEFAULT_BACKENDS = ("eager", "sdpa", "flex_attention")
 TOKENS, LONGER_TOKENS = 8, 24
+RETRY_SECONDS = 3.0  # a family still failing after this long is skipped with its first reason
 FAR_POSITION = 65536  # past the original context of YaRN / Llama-4-style position temperatures
 
 
@@ -323,8 +324,12 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
     """The tiny model, checked with one forward pass (configs that build but cannot run are
     retried with the fallback sizes, then skipped)."""
     refusal = None
-    for change in ({}, {"num_key_value_heads": 4}, {"num_hidden_layers": 4}, {"num_hidden_layers": 8},
-                   {"hybrid": False}):
+    ladder = ({}, {"num_key_value_heads": 4}, {"num_hidden_layers": 4}, {"num_hidden_layers": 8}, {"hybrid": False},
+              {"num_key_value_heads": 4, "hybrid": False})
+    start = time.perf_counter()
+    for change in ladder:
+        if time.perf_counter() - start > RETRY_SECONDS:
+            break
         try:
             config = families.tiny_config(model_type, **{**change, **overrides})
             model = families.build(config, seed)

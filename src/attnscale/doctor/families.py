@@ -30,14 +30,15 @@ TINY = {
     "moe_top_k": 2, "moe_intermediate_size": 32, "n_shared_experts": 1, "kv_n_heads": 2,
     "q_lora_rank": 32, "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
     "layer_types": None, "vocab_size_per_layer_input": 128, "entity_vocab_size": 16, "pronunciation_vocab_size": 16,
-    "shape_vocab_size": 16, "block_size": 8,
+    "shape_vocab_size": 16, "block_size": 8, "rotary_dim": 8,
     # Llama 4's attention temperature starts at position floor_scale (8192 by default); at 4
     # it shows within a 16-token probe.  A size, like the others: the formula is unchanged.
     "floor_scale": 4,
 }
 # Families whose config needs more than the tiny sizes to be consistent.
 FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
-               "llama4_text": {"num_hidden_layers": 4}}  # every 4th layer has no RoPE (and the temperature)
+               "llama4_text": {"num_hidden_layers": 4},  # every 4th layer has no RoPE (and the temperature)
+               "bamba": {"attn_layer_indices": [1]}}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})

@@ -121,10 +121,12 @@ class Design:
     position: int  # every token's position id
 
 
-# The designs of one forward pass: the factor (gaps 0, 1, 2), q doubled, the last
-# coordinate, and the far position (-1).  :func:`summarize` relies on this order.
+# The designs of one forward pass: the factor (gaps 0, 1, 2) and q doubled along the first
+# coordinate, the same along the last one, and the far position (-1).  :func:`summarize`
+# relies on this order.
 DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0), Design(1, 2, False, 0), Design(2, 1, False, 0),
-           Design(1, 0, True, 0), Design(1, 1, True, 0), Design(1, 0, False, -1), Design(1, 1, False, -1))
+           Design(1, 0, True, 0), Design(1, 1, True, 0), Design(1, 0, False, -1), Design(1, 1, False, -1),
+           Design(1, 2, True, 0), Design(2, 1, True, 0))
 LENGTH_DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0))  # the factor again, at another length
 
 
@@ -247,24 +249,32 @@ def shape_of(ratio: float) -> str:
     return "non-linear"
 
 
+def path_form(ratio_q: float, ratio_k: float, factor: float) -> str:
+    """How the logit gap responds to doubling q and to doubling the keys."""
+    q_shape, k_shape = shape_of(ratio_q), shape_of(ratio_k)
+    if q_shape == k_shape == "linear":
+        return "linear"
+    if q_shape == k_shape == "normalised":
+        return "q and k normalised"
+    if {q_shape, k_shape} == {"linear", "normalised"}:
+        return "q normalised" if q_shape == "normalised" else "k normalised"
+    if factor != factor:
+        return "not readable"  # every row saturated (one of the two keys at probability 0)
+    return "non-linear"
+
+
 def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, positions: bool) -> dict:
     """The whole path's numbers for one attention call from its log-ratio rows per design:
     ``rows`` (len(DESIGNS), T_q, H), ``longer`` (2, T2, H); ``positions``: the model took the
     designs' position ids (else the far-position designs sat at the usual positions)."""
-    base = rows[0]
-    step = rows[1] - base
+    base, last_base = rows[0], rows[4]
+    step, last_step = rows[1] - base, rows[5] - last_base
     factor = median(step / unit)
-    ratio_k = median((rows[2] - base) / step)
-    ratio_q = median((rows[3] - base) / step)
-    q_shape, k_shape = shape_of(ratio_q), shape_of(ratio_k)
-    if q_shape == k_shape == "linear":
-        form = "linear"
-    elif q_shape == k_shape == "normalised":
-        form = "q and k normalised"
-    elif {q_shape, k_shape} == {"linear", "normalised"}:
-        form = "q normalised" if q_shape == "normalised" else "k normalised"
-    else:
-        form = "non-linear"
+    ratio_k, ratio_q = median((rows[2] - base) / step), median((rows[3] - base) / step)
+    form = path_form(ratio_q, ratio_k, factor)
+    factor_last = median(last_step / unit)
+    form_last = path_form(median((rows[9] - last_base) / last_step), median((rows[8] - last_base) / last_step),
+                          factor_last)
     per_query = [median(step[t] / unit) for t in range(step.shape[0])]
     readable = [f for f in per_query if f == f]
     centre = abs(median(torch.tensor(readable))) if readable else 0.0
@@ -273,10 +283,11 @@ def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, posi
         form = "varies with the query position"
     return {
         "factor": factor,
-        "factor_last": median((rows[5] - rows[4]) / unit),
+        "factor_last": factor_last,
         "ratio_q": ratio_q,
         "ratio_k": ratio_k,
         "form": form,
+        "form_last": form_last,
         "cosine_temperature": median(step / 2) if form == "q and k normalised" else None,
         "per_query": per_query,
         "query_spread": query_spread,

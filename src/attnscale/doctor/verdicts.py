@@ -50,6 +50,8 @@ def layer_findings(row: dict, backend: str) -> list[str]:
     if path and path["form"] == "linear":
         for last, key in ((False, "factor"), (True, "factor_last")):
             expected = declared["path_last" if last else "path_first"]
+            if last and path.get("form_last", "linear") != "linear":
+                continue  # not one factor there (a norm on the RoPE part): shown as a non-linearity, not judged
             if expected is not None and not agree(path[key], expected):
                 found.append(f"{row['name']}: whole path {path[key]:.6g} along the {'last' if last else 'first'} "
                              f"coordinate, config implies {expected:.6g}")
@@ -172,8 +174,10 @@ def nonlinearity(rows: list[dict]) -> str:
         elif kernel.get("nonlinearity") == "non-linear":
             found.append("non-linear")
         path = entry.get("path")
-        if path and path["form"] not in ("linear", "varies with the query position"):
+        if path and path["form"] not in ("linear", "varies with the query position", "not readable"):
             found.append(path["form"] if path["form"] != "q and k normalised" else "QK-norm")
+        elif path and path.get("form_last") not in (None, "linear", "not readable", path["form"]):
+            found.append(f"{path['form_last']} (last coordinate)")
     return ", ".join(dict.fromkeys(found)) or ("linear" if rows else "-")
 
 
