@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -95,11 +96,14 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(None, help="Write audit.json into this folder."),
         seed: int = typer.Option(0, help="Seed of the random-init models."),
         list_families: bool = typer.Option(False, "--list", help="List the families the audit knows and exit."),
+        workers: int = typer.Option(0, help="Processes to spread the families over (0: one per core)."),
     ) -> None:
         """Measure the factor each attention layer applies to q.k, under each backend, against its config."""
         from ..cli import console, err_console, progress_bar
 
         chosen = parse_backends(backends)
+        if workers < 0:
+            raise ValueError(f"--workers {workers} is negative; accepted: 0 (one per core) or a positive count")
         if out is not None and out.exists() and not out.is_dir():
             raise ValueError(f"--out {str(out)!r} is a file; accepted: a folder (created if missing)")
         port = audit_api.load_callable(callable_spec) if callable_spec else None
@@ -115,7 +119,7 @@ def register(app: typer.Typer) -> None:
             def progress(done: int, name: str, seconds: float) -> None:
                 bar.update(task, completed=done, note=f"{name} {seconds:.1f} s")
 
-            results = audit_api.run_plan(plan, chosen, seed, progress)
+            results = audit_api.run_plan(plan, chosen, seed, progress, workers or os.cpu_count() or 1)
         report = audit_api.report(results, chosen, time.perf_counter() - start)
         if port is not None:
             reference = next((r for r in results if r.layers), None)

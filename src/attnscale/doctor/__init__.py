@@ -7,11 +7,16 @@ One module per role:
 ``probe``      the scale probe: the factor any attention function applies to QK^T
 ``health``     the health check of a model's attention on a text (``diagnose``)
 ``figures``    the health check's heatmaps
-``audit``      the scale audit of transformers families and model folders (``audit``)
+``audit``      the scale audit of transformers families and model folders, drawing on
+               ``families`` (tiny random-init models), ``kernel`` (an attention function's
+               factor and soft cap), ``paths`` (the whole path from the projections),
+               ``legacy`` (families with inline attention), ``declared`` (what a config
+               declares, with its source lines) and ``verdicts``
 
 The names below are the public API (``from attnscale import doctor; doctor.diagnose()``).
 """
 
+from .audit import FamilyAudit, audit_callable, audit_family, audit_folder, audit_model
 from .figures import FLAG_MARKS, draw_heatmaps
 from .health import (DEFAULT_COUNTERFACTUALS, DEFAULT_TEXT, Diagnosis, counterfactual_runs, diagnose, encode,
                      flag_shares, head_flags, head_stats, layer_heads, summarize_heads, valid_keys)
@@ -24,7 +29,7 @@ from .probe import (PROBE_TOKENS, ModelProbe, ScaleEstimate, estimate_factor, in
 from .thresholds import THRESHOLDS
 
 __all__ = [
-    "AttentionCall", "DEFAULT_COUNTERFACTUALS", "DEFAULT_TEXT", "Diagnosis", "FLAG_MARKS", "ModelProbe", "PROBE_TOKENS",
+    "AttentionCall", "FamilyAudit", "audit_callable", "audit_family", "audit_folder", "audit_model", "DEFAULT_COUNTERFACTUALS", "DEFAULT_TEXT", "Diagnosis", "FLAG_MARKS", "ModelProbe", "PROBE_TOKENS",
     "ScaleEstimate", "THRESHOLDS", "check_model_dir", "check_weights", "counterfactual_runs", "default_model_path",
     "diagnose", "draw_heatmaps", "encode", "estimate_factor", "final_hidden", "flag_shares", "head_flags", "head_stats",
     "infer_scale", "intercept_attention", "label_factor", "layer_heads", "load_config", "load_model", "log_ratio",

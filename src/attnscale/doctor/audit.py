@@ -21,6 +21,7 @@ be read).  :func:`audit_callable` measures any Python attention function the sam
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -39,7 +40,6 @@ from .intercept import (final_hidden, intercept_attention, model_inputs, run_att
 
 DEFAULT_BACKENDS = ("eager", "sdpa", "flex_attention")
 TOKENS, LONGER_TOKENS = 8, 24
-RETRY_SECONDS = 3.0  # a family still failing after this long is skipped with its first reason
 FAR_POSITION = 65536  # past the original context of YaRN / Llama-4-style position temperatures
 
 
@@ -324,12 +324,7 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
     """The tiny model, checked with one forward pass (configs that build but cannot run are
     retried with the fallback sizes, then skipped)."""
     refusal = None
-    ladder = ({}, {"num_key_value_heads": 4}, {"num_hidden_layers": 4}, {"num_hidden_layers": 8}, {"hybrid": False},
-              {"num_key_value_heads": 4, "hybrid": False})
-    start = time.perf_counter()
-    for change in ladder:
-        if time.perf_counter() - start > RETRY_SECONDS:
-            break
+    for change in ({}, {"num_key_value_heads": 4}, {"num_hidden_layers": 4}, {"num_hidden_layers": 8}):
         try:
             config = families.tiny_config(model_type, **{**change, **overrides})
             model = families.build(config, seed)
@@ -337,7 +332,7 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
             if main_input != "input_ids":
                 raise families.Skip(f"takes {main_input}, not token ids", final=True)
             ids = torch.arange(3, 3 + TOKENS).unsqueeze(0) % (getattr(config, "vocab_size", 100) or 100)
-            with torch.no_grad(), quiet_transformers():
+            with torch.no_grad(), quiet_transformers(), torch_threads(1):
                 model(**model_inputs(model, ids, torch.ones_like(ids)))
             return model
         except families.Skip as reason:
@@ -466,13 +461,52 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
     return result
 
 
-def run_plan(items, backends=DEFAULT_BACKENDS, seed: int = 0, progress=None) -> list[FamilyAudit]:
+def run_plan(items, backends=DEFAULT_BACKENDS, seed: int = 0, progress=None, workers: int = 1) -> list[FamilyAudit]:
+    """Audit each item, in order; ``workers`` > 1 spreads the items over that many processes
+    (each audits whole families; the results come back in the items' order)."""
+    if workers > 1 and len(items) > 4 * workers:
+        return run_parallel(items, backends, seed, progress, workers)
     results = []
-    for done, (kind, name) in enumerate(items, start=1):
-        result = audit_folder(name, backends, seed) if kind == "folder" else audit_family(name, backends, seed)
-        results.append(result)
+    for done, item in enumerate(items, start=1):
+        results.append(audit_item(item, backends, seed))
         if progress:
-            progress(done, result.family, result.seconds)
+            progress(done, results[-1].family, results[-1].seconds)
+    return results
+
+
+def audit_item(item, backends, seed: int) -> FamilyAudit:
+    kind, name = item
+    return audit_folder(name, backends, seed) if kind == "folder" else audit_family(name, backends, seed)
+
+
+def _audit_indexed(task):
+    index, item, backends, seed = task
+    return index, audit_item(item, backends, seed)
+
+
+def watch_parent(parent_pid: int) -> None:
+    """Worker initializer: the worker exits within a second of its parent's death (kill -9 too)."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def run_parallel(items, backends, seed: int, progress, workers: int) -> list[FamilyAudit]:
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    tasks = [(index, item, tuple(backends), seed) for index, item in enumerate(items)]
+    results: list = [None] * len(items)
+    with context.Pool(workers, initializer=watch_parent, initargs=(os.getpid(),)) as pool:
+        for done, (index, result) in enumerate(pool.imap_unordered(_audit_indexed, tasks), start=1):
+            results[index] = result
+            if progress:
+                progress(done, result.family, result.seconds)
     return results
 
 

@@ -38,13 +38,13 @@ TINY = {
 # Families whose config needs more than the tiny sizes to be consistent.
 FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "llama4_text": {"num_hidden_layers": 4},  # every 4th layer has no RoPE (and the temperature)
-               "bamba": {"attn_layer_indices": [1]}}
+               "bamba": {"attn_layer_indices": [1]}}  # no attention layer by default
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})
 # The recurrent and linear-attention layers of hybrid models, shrunk too (their slow CPU
 # paths dominate a forward pass at the default sizes); dropped again if a config refuses.
-TINY_HYBRID = {"mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 16, "mamba_chunk_size": 16,
+TINY_HYBRID = {"mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 16, "mamba_chunk_size": 16,
                "ssm_state_size": 16, "mamba_num_heads": 4, "mamba_head_dim": 16, "linear_key_head_dim": 16,
                "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
                "shared_expert_intermediate_size": 32, "moe_shared_expert_intermediate_size": 32, "n_groups": 1,

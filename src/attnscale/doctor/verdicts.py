@@ -191,7 +191,7 @@ def family_row(result, backends) -> dict:
         if info is None:
             row[backend] = "-"
         elif not info["accepted"]:
-            row[backend] = "refused"
+            row[backend] = "not read" if info["reason"].startswith("inline attention") else "refused"
         else:
             row[backend] = span([judged_factor(r["backends"][backend]) for r in rows if backend in r["backends"]])
             if row[backend] == "-" and info.get("parity") is not None:
