@@ -325,3 +325,46 @@ def test_report_renders_a_lab_without_claims(tmp_path, monkeypatch):
     assert "audit: mismatches and backend disagreements" in markdown and "gpt_neo" in markdown
     assert "audit_factors.png" in (tmp_path / "index.html").read_text() or "data:image/png" in \
         (tmp_path / "index.html").read_text()
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_killing_the_audit_leaves_no_worker(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "HF_HUB_OFFLINE": "1"}
+    parent = subprocess.Popen([sys.executable, "-m", "attnscale", "audit", "--workers", "2", "--backends", "eager"],
+                              env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, workers = time.time() + 180, []
+    while time.time() < deadline and len(workers) < 2:
+        time.sleep(0.5)
+        workers = children_of(parent.pid)
+    assert len(workers) >= 2, "the audit started no worker processes"
+    time.sleep(3)  # the workers are auditing families now
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    time.sleep(10)
+    assert [pid for pid in workers if running(pid)] == []
