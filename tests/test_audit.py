@@ -284,7 +284,7 @@ def test_cli_folder_without_weights_is_random_init(tmp_path, capsys):
     code, out, _ = run_cli(["audit", str(tmp_path), "--backends", "eager", "--json"], capsys)
     assert code == 0
     row = json.loads(out)["rows"][0]
-    assert row["family"].endswith("(random init)") and row["eager"] == "0.25" and row["verdict"] == "ok"
+    assert row["family"].endswith("(llama, random init)") and row["eager"] == "0.25" and row["verdict"] == "ok"
 
 
 def test_cli_callable(tmp_path, capsys, monkeypatch):

@@ -449,13 +449,13 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
                                                   trust_remote_code=False, use_safetensors=True).eval()
             except (OSError, ValueError, KeyError, TypeError) as error:
                 raise ValueError(f"could not load the model in {str(path)!r}: {families.first_line(error)}") from None
-            label = f"{path.name} (weights)"
+            label = f"{path.name} ({config.model_type}, weights)"
         else:
             try:
                 model = families.build(config, seed, max_parameters=parameters)
             except families.Skip as reason:
                 raise ValueError(f"{str(path)!r}: {reason}") from None
-            label = f"{path.name} (random init)"
+            label = f"{path.name} ({config.model_type}, random init)"
     result = audit_model(model.float(), label, backends, seed)
     result.seconds = time.perf_counter() - start
     return result
