@@ -32,7 +32,7 @@ import dataclasses
 import importlib
 from types import ModuleType
 
-LABS = ("variance", "saturation", "numerics", "training", "doctor")
+LABS = ("variance", "saturation", "numerics", "training", "doctor", "audit")
 PRESET_NAMES = ("quick", "full")
 
 

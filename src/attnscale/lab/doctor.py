@@ -126,7 +126,7 @@ def random_model(model_config, seed: int, device: str):
 
     with torch.random.fork_rng(devices=[]), doctor.quiet_transformers():
         torch.manual_seed(seed)
-        model = AutoModel.from_config(model_config, attn_implementation="eager")
+        model = AutoModel.from_config(model_config, attn_implementation="eager", trust_remote_code=False)
     return model.to(device).eval()
 
 
@@ -220,8 +220,6 @@ def constructed_flags() -> dict:
 
 
 def pretrained_part(config: Config) -> dict:
-    from transformers import AutoConfig
-
     model, tokenizer = doctor.load_model(config.model_dir, config.device)
     diagnosis = doctor.diagnose(model=model, tokenizer=tokenizer, max_tokens=config.max_tokens, probe=True,
                                 counterfactual=config.counterfactual)
@@ -231,9 +229,7 @@ def pretrained_part(config: Config) -> dict:
         conditions.append({"condition": f"trained, {row['scale']}", "factor": row["factor"],
                            "over_smoothed_heads": row["over-smoothed_heads"], "saturated_heads": row["saturated_heads"],
                            "normalized_entropy": row["normalized_entropy"], "head_entropy": row["head_entropy"]})
-    path = str(doctor.check_model_dir(config.model_dir))
-    with doctor.quiet_transformers():
-        shape = AutoConfig.from_pretrained(path, local_files_only=True)
+    shape = doctor.load_config(config.model_dir)
     untrained = random_model(shape, config.seed, config.device)
     fresh = doctor.diagnose(model=untrained, tokenizer=tokenizer, max_tokens=config.max_tokens, probe=False,
                             counterfactual=())

@@ -1,0 +1,134 @@
+"""``attnscale audit``: the factor every attention family (or a model folder) really applies.
+
+    attnscale audit                          every decoder and encoder family of the installed transformers
+    attnscale audit llama,gemma2,t5          those families
+    attnscale audit path/to/model            a local model folder (weights optional)
+    attnscale audit gemma2 --callable my_kernel:attn   a port, checked against the family's numbers
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from ..doctor import audit as audit_api
+
+
+def parse_backends(text: str) -> tuple[str, ...]:
+    from ..doctor.intercept import registered_backends
+
+    names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
+    accepted = registered_backends()
+    for name in names:
+        if name not in accepted:
+            raise ValueError(f"unknown attention backend {name!r}; accepted: {', '.join(accepted)}")
+    if not names:
+        raise ValueError("--backends is empty; accepted: a comma-separated list of " + ", ".join(accepted))
+    return names
+
+
+HEADERS = {"flex_attention": "flex", "position dependence": "moves with", "seconds": "s"}
+
+
+def print_table(report: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..cli import console as terminal
+
+    console = terminal if terminal.is_terminal and terminal.width >= 132 else Console(width=160, highlight=False)
+    table = Table(title=f"scale audit: transformers {report['transformers']}, backends {', '.join(report['backends'])}")
+    columns = ["family", "declared", *report["backends"], "non-linearity", "position dependence", "verdict", "seconds"]
+    for column in columns:
+        table.add_column(HEADERS.get(column, column), no_wrap=column in ("family", "verdict"),
+                         justify="right" if column in ("declared", "seconds", *report["backends"]) else "left")
+    for row in report["rows"]:
+        table.add_row(*(str(row[c]) for c in columns))
+    console.print(table)
+    findings = [(r["family"], f) for r in report["families"] if r["verdict"] in ("mismatch", "backend disagreement")
+                for f in r["findings"][:3]]
+    for family, finding in findings:
+        console.print(f"{family}: {finding}", markup=False, highlight=False)
+    skipped = [r for r in report["families"] if r["status"] == "skipped"]
+    if skipped:
+        console.print(f"skipped {len(skipped)}: " + "; ".join(f"{r['family']} ({r['reason']})" for r in skipped[:12]) +
+                      (" ..." if len(skipped) > 12 else ""), markup=False, highlight=False)
+    counts = report["counts"]
+    console.print(f"{len(report['families'])} families in {report['seconds']:.1f} s: " +
+                  ", ".join(f"{n} {v}" for v, n in counts.items() if n), markup=False, highlight=False)
+    if report.get("callable"):
+        port = report["callable"]
+        console.print(f"callable {port['target']}: factor {port['kernel']['factor']:.6g}, "
+                      f"{port['kernel']['nonlinearity']}" +
+                      (f" (cap {port['kernel']['cap']:.4g})" if port["kernel"].get("cap") else "") +
+                      f", factor by key count {port['key_counts']}: {port['verdict']}", markup=False, highlight=False)
+        for finding in port["findings"]:
+            console.print(f"  {finding}", markup=False, highlight=False)
+
+
+def write_out(report: dict, out: Path) -> list[str]:
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {str(out)!r} is a file; accepted: a folder (created if missing)")
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "audit.json"
+    tmp = out / ".audit.json.tmp"
+    tmp.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    tmp.replace(target)
+    return [str(target)]
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("audit")
+    def audit(
+        target: str = typer.Argument(None, help="Comma-separated transformers families (model_type), or a local "
+                                                "model folder; default: every decoder and encoder family."),
+        backends: str = typer.Option(",".join(audit_api.DEFAULT_BACKENDS),
+                                     help="Comma-separated attention implementations to measure and compare."),
+        callable_spec: str = typer.Option(None, "--callable", help="module:function, an attention function "
+                                          "f(q, k, v, mask=None) to measure (against TARGET's first layer if given)."),
+        head_dim: int = typer.Option(64, help="Head dimension for --callable when no TARGET gives one."),
+        as_json: bool = typer.Option(False, "--json", help="Print the whole audit as JSON."),
+        out: Path = typer.Option(None, help="Write audit.json into this folder."),
+        seed: int = typer.Option(0, help="Seed of the random-init models."),
+        list_families: bool = typer.Option(False, "--list", help="List the families the audit knows and exit."),
+        workers: int = typer.Option(0, help="Processes to spread the families over (0: one per core)."),
+    ) -> None:
+        """Measure the factor each attention layer applies to q.k, under each backend, against its config."""
+        from ..cli import console, err_console, progress_bar
+
+        chosen = parse_backends(backends)
+        if workers < 0:
+            raise ValueError(f"--workers {workers} is negative; accepted: 0 (one per core) or a positive count")
+        if out is not None and out.exists() and not out.is_dir():
+            raise ValueError(f"--out {str(out)!r} is a file; accepted: a folder (created if missing)")
+        port = audit_api.load_callable(callable_spec) if callable_spec else None
+        if list_families:
+            for family in audit_api.families.text_families():
+                console.print(f"{family.model_type}  ({', '.join(family.kinds)})", markup=False, highlight=False)
+            return
+        start = time.perf_counter()
+        plan = audit_api.plan(target)
+        with progress_bar() as bar:
+            task = bar.add_task("audit", total=max(len(plan), 1), note="")
+
+            def progress(done: int, name: str, seconds: float) -> None:
+                bar.update(task, completed=done, note=f"{name} {seconds:.1f} s")
+
+            results = audit_api.run_plan(plan, chosen, seed, progress, workers or os.cpu_count() or 1)
+        report = audit_api.report(results, chosen, time.perf_counter() - start)
+        if port is not None:
+            reference = next((r for r in results if r.layers), None)
+            d_k = reference.layers[0]["d_k"] if reference else head_dim
+            report["callable"] = audit_api.audit_callable(port, d_k, callable_spec, reference).to_dict()
+        if out is not None:
+            written = write_out(report, out)
+            (err_console if as_json else console).print(f"wrote {', '.join(written)}", markup=False, highlight=False)
+        if as_json:
+            sys.stdout.write(json.dumps(report, indent=1, default=str) + "\n")
+        else:
+            print_table(report)

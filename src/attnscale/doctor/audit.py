@@ -1,0 +1,530 @@
+"""The scale audit: the factor every attention layer applies, measured, against the config.
+
+For one model (a tiny random-init member of a transformers family, or a local folder),
+under each attention backend it accepts, per attention call:
+
+* the attention function's factor on q.k, its soft cap (:mod:`.kernel`), measured by
+  calling the backend's own function with the module's mask and arguments on designed
+  q, k, v (two keys, never one);
+* the whole path from the q and k projections (:mod:`.paths`): its factor along the head's
+  first and last coordinate, whether it is linear in q and k or normalises them (QK-norm),
+  and whether it moves with the query index, the position ids or the sequence length;
+* what the config declares (:mod:`.declared`), and whether the two agree;
+* backend parity: the model's output under each backend against eager.
+
+A family's verdict: ``ok``; ``mismatch`` (eager measures a factor or cap the config does not
+declare); ``backend disagreement`` (a backend applies another factor or cap than eager, or
+its output differs beyond the dtype's tolerance); ``not measured`` (no attention call could
+be read).  :func:`audit_callable` measures any Python attention function the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..threads import torch_threads
+from . import declared as declared_rules
+from . import families, kernel, legacy, paths
+from .loading import check_model_dir, check_weights, load_config, quiet_transformers
+from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, agree, caps_differ, family_row,
+                       judge_family)
+from .intercept import (final_hidden, intercept_attention, model_inputs, run_attention, set_attn_implementation,
+                        uncompiled_flex)
+
+DEFAULT_BACKENDS = ("eager", "sdpa", "flex_attention")
+TOKENS, LONGER_TOKENS = 8, 24
+FAR_POSITION = 65536  # past the original context of YaRN / Llama-4-style position temperatures
+
+
+@dataclass
+class FamilyAudit:
+    family: str
+    model_class: str = ""
+    status: str = "audited"  # or "skipped"
+    reason: str = ""
+    seconds: float = 0.0
+    backends: dict = field(default_factory=dict)  # backend -> {"accepted", "reason", "parity"}
+    layers: list = field(default_factory=list)
+    verdict: str = "not measured"
+    findings: list = field(default_factory=list)
+    source_lines: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+# ---------------------------------------------------------------------------------------
+# One backend: kernel and whole path of every attention call.
+
+def call_key(call) -> tuple:
+    """Calls with the same module class, arguments and shapes apply the same function."""
+    scalars = tuple(sorted((k, v) for k, v in call.kwargs.items() if isinstance(v, (int, float, str, bool, type(None)))))
+    mask = tuple(call.mask.shape) if isinstance(call.mask, torch.Tensor) else type(call.mask).__name__
+    return type(call.module).__name__, scalars, mask, tuple(call.query.shape), tuple(call.key.shape)
+
+
+def kernel_results(calls) -> list[dict]:
+    cache: dict = {}
+    out = []
+    for call in calls:
+        key = call_key(call)
+        if key not in cache:
+            try:
+                cache[key] = kernel.analyse(kernel.call_measure(call), call.query.shape[-1]).to_dict()
+            except (RuntimeError, ValueError, TypeError, IndexError) as error:
+                cache[key] = {"factor": float("nan"), "nonlinearity": "not measurable", "cap": None,
+                              "error": families.first_line(error)}
+        out.append(cache[key])
+    return out
+
+
+def choose_layouts(model, backend: str, calls, units: dict) -> tuple[dict, list | None]:
+    """The first candidate layout per attention module that passes the check on what reaches
+    the attention function (modules with none are left out), and the designed calls of the
+    trial where every module passed at once (None otherwise)."""
+    candidates = {id(c.module): paths.candidate_layouts(c.module, c.query.shape, c.key.shape) for c in calls}
+    chosen, pending = {}, {key: list(options) for key, options in candidates.items() if options}
+    vocab = getattr(model.config, "vocab_size", None) or 100
+    first_run = None
+    trials = 0
+    while pending:
+        trial = {key: options.pop(0) for key, options in pending.items()}
+        try:
+            designed = designed_calls(model, backend, trial, units, paths.DESIGNS, TOKENS, vocab)
+        except (RuntimeError, ValueError, IndexError, TypeError):
+            designed = []
+        checked = {}
+        for call in designed:
+            checked.setdefault(id(call.module), []).append(paths.layout_holds(call.query, call.key))
+        for key, layout in trial.items():
+            if checked.get(key) and all(checked[key]):
+                chosen[key] = layout
+                pending.pop(key)
+        if trials == 0 and len(chosen) == len(trial):
+            first_run = designed
+        trials += 1
+        pending = {key: options for key, options in pending.items() if options}
+    return chosen, first_run
+
+
+def far_position(config, tokens: int) -> int:
+    """FAR_POSITION for RoPE models; learned position tables stop at max_position_embeddings."""
+    if getattr(config, "rope_parameters", None):
+        return FAR_POSITION
+    maximum = getattr(config, "max_position_embeddings", None)
+    return min(FAR_POSITION, maximum - 8) if isinstance(maximum, int) and maximum > 16 else 2
+
+
+def designed_calls(model, backend: str, layouts: dict, units: dict, designs, tokens: int, vocab: int):
+    """One forward pass of the designs with the projections overwritten; returns the calls (whose
+    ``output`` was computed with the designed values)."""
+    handles = paths.install(layouts, units, designs, tokens, next(model.parameters()).dtype)
+    try:
+        inputs = paths.path_inputs(model, designs, tokens, far_position(model.config, tokens), vocab)
+        rewrite = lambda module, q, k, v: (q, k, paths.designed_values(v))  # noqa: E731
+        _, calls = run_attention(model, inputs, backend=backend, rewrite=rewrite)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return calls
+
+
+def path_results(model, backend: str, calls, layouts: dict, units: dict, main=None) -> list[dict | None]:
+    """The whole path's numbers per attention call (None where no layout was found); ``main``:
+    the designed calls of :data:`paths.DESIGNS` when already run."""
+    if not layouts:
+        return [None] * len(calls)
+    vocab = getattr(model.config, "vocab_size", None) or 100
+    runs = {"main": main}
+    for name, designs, tokens in (("main", paths.DESIGNS, TOKENS), ("longer", paths.LENGTH_DESIGNS, LONGER_TOKENS)):
+        if runs.get(name) is not None:
+            continue
+        try:
+            runs[name] = designed_calls(model, backend, layouts, units, designs, tokens, vocab)
+        except (RuntimeError, ValueError, IndexError, TypeError):
+            runs[name] = None
+    positions = paths.accepts(model, "position_ids")
+
+    def rows_of(name, index, key):
+        run = runs[name]
+        ok = run is not None and index < len(run) and id(run[index].module) == key
+        return paths.log_ratios(run[index].output) if ok else None
+
+    out = []
+    for index, call in enumerate(calls):
+        key = id(call.module)
+        rows = rows_of("main", index, key) if key in layouts else None
+        if rows is None:
+            out.append(None)
+            continue
+        summary = paths.summarize(rows, units[key], rows_of("longer", index, key), positions)
+        summary["layout"] = layouts[key].name
+        out.append(summary)
+    return out
+
+
+def backend_pass(model, backend: str, reference_hidden, inputs, units: dict, layouts: dict | None):
+    """Everything measured under one backend; raises ValueError if the family refuses it."""
+    with torch.no_grad(), intercept_attention(model, backend=backend) as calls:
+        outputs = model(**inputs)
+    hidden = final_hidden(outputs)
+    parity = None
+    if reference_hidden is not None:
+        parity = float((hidden - reference_hidden).abs().max() / reference_hidden.abs().max().clamp_min(1e-30))
+    if not calls:
+        raise ValueError(f"no {backend} attention call was made")
+    kernels = kernel_results(calls)
+    main = None
+    if layouts is None:
+        for call, result in zip(calls, kernels):
+            factor = result.get("factor")
+            scale = abs(factor) if factor and math.isfinite(factor) else call.query.shape[-1] ** -0.5
+            units.setdefault(id(call.module), 0.1 / scale)
+        layouts, main = choose_layouts(model, backend, calls, units)
+    return calls, hidden, parity, kernels, path_results(model, backend, calls, layouts, units, main), layouts
+
+
+# ---------------------------------------------------------------------------------------
+# One model.
+
+def layer_index(module, fallback: int) -> int:
+    value = getattr(module, "layer_idx", None)
+    return value if isinstance(value, int) else fallback
+
+
+def declared_of(model, call, fallback_index: int, model_type: str) -> declared_rules.Declared:
+    config = getattr(call.module, "config", None) or model.config
+    index = layer_index(call.module, fallback_index)
+    per_layer = getattr(config, "per_layer_config", None)
+    if per_layer is not None:
+        try:
+            config = per_layer[index]
+        except (IndexError, KeyError, TypeError, ValueError):
+            pass
+    layer_type = getattr(call.module, "layer_type", None) or getattr(call.module, "attention_type", None)
+    if layer_type is None:
+        types = getattr(config, "layer_types", None)
+        layer_type = types[index] if isinstance(types, (list, tuple)) and index < len(types) else None
+    return declared_rules.declared_for(config, model_type, index, layer_type if isinstance(layer_type, str) else None,
+                                       int(call.query.shape[-1]))
+
+
+def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
+                model_type: str | None = None) -> FamilyAudit:
+    """Audit one model (eval mode, CPU) under ``backends`` (eager always runs first); ``family``
+    names it in the result, ``model_type`` (default: the config's) selects the declared rules."""
+    start = time.perf_counter()
+    model_type = model_type or getattr(model.config, "model_type", family)
+    result = FamilyAudit(family, type(model).__name__)
+    order = ["eager", *[b for b in backends if b != "eager"]]
+    vocab = getattr(model.config, "vocab_size", None) or 100
+    ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
+    inputs = model_inputs(model, ids, torch.ones_like(ids))
+    units: dict = {}
+    layouts, reference, measured = None, None, {}
+    with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
+        torch.manual_seed(seed)
+        for backend in order:
+            try:
+                calls, hidden, parity, kernels, wholes, layouts = backend_pass(model, backend, reference, inputs,
+                                                                              units, layouts)
+            except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
+                if backend == "eager" and "eager_attention_forward" in str(error):
+                    inline_attention(model, model_type, result, order, inputs)
+                    break
+                result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
+                if backend == "eager":
+                    break
+                continue
+            if backend == "eager":
+                reference = hidden
+            result.backends[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls)}
+            measured[backend] = (calls, kernels, wholes)
+    if "eager" in measured:
+        result.layers = layer_rows(model, model_type, measured)
+    if result.layers:
+        result.source_lines = declared_rules.scaling_lines(model)
+    judge_family(result, backends)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> None:
+    """A family without an attention function: the whole path read from its attention weights
+    (:mod:`.legacy`), and the other backends' output against eager."""
+    def declared(module, index, d_k):
+        config = getattr(module, "config", None) or model.config
+        return declared_rules.declared_for(config, family, layer_index(module, index), None, d_k)
+
+    try:
+        result.layers = legacy.legacy_rows(model, declared, TOKENS, LONGER_TOKENS, far_position(model.config, TOKENS))
+    except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError) as error:
+        result.backends["eager"] = {"accepted": False, "reason": f"inline attention: {families.first_line(error)}",
+                                    "parity": None}
+        return
+    result.backends["eager"] = {"accepted": True, "reason": "inline attention: weights read", "parity": None}
+    with torch.no_grad():
+        reference = final_hidden(model(**inputs))
+    for backend in order[1:]:
+        previous = model.config._attn_implementation
+        try:
+            set_attn_implementation(model, backend)
+            with torch.no_grad():
+                hidden = final_hidden(model(**inputs))
+            parity = float((hidden - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
+            result.backends[backend] = {"accepted": True, "reason": "inline attention: output compared only",
+                                        "parity": parity}
+        except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
+            result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
+        finally:
+            set_attn_implementation(model, previous)
+
+
+def layer_rows(model, family: str, measured: dict) -> list[dict]:
+    calls = measured["eager"][0]
+    rows = []
+    for index, call in enumerate(calls):
+        declared = declared_of(model, call, index, family)
+        row = {"name": call.name, "layer": layer_index(call.module, index), "d_k": int(call.query.shape[-1]),
+               "declared": declared.to_dict(), "backends": {}}
+        for backend, (b_calls, kernels, wholes) in measured.items():
+            if index < len(b_calls) and b_calls[index].module is call.module:
+                row["backends"][backend] = {"kernel": kernels[index], "path": wholes[index]}
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# Families and callables.
+
+def audit_family(model_type: str, backends=DEFAULT_BACKENDS, seed: int = 0, **overrides) -> FamilyAudit:
+    """Build the family's tiny random-init model (``overrides`` set config fields) and audit it."""
+    start = time.perf_counter()
+    try:
+        model = tiny_model(model_type, seed, overrides)
+    except families.Skip as reason:
+        return FamilyAudit(model_type, status="skipped", reason=str(reason), seconds=time.perf_counter() - start)
+    try:
+        result = audit_model(model, model_type, backends, seed)
+    except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a result, not a crash
+        result = FamilyAudit(model_type, type(model).__name__, status="skipped",
+                             reason=f"audit failed: {families.first_line(error)}")
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def tiny_model(model_type: str, seed: int, overrides: dict):
+    """The tiny model, checked with one forward pass (configs that build but cannot run are
+    retried with the fallback sizes, then skipped)."""
+    refusal = None
+    for change in ({}, {"num_key_value_heads": 4}, {"num_hidden_layers": 4}, {"num_hidden_layers": 8}):
+        try:
+            config = families.tiny_config(model_type, **{**change, **overrides})
+            model = families.build(config, seed)
+            main_input = getattr(model, "main_input_name", "input_ids")
+            if main_input != "input_ids":
+                raise families.Skip(f"takes {main_input}, not token ids", final=True)
+            ids = torch.arange(3, 3 + TOKENS).unsqueeze(0) % (getattr(config, "vocab_size", 100) or 100)
+            with torch.no_grad(), quiet_transformers(), torch_threads(1):
+                model(**model_inputs(model, ids, torch.ones_like(ids)))
+            return model
+        except families.Skip as reason:
+            refusal = refusal or reason
+            if reason.final:
+                raise
+        except Exception as error:  # noqa: BLE001 - a model that cannot run is skipped with the reason
+            refusal = refusal or families.Skip(f"cannot run a forward pass: {families.first_line(error)}")
+    raise refusal
+
+
+@dataclass
+class CallableAudit:
+    target: str
+    d_k: int
+    kernel: dict
+    key_counts: dict
+    verdict: str = ""
+    findings: list = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyAudit | None = None) -> CallableAudit:
+    """Factor, soft cap and key-count dependence of ``attn_fn(q, k, v, mask=None)``, and, with a
+    ``reference`` family audit, whether they match what eager measured in its first layer."""
+    if not callable(attn_fn):
+        raise ValueError(f"{name} is not callable; accepted: a function attn_fn(q, k, v, mask=None)")
+    with torch_threads(1):
+        result = kernel.analyse(kernel.callable_measure(attn_fn, d_k, n_keys=4), d_k).to_dict()
+        counts = kernel.key_count_factors(attn_fn, d_k)
+    audit = CallableAudit(name, d_k, result, {str(n): f for n, f in counts.items()})
+    finite = [f for f in counts.values() if math.isfinite(f)]
+    if len(finite) > 1 and (max(finite) - min(finite)) > DEPENDENCE_TOL * abs(finite[0]):
+        audit.findings.append(f"the factor depends on the number of keys: {counts}")
+    if reference is not None and reference.layers:
+        eager = reference.layers[0]["backends"]["eager"]["kernel"]
+        if not agree(result["factor"], eager["factor"]):
+            audit.findings.append(f"factor {result['factor']:.6g}, {reference.family} eager {eager['factor']:.6g}")
+        if caps_differ(result["cap"], eager["cap"]):
+            audit.findings.append(f"soft cap {result['cap']}, {reference.family} eager {eager['cap']}")
+    audit.verdict = "mismatch" if audit.findings else "ok"
+    return audit
+
+
+def load_callable(spec: str):
+    """The function named by ``module:function`` (the module imported from the current folder or
+    the Python path)."""
+    import importlib
+    import os
+
+    module_name, _, function_name = (spec or "").partition(":")
+    if not module_name or not function_name:
+        raise ValueError(f"--callable {spec!r} is not module:function; accepted: e.g. my_kernels:attention")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"--callable {spec!r}: cannot import {module_name!r} ({error})") from None
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        raise ValueError(f"--callable {spec!r}: {module_name} has no callable {function_name!r}")
+    return function
+
+
+# ---------------------------------------------------------------------------------------
+# A whole audit: families or a folder.
+
+def plan(target: str | None) -> list[tuple[str, str]]:
+    """What to audit: ("family", model_type) or ("folder", path) items, checked before anything runs."""
+    if target is None:
+        return [("family", family.model_type) for family in families.text_families()]
+    path = Path(target).expanduser()
+    if path.is_dir() or "/" in target or target.startswith("."):
+        checked = check_model_dir(path)
+        check_weights(checked, required=False)
+        return [("folder", str(checked))]
+    names = [name.strip() for name in target.split(",") if name.strip()]
+    if not names:
+        raise ValueError(f"no family in {target!r}; accepted: comma-separated model types (attnscale audit --list)")
+    for name in names:
+        families.config_class(name)
+    return [("family", name) for name in dict.fromkeys(names)]
+
+
+def available_memory() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
+    """A local model folder: its safetensors weights if it has them, else random init from its config."""
+    from transformers import AutoModel
+
+    start = time.perf_counter()
+    path = check_model_dir(folder)
+    config = load_config(path)
+    parameters = families.count_parameters(config)
+    need, free = parameters * 4 * 3, available_memory()
+    if free is not None and need > free:
+        raise ValueError(f"{str(path)!r}: {parameters:,} parameters need about {need / 2**30:.1f} GiB to audit, "
+                         f"{free / 2**30:.1f} GiB are free; audit a smaller model or a config with fewer layers")
+    with quiet_transformers():
+        if check_weights(path, required=False):
+            try:
+                model = AutoModel.from_pretrained(str(path), attn_implementation="eager", local_files_only=True,
+                                                  trust_remote_code=False, use_safetensors=True).eval()
+            except (OSError, ValueError, KeyError, TypeError) as error:
+                raise ValueError(f"could not load the model in {str(path)!r}: {families.first_line(error)}") from None
+            label = f"{path.name} ({config.model_type}, weights)"
+        else:
+            try:
+                model = families.build(config, seed, max_parameters=parameters)
+            except families.Skip as reason:
+                raise ValueError(f"{str(path)!r}: {reason}") from None
+            label = f"{path.name} ({config.model_type}, random init)"
+    result = audit_model(model.float(), label, backends, seed)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def run_plan(items, backends=DEFAULT_BACKENDS, seed: int = 0, progress=None, workers: int = 1) -> list[FamilyAudit]:
+    """Audit each item, in order; ``workers`` > 1 spreads the items over that many processes
+    (each audits whole families; the results come back in the items' order)."""
+    if workers > 1 and len(items) > 4 * workers:
+        return run_parallel(items, backends, seed, progress, workers)
+    results = []
+    for done, item in enumerate(items, start=1):
+        results.append(audit_item(item, backends, seed))
+        if progress:
+            progress(done, results[-1].family, results[-1].seconds)
+    return results
+
+
+def audit_item(item, backends, seed: int) -> FamilyAudit:
+    kind, name = item
+    return audit_folder(name, backends, seed) if kind == "folder" else audit_family(name, backends, seed)
+
+
+def _audit_indexed(task):
+    index, item, backends, seed = task
+    return index, audit_item(item, backends, seed)
+
+
+def watch_parent(parent_pid: int) -> None:
+    """Worker initializer: the worker exits within a second of its parent's death (kill -9 too)."""
+    import threading
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def run_parallel(items, backends, seed: int, progress, workers: int) -> list[FamilyAudit]:
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    tasks = [(index, item, tuple(backends), seed) for index, item in enumerate(items)]
+    results: list = [None] * len(items)
+    with context.Pool(workers, initializer=watch_parent, initargs=(os.getpid(),)) as pool:
+        for done, (index, result) in enumerate(pool.imap_unordered(_audit_indexed, tasks), start=1):
+            results[index] = result
+            if progress:
+                progress(done, result.family, result.seconds)
+    return results
+
+
+def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
+    """The audit as plain data: a table row per family, every measurement, the counts."""
+    import transformers
+
+    counts = {verdict: 0 for verdict in (*VERDICTS, "skipped")}
+    for result in results:
+        counts["skipped" if result.status == "skipped" else result.verdict] += 1
+    return {
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "backends": list(backends),
+        "seconds": round(seconds, 2),
+        "tolerances": {"factor": FACTOR_TOL, "cap": CAP_TOL, "dependence": DEPENDENCE_TOL,
+                       "parity_float32": PARITY_TOL[torch.float32]},
+        "counts": counts,
+        "rows": [family_row(result, backends) for result in results],
+        "families": [result.to_dict() for result in results],
+    }

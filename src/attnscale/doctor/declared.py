@@ -1,0 +1,234 @@
+"""The factor a config declares: what its fields should make the attention apply to q.k.
+
+Each rule is what a config field does in the installed transformers, quoted from its
+source as a :class:`SourceRule` (file under ``transformers/`` and a line it contains; a
+test checks every quote against the installed files).  The audit measures the factor and
+compares it with what these rules give; a family whose code applies a factor no field
+declares shows up as a mismatch, with its own source line next to it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(frozen=True)
+class SourceRule:
+    path: str  # relative to the transformers package
+    quote: str  # a line (or part of one) the file contains
+    says: str  # what it means for the factor
+
+
+HEAD_DIM = SourceRule("models/llama/modeling_llama.py", "self.scaling = self.head_dim**-0.5",
+                      "the default: factor = head_dim^-0.5, head_dim the width of q.k per head")
+MLA_HEAD_DIM = SourceRule("models/deepseek_v3/modeling_deepseek_v3.py",
+                          "self.qk_head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim",
+                          "latent attention: q.k spans the no-RoPE and the RoPE part")
+T5_NO_SCALING = SourceRule("models/t5/modeling_t5.py", "does not scale the query/key dot product",
+                           "T5 and its copies apply no factor (self.scaling = 1.0); the init folds it into W_q")
+QUERY_PRE_ATTN_SCALAR = SourceRule("models/gemma2/modeling_gemma2.py",
+                                   "self.scaling = config.query_pre_attn_scalar**-0.5",
+                                   "factor = query_pre_attn_scalar^-0.5")
+ATTENTION_MULTIPLIER = SourceRule("models/granite/modeling_granite.py", "self.scaling = config.attention_multiplier",
+                                  "factor = attention_multiplier")
+SCALE_ATTN_WEIGHTS = SourceRule("models/gpt2/modeling_gpt2.py", "self.scaling = self.head_dim**-0.5",
+                                "factor = head_dim^-0.5 only if scale_attn_weights, else 1")
+INVERSE_LAYER_IDX = SourceRule("models/gpt2/modeling_gpt2.py", "self.scaling /= float(self.layer_idx + 1)",
+                               "factor divided by layer_idx + 1 if scale_attn_by_inverse_layer_idx")
+YARN_MSCALE_ALL_DIM = SourceRule("models/deepseek_v3/modeling_deepseek_v3.py", "scaling = scaling * mscale * mscale",
+                                 "factor times mscale^2, mscale = 0.1 * mscale_all_dim * ln(factor) + 1 (rope_type "
+                                 "not default)")
+YARN_GET_MSCALE = SourceRule("models/deepseek_v3/modeling_deepseek_v3.py", "return 0.1 * mscale * math.log(scale) + 1.0",
+                             "yarn_get_mscale(scale, mscale) = 0.1 * mscale * ln(scale) + 1 (1 when scale <= 1)")
+YARN_ATTENTION_FACTOR = SourceRule("modeling_rope_utils.py",
+                                   "attention_factor = float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))",
+                                   "YaRN's cos and sin carry attention_factor (given, or mscale ratio, or "
+                                   "0.1 ln(factor) + 1): q.k on rotary coordinates times attention_factor^2")
+LONGROPE_ATTENTION_FACTOR = SourceRule("modeling_rope_utils.py",
+                                       "attention_factor = math.sqrt(1 + math.log(factor) / math.log(original_max_position_embeddings))",
+                                       "LongRoPE's attention factor (when not given)")
+ROPE_SCALES_COS_SIN = SourceRule("models/llama/modeling_llama.py", "cos = emb.cos() * self.attention_scaling",
+                                 "RoPE multiplies cos and sin by the attention factor")
+SOFTCAP = SourceRule("models/gemma2/modeling_gemma2.py", "attn_weights = attn_weights / softcap",
+                     "logits = softcap * tanh(factor * q.k / softcap) with softcap = attn_logit_softcapping")
+KEY_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py", "* self.key_multiplier",
+                            "keys times key_multiplier before the product")
+TEMPERATURE_TUNING = SourceRule("models/llama4/modeling_llama4.py",
+                                "torch.log1p(torch.floor((positions.float() + 1.0) / self.floor_scale)) * self.attn_scale + 1.0",
+                                "layers without RoPE scale q by log1p(floor((i + 1) / floor_scale)) * attn_scale + 1 "
+                                "at sequence index i")
+RULES = {name: rule for name, rule in globals().items() if isinstance(rule, SourceRule)}
+
+# Families whose modeling file states T5's convention (each is a copy of T5's attention).
+T5_FAMILIES = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "udop", "pop2piano")
+
+
+@dataclass
+class Declared:
+    """What the config declares, for one attention layer."""
+
+    head_dim: int | None
+    kernel: float | None  # factor the attention function should apply
+    rope_gain: float  # attention_factor^2: extra factor on q.k over rotary coordinates
+    key_multiplier: float  # extra factor on every coordinate
+    rotary_first: bool  # the head's first coordinate is rotary
+    rotary_last: bool  # the head's last coordinate is rotary
+    cap: float | None
+    position: str | None  # declared dependence on position or length
+    rules: list[str] = field(default_factory=list)
+    fields: dict = field(default_factory=dict)
+
+    def path(self, last: bool) -> float | None:
+        """The factor the whole path should apply along the first (or last) coordinate."""
+        if self.kernel is None:
+            return None
+        rotary = self.rotary_last if last else self.rotary_first
+        return self.kernel * self.key_multiplier * (self.rope_gain if rotary else 1.0)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "path_first": self.path(False), "path_last": self.path(True)}
+
+
+def get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YARN_GET_MSCALE."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def head_dim_of(config) -> int | None:
+    for getter in (lambda c: c.qk_nope_head_dim + c.qk_rope_head_dim, lambda c: c.head_dim, lambda c: c.d_kv,
+                   lambda c: c.hidden_size // c.num_attention_heads):
+        try:
+            value = getter(config)
+        except Exception:  # noqa: BLE001 - configs raise their own errors for fields that vary by layer
+            continue
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def rope_parameters_for(config, layer_type: str | None) -> dict:
+    rope = getattr(config, "rope_parameters", None) or {}
+    if not isinstance(rope, dict):
+        return {}
+    if layer_type is not None and isinstance(rope.get(layer_type), dict):
+        return rope[layer_type]
+    if rope and all(isinstance(v, dict) for v in rope.values()):
+        return next(iter(rope.values()))
+    return rope
+
+
+def rope_attention_factor(rope: dict, config) -> tuple[float, str | None]:
+    kind = rope.get("rope_type", "default")
+    given = rope.get("attention_factor")
+    factor = rope.get("factor")
+    if kind in ("yarn", "longrope") and factor is None:
+        original = rope.get("original_max_position_embeddings")
+        maximum = getattr(config, "max_position_embeddings", None)
+        factor = maximum / original if original and maximum else None
+    if kind == "yarn":
+        if given is not None:
+            return float(given), "YARN_ATTENTION_FACTOR"
+        mscale, mscale_all = rope.get("mscale"), rope.get("mscale_all_dim")
+        if factor is None:
+            return 1.0, None
+        if mscale and mscale_all:
+            return get_mscale(factor, mscale) / get_mscale(factor, mscale_all), "YARN_ATTENTION_FACTOR"
+        return get_mscale(factor), "YARN_ATTENTION_FACTOR"
+    if kind == "longrope":
+        if given is not None:
+            return float(given), "LONGROPE_ATTENTION_FACTOR"
+        original = rope.get("original_max_position_embeddings")
+        if factor is None or factor <= 1 or not original:
+            return 1.0, None
+        return math.sqrt(1 + math.log(factor) / math.log(original)), "LONGROPE_ATTENTION_FACTOR"
+    return 1.0, None
+
+
+def rotary_coordinates(config, rope: dict, head_dim: int | None) -> tuple[bool, bool]:
+    """Whether the head's first and last coordinates are rotated (no RoPE: neither)."""
+    if not rope or head_dim is None:
+        return False, False
+    nope = getattr(config, "qk_nope_head_dim", None)
+    if isinstance(nope, int) and nope > 0:  # MLA: [no RoPE | RoPE]
+        return False, True
+    partial = rope.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", 1.0)) or 1.0
+    rotary = int(head_dim * partial)
+    return rotary > 0, rotary >= head_dim
+
+
+def declared_for(config, model_type: str, layer_index: int | None = None, layer_type: str | None = None,
+                 d_k: int | None = None) -> Declared:
+    """The factors ``config`` declares for the attention layer ``layer_index`` (of ``layer_type``).
+
+    ``d_k``: the width of q.k per head as the layer computes it (the default rule's
+    1/sqrt(d_k)); without it, the config's head dimension."""
+    head_dim = d_k or head_dim_of(config)
+    fields: dict = {"head_dim": head_dim}
+    rules = ["HEAD_DIM"]
+    kernel = head_dim**-0.5 if head_dim else None
+    if model_type in T5_FAMILIES:
+        kernel, rules = 1.0, ["T5_NO_SCALING"]
+    qpas = getattr(config, "query_pre_attn_scalar", None)
+    if isinstance(qpas, (int, float)) and qpas > 0:
+        kernel, fields["query_pre_attn_scalar"] = qpas**-0.5, qpas
+        rules = ["QUERY_PRE_ATTN_SCALAR"]
+    multiplier = getattr(config, "attention_multiplier", None)
+    if isinstance(multiplier, (int, float)):
+        kernel, fields["attention_multiplier"] = float(multiplier), multiplier
+        rules = ["ATTENTION_MULTIPLIER"]
+    if getattr(config, "scale_attn_weights", None) is False:
+        kernel, fields["scale_attn_weights"] = 1.0, False
+        rules = ["SCALE_ATTN_WEIGHTS"]
+    if getattr(config, "scale_attn_by_inverse_layer_idx", False) and kernel is not None and layer_index is not None:
+        kernel /= layer_index + 1
+        fields["scale_attn_by_inverse_layer_idx"] = True
+        rules.append("INVERSE_LAYER_IDX")
+    rope = rope_parameters_for(config, layer_type)
+    mscale_all = rope.get("mscale_all_dim")
+    if rope.get("rope_type", "default") != "default" and mscale_all and kernel is not None:
+        factor = rope.get("factor")
+        if factor is not None:
+            kernel *= get_mscale(factor, mscale_all) ** 2
+            fields.update(mscale_all_dim=mscale_all, rope_factor=factor)
+            rules.append("YARN_MSCALE_ALL_DIM")
+    gain, gain_rule = rope_attention_factor(rope, config)
+    if gain_rule:
+        rules.append(gain_rule)
+        fields["attention_factor"] = gain
+    first, last = rotary_coordinates(config, rope, head_dim)
+    key_multiplier = getattr(config, "key_multiplier", None)
+    if isinstance(key_multiplier, (int, float)):
+        fields["key_multiplier"] = key_multiplier
+        rules.append("KEY_MULTIPLIER")
+    cap = getattr(config, "attn_logit_softcapping", None)
+    if isinstance(cap, (int, float)):
+        fields["attn_logit_softcapping"] = cap
+        rules.append("SOFTCAP")
+    position = None
+    if getattr(config, "attn_temperature_tuning", False):
+        position = "temperature grows with the sequence index in layers without RoPE"
+        fields.update(attn_temperature_tuning=True, floor_scale=getattr(config, "floor_scale", None),
+                      attn_scale=getattr(config, "attn_scale", None))
+        rules.append("TEMPERATURE_TUNING")
+    return Declared(head_dim, kernel, gain**2, float(key_multiplier) if isinstance(key_multiplier, (int, float)) else 1.0,
+                    first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields)
+
+
+def scaling_lines(model) -> list[str]:
+    """The lines of the model's own modeling file that set a factor (quoted next to a mismatch)."""
+    import inspect
+    import sys
+
+    lines = []
+    for module in {sys.modules.get(type(m).__module__) for m in model.modules()}:
+        try:
+            source = inspect.getsource(module) if module is not None else ""
+        except (OSError, TypeError):
+            continue
+        for line in source.splitlines():
+            text = line.strip()
+            if text.startswith(("self.scaling =", "self.scale =", "self.softmax_scale =", "scaling =")) and \
+                    text not in lines:
+                lines.append(text)
+    return lines[:6]

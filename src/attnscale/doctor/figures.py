@@ -1,0 +1,66 @@
+"""The health check's figures: the entropy grid and per-layer attention maps (drawn for the CLI)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import torch
+
+from ..plotting import pyplot, save
+from .health import Diagnosis
+
+FLAG_MARKS = {"over-smoothed": "O", "saturated": "S", "sink": "K"}
+
+
+def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -> list[str]:
+    """entropy_grid.png (layer x head normalised entropy) and attention_layer<L>.png (each
+    head's attention map over the tokens).  Returns the paths written, relative to outdir."""
+    from matplotlib.colors import PowerNorm
+
+    plt = pyplot()
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    grid = torch.tensor([[h["normalized_entropy"] for h in diagnosis.heads if h["layer"] == layer]
+                         for layer in range(diagnosis.n_layers)]).numpy()
+    fig, ax = plt.subplots(figsize=(1.0 + 0.45 * grid.shape[1], 1.2 + 0.45 * grid.shape[0]), dpi=100)
+    image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    for (layer, head), value in ((divmod(i, grid.shape[1]), v) for i, v in enumerate(grid.flatten().tolist())):
+        flags = diagnosis.heads[layer * grid.shape[1] + head]["flags"]
+        mark = "".join(FLAG_MARKS[f] for f in flags)
+        ax.text(head, layer, mark, ha="center", va="center", color="white" if value < 0.6 else "black", fontsize=7)
+    ax.set_xlabel("head")
+    ax.set_ylabel("layer")
+    ax.set_xticks(range(grid.shape[1]))
+    ax.set_yticks(range(grid.shape[0]))
+    ax.set_title("normalised entropy (O over-smoothed, S saturated, K sink)", fontsize=9)
+    fig.colorbar(image, ax=ax, fraction=0.04)
+    written = [save(fig, outdir, "entropy_grid.png")]
+
+    n = len(diagnosis.tokens)
+    labelled = n <= max_labelled_tokens
+    for layer, probs in enumerate(diagnosis.attentions):
+        heads = probs.shape[0]
+        cols = min(4, heads)
+        rows = math.ceil(heads / cols)
+        size = 3.2 if labelled else 2.2
+        fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), dpi=100, squeeze=False)
+        for head in range(rows * cols):
+            ax = axes[head // cols][head % cols]
+            if head >= heads:
+                ax.axis("off")
+                continue
+            ax.imshow(probs[head].numpy(), cmap="magma", norm=PowerNorm(0.5, vmin=0.0, vmax=1.0), aspect="auto",
+                      interpolation="nearest")
+            ax.set_title(f"L{layer} H{head} " + " ".join(diagnosis.heads[layer * heads + head]["flags"]), fontsize=7)
+            if labelled:
+                ax.set_xticks(range(n))
+                ax.set_xticklabels(diagnosis.tokens, rotation=90, fontsize=5)
+                ax.set_yticks(range(n))
+                ax.set_yticklabels(diagnosis.tokens, fontsize=5)
+            else:
+                ax.set_xticks([])
+                ax.set_yticks([])
+        fig.suptitle(f"layer {layer}: attention weights, sqrt colour scale (rows: queries, columns: keys)", fontsize=9)
+        written.append(save(fig, outdir, f"attention_layer{layer}.png"))
+    return written

@@ -1,0 +1,202 @@
+"""What an attention function does to q.k: the factor, a soft cap, dependence on the key count.
+
+Every measurement reads log(p_0 / p_1) for two designed keys (see :mod:`.probe`), so it
+works on any function that takes (q, k, v) and returns the attention output: a
+transformers backend called with a recorded module, mask and arguments, or any Python
+callable (a port of an attention kernel).
+
+* the factor ``a``: the slope of log(p_0 / p_1) in the gap g between q.k_0 and q.k_1, at a
+  gap where a*g = 0.05, small enough that a soft cap of 1 bends it by under 0.1%;
+* the soft cap: logits that are ``cap * tanh(a * q.k / cap)`` are linear near 0 and flat far
+  from it.  Both keys are moved out to q.k = c (gap g around c): the local slope there is
+  ``a * sech^2(a c / cap)``, so its ratio to the slope at 0 gives the cap.  The ratio is
+  read where it has fallen below 0.9 and the cap solved from the exact tanh difference; a
+  second offset must give the same cap within 5%, or the non-linearity is named but not a
+  tanh cap;
+* dependence on the number of keys n: the factor at n = 2, 8, 64 (log-n scaling shows).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from .probe import estimate_factor, log_ratio
+
+FINE_GAP = 0.05  # a * g for the factor's slope
+CAP_OFFSETS = tuple(2.0**i for i in range(12))  # a * c, scaled logits where the local slope is read
+LINEAR_TOL = 0.02  # the local slope within 2% of the slope at 0 at every offset: linear
+CAP_RATIO = 0.9  # read the cap where the local slope has fallen below 90% of the slope at 0
+CAP_AGREE = 0.05  # two offsets give the same cap within 5%
+KEY_COUNTS = (2, 8, 64)
+
+# Measure([(gap, offset), ...]) -> [log(p_0 / p_1) per row, ...], one tensor per design; the
+# designs go through the function as one batch.  Keys at q.k = offset +- gap / 2.
+Measure = Callable[[list], list]
+
+
+def designed(q_shape, k_shape, v_shape, designs, dtype=torch.float64, device="cpu"):
+    """One batch entry per (gap, offset) design, stacked on dim 0 (the shapes' batch must be 1):
+    q = e_0 on every row; key 0 = (offset + gap/2) e_0, key 1 = (offset - gap/2) e_0, other
+    keys 0; v_0 = e_0, v_1 = e_1 (v_1 = 0 when d_v = 1), other values 0."""
+    count = len(designs)
+    q = torch.zeros((count, *q_shape[1:]), dtype=dtype, device=device)
+    q[..., 0] = 1.0
+    k = torch.zeros((count, *k_shape[1:]), dtype=dtype, device=device)
+    gaps = torch.tensor([g for g, _ in designs], dtype=dtype, device=device)
+    offsets = torch.tensor([c for _, c in designs], dtype=dtype, device=device)
+    view = (count,) + (1,) * (len(k_shape) - 3)
+    k[..., 0, 0] = (offsets + gaps / 2).view(view)
+    k[..., 1, 0] = (offsets - gaps / 2).view(view)
+    v = torch.zeros((count, *v_shape[1:]), dtype=dtype, device=device)
+    v[..., 0, 0] = 1.0
+    if v_shape[-1] > 1:
+        v[..., 1, 1] = 1.0
+    return q, k, v
+
+
+def at_offset_zero(measure: Measure) -> Callable[[list], list]:
+    """The gaps-only form that estimate_factor takes (offset 0)."""
+    return lambda gaps: measure([(gap, 0.0) for gap in gaps])
+
+
+def median_slope(rows_at_gap: torch.Tensor, rows_at_zero: torch.Tensor, gap: float) -> float:
+    """Median over rows of (log(p0/p1) at the gap - at gap 0) / gap (NaN: unreadable)."""
+    slope = (rows_at_gap.double().flatten() - rows_at_zero.double().flatten()) / gap
+    slope = slope[torch.isfinite(slope)]
+    return float(slope.median()) if slope.numel() else float("nan")
+
+
+def tanh_difference(cap: float, centre: float, half_gap: float) -> float:
+    return cap * (math.tanh((centre + half_gap) / cap) - math.tanh((centre - half_gap) / cap))
+
+
+def solve_cap(difference: float, centre: float, half_gap: float) -> float:
+    """The cap with cap*(tanh((c+h)/cap) - tanh((c-h)/cap)) = difference (bisection in log cap;
+    the left side grows with the cap, from 0 towards 2h)."""
+    low, high = math.log(1e-6 * centre), math.log(1e6 * centre)
+    if not 0 < difference < 2 * half_gap:
+        return float("nan")
+    for _ in range(200):
+        middle = (low + high) / 2
+        if tanh_difference(math.exp(middle), centre, half_gap) < difference:
+            low = middle
+        else:
+            high = middle
+    return math.exp((low + high) / 2)
+
+
+@dataclass
+class KernelResult:
+    """What one attention function does to q.k (all logits in units of a * q.k)."""
+
+    factor: float
+    d_k: int
+    linear_small: bool  # log(p0/p1) linear in the gap at offset 0 (gaps G and 2G agree)
+    nonlinearity: str  # "linear", "soft cap", "non-linear", "not measurable"
+    cap: float | None  # the estimated soft cap, in scaled logits
+    cap_spread: float | None  # relative difference of the two cap estimates
+    slope_ratios: dict  # a * c -> local slope / slope at 0
+    spread: float  # (max - min) / |median| of the per-row factor
+    rows: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def analyse(measure: Measure, d_k: int) -> KernelResult:
+    """The factor, linearity and soft cap of the function behind ``measure``."""
+    rough = estimate_factor(None, d_k, measure_gaps=at_offset_zero(measure))
+    if not math.isfinite(rough.factor) or rough.factor == 0:
+        return KernelResult(rough.factor, d_k, rough.linear, "not measurable", None, None, {}, rough.spread, rough.rows)
+    scale = abs(rough.factor)
+    gap = FINE_GAP / scale
+    offsets = (0.0, *CAP_OFFSETS)
+    rows = measure([design for scaled in offsets for design in ((gap, scaled / scale), (0.0, scaled / scale))])
+    slopes = {scaled: median_slope(rows[2 * i], rows[2 * i + 1], gap) for i, scaled in enumerate(offsets)}
+    factor = slopes[0.0] if math.isfinite(slopes[0.0]) and slopes[0.0] != 0 else rough.factor
+    ratios, caps = {}, []
+    for scaled in CAP_OFFSETS:
+        ratios[scaled] = ratio = slopes[scaled] / factor
+        if len(caps) < 2 and math.isfinite(ratio) and 1e-6 < ratio < CAP_RATIO:
+            caps.append(solve_cap(ratio * FINE_GAP, scaled, FINE_GAP / 2))
+    finite = [r for r in ratios.values() if math.isfinite(r)]
+    if finite and all(abs(r - 1) <= LINEAR_TOL for r in finite):
+        return KernelResult(factor, d_k, rough.linear, "linear", None, None, ratios, rough.spread, rough.rows)
+    caps = [c for c in caps if math.isfinite(c)]
+    if len(caps) == 2 and abs(caps[0] - caps[1]) <= CAP_AGREE * max(caps):
+        spread = abs(caps[0] - caps[1]) / max(caps)
+        return KernelResult(factor, d_k, rough.linear, "soft cap", sum(caps) / 2, spread, ratios, rough.spread,
+                            rough.rows)
+    return KernelResult(factor, d_k, rough.linear, "non-linear" if finite else "not measurable", None, None, ratios,
+                        rough.spread, rough.rows)
+
+
+def _split(out, count: int) -> list:
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    return list(out.unbind(0)) if out.shape[0] == count else None
+
+
+def call_measure(call, dtype=None) -> Measure:
+    """Measure() for a recorded AttentionCall: its function, module, mask and arguments on designed
+    tensors (batch 1 per design; designs batched when the function broadcasts the call's mask,
+    one by one otherwise; float64 unless the function refuses it next to the call's mask)."""
+    shapes = [(1, *t.shape[1:]) for t in (call.query, call.key, call.value)]
+    state = {"batched": True,
+             "dtype": dtype or (torch.float64 if call.query.dtype == torch.float32 else call.query.dtype)}
+
+    def run(designs):
+        q, k, v = designed(*shapes, designs, state["dtype"], call.query.device)
+        return _split(call.call(q, k, v), len(designs))  # each (T_q, H, d_v): the AttentionInterface contract
+
+    def run_one(design):
+        try:
+            return run([design])[0]
+        except RuntimeError:
+            if state["dtype"] == call.query.dtype:
+                raise
+            state["dtype"] = call.query.dtype
+            return run([design])[0]
+
+    def measure(designs):
+        outs = None
+        if state["batched"] and len(designs) > 1:
+            try:
+                outs = run(designs)
+            except (RuntimeError, ValueError, IndexError):
+                outs = None
+            state["batched"] = outs is not None
+        if outs is None:
+            outs = [run_one(design) for design in designs]
+        return [log_ratio(out, two_keys_only=False) for out in outs]
+
+    return measure
+
+
+def callable_measure(attn_fn: Callable, d_k: int, n_keys: int = 2, heads: int = 1, dtype=torch.float64) -> Measure:
+    """Measure() for a black-box ``attn_fn(q, k, v, mask=None)`` on (1, heads, n, d_k) tensors per
+    design (n queries, n keys; the output may be (B, H, T, d) or a tuple whose first element is)."""
+    shape = (1, heads, n_keys, d_k)
+
+    def measure(designs):
+        rows = []
+        for design in designs:
+            q, k, v = designed(shape, shape, shape, [design], dtype)
+            out = attn_fn(q, k, v)
+            out = out[0] if isinstance(out, (tuple, list)) else out
+            rows.append(log_ratio(out.reshape(-1, d_k), two_keys_only=d_k == 1))
+        return rows
+
+    return measure
+
+
+def key_count_factors(attn_fn: Callable, d_k: int, counts=KEY_COUNTS) -> dict[int, float]:
+    """The factor of a black-box function at each number of keys (and as many queries)."""
+    out = {}
+    for n in counts:
+        estimate = estimate_factor(None, d_k, measure_gaps=at_offset_zero(callable_measure(attn_fn, d_k, n)))
+        out[n] = estimate.factor
+    return out

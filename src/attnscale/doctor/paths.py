@@ -1,0 +1,296 @@
+"""The whole path: q and k designed at the outputs of the q and k projections.
+
+Whatever a model does between its projections and the product q.k (q/k norms, RoPE and
+its attention factor or YaRN mscale, a key multiplier, q scaled before RoPE) is inside
+this measurement.  Forward hooks overwrite the projection outputs of every attention
+module with designed vectors (the same in every head):
+
+    q = m * e   on every token;   k_0 = +g/2 e,  k_1 = -g/2 e,  other keys 0,
+
+where e is the head's first or last coordinate (on either side of a partial RoPE or of
+MLA's no-RoPE/RoPE split).  The values are replaced at the attention function (v_0 = e_0,
+v_1 = e_1), so its output reads p_0 / p_1 per row as in :mod:`.probe`.  Every design is one
+batch entry of one forward pass, and every token sits at the same position (position_ids
+all equal), so RoPE rotates q and k alike and their product keeps only RoPE's attention
+factor; a second position and a second length show any dependence on them.
+
+Where the projections are fused ([q | k | v] in one matrix, or interleaved per head), the
+layouts are tried in turn and each is checked on what reaches the attention function: a
+design that changes only the keys must leave the queries and keys 2.. unchanged, and
+changing the query must reach every head.  A layout that fails is not used.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass
+
+import torch
+
+Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn")
+K_NAMES = ("k_proj", "key", "k", "key_proj", "Wk", "wk", "k_lin", "to_k")
+FUSED_NAMES = ("c_attn", "qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear")
+CHECK_TOL = 1e-6  # relative change that counts as "changed" in the layout check
+
+
+@dataclass
+class Block:
+    """Where head-vector coordinates [first, first + size) live in a module's output: head h
+    at offset + h * stride + (0 .. size - 1); heads = 1 for a block shared by all heads."""
+
+    module: torch.nn.Module
+    offset: int
+    heads: int
+    stride: int
+    first: int
+    size: int
+
+    def index(self) -> torch.Tensor:
+        return torch.tensor([self.offset + h * self.stride + j for h in range(self.heads) for j in range(self.size)])
+
+
+@dataclass
+class Layout:
+    name: str
+    q: list[Block]
+    k: list[Block]
+
+
+def out_features(module) -> int | None:
+    for name in ("out_features", "nf"):
+        value = getattr(module, name, None)
+        if isinstance(value, int):
+            return value
+    weight = getattr(module, "weight", None)
+    return int(weight.shape[0]) if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None
+
+
+def child(module, names):
+    for name in names:
+        found = getattr(module, name, None)
+        if isinstance(found, torch.nn.Module) and out_features(found):
+            return found
+    return None
+
+
+def candidate_layouts(module, q_shape, k_shape) -> list[Layout]:
+    """The layouts worth trying for this attention module and the q, k shapes its calls have."""
+    heads_q, d_q = q_shape[1], q_shape[-1]
+    heads_k, d_k = k_shape[1], k_shape[-1]
+    layouts = []
+    q_mod, k_mod = child(module, Q_NAMES), child(module, K_NAMES)
+    kv_b, kv_a = child(module, ("kv_b_proj",)), child(module, ("kv_a_proj_with_mqa",))
+    if q_mod is not None and kv_b is not None and kv_a is not None:  # multi-head latent attention
+        nope, rope = getattr(module, "qk_nope_head_dim", 0), getattr(module, "qk_rope_head_dim", 0)
+        v_dim, latent = getattr(module, "v_head_dim", 0), getattr(module, "kv_lora_rank", 0)
+        if nope and rope and nope + rope == d_k:
+            layouts.append(Layout("latent (MLA)", [Block(q_mod, 0, heads_q, d_q, 0, d_q)],
+                                  [Block(kv_b, 0, heads_k, nope + v_dim, 0, nope), Block(kv_a, latent, 1, rope, nope, rope)]))
+    if q_mod is not None:
+        q_out = out_features(q_mod)
+        q_blocks = []
+        if q_out == heads_q * d_q:
+            q_blocks.append([Block(q_mod, 0, heads_q, d_q, 0, d_q)])
+        elif q_out == 2 * heads_q * d_q:  # q with a gate: per head [q | gate], or all q then all gates
+            q_blocks += [[Block(q_mod, 0, heads_q, 2 * d_q, 0, d_q)], [Block(q_mod, 0, heads_q, d_q, 0, d_q)]]
+        k_blocks = []
+        if k_mod is not None and out_features(k_mod) == heads_k * d_k:
+            k_blocks.append([Block(k_mod, 0, heads_k, d_k, 0, d_k)])
+        fused_kv = child(module, ("c_attn", "kv_proj"))
+        if k_mod is None and fused_kv is not None and out_features(fused_kv) == 2 * heads_k * d_k:
+            k_blocks.append([Block(fused_kv, 0, heads_k, d_k, 0, d_k)])  # [k | v], e.g. GPT-2 cross-attention
+        layouts += [Layout("separate", q, k) for q in q_blocks for k in k_blocks]
+    fused = child(module, FUSED_NAMES)
+    if fused is not None and d_q == d_k:
+        total, d = out_features(fused), d_q
+        if total == heads_q * d + 2 * heads_k * d:
+            layouts.append(Layout("fused [q|k|v]", [Block(fused, 0, heads_q, d, 0, d)],
+                                  [Block(fused, heads_q * d, heads_k, d, 0, d)]))
+        if heads_q == heads_k and total == 3 * heads_q * d:
+            layouts.append(Layout("fused per head [q|k|v]", [Block(fused, 0, heads_q, 3 * d, 0, d)],
+                                  [Block(fused, d, heads_k, 3 * d, 0, d)]))
+    return layouts
+
+
+@dataclass(frozen=True)
+class Design:
+    q_scale: float  # m
+    gap: float  # g in units of the module's probe gap G
+    last: bool  # e = the last head coordinate (else the first)
+    position: int  # every token's position id
+
+
+# The designs of one forward pass: the factor (gaps 0, 1, 2) and q doubled along the first
+# coordinate, the same along the last one, and the far position (-1).  :func:`summarize`
+# relies on this order.
+DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0), Design(1, 2, False, 0), Design(2, 1, False, 0),
+           Design(1, 0, True, 0), Design(1, 1, True, 0), Design(1, 0, False, -1), Design(1, 1, False, -1),
+           Design(1, 2, True, 0), Design(2, 1, True, 0))
+LENGTH_DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0))  # the factor again, at another length
+
+
+def head_vectors(designs, tokens: int, dim: int, gap_unit: float, role: str, dtype) -> torch.Tensor:
+    """(B, T, dim) designed q (every token) or k (tokens 0 and 1) per design."""
+    out = torch.zeros(len(designs), tokens, dim, dtype=dtype)
+    for b, design in enumerate(designs):
+        coordinate = dim - 1 if design.last else 0
+        if role == "q":
+            out[b, :, coordinate] = design.q_scale
+        else:
+            out[b, 0, coordinate] = design.gap * gap_unit / 2
+            out[b, 1, coordinate] = -design.gap * gap_unit / 2
+    return out
+
+
+def write_hook(writes: list[tuple[Block, torch.Tensor]]):
+    """A forward hook that writes each (block, vectors (B, T, dim)) into the module's output
+    ((B, T, out), or (B, 1, T, out) as latent attention's projections give it)."""
+    def hook(module, args, output):
+        tensor = output[0] if isinstance(output, tuple) else output
+        batch, tokens = writes[0][1].shape[:2]
+        if tensor.dim() < 3 or tensor.shape[0] != batch or tensor.shape[-2] != tokens or \
+                math.prod(tensor.shape[1:-2]) != 1:
+            return output
+        written = tensor.reshape(batch, tokens, tensor.shape[-1]).clone()
+        for block, vectors in writes:
+            source = vectors[..., block.first:block.first + block.size].to(written.dtype)
+            written[..., block.index().to(written.device)] = source.repeat(1, 1, block.heads)
+        written = written.reshape(tensor.shape)
+        return (written, *output[1:]) if isinstance(output, tuple) else written
+
+    return hook
+
+
+def install(layouts: dict, units: dict, designs, tokens: int, dtype) -> list:
+    """Hooks that write the designs into every chosen layout; returns their handles.
+    ``layouts`` and ``units`` map an attention module's id to its Layout and gap unit G."""
+    writes: dict[int, tuple[torch.nn.Module, list]] = {}
+    for key, layout in layouts.items():
+        for role, blocks in (("q", layout.q), ("k", layout.k)):
+            dim = max(b.first + b.size for b in blocks)
+            vectors = head_vectors(designs, tokens, dim, units[key], role, dtype)
+            for block in blocks:
+                writes.setdefault(id(block.module), (block.module, []))[1].append((block, vectors))
+    return [module.register_forward_hook(write_hook(pairs)) for module, pairs in writes.values()]
+
+
+def accepts(model, name: str) -> bool:
+    try:
+        return name in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> dict:
+    count = len(designs)
+    ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones(count, tokens, dtype=torch.long)}
+    if accepts(model, "position_ids"):
+        positions = [far_position if d.position < 0 else d.position for d in designs]
+        inputs["position_ids"] = torch.tensor(positions).unsqueeze(1).repeat(1, tokens)
+    if getattr(model.config, "is_encoder_decoder", False):
+        inputs["decoder_input_ids"] = ids
+        inputs["decoder_attention_mask"] = torch.ones(count, tokens, dtype=torch.long)
+        if "position_ids" in inputs and accepts(model, "decoder_position_ids"):
+            inputs["decoder_position_ids"] = inputs["position_ids"]
+    return inputs
+
+
+def designed_values(value: torch.Tensor) -> torch.Tensor:
+    v = torch.zeros_like(value)
+    v[..., 0, 0] = 1.0
+    if v.shape[-1] > 1:
+        v[..., 1, 1] = 1.0
+    return v
+
+
+def changed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    scale = max(float(a.abs().max()), float(b.abs().max()), 1e-30)
+    return (a - b).abs() > CHECK_TOL * scale
+
+
+def layout_holds(call_q: torch.Tensor, call_k: torch.Tensor) -> bool:
+    """Designs 0 (gap 0), 1 (gap G) and 4 (the other coordinate) as they reached the attention
+    function: keys changed only at tokens 0 and 1 (in every key head), queries unchanged by
+    the key design, and changed in every head by the query design."""
+    q0, q1, q4 = call_q[0].double(), call_q[1].double(), call_q[4].double()  # (H, T, d)
+    k0, k1 = call_k[0].double(), call_k[1].double()
+    keys_moved = changed(k0[:, :2], k1[:, :2]).flatten(1).any(dim=1).all()
+    others_still = not changed(k0[:, 2:], k1[:, 2:]).any() if k0.shape[1] > 2 else True
+    query_still = not changed(q0, q1).any()
+    query_moved = changed(q0, q4).flatten(1).any(dim=1).all()
+    return bool(keys_moved and others_still and query_still and query_moved)
+
+
+def log_ratios(output: torch.Tensor) -> torch.Tensor:
+    """log(p_0 / p_1) per (design, query, head) from an attention output (B, T_q, H, d_v) read
+    through the designed values."""
+    p0, p1 = output[..., 0].double(), output[..., 1].double()
+    ok = (p0 > 1e-30) & (p1 > 1e-30) & torch.isfinite(p0) & torch.isfinite(p1)
+    return torch.where(ok, torch.log(p0.clamp_min(1e-30)) - torch.log(p1.clamp_min(1e-30)),
+                       torch.full_like(p0, float("nan")))
+
+
+def median(values: torch.Tensor) -> float:
+    values = values[torch.isfinite(values)]
+    return float(values.median()) if values.numel() else float("nan")
+
+
+LINEAR_RATIO_TOL = 0.02  # doubling q (or the key gap) doubles the logit gap within 2%: linear in it
+QUERY_SPREAD_TOL = 0.01  # a factor that moves by more than 1% across query positions is not one factor
+
+
+def shape_of(ratio: float) -> str:
+    if abs(ratio - 2) <= 2 * LINEAR_RATIO_TOL:
+        return "linear"
+    if abs(ratio - 1) <= LINEAR_RATIO_TOL:
+        return "normalised"
+    return "non-linear"
+
+
+def path_form(ratio_q: float, ratio_k: float, factor: float) -> str:
+    """How the logit gap responds to doubling q and to doubling the keys."""
+    q_shape, k_shape = shape_of(ratio_q), shape_of(ratio_k)
+    if q_shape == k_shape == "linear":
+        return "linear"
+    if q_shape == k_shape == "normalised":
+        return "q and k normalised"
+    if {q_shape, k_shape} == {"linear", "normalised"}:
+        return "q normalised" if q_shape == "normalised" else "k normalised"
+    if factor != factor:
+        return "not readable"  # every row saturated (one of the two keys at probability 0)
+    return "non-linear"
+
+
+def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, positions: bool) -> dict:
+    """The whole path's numbers for one attention call from its log-ratio rows per design:
+    ``rows`` (len(DESIGNS), T_q, H), ``longer`` (2, T2, H); ``positions``: the model took the
+    designs' position ids (else the far-position designs sat at the usual positions)."""
+    base, last_base = rows[0], rows[4]
+    step, last_step = rows[1] - base, rows[5] - last_base
+    factor = median(step / unit)
+    ratio_k, ratio_q = median((rows[2] - base) / step), median((rows[3] - base) / step)
+    form = path_form(ratio_q, ratio_k, factor)
+    factor_last = median(last_step / unit)
+    form_last = path_form(median((rows[9] - last_base) / last_step), median((rows[8] - last_base) / last_step),
+                          factor_last)
+    per_query = [median(step[t] / unit) for t in range(step.shape[0])]
+    readable = [f for f in per_query if f == f]
+    centre = abs(median(torch.tensor(readable))) if readable else 0.0
+    query_spread = (max(readable) - min(readable)) / max(centre, 1e-300) if len(readable) > 1 else 0.0
+    if form == "linear" and query_spread > QUERY_SPREAD_TOL:
+        form = "varies with the query position"
+    return {
+        "factor": factor,
+        "factor_last": factor_last,
+        "ratio_q": ratio_q,
+        "ratio_k": ratio_k,
+        "form": form,
+        "form_last": form_last,
+        "cosine_temperature": median(step / 2) if form == "q and k normalised" else None,
+        "per_query": per_query,
+        "query_spread": query_spread,
+        "factor_far": median((rows[7] - rows[6]) / unit) if positions else None,
+        "factor_longer": median((longer[1] - longer[0]) / unit) if longer is not None else None,
+    }

@@ -1,0 +1,202 @@
+"""The audit's verdicts: what disagrees with the config, and what differs between backends.
+
+Per layer and backend the measured factor (the whole path's when it is one factor, else
+the attention function's) is compared with what the config declares (:mod:`.declared`),
+and every backend with eager.  A family is ``ok``, ``mismatch`` (eager applies a factor or
+cap the config does not declare), ``backend disagreement`` (a backend applies another
+factor, cap or mask than eager, or its output differs beyond the dtype's tolerance) or
+``not measured``.  :func:`family_row` is the one-line summary the table prints.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+FACTOR_TOL = 1e-3  # measured and declared factors agree within 0.1%
+CAP_TOL = 0.05  # soft caps agree within 5%
+PARITY_TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # max |diff| / max |eager|
+DEPENDENCE_TOL = 1e-3  # the factor moves by more than 0.1% across queries, positions or lengths
+VERDICTS = ("ok", "mismatch", "backend disagreement", "not measured")
+
+
+def relative(a: float | None, b: float | None) -> float:
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+        return float("nan")
+    return abs(a - b) / max(abs(b), 1e-300)
+
+
+def caps_differ(a: float | None, b: float | None) -> bool:
+    """A soft cap on one side only, or two caps more than CAP_TOL apart."""
+    if a is None or b is None:
+        return (a is None) != (b is None)
+    return not relative(a, b) <= CAP_TOL
+
+
+def agree(a, b, tol=FACTOR_TOL) -> bool:
+    return relative(a, b) <= tol
+
+
+# ---------------------------------------------------------------------------------------
+# Verdicts.
+
+def layer_findings(row: dict, backend: str) -> list[str]:
+    """What disagrees with the config in one layer under one backend."""
+    entry, declared = row["backends"][backend], row["declared"]
+    found = []
+    kernel_factor = entry["kernel"].get("factor")
+    path = entry.get("path")
+    if path and path["form"] == "linear":
+        for last, key in ((False, "factor"), (True, "factor_last")):
+            expected = declared["path_last" if last else "path_first"]
+            if last and path.get("form_last", "linear") != "linear":
+                continue  # not one factor there (a norm on the RoPE part): shown as a non-linearity, not judged
+            if expected is not None and not agree(path[key], expected):
+                found.append(f"{row['name']}: whole path {path[key]:.6g} along the {'last' if last else 'first'} "
+                             f"coordinate, config implies {expected:.6g}")
+    elif declared["kernel"] is not None and kernel_factor is not None and not agree(kernel_factor, declared["kernel"]):
+        found.append(f"{row['name']}: attention function applies {kernel_factor:.6g}, config implies "
+                     f"{declared['kernel']:.6g}")
+    cap = entry["kernel"].get("cap")
+    if entry["kernel"].get("nonlinearity") in ("linear", "soft cap") and caps_differ(cap, declared["cap"]):
+        found.append(f"{row['name']}: soft cap {cap if cap is None else round(cap, 4)}, config "
+                     f"{declared['cap']}")
+    return found
+
+
+def backend_findings(row: dict, backend: str) -> list[str]:
+    """How a backend differs from eager in one layer."""
+    eager, other = row["backends"]["eager"], row["backends"][backend]
+    found = []
+    pairs = [("attention function", eager["kernel"].get("factor"), other["kernel"].get("factor"))]
+    if eager.get("path") and other.get("path"):
+        pairs.append(("whole path", eager["path"]["factor"], other["path"]["factor"]))
+    for what, reference, value in pairs:
+        if reference is not None and math.isfinite(reference) and not agree(value, reference):
+            found.append(f"{row['name']}: {backend} {what} factor {value:.6g}, eager {reference:.6g}")
+    if caps_differ(other["kernel"].get("cap"), eager["kernel"].get("cap")):
+        found.append(f"{row['name']}: {backend} soft cap {other['kernel'].get('cap')}, eager {eager['kernel'].get('cap')}")
+    if eager.get("path") and other.get("path"):
+        seen = [i for i, (a, b) in enumerate(zip(eager["path"]["per_query"], other["path"]["per_query"]))
+                if (a == a) != (b == b)]
+        if seen:
+            found.append(f"{row['name']}: under {backend} queries {seen} see a different set of the two designed keys "
+                         "than under eager (a mask differs)")
+    return found
+
+
+def is_readable(entry: dict) -> bool:
+    """A layer with a factor to judge: the attention function's, or a whole path that is one factor."""
+    factor = entry["kernel"].get("factor")
+    path = entry.get("path")
+    return (factor is not None and math.isfinite(factor)) or (path is not None and path["form"] == "linear"
+                                                              and math.isfinite(path["factor"]))
+
+
+def judge_family(result: FamilyAudit, backends) -> None:
+    if result.status == "skipped":
+        result.verdict = "not measured"
+        return
+    readable = [row for row in result.layers if is_readable(row["backends"]["eager"])]
+    if not readable:
+        eager = result.backends.get("eager", {})
+        forms = sorted({row["backends"]["eager"]["path"]["form"] for row in result.layers
+                        if row["backends"]["eager"].get("path")})
+        result.verdict = "not measured"
+        result.findings = [f"whole path: {', '.join(forms)}" if forms and eager.get("accepted") else
+                           eager.get("reason") or "no attention call could be read"]
+        return
+    mismatches = [f for row in readable for f in layer_findings(row, "eager")]
+    disagreements = []
+    for backend, info in result.backends.items():
+        if backend == "eager" or not info["accepted"]:
+            continue
+        tol = PARITY_TOL[torch.float32]
+        if info["parity"] is not None and info["parity"] > tol:
+            disagreements.append(f"{backend} output differs from eager by {info['parity']:.3g} (relative; tolerance "
+                                 f"{tol:g})")
+        disagreements += [f for row in readable if backend in row["backends"] for f in backend_findings(row, backend)]
+    result.findings = disagreements + mismatches
+    result.verdict = "backend disagreement" if disagreements else "mismatch" if mismatches else "ok"
+
+
+
+
+# ---------------------------------------------------------------------------------------
+# The one-line summary per family.
+
+def fmt(value) -> str:
+    return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.4g}"
+
+
+def judged_factor(entry: dict) -> float | None:
+    """The factor a layer applies as the audit judges it: the whole path's when it is one
+    factor, else the attention function's."""
+    path = entry.get("path")
+    if path and path["form"] == "linear":
+        return path["factor"]
+    return entry["kernel"].get("factor")
+
+
+def span(values) -> str:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return "-"
+    low, high = min(values), max(values)
+    return fmt(low) if relative(low, high) <= FACTOR_TOL else f"{fmt(low)}..{fmt(high)}"
+
+
+def dependence(rows: list[dict]) -> str:
+    """Where the eager whole path moves: with the query index, the position ids, the length."""
+    found = []
+    for row in rows:
+        path = row["backends"]["eager"].get("path")
+        if not path:
+            continue
+        base = path["factor"]
+        if path["query_spread"] > DEPENDENCE_TOL:
+            found.append("query index")
+        if path.get("factor_far") is not None and relative(path["factor_far"], base) > DEPENDENCE_TOL:
+            found.append("position ids")
+        if path.get("factor_longer") is not None and relative(path["factor_longer"], base) > DEPENDENCE_TOL:
+            found.append("length")
+    return ", ".join(dict.fromkeys(found)) or ("none" if rows else "-")
+
+
+def nonlinearity(rows: list[dict]) -> str:
+    found = []
+    for row in rows:
+        entry = row["backends"]["eager"]
+        kernel = entry["kernel"]
+        if kernel.get("nonlinearity") == "soft cap":
+            found.append(f"soft cap {kernel['cap']:.4g}")
+        elif kernel.get("nonlinearity") == "non-linear":
+            found.append("non-linear")
+        path = entry.get("path")
+        if path and path["form"] not in ("linear", "varies with the query position", "not readable"):
+            found.append(path["form"] if path["form"] != "q and k normalised" else "QK-norm")
+        elif path and path.get("form_last") not in (None, "linear", "not readable", path["form"]):
+            found.append(f"{path['form_last']} (last coordinate)")
+    return ", ".join(dict.fromkeys(found)) or ("linear" if rows else "-")
+
+
+def family_row(result, backends) -> dict:
+    """family, declared factor, measured per backend, non-linearity, position dependence, verdict."""
+    rows = result.layers
+    row = {"family": result.family,
+           "declared": span([r["declared"]["path_first"] for r in rows]) if rows else "-"}
+    for backend in backends:
+        info = result.backends.get(backend)
+        if info is None:
+            row[backend] = "-"
+        elif not info["accepted"]:
+            row[backend] = "not read" if info["reason"].startswith("inline attention") else "refused"
+        else:
+            row[backend] = span([judged_factor(r["backends"][backend]) for r in rows if backend in r["backends"]])
+            if row[backend] == "-" and info.get("parity") is not None:
+                row[backend] = f"parity {info['parity']:.2g}"
+    row.update({"non-linearity": nonlinearity(rows), "position dependence": dependence(rows),
+                "verdict": result.verdict if result.status == "audited" else "skipped",
+                "seconds": round(result.seconds, 2)})
+    return row

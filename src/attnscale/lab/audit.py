@@ -1,0 +1,133 @@
+"""Audit lab: the factor the installed transformers' attention families apply, against their configs.
+
+The scale audit (:mod:`attnscale.doctor.audit`) on tiny random-init members of
+transformers families: per layer and attention backend, the factor measured on the
+attention function and on the whole path from the q and k projections, soft caps and
+QK-norm, dependence on position and length, and parity between backends.  The quick
+preset audits a representative set of families (encoders, decoders, encoder-decoders,
+soft caps, QK-norm, latent attention, a factor set by a config field, inline attention,
+and the families whose factor the full audit found to differ from their config); the
+full preset audits every decoder and encoder family, as ``attnscale audit`` does.
+
+It tests no claim of the seed (C10 and C13 are the doctor lab's): its section of the
+report lists the mismatches and backend disagreements it found, each with the source
+line of the family that sets its factor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..doctor import audit as audit_api
+from ..plotting import pyplot, save
+
+VERSION = 1
+
+# A representative subset for the quick preset (about 15 s on 2 cores).
+QUICK_FAMILIES = ("bert", "gpt2", "t5", "llama", "gemma2", "granite", "qwen3", "deepseek_v3", "gpt_neo", "ministral3",
+                  "zamba", "inkling_text", "gemma4_text", "doge", "opt")
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    device: str = "cpu"  # the audit's tiny models always run on the CPU
+    families: tuple[str, ...] | None = QUICK_FAMILIES  # None: every decoder and encoder family
+    backends: tuple[str, ...] = audit_api.DEFAULT_BACKENDS
+
+
+PRESETS = {"quick": Config(), "full": Config(families=None)}
+
+
+def check_config(config: Config) -> None:
+    if config.device not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {config.device!r}; accepted: cpu, cuda")
+    if config.families is not None and not config.families:
+        raise ValueError("families is empty; accepted: a tuple of transformers model types, or None for all")
+
+
+def compact(result) -> dict:
+    """What the report keeps of one family's audit (no timings: same seed, same numbers)."""
+    layers = []
+    for row in result.layers:
+        layers.append({
+            "name": row["name"], "d_k": row["d_k"], "declared": row["declared"]["path_first"],
+            "declared_rules": row["declared"]["rules"],
+            "measured": {backend: {"kernel": entry["kernel"].get("factor"), "cap": entry["kernel"].get("cap"),
+                                   "path": (entry.get("path") or {}).get("factor"),
+                                   "form": (entry.get("path") or {}).get("form")}
+                         for backend, entry in row["backends"].items()},
+        })
+    return {"family": result.family, "status": result.status, "reason": result.reason, "verdict": result.verdict,
+            "findings": result.findings, "source_lines": result.source_lines,
+            "backends": {b: {k: v for k, v in info.items() if k in ("accepted", "reason", "parity")}
+                         for b, info in result.backends.items()},
+            "layers": layers}
+
+
+def run(config: Config, progress=None) -> dict:
+    check_config(config)
+    items = audit_api.plan(None if config.families is None else ",".join(config.families))
+
+    def step(done: int, name: str, seconds: float) -> None:
+        if progress:
+            progress(done / len(items), f"{name}")
+
+    results = audit_api.run_plan(items, config.backends, config.seed, step)
+    summary = audit_api.report(results, config.backends, 0.0)
+    rows = [{k: v for k, v in row.items() if k != "seconds"} for row in summary["rows"]]
+    return {"transformers": summary["transformers"], "backends": list(config.backends),
+            "families_audited": "all" if config.families is None else list(config.families),
+            "tolerances": summary["tolerances"], "counts": summary["counts"], "rows": rows,
+            "families": [compact(result) for result in results]}
+
+
+def judge(result: dict) -> dict:
+    """The audit tests no claim of the seed; its findings are listed in its tables."""
+    return {}
+
+
+def tables(result: dict) -> dict[str, list[dict]]:
+    findings = []
+    for family in result["families"]:
+        if family["verdict"] not in ("mismatch", "backend disagreement"):
+            continue
+        for text in family["findings"][:4]:
+            findings.append({"family": family["family"], "verdict": family["verdict"], "finding": text,
+                             "source": "; ".join(family["source_lines"][:2])})
+    scope = "all families" if result["families_audited"] == "all" else \
+        f"{len(result['families_audited'])} families (attnscale audit: all)"
+    skipped = [{"family": f["family"], "reason": f["reason"]} for f in result["families"] if f["status"] == "skipped"]
+    out = {f"mismatches and backend disagreements in transformers {result['transformers']} ({scope})": findings,
+           "families audited": result["rows"]}
+    if skipped:
+        out["families skipped"] = skipped
+    return out
+
+
+def figures(result: dict, outdir) -> dict[str, list[str]]:
+    """Measured factor / declared factor per family and backend (first attention layer)."""
+    plt = pyplot()
+    families = [f for f in result["families"] if f["layers"]]
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.32 * len(families) + 2), 3.4), dpi=100)
+    markers = {"eager": "o", "sdpa": "s", "flex_attention": "^"}
+    for backend in result["backends"]:
+        xs, ys = [], []
+        for index, family in enumerate(families):
+            layer = family["layers"][0]
+            measured = layer["measured"].get(backend)
+            if not measured or not layer["declared"]:
+                continue
+            value = measured["path"] if measured["form"] == "linear" else measured["kernel"]
+            if value is not None and value == value:
+                xs.append(index)
+                ys.append(value / layer["declared"])
+        ax.scatter(xs, ys, marker=markers.get(backend, "x"), s=22, alpha=0.7, label=backend)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(families)))
+    ax.set_xticklabels([f["family"] for f in families], rotation=90, fontsize=6)
+    ax.set_ylabel("measured / declared factor")
+    ax.set_title(f"scale audit, transformers {result['transformers']} (first attention layer)", fontsize=9)
+    ax.legend(fontsize=7)
+    return {"audit": [save(fig, outdir, "audit_factors.png")]}

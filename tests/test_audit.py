@@ -1,0 +1,370 @@
+"""The scale audit: the factors the installed transformers source states are recovered (to
+0.1%), soft caps (to 5%), QK-norm and position temperatures are recognised, a backend that
+drops the factor is flagged, every verdict is reachable, and the CLI and the lab behave."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnscale.doctor import audit, declared, kernel, verdicts
+from attnscale.lab import audit as lab
+
+TRANSFORMERS = Path(__import__("transformers").__file__).parent
+FACTOR_REL = 1e-3  # "to 0.1%"
+
+
+def eager_layers(result):
+    return [row["backends"]["eager"] for row in result.layers]
+
+
+def test_every_quoted_source_line_is_in_the_installed_transformers():
+    for name, rule in declared.RULES.items():
+        text = (TRANSFORMERS / rule.path).read_text(encoding="utf-8")
+        assert rule.quote in text, f"{name}: {rule.quote!r} not in {rule.path}"
+
+
+# ---------------------------------------------------------------------------------------
+# Families whose factor the source states (declared.py quotes each line).
+
+@pytest.mark.parametrize("weights, by_layer", [(True, True), (False, True), (False, False)])
+def test_gpt2_scale_flags(weights, by_layer):
+    """SCALE_ATTN_WEIGHTS, INVERSE_LAYER_IDX: head_dim^-0.5 if scale_attn_weights, / (layer_idx + 1)."""
+    result = audit.audit_family("gpt2", ("eager", "sdpa"), scale_attn_weights=weights,
+                                scale_attn_by_inverse_layer_idx=by_layer)
+    assert result.verdict == "ok", result.findings
+    for index, row in enumerate(result.layers):
+        expected = (16**-0.5 if weights else 1.0) / ((index + 1) if by_layer else 1)
+        for backend in ("eager", "sdpa"):  # sdpa gets the same factor since the fix of the per-layer scaling
+            entry = row["backends"][backend]
+            assert entry["kernel"]["factor"] == pytest.approx(expected, rel=FACTOR_REL)
+            assert entry["path"]["factor"] == pytest.approx(expected, rel=FACTOR_REL)
+
+
+def test_gemma2_query_pre_attn_scalar_and_soft_cap():
+    """QUERY_PRE_ATTN_SCALAR and SOFTCAP: factor 40^-0.5, logits 5 tanh(x / 5)."""
+    result = audit.audit_family("gemma2", ("eager", "flex_attention"), query_pre_attn_scalar=40,
+                                attn_logit_softcapping=5.0)
+    assert result.verdict == "ok", result.findings
+    assert result.backends["flex_attention"]["accepted"]
+    for entry in eager_layers(result):
+        assert entry["kernel"]["factor"] == pytest.approx(40**-0.5, rel=FACTOR_REL)
+        assert entry["kernel"]["nonlinearity"] == "soft cap"
+        assert entry["kernel"]["cap"] == pytest.approx(5.0, rel=0.05)
+        assert entry["path"]["factor"] == pytest.approx(40**-0.5, rel=FACTOR_REL)
+    shown = verdicts.family_row(result, ("eager",))["non-linearity"]
+    assert shown.startswith("soft cap ") and float(shown.split()[-1]) == pytest.approx(5.0, rel=0.05)
+
+
+def test_granite_attention_multiplier():
+    result = audit.audit_family("granite", ("eager", "sdpa"), attention_multiplier=0.015)
+    assert result.verdict == "ok", result.findings
+    for row in result.layers:
+        for entry in row["backends"].values():
+            assert entry["kernel"]["factor"] == pytest.approx(0.015, rel=FACTOR_REL)
+
+
+def test_deepseek_v3_yarn_mscale():
+    """YARN_MSCALE_ALL_DIM and YARN_ATTENTION_FACTOR: the attention function gets
+    qk_head_dim^-0.5 * mscale(factor, mscale_all_dim)^2; the RoPE coordinates also carry
+    attention_factor^2 = (mscale(factor, mscale) / mscale(factor, mscale_all_dim))^2."""
+    rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 0.8,
+            "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1}
+    result = audit.audit_family("deepseek_v3", ("eager", "sdpa"), rope_parameters=rope, max_position_embeddings=163840)
+    mscale = lambda m: 0.1 * m * math.log(40.0) + 1.0  # noqa: E731 - YARN_GET_MSCALE
+    kernel_factor = (8 + 8) ** -0.5 * mscale(0.8) ** 2  # qk_nope_head_dim + qk_rope_head_dim = 16
+    rope_factor = kernel_factor * (mscale(1.0) / mscale(0.8)) ** 2
+    assert result.verdict == "ok", result.findings
+    for entry in eager_layers(result):
+        assert entry["kernel"]["factor"] == pytest.approx(kernel_factor, rel=FACTOR_REL)
+        assert entry["path"]["layout"] == "latent (MLA)"
+        assert entry["path"]["factor"] == pytest.approx(kernel_factor, rel=FACTOR_REL)  # first coordinate: no RoPE
+        assert entry["path"]["factor_last"] == pytest.approx(rope_factor, rel=FACTOR_REL)  # last: RoPE
+
+
+def test_qwen3_qk_norm():
+    """q and k RMS-normalised per head before the product: the logits do not move when q or
+    the key gap doubles; the attention function still applies head_dim^-0.5, so the logit of
+    unit-cosine q, k is head_dim^-0.5 * head_dim = 4 (norm weights 1 at init)."""
+    result = audit.audit_family("qwen3", ("eager", "sdpa"))
+    assert result.verdict == "ok", result.findings
+    for entry in eager_layers(result):
+        assert entry["kernel"]["factor"] == pytest.approx(16**-0.5, rel=FACTOR_REL)
+        assert entry["path"]["form"] == "q and k normalised"
+        assert entry["path"]["ratio_q"] == pytest.approx(1.0, abs=0.01)
+        assert entry["path"]["cosine_temperature"] == pytest.approx(4.0, rel=FACTOR_REL)
+    assert verdicts.family_row(result, ("eager",))["non-linearity"] == "QK-norm"
+
+
+def test_t5_applies_no_factor():
+    """T5_NO_SCALING: encoder self-, decoder self- and cross-attention all apply 1."""
+    result = audit.audit_family("t5", ("eager", "sdpa"))
+    assert result.verdict == "ok", result.findings
+    assert len(result.layers) == 4  # 2 encoder layers, 1 decoder layer with self and cross attention
+    for row in result.layers:
+        for entry in row["backends"].values():
+            assert entry["kernel"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
+            assert entry["path"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
+
+
+def test_gpt_neo_applies_no_factor_and_is_a_mismatch():
+    """GPT-Neo computes attention inline, with no factor: read from its attention weights."""
+    result = audit.audit_family("gpt_neo", ("eager",))
+    assert result.verdict == "mismatch"
+    for entry in eager_layers(result):
+        assert entry["path"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
+    assert any("config implies 0.25" in finding for finding in result.findings)
+
+
+def test_position_temperatures_are_seen():
+    """Llama 4's temperature (TEMPERATURE_TUNING, floor_scale 4 in the tiny model) grows with the
+    sequence index in its no-RoPE layer; Ministral 3 scales q with the position ids."""
+    llama4 = verdicts.family_row(audit.audit_family("llama4_text", ("eager",)), ("eager",))
+    assert "query index" in llama4["position dependence"]
+    ministral = verdicts.family_row(audit.audit_family("ministral3", ("eager",)), ("eager",))
+    assert "position ids" in ministral["position dependence"]
+
+
+# ---------------------------------------------------------------------------------------
+# A broken backend: a wrapper that drops the factor.
+
+@pytest.fixture
+def broken_backend():
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def dropped_factor(module, query, key, value, attention_mask, scaling=None, **kwargs):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)  # torch's default 1/sqrt(d)
+
+    AttentionInterface.register("sdpa_dropped_factor", dropped_factor)
+    yield "sdpa_dropped_factor"
+    AttentionInterface._global_mapping.pop("sdpa_dropped_factor")
+
+
+def test_a_backend_that_drops_the_factor_is_flagged(broken_backend):
+    result = audit.audit_family("granite", ("eager", "sdpa", broken_backend), attention_multiplier=0.015)
+    assert result.verdict == "backend disagreement"
+    assert any(broken_backend in finding and "0.25" in finding for finding in result.findings)
+    assert not any(finding.startswith("layers.0.self_attn: sdpa ") for finding in result.findings)
+    row = verdicts.family_row(result, ("eager", "sdpa", broken_backend))
+    assert row[broken_backend] == "0.25" and row["sdpa"] == "0.015"
+
+
+def test_a_mask_dropped_by_a_backend_is_flagged():
+    """Doge under flex_attention lets query 0 read the later token (found by this audit)."""
+    result = audit.audit_family("doge", ("eager", "flex_attention"))
+    assert result.verdict == "backend disagreement"
+    assert any("queries [0]" in finding for finding in result.findings)
+
+
+# ---------------------------------------------------------------------------------------
+# Any Python callable (a port).
+
+def capped_kernel(factor, cap=None, log_n=False):
+    def attn(q, k, v, mask=None):
+        logits = (q @ k.transpose(-1, -2)) * factor
+        if log_n:
+            logits = logits * math.log(k.shape[-2])
+        if cap:
+            logits = cap * torch.tanh(logits / cap)
+        return torch.softmax(logits, dim=-1) @ v
+
+    return attn
+
+
+def test_callable_soft_cap_and_key_count():
+    port = audit.audit_callable(capped_kernel(0.125, cap=30.0), 64)
+    assert port.kernel["factor"] == pytest.approx(0.125, rel=FACTOR_REL)
+    assert port.kernel["cap"] == pytest.approx(30.0, rel=0.05) and port.verdict == "ok"
+    log_n = audit.audit_callable(capped_kernel(0.125, log_n=True), 64)
+    assert log_n.verdict == "mismatch" and "number of keys" in log_n.findings[0]
+    assert log_n.key_counts["8"] == pytest.approx(0.125 * math.log(8), rel=FACTOR_REL)
+
+
+def test_callable_checked_against_a_family():
+    reference = audit.audit_family("gemma2", ("eager",))
+    same = audit.audit_callable(capped_kernel(256**-0.5, cap=50.0), 16, reference=reference)
+    assert same.verdict == "ok", same.findings
+    no_cap = audit.audit_callable(capped_kernel(256**-0.5), 16, reference=reference)
+    assert no_cap.verdict == "mismatch" and "soft cap" in no_cap.findings[0]
+    wrong = audit.audit_callable(capped_kernel(16**-0.5, cap=50.0), 16, reference=reference)
+    assert wrong.verdict == "mismatch" and "factor" in wrong.findings[0]
+
+
+def test_kernel_cap_solver_inverts_the_tanh_difference():
+    for cap in (0.7, 5.0, 50.0, 3000.0):
+        difference = kernel.tanh_difference(cap, 3.0, 0.025)
+        assert kernel.solve_cap(difference, 3.0, 0.025) == pytest.approx(cap, rel=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# Verdict rules on constructed results: every verdict is reachable.
+
+def constructed(kernel_factor=0.25, path_factor=0.25, sdpa_factor=0.25, parity=1e-7, cap=None, declared_cap=None):
+    def entry(factor, path):
+        return {"kernel": {"factor": factor, "cap": cap, "nonlinearity": "soft cap" if cap else "linear"},
+                "path": {"factor": path, "factor_last": path, "form": "linear", "per_query": [float("nan"), path],
+                         "query_spread": 0.0, "factor_far": path, "factor_longer": path}}
+
+    result = audit.FamilyAudit("constructed", "Model")
+    result.backends = {"eager": {"accepted": True, "parity": None}, "sdpa": {"accepted": True, "parity": parity}}
+    result.layers = [{"name": "layers.0", "layer": 0, "d_k": 16,
+                      "declared": {"kernel": 0.25, "path_first": 0.25, "path_last": 0.25, "cap": declared_cap},
+                      "backends": {"eager": entry(kernel_factor, path_factor), "sdpa": entry(sdpa_factor, sdpa_factor)}}]
+    return result
+
+
+@pytest.mark.parametrize("changes, verdict", [
+    ({}, "ok"),
+    ({"kernel_factor": 1 / 16, "path_factor": 1 / 16, "sdpa_factor": 1 / 16}, "mismatch"),
+    ({"path_factor": 0.2501}, "ok"),  # within 0.1%
+    ({"path_factor": 0.2504, "kernel_factor": 0.2504, "sdpa_factor": 0.2504}, "mismatch"),
+    ({"sdpa_factor": 1.0}, "backend disagreement"),
+    ({"parity": 0.01}, "backend disagreement"),
+    ({"cap": 50.0, "declared_cap": 50.0}, "ok"),
+    ({"cap": 50.0, "declared_cap": 30.0}, "mismatch"),
+    ({"kernel_factor": float("nan"), "path_factor": float("nan")}, "not measured"),
+])
+def test_verdict_rules(changes, verdict):
+    result = constructed(**changes)
+    verdicts.judge_family(result, ("eager", "sdpa"))
+    assert result.verdict == verdict, result.findings
+
+
+# ---------------------------------------------------------------------------------------
+# The CLI.
+
+def run_cli(args, capsys):
+    from attnscale.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["audit", "no_such_family"], "unknown model family 'no_such_family'"),
+    (["audit", "gpt2", "--backends", "eager,warp"], "unknown attention backend 'warp'"),
+    (["audit", "gpt2", "--callable", "no_colon"], "is not module:function"),
+    (["audit", "gpt2", "--callable", "no_such_module_xyz:attn"], "cannot import"),
+    (["audit", "./missing-folder"], "does not exist"),
+])
+def test_cli_bad_input_is_one_line_exit_2(args, message, capsys):
+    code, out, err = run_cli(args, capsys)
+    assert code == 2 and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err and out == ""
+
+
+def test_cli_out_must_be_a_folder(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("x")
+    code, _, err = run_cli(["audit", "gpt2", "--out", str(target)], capsys)
+    assert code == 2 and "is a file" in err
+
+
+def test_cli_json_table_and_out(tmp_path, capsys):
+    code, out, _ = run_cli(["audit", "gpt2,t5", "--backends", "eager,sdpa", "--json", "--out", str(tmp_path)], capsys)
+    assert code == 0
+    payload = json.loads(out)
+    assert [row["family"] for row in payload["rows"]] == ["gpt2", "t5"]
+    assert payload["rows"][1]["eager"] == "1" and payload["counts"]["ok"] == 2
+    assert json.loads((tmp_path / "audit.json").read_text())["rows"] == payload["rows"]
+    code, out, _ = run_cli(["audit", "gemma2", "--backends", "eager,sdpa"], capsys)
+    assert code == 0 and "soft cap 50" in out and "refused" in out and "1 families in" in out
+
+
+def test_cli_folder_without_weights_is_random_init(tmp_path, capsys):
+    from transformers import LlamaConfig
+
+    LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1,
+                intermediate_size=128, vocab_size=100).save_pretrained(tmp_path)
+    code, out, _ = run_cli(["audit", str(tmp_path), "--backends", "eager", "--json"], capsys)
+    assert code == 0
+    row = json.loads(out)["rows"][0]
+    assert row["family"].endswith("(llama, random init)") and row["eager"] == "0.25" and row["verdict"] == "ok"
+
+
+def test_cli_callable(tmp_path, capsys, monkeypatch):
+    (tmp_path / "my_port.py").write_text(
+        "import torch\n\ndef attention(q, k, v, mask=None):\n"
+        "    return torch.softmax(q @ k.transpose(-1, -2) / 16.0, dim=-1) @ v\n")
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run_cli(["audit", "gemma2", "--backends", "eager", "--callable", "my_port:attention", "--json"], capsys)
+    assert code == 0
+    port = json.loads(out)["callable"]
+    assert port["kernel"]["factor"] == pytest.approx(1 / 16, rel=FACTOR_REL) and port["verdict"] == "mismatch"
+
+
+# ---------------------------------------------------------------------------------------
+# The lab and its section of the report.
+
+def test_lab_run_tables_figures(tmp_path):
+    config = lab.Config(families=("gpt2", "gpt_neo"), backends=("eager", "sdpa"))
+    result = lab.run(config)
+    assert json.loads(json.dumps(result)) == result
+    assert lab.judge(result) == {}
+    found = lab.tables(result)
+    mismatches = next(rows for title, rows in found.items() if title.startswith("mismatches"))
+    assert [row["family"] for row in mismatches] == ["gpt_neo", "gpt_neo", "gpt_neo", "gpt_neo"]
+    assert lab.run(config) == result  # same seed, same numbers (no timings in the result)
+    drawn = lab.figures(result, tmp_path)
+    assert (tmp_path / drawn["audit"][0]).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_report_renders_a_lab_without_claims(tmp_path, monkeypatch):
+    from attnscale.report import build_report
+
+    monkeypatch.setitem(lab.PRESETS, "quick", lab.Config(families=("gpt_neo",), backends=("eager",)))
+    report = build_report(out=tmp_path, labs=("audit",))
+    assert all(claim["verdict"] == "pending" for claim in report["claims"])
+    assert any(title.startswith("mismatches") for title in report["tables"]["audit"])
+    markdown = (tmp_path / "report.md").read_text()
+    assert "audit: mismatches and backend disagreements" in markdown and "gpt_neo" in markdown
+    assert "audit_factors.png" in (tmp_path / "index.html").read_text() or "data:image/png" in \
+        (tmp_path / "index.html").read_text()
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def running(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_killing_the_audit_leaves_no_worker(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src"), "HF_HUB_OFFLINE": "1"}
+    parent = subprocess.Popen([sys.executable, "-m", "attnscale", "audit", "--workers", "2", "--backends", "eager"],
+                              env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, workers = time.time() + 180, []
+    while time.time() < deadline and len(workers) < 2:
+        time.sleep(0.5)
+        workers = children_of(parent.pid)
+    assert len(workers) >= 2, "the audit started no worker processes"
+    time.sleep(3)  # the workers are auditing families now
+    os.kill(parent.pid, signal.SIGKILL)
+    parent.wait()
+    time.sleep(10)
+    assert [pid for pid in workers if running(pid)] == []
