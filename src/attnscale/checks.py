@@ -70,18 +70,13 @@ def fields(obj, ints=(), floats=(), non_negative=(), int_tuples=(), float_tuples
             positive_float(name, value, allow_zero=True)
         else:
             positive_int(name, value, minimum=0)
-    for name in int_tuples:
-        values = getattr(obj, name)
-        if not values:
-            raise ValueError(f"{name} must list at least one value, got {values!r}")
-        for value in values:
-            positive_int(name, value)
-    for name in float_tuples:
-        values = getattr(obj, name)
-        if not values:
-            raise ValueError(f"{name} must list at least one value, got {values!r}")
-        for value in values:
-            positive_float(name, value)
+    for names, check in ((int_tuples, positive_int), (float_tuples, positive_float)):
+        for name in names:
+            values = getattr(obj, name)
+            if not values:
+                raise ValueError(f"{name} must list at least one value, got {values!r}")
+            for value in values:
+                check(name, value)
     for name, check in (("device", device), ("dtype", dtype), ("seed", seed)):
         if hasattr(obj, name):
             check(getattr(obj, name))

@@ -50,7 +50,7 @@ import torch
 
 from .. import claims, scaling
 from ..attention import attention
-from ..memory import peak_tensor_bytes
+from ..peak_memory import peak_tensor_bytes
 from ..numerics import DTYPES, audit, exp_overflow_threshold, matmul_accumulation
 from ..softmax import naive_softmax
 from ..threads import torch_threads

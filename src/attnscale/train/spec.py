@@ -91,3 +91,22 @@ def group_specs(specs, max_runs: int = 24) -> list[list[RunSpec]]:
         members = sorted(members, key=lambda s: OPTIMISERS.index(s.optimiser))
         groups.extend(members[i:i + max_runs] for i in range(0, len(members), max_runs))
     return groups
+
+
+def seq_len(spec: RunSpec) -> int:
+    return 2 * spec.n_pairs + spec.n_queries if spec.task == "recall" else spec.context
+
+
+def memory_estimate(spec: RunSpec, runs: int = 1) -> int:
+    """Bytes that training ``runs`` runs of this shape together needs, roughly and from above:
+    weights with their gradients and two optimiser states, and the activations a step keeps
+    for its backward pass (training batch) or its statistics (validation batch, dense attention)."""
+    width = spec.n_heads * spec.d_head
+    vocab = spec.n_keys + spec.n_values if spec.task == "recall" else 256
+    time = seq_len(spec)
+    per_layer = 4 * spec.d_model * width + 8 * spec.d_model * spec.d_model + 10 * spec.d_model
+    params = spec.n_layers * per_layer + (vocab + time) * spec.d_model + (spec.d_model + 1) * vocab
+    per_token = spec.n_layers * (16 * spec.d_model + 8 * width + 3 * spec.n_heads * time) + 4 * vocab
+    tokens = (spec.batch_size + 128) * time
+    element = 8 if spec.dtype == "float64" else 4
+    return runs * element * (4 * params + tokens * per_token)

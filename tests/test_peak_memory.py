@@ -3,7 +3,7 @@
 import torch
 
 from attnscale.attention import attention
-from attnscale.memory import peak_tensor_bytes
+from attnscale.peak_memory import peak_tensor_bytes
 
 
 def test_counts_live_tensors_and_frees_them():
