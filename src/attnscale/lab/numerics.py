@@ -35,7 +35,7 @@ the computation so the large matrix never overflows").  Six experiments, in orde
    softmax without max subtraction would overflow, and the output error against float64.
    This sets what "realistic" means for C11: logits as large as a trained model's.
 6. **Memory.**  The peak bytes of the tensors dense attention (the whole T x T matrix) and
-   the tiled online attention create, counted exactly (:mod:`attnscale.memory`), for one
+   the tiled online attention create, counted exactly (:mod:`attnscale.peak_memory`), for one
    head at each sequence length: the other reading of C12's "never overflows".
 
 ``judge`` turns these into verdicts; the thresholds are in its evidence text.
