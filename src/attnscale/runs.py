@@ -287,7 +287,7 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
         finished += len(keys)
         in_flight.pop(group, None)
         if progress:
-            progress(finished, total, f"{finished}/{total} runs")
+            progress(min(total, finished + sum(in_flight.values())), total, f"{finished}/{total} runs")
 
     def steps_done(group: int, size: int, step: int, steps: int) -> None:
         in_flight[group] = size * step / steps
