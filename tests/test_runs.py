@@ -300,3 +300,12 @@ def test_training_lab_killed_with_kill_9_keeps_finished_groups_and_resumes(tmp_p
     check_rows(db, set(after))
     assert len(after) > len(before)
     assert {k: after[k] for k in before} == before  # stored groups were reused, not retrained
+
+
+def test_progress_counts_steps_and_never_goes_back():
+    specs = [tiny(rule=r, seed=s, steps=30) for r in ("sqrt", "none") for s in range(2)] + [tiny(d_head=16, steps=30)]
+    seen = []
+    runs.execute(specs, workers=1, batch_runs=2, progress=lambda done, total, msg: seen.append((done, total)))
+    counts = [done for done, _ in seen]
+    assert counts == sorted(counts) and counts[-1] == len(specs) == seen[-1][1]
+    assert any(0 < c < len(specs) and c != int(c) for c in counts)  # steps inside a group are counted as they go
