@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .claims import PENDING, REFUTED, SUPPORTED
+from .claims import CLAIMS, PENDING, REFUTED, SUPPORTED, VERDICTS
 from .lab.training import EQUIVALENT_LOGITS  # the C10 rule's threshold on the trained logit std gap
 
 LANGS = ("en", "zh")
@@ -292,13 +292,46 @@ FOLLOW_UPS = {
 }
 
 
+def check_report(report, source: str = "the report") -> dict:
+    """``report`` if it has what :func:`compose` reads: a ``claims`` list holding every claim
+    C01..C18, each with a known verdict and a ``numbers`` object; else ValueError naming
+    what is wrong (``source`` names the report in the message)."""
+    if not isinstance(report, dict) or not isinstance(report.get("claims"), list):
+        raise ValueError(f"{source} is not a report.json (no 'claims' list)")
+    found = {}
+    for claim in report["claims"]:
+        if not isinstance(claim, dict) or not isinstance(claim.get("id"), str):
+            raise ValueError(f"{source} is not a report.json: an entry of 'claims' is not a claim with an 'id'")
+        if (claim.get("verdict") not in (*VERDICTS, PENDING) or not isinstance(claim.get("numbers"), dict)
+                or not isinstance(claim.get("lab_verdicts", {}), dict)):
+            raise ValueError(f"{source} is not a complete report.json: claim {claim['id']!r} lacks a known "
+                             "'verdict' or a 'numbers' object")
+        found[claim["id"]] = claim
+    missing = [claim.id for claim in CLAIMS if claim.id not in found]
+    if missing:
+        named = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ValueError(f"{source} is not a complete report.json: claim{'s' if len(missing) > 1 else ''} {named} "
+                         "missing; run `attnscale report` again")
+    return report
+
+
+def _sentence(build, ev: Evidence, lang: str) -> str:
+    try:
+        return build(ev, lang)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError) as error:
+        raise ValueError(f"the report's numbers for {build.__name__} are not what attnscale writes "
+                         f"({type(error).__name__}: {str(error)[:80]}); run `attnscale report` again") from None
+
+
 def compose(report: dict, lang: str = "en") -> dict:
     """The 30-second answer and the three follow-ups, as lists of sentences."""
     if lang not in LANGS:
         raise ValueError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
-    ev = Evidence(report)
-    answer = [f(ev, lang) for f in (variance, init_premise, sqrt_rule, inv_d_rule, no_scaling, low_precision, balance)]
-    follow_ups = [{"question": q, "answer": [f(ev, lang)]} for q, f in zip(FOLLOW_UPS[lang], (small_d_k, gradients, t5))]
+    ev = Evidence(check_report(report))
+    answer = [_sentence(f, ev, lang)
+              for f in (variance, init_premise, sqrt_rule, inv_d_rule, no_scaling, low_precision, balance)]
+    follow_ups = [{"question": q, "answer": [_sentence(f, ev, lang)]}
+                  for q, f in zip(FOLLOW_UPS[lang], (small_d_k, gradients, t5))]
     counts = {}
     for claim in report["claims"]:
         counts[claim["verdict"]] = counts.get(claim["verdict"], 0) + 1
@@ -319,16 +352,17 @@ def render_text(composed: dict) -> str:
 
 
 def load_report(path: str | Path) -> dict:
+    """report.json from a report folder or the file itself; FileNotFoundError / ValueError name what is wrong."""
     path = Path(path)
     if path.is_dir():
         path = path / "report.json"
     if not path.exists():
         raise FileNotFoundError(f"no report at {str(path)!r}; run `attnscale report` first (or pass --report)")
+    if not path.is_file():
+        raise ValueError(f"{str(path)!r} is a folder, not a report.json")
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{str(path)!r} is not a report.json: {error}") from None
-    if not isinstance(report, dict) or "claims" not in report:
-        raise ValueError(f"{str(path)!r} is not a report.json (no 'claims')")
-    return report
+    return check_report(report, repr(str(path)))
 

@@ -45,6 +45,7 @@ from ..numerics import DTYPES, exp_overflow_threshold, matmul_accumulation
 from ..softmax import naive_softmax
 from ..threads import torch_threads
 from ..plotting import pyplot, save
+from ..runtime import check_device
 
 VERSION = 1
 SCALES = ("none", "sqrt")
@@ -81,10 +82,7 @@ PRESETS = {
 
 
 def check_config(config: Config) -> None:
-    if config.device not in ("cpu", "cuda"):
-        raise ValueError(f"unknown device {config.device!r}; accepted: cpu, cuda")
-    if config.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu")
+    check_device(config.device)
     for name in config.dtypes:
         if name not in DTYPES:
             raise ValueError(f"unknown dtype {name!r}; accepted: {', '.join(DTYPES)}")
