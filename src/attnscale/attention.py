@@ -6,7 +6,11 @@ comes from a scale rule (:mod:`attnscale.scaling`).  Four implementations:
 * ``sdpa``: torch's fused kernel; the rule's factor goes in through its ``scale=``
   argument (learnable factors are folded into q instead, so their gradient flows);
 * ``naive`` and ``stable``: the plain math, logits then a softmax from
-  :mod:`attnscale.softmax`, one (T_q, T_k) matrix in memory;
+  :mod:`attnscale.softmax`, one (T_q, T_k) matrix in memory.  ``naive`` computes all of it
+  in the inputs' dtype and without max subtraction: the baseline that overflows, on
+  purpose.  ``stable`` subtracts the row max and, for float16/bfloat16 inputs, computes the
+  scores, the softmax and the output in float32 (as SDPA's CPU kernel and ``online`` do), so
+  that q k^T beyond 65504 does not overflow float16; its output and weights are cast back;
 * ``online``: FlashAttention-2's forward recurrence, tiled over keys: a running max, a
   running sum and a running output, never the full (T_q, T_k) matrix.
 
@@ -89,10 +93,16 @@ def scores(q: torch.Tensor, k: torch.Tensor, factor) -> torch.Tensor:
 
 
 def dense_attention(q, k, v, factor, mask, method: str):
-    """Logits, then a full softmax (``naive`` or ``stable``); returns (output, probabilities)."""
-    logits = scores(q, k, factor)
-    probs = naive_softmax(logits, mask) if method == "naive" else stable_softmax(logits, mask)
-    return probs @ v, probs
+    """Logits, then a full softmax; returns (output, probabilities) in the inputs' dtype.
+
+    ``naive``: everything in the inputs' dtype, no max subtraction.  ``stable``: max-subtracted,
+    computed in float32 for half inputs (see the module docstring)."""
+    if method == "naive":
+        probs = naive_softmax(scores(q, k, factor), mask)
+        return probs @ v, probs
+    acc = stats_dtype(q.dtype)
+    probs = stable_softmax(scores(q.to(acc), k.to(acc), factor), mask)
+    return (probs @ v.to(acc)).to(q.dtype), probs.to(q.dtype)
 
 
 def online_attention(q, k, v, factor, mask=None, block_size: int = 128):
@@ -110,6 +120,8 @@ def online_attention(q, k, v, factor, mask=None, block_size: int = 128):
     q_acc, k_acc, v_acc = q.to(acc), k.to(acc), v.to(acc)
     if mask is not None:
         mask = mask.expand(*q.shape[:-1], k.shape[-2])
+    if q.shape[-2] == 0:  # no queries: empty output and logsumexp
+        return q.new_zeros(*q.shape[:-1], v.shape[-1]), q_acc.new_zeros(q.shape[:-1])
     outs, lses = [], []
     for start in range(0, q.shape[-2], block_size):
         rows = slice(start, start + block_size)
@@ -197,7 +209,8 @@ def attention(
     (..., T_q, T_k); ``causal`` masks keys after the query (top-left aligned).  ``impl`` is one
     of ``auto`` (``sdpa``, or ``stable`` when weights are asked for), ``sdpa``, ``naive``,
     ``stable``, ``online``.  With ``return_weights=True`` returns (output, probabilities).
-    Rows with no key allowed give zeros.
+    Rows with no key allowed give zeros; so does every row when there are no keys (T_k = 0);
+    no queries (T_q = 0) give an empty output.  Every impl gives the same result for these.
     """
     check_impl(impl)
     rule = scaling.parse(scale)

@@ -18,8 +18,9 @@ the computation so the large matrix never overflows").  Four experiments, in ord
    std, so max|logit| grows exactly as std^2 and the std at which each limit is reached
    follows in closed form from the unit-std draw (table "onsets").
 3. **Implementations.**  At d_k = 128, for each scenario (std, outliers; plus the std at
-   which the logits reach the claimed +-30), each scale and each dtype: naive, stable and
-   online softmax attention (:mod:`attnscale.attention`), torch's fused SDPA, a tiled softmax
+   which the logits reach the claimed +-30), each scale and each dtype: naive (all in the
+   dtype), stable (max-subtracted; scores in float32 for half inputs, as SDPA and online)
+   and online softmax attention (:mod:`attnscale.attention`), torch's fused SDPA, a tiled softmax
    without max subtraction (``tiled_naive``: tiling alone, everything in the dtype), and
    clamp-then-softmax (``clamp:C``: logits clamped to [-C, C], then exp / sum).  For each:
    the share of non-finite outputs, max and mean error against float64 on the same rounded
@@ -47,7 +48,7 @@ from ..threads import torch_threads
 from ..plotting import pyplot, save
 from ..runtime import check_device
 
-VERSION = 1
+VERSION = 2  # 2: attention(impl="stable") computes half-precision scores in float32
 SCALES = ("none", "sqrt")
 FP16_MAX = float(torch.finfo(torch.float16).max)
 LN_FP16_MAX = math.log(FP16_MAX)
