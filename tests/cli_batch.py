@@ -10,10 +10,10 @@ case starts from the same untouched parent, so no state leaks from one case to t
 
     python tests/cli_batch.py < cases.json > results.json
 
-cases.json: ``[{"args": [...], "cwd": "...", "stdin": "", "timeout": 120, "unprivileged": false}, ...]``
+cases.json: ``[{"args": [...], "cwd": "...", "env": {}, "stdin": "", "timeout": 120, "unprivileged": false}, ...]``
 (``unprivileged``: give up the capabilities that let root ignore file permissions first,
 so that read-only files are read-only even when the tests run as root; Linux only);
-results.json: ``[{"code": int, "stdout": str, "stderr": str, "timed_out": bool}, ...]``.
+results.json: ``[{"code": int, "stdout": str, "stderr": str, "timed_out": bool, "seconds": float}, ...]``.
 POSIX only (os.fork).
 """
 
@@ -28,6 +28,7 @@ import tempfile
 import time
 import traceback
 
+CANNOT_DROP = 77  # exit code of an unprivileged case on a system where capabilities cannot be dropped
 FILE_CAPABILITIES = (1, 2, 3)  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
 
 
@@ -62,7 +63,12 @@ def child(case: dict, stdin, stdout, stderr) -> None:
     code = 1
     try:
         if case.get("unprivileged"):
-            drop_file_capabilities()
+            try:
+                drop_file_capabilities()
+            except (OSError, AttributeError):
+                code = CANNOT_DROP
+                return
+        os.environ.update(case.get("env", {}))
         os.chdir(case["cwd"])
         for fd, file in ((0, stdin), (1, stdout), (2, stderr)):
             os.dup2(file.fileno(), fd)
@@ -93,7 +99,7 @@ def start(case: dict) -> dict:
     pid = os.fork()
     if pid == 0:
         child(case, *files)
-    return {"pid": pid, "files": files, "deadline": time.monotonic() + case.get("timeout", 120)}
+    return {"pid": pid, "files": files, "started": time.monotonic(), "deadline": time.monotonic() + case.get("timeout", 120)}
 
 
 def finish(job: dict, status: int, timed_out: bool) -> dict:
@@ -105,7 +111,8 @@ def finish(job: dict, status: int, timed_out: bool) -> dict:
     for file in job["files"]:
         file.close()
     code = os.waitstatus_to_exitcode(status)
-    return {"code": code, "stdout": texts[0], "stderr": texts[1], "timed_out": timed_out}
+    return {"code": code, "stdout": texts[0], "stderr": texts[1], "timed_out": timed_out,
+            "seconds": round(time.monotonic() - job["started"], 2)}
 
 
 def run_all(cases: list[dict], parallel: int) -> list[dict]:

@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import scaling
+from . import memory, scaling
 from .softmax import check_block_size, check_float, check_mask, naive_softmax, stable_softmax, stats_dtype
 
 IMPLS = ("auto", "sdpa", "naive", "stable", "online")
@@ -287,6 +287,9 @@ class ScaledAttention(nn.Module):
         self.init_scheme = scaling.check_init(init)
         self.impl, self.causal, self.block_size = impl, causal, check_block_size(block_size)
         inner = n_heads * d_head
+        weights = memory.tensor_bytes((4 * d_model, inner), torch.get_default_dtype())
+        memory.require_memory(weights, f"the weights of ScaledAttention(d_model={d_model}, n_heads={n_heads}, "
+                              f"d_head={d_head})", "use a smaller d_model, n_heads or d_head")
         self.w_q = nn.Linear(d_model, inner, bias=bias)
         self.w_k = nn.Linear(d_model, inner, bias=bias)
         self.w_v = nn.Linear(d_model, inner, bias=bias)

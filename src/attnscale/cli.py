@@ -87,9 +87,9 @@ def progress_bar():
         yield bar
     except BaseException:
         bar.live.transient = True
+        bar.live.stop()  # Progress.stop would add a blank line on a non-terminal stderr
         raise
-    finally:
-        bar.stop()
+    bar.stop()
 
 
 def run_lab_command(name: str, preset: str, seed: int, device: str, as_json: bool, figures: Path | None) -> None:

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from . import memory, scaling
+from .runtime import check_seed, torch_device
 from .softmax import check_float, naive_softmax
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -56,6 +57,7 @@ def exp_overflow_threshold(dtype, device="cpu") -> dict:
     spacing of the dtype at the threshold (``resolution``).
     """
     dtype = parse_dtype(dtype)
+    device = torch_device(device)
     finite = lambda bits: bool(torch.isfinite(torch.exp(_from_bits(bits, dtype, device))).item())
     max_bits = int(torch.tensor([torch.finfo(dtype).max], dtype=dtype).view(BITS_VIEW[dtype]).item())
     low, high = 0, max_bits  # exp(0) = 1 is finite, exp(finfo.max) is inf
@@ -80,6 +82,12 @@ def matmul_accumulation(dtype, device="cpu", length: int = 4096, seed: int = 0) 
       exact answer 0 survives only if partial sums may exceed finfo.max.
     """
     dtype = parse_dtype(dtype)
+    device = torch_device(device)
+    seed = check_seed(seed)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be an integer >= 1, got {length!r}")
+    memory.require_memory(4 * memory.tensor_bytes((8, length), torch.float64), f"the matmul probe of length {length}",
+                          "use a shorter length")
     gen = torch.Generator().manual_seed(seed)
     a = torch.rand(8, length, generator=gen, dtype=torch.float64).to(dtype)
     b = torch.rand(length, 8, generator=gen, dtype=torch.float64).to(dtype)
@@ -240,6 +248,7 @@ def audit(q: torch.Tensor, k: torch.Tensor, *, scale="sqrt", dtype=torch.float16
     batch_shape = _check_qk(q, k)
     if isinstance(max_locations, bool) or not isinstance(max_locations, int) or max_locations < 0:
         raise ValueError(f"max_locations must be an integer >= 0, got {max_locations!r}")
+    seed = check_seed(seed)
     d_k, t_q, t_k = q.shape[-1], q.shape[-2], k.shape[-2]
     factor = float(rule.factor(d_k))
     block_rows = audit_block_rows(t_q, t_k, d_k)

@@ -20,6 +20,21 @@ def check_device(device) -> str:
     return device
 
 
+def torch_device(device):
+    """``device`` (a name like 'cpu', 'cuda:0', or a torch.device) as a torch.device torch can use; else ValueError."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N") from None
+    if parsed.type not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N")
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA GPU; use cpu")
+    return parsed
+
+
 def check_seed(seed, name: str = "seed") -> int:
     """``seed`` as an int if it is an integer in 0..2^63-1; else ValueError."""
     try:

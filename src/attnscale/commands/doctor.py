@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
                                             "small models and texts."),
     ) -> None:
         """Health check of a model's attention: entropy, saturation, sinks, and the scale it applies."""
-        from .. import doctor
+        from .. import doctor, scaling
         from ..cli import console, err_console
         from ..paths import check_folder
         from ..runtime import check_device
@@ -131,12 +131,21 @@ def register(app: typer.Typer) -> None:
         check_device(device)
         if max_tokens < 2:
             raise ValueError(f"--max-tokens must be >= 2, got {max_tokens}")
+        if threads < 0:
+            raise ValueError(f"--threads must be >= 0 (0: torch's default), got {threads}")
+        specs = parse_specs(counterfactual)
+        for spec in specs:
+            if scaling.parse(spec).kind != "fixed":
+                raise ValueError(f"--counterfactual {spec!r} is not a fixed rule; accepted: sqrt, inv_d, none, "
+                                 "const:C, power:A")
         if out is not None:
             check_folder(out, "--out")
         chosen = read_text(text, text_file)
+        if chosen is not None and not chosen.strip():
+            raise ValueError("the text is empty; give --text or --text-file with some words")
         check_memory(doctor.check_model_dir(model), max_tokens)
         result = doctor.diagnose(model, doctor.DEFAULT_TEXT if chosen is None else chosen, max_tokens=max_tokens,
-                                 probe=probe, counterfactual=parse_specs(counterfactual), device=device,
+                                 probe=probe, counterfactual=specs, device=device,
                                  threads=threads)
         payload = result.to_dict()
         if out is not None:
