@@ -325,20 +325,31 @@ def run_batch(cases: list[dict]) -> list[dict]:
     return json.loads(done.stdout)
 
 
+# Commands that must succeed, run in the same batch: (args, setup).
+GOOD = {
+    # Rich markup is never applied to paths: '[red]' stays in the output, and '[/x]' breaks nothing.
+    "brackets": (["train", "--steps", "1", "--log-every", "1", "--batch-size", "4", "--checkpoint", "c[red]k[/x]"], None),
+    "max-tokens": (["diagnose", "--max-tokens", "100000", "--text", "word " * 700, "--json", *SMALL], None),
+}
+
+
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    """Set up every case in its own folder, run them all in one batch; {id: (folder, before, result)}."""
+    """Set up every case (and every GOOD command) in its own folder and run them all in one
+    batch; {id: (folder, snapshot before, result)}."""
     root = tmp_path_factory.mktemp("misuse")
+    jobs = [(case.id, case.args, case.setup, case.env, case.unprivileged) for case in CASES]
+    jobs += [(f"good:{name}", args, setup, {}, False) for name, (args, setup) in GOOD.items()]
     prepared = []
-    for case in CASES:
-        folder = root / case.id
+    for name, args, setup, env, unprivileged in jobs:
+        folder = root / name.replace(":", "-")
         folder.mkdir()
-        if case.setup is not None:
-            case.setup(folder)
-        prepared.append((case, folder, snapshot(folder)))
-    results = run_batch([{"args": c.args, "cwd": str(f), "env": c.env, "unprivileged": c.unprivileged, "timeout": 300}
-                         for c, f, _ in prepared])
-    return {case.id: (folder, before, result) for (case, folder, before), result in zip(prepared, results)}
+        if setup is not None:
+            setup(folder)
+        prepared.append((name, folder, snapshot(folder),
+                         {"args": args, "cwd": str(folder), "env": env, "unprivileged": unprivileged, "timeout": 300}))
+    results = run_batch([job for *_, job in prepared])
+    return {name: (folder, before, result) for (name, folder, before, _), result in zip(prepared, results)}
 
 
 def test_every_case_has_its_own_id():
@@ -361,42 +372,262 @@ def test_bad_invocation_gives_one_line_exit_2_and_leaves_nothing(case, outcomes)
 
 # ----------------------------------------------------------------------------- what is not an error
 
-def run_one(args: list[str], cwd: Path, **extra) -> dict:
-    return run_batch([{"args": args, "cwd": str(cwd), "timeout": 300, **extra}])[0]
-
-
 def test_bare_attnscale_prints_the_help(tmp_path):
     done = subprocess.run([sys.executable, "-m", "attnscale"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert done.returncode == 0 and done.stderr == ""
     assert "Usage: attnscale" in done.stdout and "diagnose" in done.stdout
 
 
-def test_the_batch_driver_answers_as_python_minus_m_does(tmp_path):
-    picked = [case for case in CASES if case.id in ("unknown-option", "report-seed-huge", "answer-cut-claim", "train-rule")]
-    for case in picked:
-        (tmp_path / case.id).mkdir()
-        if case.setup is not None:
-            case.setup(tmp_path / case.id)
-    batch = run_batch([{"args": c.args, "cwd": str(tmp_path / c.id)} for c in picked])
-    for case, from_batch in zip(picked, batch):
-        real = subprocess.run([sys.executable, "-m", "attnscale", *case.args], capture_output=True, text=True,
-                              cwd=tmp_path / case.id, timeout=300)
-        assert (real.returncode, real.stdout, real.stderr) == (from_batch["code"], from_batch["stdout"],
-                                                                from_batch["stderr"])
+@pytest.mark.parametrize("case_id", ["unknown-option", "answer-cut-claim"])
+def test_the_batch_driver_answers_as_python_minus_m_does(case_id, outcomes, tmp_path):
+    case = next(case for case in CASES if case.id == case_id)
+    if case.setup is not None:
+        case.setup(tmp_path)
+    real = subprocess.run([sys.executable, "-m", "attnscale", *case.args], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=300)
+    batch = outcomes[case_id][2]
+    assert (real.returncode, real.stdout, real.stderr) == (batch["code"], batch["stdout"], batch["stderr"])
 
 
-def test_paths_with_brackets_print_as_they_are(tmp_path):
-    """Rich markup is never applied to paths: '[red]' stays in the output, and '[/x]' breaks nothing."""
-    done = run_one(["train", "--steps", "1", "--log-every", "1", "--batch-size", "4", "--checkpoint", "c[red]k[/x]"],
-                   tmp_path)
+def test_paths_with_brackets_print_as_they_are(outcomes):
+    folder, _, done = outcomes["good:brackets"]
     assert done["code"] == 0, done["stderr"]
     assert "checkpoint: c[red]k[/x]/" in done["stdout"]
-    assert list((tmp_path / "c[red]k[/x]").glob("*.safetensors"))
+    assert list((folder / "c[red]k[/x]").glob("*.safetensors"))
 
 
-def test_max_tokens_beyond_the_models_positions_is_clipped_with_a_notice(tmp_path):
-    done = run_one(["diagnose", "--max-tokens", "100000", "--text", "word " * 700, "--json", *SMALL], tmp_path)
+def test_max_tokens_beyond_the_models_positions_is_clipped_with_a_notice(outcomes):
+    _, _, done = outcomes["good:max-tokens"]
     assert done["code"] == 0, done["stderr"]
     assert done["stderr"].splitlines() == [
         "attnscale: note: max_tokens 100000 is more than the model's 512 positions; using 512"]
     assert len(json.loads(done["stdout"])["tokens"]) == 512
+
+
+# ----------------------------------------------------------------------------- the library, called at random
+#
+# Every function of the documented API (README, "The parts, as a library", the audit, the
+# memory and path checks, the answer and the claims registry), called with a mix of good
+# arguments and junk (None, bools, huge or negative numbers, NaN, text, tensors of any float
+# or integer dtype and small shape, with NaN/inf/huge entries), may raise ValueError or
+# TypeError and nothing else.  Sizes stay small: what is too big for memory is refused by
+# :mod:`attnscale.memory`, tested above and in tests/test_memory.py.
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from attnscale import answer, claims, lab, memory, numerics, paths, runtime, scaling, stats  # noqa: E402
+from attnscale import softmax as softmax_module  # noqa: E402
+from attnscale.attention import IMPLS, ScaledAttention, attention, capture  # noqa: E402
+
+FLOATS = st.floats(allow_nan=True, allow_infinity=True, width=32) | st.sampled_from([0.0, 1.0, -1.0, 7e4, -7e4, 1e30])
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int64, torch.bool]
+
+
+@st.composite
+def tensors(draw, min_dims=0, max_dims=4, dtypes=DTYPES):
+    shape = draw(st.lists(st.integers(0, 4), min_size=min_dims, max_size=max_dims))
+    count = 1
+    for size in shape:
+        count *= size
+    values = torch.tensor(draw(st.lists(FLOATS, min_size=count, max_size=count)), dtype=torch.float64).reshape(shape)
+    dtype = draw(st.sampled_from(dtypes))
+    if dtype == torch.bool:
+        return values > 0
+    if not dtype.is_floating_point:
+        return values.nan_to_num(0.0, 0.0, 0.0).clamp(-100, 100).to(dtype)
+    return values.to(dtype)
+
+
+@st.composite
+def probabilities(draw):
+    """Softmax rows (sometimes with masked keys or zeroed rows): what stats functions expect."""
+    logits = draw(tensors(min_dims=1, max_dims=3, dtypes=[torch.float16, torch.bfloat16, torch.float32, torch.float64]))
+    probs = torch.softmax(logits.double().nan_to_num(0.0, 30.0, -30.0), dim=-1).to(logits.dtype)
+    if draw(st.booleans()) and probs.dim() > 1 and probs.shape[-2] > 0:
+        probs[..., 0, :] = 0.0
+    return probs
+
+
+FLOAT_DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64]
+
+
+@st.composite
+def filled(draw, shape, dtype):
+    """A tensor of ``shape``: finite values, or (one time in three) any floats with NaN, inf, huge."""
+    count = 1
+    for size in shape:
+        count *= size
+    elements = draw(st.sampled_from([st.floats(-10, 10, width=32), st.floats(-1e5, 1e5, width=32), FLOATS]))
+    values = draw(st.lists(elements, min_size=count, max_size=count))
+    return torch.tensor(values, dtype=torch.float64).reshape(shape).to(dtype)
+
+
+@st.composite
+def attention_calls(draw):
+    """(args, kwargs) of attention() with q, k, v of matching shapes (any sizes from 0), and a
+    mask that broadcasts, does not, or is junk."""
+    batch = draw(st.lists(st.integers(1, 2), max_size=2))
+    t_q, t_k, d, d_v = (draw(st.integers(0, 4)) for _ in range(4))
+    dtype = draw(st.sampled_from(FLOAT_DTYPES))
+    q, k, v = (draw(filled([*batch, t, width], dtype)) for t, width in ((t_q, d), (t_k, d), (t_k, d_v)))
+    mask = draw(st.none() | st.just(None) | tensors(dtypes=[torch.bool])
+                | st.lists(st.booleans(), min_size=t_q * t_k, max_size=t_q * t_k).map(
+                    lambda bits: torch.tensor(bits, dtype=torch.bool).reshape(t_q, t_k)))
+    keywords = {"scale": draw(SPECS), "mask": mask, "causal": draw(st.booleans()), "impl": draw(st.sampled_from(IMPLS)),
+                "return_weights": draw(st.booleans()), "block_size": draw(st.integers(1, 3))}
+    return (q, k, v), keywords
+
+
+def build_and_run(x, *args, **kwargs):
+    """ScaledAttention(*args, **kwargs) applied to x, also inside capture()."""
+    block = ScaledAttention(*args, **kwargs)
+    block(x)
+    with capture(block):
+        block(x)
+
+
+@st.composite
+def module_calls(draw):
+    d_model, n_heads = draw(st.integers(1, 6)), draw(st.integers(1, 3))
+    d_head = draw(st.none() | st.integers(1, 6))
+    shape = draw(st.sampled_from([[1, 3, d_model], [2, 0, d_model], [1, 3, d_model + 1], [3, d_model]]))
+    x = draw(filled(shape, draw(st.sampled_from(FLOAT_DTYPES[2:]))))
+    keywords = {"scale": draw(SPECS), "init": draw(st.sampled_from(list(scaling.INIT_SCHEMES))),
+                "impl": draw(st.sampled_from(IMPLS)), "causal": draw(st.booleans()), "block_size": draw(st.integers(1, 3))}
+    return (x, d_model, n_heads, d_head), keywords
+
+
+@st.composite
+def stats_calls(draw):
+    """(args, kwargs) of a stats function: softmax rows and a mask of their shape (or none)."""
+    probs = draw(probabilities())
+    mask = draw(st.none() | st.lists(st.booleans(), min_size=probs.numel(), max_size=probs.numel()).map(
+        lambda bits: torch.tensor(bits, dtype=torch.bool).reshape(probs.shape)))
+    return (probs, mask), {}
+
+
+JUNK = st.one_of(st.none(), st.booleans(), st.integers(-(10**20), 10**20), FLOATS, st.text(max_size=8),
+                 st.lists(st.integers(-3, 3), max_size=3), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+ANY = JUNK | tensors()
+SPECS = st.sampled_from(["sqrt", "inv_d", "none", "learned", "qknorm", "qknorm:2", "const:0.5", "power:0.75",
+                         "power:-400", "power:400", "const:-1", "const:", "power:nan", " sqrt ", "SQRT"])
+SMALL_INTS = st.integers(-2, 70)
+MASKS = st.none() | tensors(dtypes=[torch.bool]) | tensors()
+DEVICES = st.sampled_from(["cpu", "cuda", "cuda:0", "tpu", "", "cpu:0"])
+
+
+def either(good):
+    return st.one_of(good, good, ANY)
+
+
+def call(function, *arguments, **keywords):
+    """(function, a strategy of (args, kwargs))."""
+    return function, st.tuples(st.tuples(*arguments), st.fixed_dictionaries(keywords))
+
+
+def report_like():
+    from attnscale.claims import CLAIMS
+
+    claim = st.fixed_dictionaries({"id": st.sampled_from([c.id for c in CLAIMS]) | JUNK,
+                                   "verdict": st.sampled_from(["supported", "refuted", "partly supported",
+                                                               "not testable here", "pending"]) | JUNK,
+                                   "numbers": st.dictionaries(st.text(max_size=12), JUNK, max_size=3) | JUNK})
+    full = st.just([{"id": c.id, "verdict": "pending", "numbers": {}} for c in CLAIMS])
+    return st.one_of(JUNK, st.fixed_dictionaries({"claims": st.lists(claim, max_size=3) | full | JUNK}))
+
+
+PUBLIC = {
+    "scaling.parse": call(scaling.parse, either(SPECS)),
+    "scaling.factor": call(scaling.factor, either(SPECS), either(SMALL_INTS)),
+    "scaling.check_d_k": call(scaling.check_d_k, either(SMALL_INTS)),
+    "scaling.check_init": call(scaling.check_init, either(st.sampled_from(list(scaling.INIT_SCHEMES)))),
+    "softmax.softmax": call(softmax_module.softmax, either(tensors()), either(MASKS),
+                            either(st.sampled_from(softmax_module.METHODS)), either(st.integers(-1, 5))),
+    "softmax.naive_softmax": call(softmax_module.naive_softmax, either(tensors()), either(MASKS)),
+    "softmax.stable_softmax": call(softmax_module.stable_softmax, either(tensors()), either(MASKS)),
+    "softmax.online_softmax": call(softmax_module.online_softmax, either(tensors()), either(MASKS), either(st.integers(-1, 5))),
+    "softmax.softmax (masks that fit)": (softmax_module.softmax, stats_calls().flatmap(
+        lambda call: st.tuples(st.just(call[0]), st.fixed_dictionaries({"method": st.sampled_from(softmax_module.METHODS)})))),
+    "softmax.online_logsumexp": call(softmax_module.online_logsumexp, either(tensors()), either(MASKS)),
+    "attention.attention (shapes that fit)": (attention, attention_calls()),
+    "attention.attention": call(attention, either(tensors()), either(tensors()), either(tensors()),
+                                scale=either(SPECS), mask=either(MASKS), causal=either(st.booleans()),
+                                impl=either(st.sampled_from(IMPLS)),
+                                return_weights=either(st.booleans()), block_size=either(st.integers(-1, 5))),
+    "attention.ScaledAttention (sizes that fit)": (build_and_run, module_calls()),
+    "attention.capture": call(capture, ANY),
+    "attention.ScaledAttention": call(ScaledAttention, either(SMALL_INTS), either(st.integers(-1, 4)),
+                                      either(st.none() | SMALL_INTS), scale=either(SPECS),
+                                      init=either(st.sampled_from(list(scaling.INIT_SCHEMES))),
+                                      impl=either(st.sampled_from(IMPLS)),
+                                      block_size=either(st.integers(-1, 5))),
+    "stats.logit_moments": call(stats.logit_moments, either(tensors()), either(MASKS)),
+    "stats.summarize": call(stats.summarize, either(probabilities()), either(MASKS)),
+    "stats.softmax_jacobian": call(stats.softmax_jacobian, either(probabilities())),
+    "stats.jacobian_diagonal": call(stats.jacobian_diagonal, either(probabilities())),
+    "numerics.audit (shapes that fit)": (numerics.audit, attention_calls().map(lambda call: (call[0][:2], {}))),
+    "numerics.audit": call(numerics.audit, either(tensors()), either(tensors()), scale=either(SPECS),
+                           dtype=either(st.sampled_from(["float16", "bf16", torch.float32, "fp8"])),
+                           max_locations=either(st.integers(-1, 3)), seed=either(st.integers(0, 2**64))),
+    "numerics.parse_dtype": call(numerics.parse_dtype, ANY),
+    "numerics.exp_overflow_threshold": call(numerics.exp_overflow_threshold, either(st.sampled_from(["fp16", "bf16"])),
+                                            either(DEVICES)),
+    "numerics.matmul_accumulation": call(numerics.matmul_accumulation, either(st.sampled_from(["fp16", "fp32"])),
+                                         either(DEVICES), either(st.integers(-1, 64)), either(st.integers(0, 2**64))),
+    "memory.require_memory": call(memory.require_memory, either(st.integers(0, 2**80)), either(st.text(max_size=5)),
+                                  either(st.text(max_size=5)), either(DEVICES)),
+    "memory.available_bytes": call(memory.available_bytes, either(DEVICES)),
+    "memory.tensor_bytes": call(memory.tensor_bytes, either(st.lists(st.integers(0, 10**6), max_size=3)),
+                                either(st.sampled_from(DTYPES))),
+    "memory.parse_bytes": call(memory.parse_bytes, either(st.sampled_from(["2G", "512M", "10", "1.5k", "x"]))),
+    "memory.format_bytes": call(memory.format_bytes, either(st.integers(0, 10**15))),
+    "runtime.check_device": call(runtime.check_device, either(DEVICES)),
+    "runtime.torch_device": call(runtime.torch_device, either(DEVICES)),
+    "runtime.check_seed": call(runtime.check_seed, either(st.integers(-1, 2**64))),
+    "answer.compose": call(answer.compose, report_like(), either(st.sampled_from(answer.LANGS))),
+    "answer.check_report": call(answer.check_report, report_like()),
+    "claims.combine": call(claims.combine, either(st.dictionaries(st.sampled_from(lab.LABS), st.builds(
+        claims.Finding, st.sampled_from(claims.VERDICTS), st.text(max_size=5)), max_size=3))),
+    "lab.load": call(lab.load, either(st.sampled_from(lab.LABS))),
+    "lab.config_for": call(lab.config_for, either(st.sampled_from(lab.LABS)), either(st.sampled_from(lab.PRESET_NAMES)),
+                           seed=either(st.integers(-1, 2**64)), device=either(DEVICES)),
+}
+for name in ("entropy", "normalized_entropy", "effective_support", "max_prob", "kl_to_uniform", "jacobian_frobenius",
+             "jacobian_spectral", "n_valid"):
+    PUBLIC[f"stats.{name}"] = call(getattr(stats, name), either(probabilities()), either(MASKS))
+    PUBLIC[f"stats.{name} (masks that fit)"] = (getattr(stats, name), stats_calls())
+
+
+@pytest.mark.parametrize("name", sorted(PUBLIC))
+def test_public_function_raises_nothing_but_value_and_type_errors(name):
+    function, arguments = PUBLIC[name]
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(arguments)
+    def check(drawn):
+        args, kwargs = drawn
+        try:
+            function(*args, **kwargs)
+        except (ValueError, TypeError):
+            pass
+
+    check()
+
+
+@pytest.mark.parametrize("name", ["check_folder", "check_file"])
+def test_path_checks_raise_nothing_but_value_and_type_errors(name, tmp_path):
+    write(tmp_path / "file", "x")
+    (tmp_path / "folder").mkdir()
+    names = st.sampled_from(["file", "folder", "file/x", "folder/x", "new/deeper", "", ".", "a[b]", "\x00"])
+
+    @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(either(names.map(lambda part: str(tmp_path / part))), either(st.text(max_size=5)))
+    def check(path, what):
+        try:
+            getattr(paths, name)(path, what)
+        except (ValueError, TypeError):
+            pass
+
+    check()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder"]  # the checks create nothing

@@ -315,8 +315,11 @@ class ScaledAttention(nn.Module):
         return x.view(batch, time, self.n_heads, self.d_head).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool | None = None) -> torch.Tensor:
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"expected input (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"expected input (B, T, d_model={self.d_model}), got {tuple(getattr(x, 'shape', ())) or x!r}")
+        if x.dtype != self.w_q.weight.dtype:
+            raise ValueError(f"input has dtype {x.dtype} but the module's weights {self.w_q.weight.dtype}; convert "
+                             "one of them with .to()")
         batch, time, _ = x.shape
         q, k, v = (self.split_heads(w(x)) for w in (self.w_q, self.w_k, self.w_v))
         if self.rule.normalizes_qk:
@@ -350,6 +353,8 @@ def capture(model: nn.Module, detach: bool = True):
     ...     model(x)
     >>> seen["blocks.0.attn"].probs.shape
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"capture needs an nn.Module, got {type(model).__name__}")
     record = Capture(detach=detach)
     modules = [(name, m) for name, m in model.named_modules() if isinstance(m, ScaledAttention)]
     if not modules:

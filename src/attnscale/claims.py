@@ -148,6 +148,8 @@ def combine(findings: dict[str, Finding]) -> str:
     claim; if all the rest agree, that verdict stands; any disagreement (one lab supports
     what another refutes or only partly supports) gives "partly supported".
     """
+    if not isinstance(findings, dict) or not all(isinstance(f, Finding) for f in findings.values()):
+        raise TypeError(f"combine needs {{lab: Finding}}, got {type(findings).__name__}")
     if not findings:
         return PENDING
     tested = {f.verdict for f in findings.values() if f.verdict != NOT_TESTABLE}

@@ -18,11 +18,14 @@ and for tests.
 
 from __future__ import annotations
 
+import operator
 import os
 import re
 from pathlib import Path
 
 import torch
+
+from .runtime import torch_device
 
 LIMIT_VARIABLE = "ATTNSCALE_MEMORY_LIMIT"
 USABLE_SHARE = 0.9  # of the free memory: the rest stays for the interpreter, torch and other processes
@@ -33,6 +36,8 @@ CGROUP_V1 = Path("/sys/fs/cgroup/memory")
 
 def format_bytes(count: float) -> str:
     """1234567 -> '1.2 MB' (decimal units, as people read sizes)."""
+    if isinstance(count, bool) or not isinstance(count, (int, float)):
+        raise TypeError(f"a byte count must be a number, got {type(count).__name__}")
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if count >= size:
             return f"{count / size:.1f} {unit}"
@@ -52,7 +57,11 @@ def tensor_bytes(shape, dtype: torch.dtype = torch.float32) -> int:
     """Bytes of a dense tensor of ``shape`` and ``dtype`` (no allocation)."""
     count = 1
     for size in shape:
-        count *= int(size)
+        if isinstance(size, bool) or operator.index(size) < 0:  # operator.index: TypeError unless an integer
+            raise ValueError(f"a shape holds sizes >= 0, got {size!r}")
+        count *= operator.index(size)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
     return count * torch.empty((), dtype=dtype).element_size()
 
 
@@ -98,9 +107,9 @@ def available_bytes(device: str | torch.device = "cpu") -> int | None:
     /proc, the free physical pages.  CUDA: the device's free memory.  Either way capped by
     ``ATTNSCALE_MEMORY_LIMIT`` when set.
     """
-    kind = torch.device(device).type
-    if kind == "cuda":
-        free = torch.cuda.mem_get_info(torch.device(device))[0] if torch.cuda.is_available() else None
+    device = torch_device(device)
+    if device.type == "cuda":
+        free = torch.cuda.mem_get_info(device)[0]
     else:
         free = _meminfo_available()
         room = _cgroup_room()
@@ -133,6 +142,6 @@ def require_memory(bytes_needed: int, what: str, shrink_hint: str, device: str |
         raise ValueError(f"bytes_needed must be an integer >= 0, got {bytes_needed!r}")
     free = available_bytes(device)
     if free is not None and bytes_needed > USABLE_SHARE * free:
-        where = "" if torch.device(device).type == "cpu" else f" on {device}"
+        where = "" if torch_device(device).type == "cpu" else f" on {device}"
         raise ValueError(f"{what} would need {format_bytes(bytes_needed)}, but only {format_bytes(free)} is "
                          f"free{where}; {shrink_hint}")
