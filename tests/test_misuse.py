@@ -325,12 +325,27 @@ def run_batch(cases: list[dict]) -> list[dict]:
     return json.loads(done.stdout)
 
 
-# Commands that must succeed, run in the same batch: (args, setup).
-GOOD = {
+def read_only_run_store(folder: Path) -> None:
+    """A run store (WAL mode, as sweeps write it) with one finished run, in a read-only folder."""
+    spec = {"task": "recall", "rule": "sqrt", "init": "unit", "d_head": 16, "n_layers": 2, "optimiser": "adamw",
+            "steps": 10, "lr": 0.001}
+    result = {"status": "finished", "initial_val_loss": 3.0, "final_val_loss": 1.0, "final_val_acc": 0.5,
+              "chance_acc": 0.0625}
+    path = table_file(folder / "ro" / "r.sqlite", runs_schema(),
+                      [("k", json.dumps(spec), "finished", json.dumps(result), 1.0, 0.0)], readonly=True, wal=True)
+    path.parent.chmod(0o555)
+
+
+# Commands that must succeed, run in the same batch: Case(id, args, what stdout must hold, setup, ...).
+GOOD = {case.id: case for case in [
     # Rich markup is never applied to paths: '[red]' stays in the output, and '[/x]' breaks nothing.
-    "brackets": (["train", "--steps", "1", "--log-every", "1", "--batch-size", "4", "--checkpoint", "c[red]k[/x]"], None),
-    "max-tokens": (["diagnose", "--max-tokens", "100000", "--text", "word " * 700, "--json", *SMALL], None),
-}
+    Case("brackets", ["train", "--steps", "1", "--log-every", "1", "--batch-size", "4", "--checkpoint", "c[red]k[/x]"],
+         "checkpoint: c[red]k[/x]/"),
+    Case("max-tokens", ["diagnose", "--max-tokens", "100000", "--text", "word " * 700, "--json", *SMALL], '"tokens"'),
+    # A read-only store can still be read.
+    Case("summary-read-only", ["sweep", "--summary", "--db", "ro/r.sqlite"], "sweep summary: 1 runs in ro/r.sqlite",
+         read_only_run_store, unprivileged=True),
+]}
 
 
 @pytest.fixture(scope="module")
@@ -339,7 +354,7 @@ def outcomes(tmp_path_factory):
     batch; {id: (folder, snapshot before, result)}."""
     root = tmp_path_factory.mktemp("misuse")
     jobs = [(case.id, case.args, case.setup, case.env, case.unprivileged) for case in CASES]
-    jobs += [(f"good:{name}", args, setup, {}, False) for name, (args, setup) in GOOD.items()]
+    jobs += [(f"good:{case.id}", case.args, case.setup, case.env, case.unprivileged) for case in GOOD.values()]
     prepared = []
     for name, args, setup, env, unprivileged in jobs:
         folder = root / name.replace(":", "-")
@@ -394,6 +409,15 @@ def test_paths_with_brackets_print_as_they_are(outcomes):
     assert done["code"] == 0, done["stderr"]
     assert "checkpoint: c[red]k[/x]/" in done["stdout"]
     assert list((folder / "c[red]k[/x]").glob("*.safetensors"))
+
+
+def test_a_read_only_store_is_summarised_without_writing(outcomes):
+    folder, before, done = outcomes["good:summary-read-only"]
+    if done["code"] == CANNOT_DROP:
+        pytest.skip("cannot make file permissions apply to this process")
+    assert done["code"] == 0 and done["stderr"] == "", done["stderr"]
+    assert GOOD["summary-read-only"].needle in " ".join(done["stdout"].split())
+    assert snapshot(folder) == before
 
 
 def test_max_tokens_beyond_the_models_positions_is_clipped_with_a_notice(outcomes):
