@@ -60,7 +60,7 @@ class SQLiteTable:
         self.readonly = readonly
         self.table = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", self.schema).group(1)
         self._check_location()
-        self._uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro" if readonly else None
+        self._uri = self._read_uri() if readonly else None
         if not readonly:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -68,6 +68,13 @@ class SQLiteTable:
         except sqlite3.DatabaseError as error:
             raise ValueError(f"{self._name()} is not a usable SQLite store ({error}); move it away or use "
                              "another file") from None
+
+    def _read_uri(self) -> str:
+        """Read-only opening: a read-write connection where the file and folder allow it (so that
+        SQLite removes its -wal and -shm files on closing), else a read-only one."""
+        path = self.path.resolve()
+        writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+        return f"file:{urllib.parse.quote(str(path))}?mode={'rw' if writable else 'ro'}"
 
     def _name(self) -> str:
         return f"store {str(self.path)!r}"
