@@ -213,7 +213,7 @@ CASES = [
     # numerics --from-file
     Case("audit-missing", ["numerics", "--from-file", "q[k].safetensors"], "q[k].safetensors"),
     Case("audit-garbage", ["numerics", "--from-file", "qk"], "safetensors", lambda d: garbage(d / "qk")),
-    Case("audit-folder", ["numerics", "--from-file", "qk"], "qk", lambda d: (d / "qk").mkdir()),
+    Case("audit-folder", ["numerics", "--from-file", "qk"], "'qk' is a folder", lambda d: (d / "qk").mkdir()),
     Case("audit-no-q", ["numerics", "--from-file", "qk"], "'q'",
          lambda d: save_file({"k": torch.ones(2, 2)}, str(d / "qk"))),
     Case("audit-int", ["numerics", "--from-file", "qk"], "I32",

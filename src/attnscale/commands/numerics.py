@@ -28,8 +28,10 @@ def load_qk(path: Path):
 
     from ..memory import require_memory, tensor_bytes
 
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"no such file: {str(path)!r} (expected a safetensors file with {EXPECTED})")
+    if not path.is_file():
+        raise ValueError(f"{str(path)!r} is a folder; give a safetensors file with {EXPECTED}")
     try:
         with safe_open(str(path), framework="pt") as file:
             names = set(file.keys())
