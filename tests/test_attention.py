@@ -197,3 +197,44 @@ def test_module_rejects_bad_configuration():
         ScaledAttention(16, 0)
     with pytest.raises(ValueError, match="d_model=16"):
         ScaledAttention(16, 2)(torch.randn(2, 5, 15))
+
+
+# ----------------------------------------------------------------------------- edge cases, the same in every impl
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_no_keys_give_zeros_and_no_queries_an_empty_output(impl):
+    q, k, v = qkv((1, 2, 3, 4), t_k=5)
+    no_keys = attention(q, k[..., :0, :], v[..., :0, :], impl=impl)
+    assert torch.equal(no_keys, torch.zeros(1, 2, 3, 7))
+    no_queries = attention(q[..., :0, :], k, v, impl=impl)
+    assert no_queries.shape == (1, 2, 0, 7)
+    if impl in ("naive", "stable"):
+        out, probs = attention(q, k[..., :0, :], v[..., :0, :], impl=impl, return_weights=True)
+        assert probs.shape == (1, 2, 3, 0) and torch.equal(out, no_keys)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_a_mask_that_would_enlarge_the_output_is_refused(impl):
+    q, k, v = qkv((1, 1, 3, 4))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        attention(q, k, v, mask=torch.ones(2, 1, 3, 3, dtype=torch.bool), impl=impl)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("impl", ["stable", "online", "sdpa"])
+def test_half_precision_with_large_q_and_k_stays_finite_and_close_to_float64(impl, dtype):
+    """q, k of std 100 at d_k = 64: q.k reaches ~10^5, past float16's 65504.  The scores are
+    computed in float32, so the result is the float64 one to the output's rounding."""
+    q, k, v = qkv((1, 4, 64, 64), dtype=torch.float64, seed=3)
+    q, k, v = (q * 100).to(dtype), (k * 100).to(dtype), v.to(dtype)
+    if dtype == torch.float16:
+        assert not torch.isfinite(q[0, 0] @ k[0, 0].T).all()  # the product itself overflows float16
+    out = attention(q, k, v, impl=impl)
+    expected, _ = reference(q, k, v, "sqrt")  # float64 on the same rounded inputs
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), expected, atol=2 * torch.finfo(dtype).eps * 4, rtol=0)
+
+
+def test_naive_in_half_precision_is_the_baseline_that_overflows():
+    q, k, v = qkv((1, 1, 16, 64), dtype=torch.float16, seed=3)
+    assert not torch.isfinite(attention(q * 100, k * 100, v, impl="naive")).all()

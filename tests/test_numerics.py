@@ -322,6 +322,37 @@ def test_audit_reports_overflow_where_and_only_where_it_occurs():
     assert json.dumps(report, allow_nan=False)
 
 
+def test_audit_in_row_blocks_gives_the_same_report(monkeypatch):
+    """Large T is audited a block of query rows at a time; the totals do not depend on the blocks."""
+    import attnscale.numerics as numerics_module
+
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 1, 37, 8, generator=g) * 100
+    k = torch.randn(1, 3, 29, 8, generator=g) * 100
+    whole = audit(q, k, scale="none", dtype=torch.float16, max_locations=50)
+    monkeypatch.setattr(numerics_module, "BLOCK_BYTES", numerics_module.AUDIT_MATRICES * 29 * 8 * 5)  # 5 rows
+    assert numerics_module.audit_block_rows(37, 29, 8) == 5
+    blocked = audit(q, k, scale="none", dtype=torch.float16, max_locations=50)
+    assert whole["matmul_overflow"]["count"] > 0
+    for key in ("prob_error", "output_error", "logits"):  # sums in another order: equal to rounding
+        for name, value in whole[key].items():
+            assert blocked[key][name] == pytest.approx(value, rel=1e-12)
+    assert {k: v for k, v in blocked.items() if k not in ("prob_error", "output_error", "logits", "risks")} == {
+        k: v for k, v in whole.items() if k not in ("prob_error", "output_error", "logits", "risks")}
+
+
+def test_an_audit_whose_matrices_exceed_free_memory_runs_in_row_blocks(monkeypatch):
+    """3000 x 3000 keys: the audit's full float64 matrices take 1.2 GB, more than the 100 MB
+    allowed here; it runs a few hundred query rows at a time instead of refusing."""
+    import attnscale.numerics as numerics_module
+
+    monkeypatch.setenv("ATTNSCALE_MEMORY_LIMIT", "100M")
+    assert numerics_module.audit_block_rows(3000, 3000, 1) < 3000
+    q = torch.linspace(-3, 3, 3000).unsqueeze(-1)
+    report = audit(q, q.flip(0), scale="sqrt", dtype=torch.float16)
+    assert report["entries"] == 3000**2 and report["matmul_overflow"]["count"] == 0
+
+
 def test_audit_counts_underflow_and_round_to_one_exactly():
     q = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
     k = torch.tensor([[0.0, 0.0], [-30.0, 0.0], [-1.0, 0.0]])

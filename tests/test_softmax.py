@@ -125,3 +125,25 @@ def test_online_softmax_stays_exact_for_huge_equal_logits(dtype):
     x = torch.tensor([[big, big]], dtype=dtype)
     assert torch.equal(online_softmax(x)[0], torch.tensor([[0.5, 0.5]], dtype=dtype))
     assert torch.equal(stable_softmax(x), torch.tensor([[0.5, 0.5]], dtype=dtype))
+
+
+# ----------------------------------------------------------------------------- edge cases, the same in every method
+
+@pytest.mark.parametrize("method", ["naive", "stable", "online"])
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (2, 0, 0), (0,)])
+def test_no_keys_or_no_rows_give_an_empty_result(method, shape):
+    out = softmax(torch.randn(shape), method=method)
+    assert out.shape == shape and out.numel() == 0
+
+
+@pytest.mark.parametrize("method", ["naive", "stable", "online"])
+def test_a_0d_input_is_refused(method):
+    with pytest.raises(ValueError, match="at least one dimension"):
+        softmax(torch.tensor(1.0), method=method)
+
+
+@pytest.mark.parametrize("method", ["naive", "stable", "online"])
+@pytest.mark.parametrize("mask_shape", [(3, 1, 4), (2, 4)])
+def test_a_mask_that_would_enlarge_the_output_is_refused(method, mask_shape):
+    with pytest.raises(ValueError, match="does not broadcast to \\(1, 4\\)"):
+        softmax(torch.randn(1, 4), mask=torch.ones(mask_shape, dtype=torch.bool), method=method)

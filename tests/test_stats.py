@@ -103,3 +103,72 @@ def test_bad_input_raises():
         stats.entropy(torch.ones(3, 4, dtype=torch.int64))
     with pytest.raises(ValueError):
         stats.entropy(torch.ones(3, 4), mask=torch.ones(2, 4, dtype=torch.bool))
+
+
+# ----------------------------------------------------------------------------- rows that hold no distribution
+
+ROW_STATS = ["entropy", "normalized_entropy", "effective_support", "max_prob", "kl_to_uniform", "jacobian_frobenius",
+             "jacobian_spectral"]
+
+
+@pytest.mark.parametrize("name", ROW_STATS)
+def test_rows_without_a_distribution_are_nan_and_leave_the_others_alone(name):
+    """One convention: a fully masked row, an all-zero row (softmax of a fully masked row) and
+    a row with NaN give NaN; every other row gets what it gets alone."""
+    probs = random_probs(5, 4, seed=1)
+    mask = torch.ones(5, 4, dtype=torch.bool)
+    mask[1] = False
+    probs[2] = 0.0
+    probs[3, 1] = float("nan")
+    got = getattr(stats, name)(probs, mask)
+    assert torch.isnan(got[1:4]).all()
+    for row in (0, 4):
+        torch.testing.assert_close(got[row], getattr(stats, name)(probs[row : row + 1])[0])
+
+
+@pytest.mark.parametrize("name", ROW_STATS)
+def test_no_keys_at_all_is_nan_per_row(name):
+    got = getattr(stats, name)(torch.zeros(3, 0))
+    assert got.shape == (3,) and torch.isnan(got).all()
+
+
+def test_one_key_rows_are_one_hot_distributions():
+    one = torch.ones(2, 1, dtype=torch.float64)
+    assert torch.equal(stats.entropy(one), torch.zeros(2, dtype=torch.float64))
+    assert torch.equal(stats.effective_support(one), torch.ones(2, dtype=torch.float64))
+    assert torch.equal(stats.max_prob(one), torch.ones(2, dtype=torch.float64))
+    assert torch.equal(stats.kl_to_uniform(one), torch.zeros(2, dtype=torch.float64))
+    assert torch.equal(stats.jacobian_frobenius(one), torch.zeros(2, dtype=torch.float64))
+    assert torch.equal(stats.jacobian_spectral(one), torch.zeros(2, dtype=torch.float64))
+    assert torch.isnan(stats.normalized_entropy(one)).all()
+
+
+@pytest.mark.parametrize("name", [*ROW_STATS, "softmax_jacobian", "jacobian_diagonal"])
+@pytest.mark.parametrize("bad, message", [([[1.5, -0.5]], "negative"), ([[0.5, 0.6]], "sum to 1"),
+                                          ([[3.0, 1.0, -2.0]], "negative"), ([[2.0, 3.0]], "sum to 1")])
+def test_negative_or_unnormalised_probabilities_are_refused(name, bad, message):
+    with pytest.raises(ValueError, match=message):
+        getattr(stats, name)(torch.tensor(bad, dtype=torch.float64))
+
+
+def test_rounding_of_half_precision_softmax_is_accepted():
+    logits = torch.randn(64, 1024, generator=torch.Generator().manual_seed(0)) * 3
+    for dtype in (torch.float16, torch.bfloat16):
+        assert torch.isfinite(stats.entropy(torch.softmax(logits.to(dtype), dim=-1))).all()
+
+
+def test_logit_moments_of_rows_without_keys_are_nan():
+    logits = torch.tensor([[1.0, 3.0], [5.0, 7.0]])
+    moments = stats.logit_moments(logits, torch.tensor([[True, True], [False, False]]))
+    assert torch.equal(moments["mean"][0], torch.tensor(2.0)) and moments["max_abs"][0] == 3.0
+    assert all(torch.isnan(value[1]) for value in moments.values())
+    empty = stats.logit_moments(torch.zeros(4, 0))
+    assert all(value.shape == (4,) and torch.isnan(value).all() for value in empty.values())
+
+
+def test_summarize_leaves_out_rows_without_a_distribution():
+    probs = random_probs(4, 6, seed=2)
+    whole = stats.summarize(probs[:2])
+    probs[2] = float("nan")
+    probs[3] = 0.0
+    assert stats.summarize(probs) == whole

@@ -17,7 +17,7 @@ import math
 import re
 from pathlib import Path
 
-from .claims import BY_ID, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, key_declared
+from .claims import BY_ID, CLAIMS, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, VERDICTS, key_declared
 from .lab.numerics import KL_CHEAP, MEMORY_SAVED, WRONG_OUTPUT
 from .lab.training.verdicts import EQUIVALENT_LOGITS  # the C10 rule's threshold on the trained logit std gap
 from .lab.variance import SMALL_TV, SMALL_TV_RATIO
@@ -471,14 +471,45 @@ def _spaced(text: str, lang: str) -> str:
     return re.sub(r"([A-Za-z0-9%)])([\u4e00-\u9fff])", r"\1 \2", text)
 
 
+def check_report(report, source: str = "the report") -> dict:
+    """``report`` if it has what :func:`compose` reads: a ``claims`` list holding every claim
+    C01..C18, each with a known verdict and a ``numbers`` object; else ValueError naming
+    what is wrong (``source`` names the report in the message)."""
+    if not isinstance(report, dict) or not isinstance(report.get("claims"), list):
+        raise ValueError(f"{source} is not a report.json (no 'claims' list)")
+    found = {}
+    for claim in report["claims"]:
+        if not isinstance(claim, dict) or not isinstance(claim.get("id"), str):
+            raise ValueError(f"{source} is not a report.json: an entry of 'claims' is not a claim with an 'id'")
+        if (claim.get("verdict") not in (*VERDICTS, PENDING) or not isinstance(claim.get("numbers"), dict)
+                or not isinstance(claim.get("lab_verdicts", {}), dict)):
+            raise ValueError(f"{source} is not a complete report.json: claim {claim['id']!r} lacks a known "
+                             "'verdict' or a 'numbers' object")
+        found[claim["id"]] = claim
+    missing = [claim.id for claim in CLAIMS if claim.id not in found]
+    if missing:
+        named = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ValueError(f"{source} is not a complete report.json: claim{'s' if len(missing) > 1 else ''} {named} "
+                         "missing; run `attnscale report` again")
+    return report
+
+
+def _sentence(build, ev: Evidence, lang: str) -> str:
+    try:
+        return build(ev, lang)
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError) as error:
+        raise ValueError(f"the report's numbers for {build.__name__} are not what attnscale writes "
+                         f"({type(error).__name__}: {str(error)[:80]}); run `attnscale report` again") from None
+
+
 def compose(report: dict, lang: str = "en") -> dict:
     """The 30-second answer and the three follow-ups, as lists of sentences."""
     if lang not in LANGS:
         raise ValueError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
-    ev = Evidence(report)
-    answer = [_spaced(f(ev, lang), lang)
+    ev = Evidence(check_report(report))
+    answer = [_spaced(_sentence(f, ev, lang), lang)
               for f in (variance, init_premise, sqrt_rule, inv_d_rule, no_scaling, low_precision, balance)]
-    follow_ups = [{"question": q, "answer": [_spaced(f(ev, lang), lang)]}
+    follow_ups = [{"question": q, "answer": [_spaced(_sentence(f, ev, lang), lang)]}
                   for q, f in zip(FOLLOW_UPS[lang], (small_d_k, gradients, t5))]
     counts = {}
     for claim in report["claims"]:
@@ -503,15 +534,17 @@ def render_text(composed: dict) -> str:
 
 
 def load_report(path: str | Path) -> dict:
+    """report.json from a report folder or the file itself; FileNotFoundError / ValueError name what is wrong."""
     path = Path(path)
     if path.is_dir():
         path = path / "report.json"
     if not path.exists():
         raise FileNotFoundError(f"no report at {str(path)!r}; run `attnscale report` first (or pass --report)")
+    if not path.is_file():
+        raise ValueError(f"{str(path)!r} is a folder, not a report.json")
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise ValueError(f"{str(path)!r} is not a report.json: {error}") from None
-    if not isinstance(report, dict) or "claims" not in report:
-        raise ValueError(f"{str(path)!r} is not a report.json (no 'claims')")
-    return report
+    return check_report(report, repr(str(path)))
+

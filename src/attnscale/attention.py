@@ -6,7 +6,11 @@ comes from a scale rule (:mod:`attnscale.scaling`).  Four implementations:
 * ``sdpa``: torch's fused kernel; the rule's factor goes in through its ``scale=``
   argument (learnable factors are folded into q instead, so their gradient flows);
 * ``naive`` and ``stable``: the plain math, logits then a softmax from
-  :mod:`attnscale.softmax`, one (T_q, T_k) matrix in memory;
+  :mod:`attnscale.softmax`, one (T_q, T_k) matrix in memory.  ``naive`` computes all of it
+  in the inputs' dtype and without max subtraction: the baseline that overflows, on
+  purpose.  ``stable`` subtracts the row max and, for float16/bfloat16 inputs, computes the
+  scores, the softmax and the output in float32 (as SDPA's CPU kernel and ``online`` do), so
+  that q k^T beyond 65504 does not overflow float16; its output and weights are cast back;
 * ``online``: FlashAttention-2's forward recurrence, tiled over keys: a running max, a
   running sum and a running output, never the full (T_q, T_k) matrix.
 
@@ -25,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import scaling
+from . import memory, scaling
 from .softmax import check_block_size, check_float, check_mask, naive_softmax, stable_softmax, stats_dtype
 
 IMPLS = ("auto", "sdpa", "naive", "stable", "online")
@@ -89,10 +93,16 @@ def scores(q: torch.Tensor, k: torch.Tensor, factor) -> torch.Tensor:
 
 
 def dense_attention(q, k, v, factor, mask, method: str):
-    """Logits, then a full softmax (``naive`` or ``stable``); returns (output, probabilities)."""
-    logits = scores(q, k, factor)
-    probs = naive_softmax(logits, mask) if method == "naive" else stable_softmax(logits, mask)
-    return probs @ v, probs
+    """Logits, then a full softmax; returns (output, probabilities) in the inputs' dtype.
+
+    ``naive``: everything in the inputs' dtype, no max subtraction.  ``stable``: max-subtracted,
+    computed in float32 for half inputs (see the module docstring)."""
+    if method == "naive":
+        probs = naive_softmax(scores(q, k, factor), mask)
+        return probs @ v, probs
+    acc = stats_dtype(q.dtype)
+    probs = stable_softmax(scores(q.to(acc), k.to(acc), factor), mask)
+    return (probs @ v.to(acc)).to(q.dtype), probs.to(q.dtype)
 
 
 def online_attention(q, k, v, factor, mask=None, block_size: int = 128):
@@ -110,6 +120,8 @@ def online_attention(q, k, v, factor, mask=None, block_size: int = 128):
     q_acc, k_acc, v_acc = q.to(acc), k.to(acc), v.to(acc)
     if mask is not None:
         mask = mask.expand(*q.shape[:-1], k.shape[-2])
+    if q.shape[-2] == 0:  # no queries: empty output and logsumexp
+        return q.new_zeros(*q.shape[:-1], v.shape[-1]), q_acc.new_zeros(q.shape[:-1])
     outs, lses = [], []
     for start in range(0, q.shape[-2], block_size):
         rows = slice(start, start + block_size)
@@ -197,7 +209,8 @@ def attention(
     (..., T_q, T_k); ``causal`` masks keys after the query (top-left aligned).  ``impl`` is one
     of ``auto`` (``sdpa``, or ``stable`` when weights are asked for), ``sdpa``, ``naive``,
     ``stable``, ``online``.  With ``return_weights=True`` returns (output, probabilities).
-    Rows with no key allowed give zeros.
+    Rows with no key allowed give zeros; so does every row when there are no keys (T_k = 0);
+    no queries (T_q = 0) give an empty output.  Every impl gives the same result for these.
     """
     check_impl(impl)
     rule = scaling.parse(scale)
@@ -274,6 +287,9 @@ class ScaledAttention(nn.Module):
         self.init_scheme = scaling.check_init(init)
         self.impl, self.causal, self.block_size = impl, causal, check_block_size(block_size)
         inner = n_heads * d_head
+        weights = memory.tensor_bytes((4 * d_model, inner), torch.get_default_dtype())
+        memory.require_memory(weights, f"the weights of ScaledAttention(d_model={d_model}, n_heads={n_heads}, "
+                              f"d_head={d_head})", "use a smaller d_model, n_heads or d_head")
         self.w_q = nn.Linear(d_model, inner, bias=bias)
         self.w_k = nn.Linear(d_model, inner, bias=bias)
         self.w_v = nn.Linear(d_model, inner, bias=bias)
@@ -299,8 +315,11 @@ class ScaledAttention(nn.Module):
         return x.view(batch, time, self.n_heads, self.d_head).transpose(1, 2)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool | None = None) -> torch.Tensor:
-        if x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"expected input (B, T, d_model={self.d_model}), got {tuple(x.shape)}")
+        if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(f"expected input (B, T, d_model={self.d_model}), got {tuple(getattr(x, 'shape', ())) or x!r}")
+        if x.dtype != self.w_q.weight.dtype:
+            raise ValueError(f"input has dtype {x.dtype} but the module's weights {self.w_q.weight.dtype}; convert "
+                             "one of them with .to()")
         batch, time, _ = x.shape
         q, k, v = (self.split_heads(w(x)) for w in (self.w_q, self.w_k, self.w_v))
         if self.rule.normalizes_qk:
@@ -334,6 +353,8 @@ def capture(model: nn.Module, detach: bool = True):
     ...     model(x)
     >>> seen["blocks.0.attn"].probs.shape
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"capture needs an nn.Module, got {type(model).__name__}")
     record = Capture(detach=detach)
     modules = [(name, m) for name, m in model.named_modules() if isinstance(m, ScaledAttention)]
     if not modules:

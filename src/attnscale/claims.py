@@ -168,6 +168,8 @@ def combine(findings: dict[str, Finding], labs: tuple[str, ...] | None = None) -
     tested: with a part not measured yet or not testable here, it is capped at "partly
     supported".
     """
+    if not isinstance(findings, dict) or not all(isinstance(f, Finding) for f in findings.values()):
+        raise TypeError(f"combine needs {{lab: Finding}}, got {type(findings).__name__}")
     if not findings:
         return PENDING
     labs = tuple(findings) if labs is None else labs

@@ -2,17 +2,26 @@
 
 Each lab gets a subcommand that runs its preset and prints its tables; labs with options of
 their own (training, numerics, doctor, ...) register commands from
-``attnscale.commands.<name>`` (a module with ``register(app)``).  Errors a user can cause
-print one line on stderr and exit with code 2.
+``attnscale.commands.<name>`` (a module with ``register(app)``).
+
+Errors a user can cause (bad options, bad or unwritable files, a store that is not one, work
+that does not fit in memory) print one line on stderr, ``attnscale: error: ...``, and exit
+with code 2; a :class:`attnscale.runtime.Notice` (a value clipped) prints one line
+``attnscale: note: ...`` and the command goes on.  Options are checked before any work
+starts and before any progress bar is drawn.  Output never interprets Rich markup: paths
+and user text are printed as they are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import json
+import sqlite3
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import typer
@@ -21,6 +30,8 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import __version__, lab
+from .paths import check_folder
+from .runtime import Notice, check_device, check_seed
 
 app = typer.Typer(
     name="attnscale",
@@ -29,8 +40,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+# No markup, no highlighting: paths and user text (which may hold "[...]") print as they are.
+console = Console(markup=False, highlight=False)
+err_console = Console(stderr=True, markup=False, highlight=False)
 
 # Extra command modules under attnscale.commands, each with register(app).
 COMMAND_MODULES = ("report", "explore", "answer")
@@ -63,15 +75,30 @@ def print_rows(title: str, rows: list[dict], limit: int = 40) -> None:
     console.print(table)
 
 
-def progress_bar() -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                    TimeElapsedColumn(), TextColumn("{task.fields[note]}"), console=err_console, transient=False)
+@contextlib.contextmanager
+def progress_bar():
+    """A progress bar on stderr; if the block raises, the bar is erased, so that the error
+    line is the only line left on stderr."""
+    bar = Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
+                   TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
+                   TextColumn("{task.fields[note]}", markup=False), console=err_console, transient=False)
+    bar.start()
+    try:
+        yield bar
+    except BaseException:
+        bar.live.transient = True
+        bar.live.stop()  # Progress.stop would add a blank line on a non-terminal stderr
+        raise
+    bar.stop()
 
 
 def run_lab_command(name: str, preset: str, seed: int, device: str, as_json: bool, figures: Path | None) -> None:
     """Run one lab's preset; print its tables and findings (or the whole result as JSON)."""
     module = lab.load(name)
-    config = lab.config_for(name, preset, seed=seed, device=device)
+    check_device(device)
+    config = lab.config_for(name, preset, seed=check_seed(seed), device=device)
+    if figures is not None:
+        check_folder(figures, "--figures")
     start = time.perf_counter()
     with progress_bar() as bar:
         task = bar.add_task(name, total=1.0, note="")
@@ -140,17 +167,51 @@ def usage_error_types() -> tuple[type, ...]:
     return tuple(types)
 
 
+def first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def describe_os_error(error: OSError) -> str:
+    """'Permission denied: 'out/x.html'' from an OSError, naming the file(s) when it knows them."""
+    if error.filename is None:
+        return first_line(error)
+    names = " -> ".join(repr(str(name)) for name in (error.filename, error.filename2) if name is not None)
+    return f"{error.strerror or type(error).__name__}: {names}"
+
+
+def show_notice(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning) -> None:
+    """Notices print as one line on stderr; other warnings as Python prints them."""
+    if issubclass(category, Notice):
+        text = str(message).strip()
+        sys.stderr.write(f"attnscale: note: {text.splitlines()[0] if text else category.__name__}\n")
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
+def fail(message: str) -> None:
+    sys.stderr.write(f"attnscale: error: {message}\n")
+    sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user errors become one line on stderr and exit code 2."""
+    """Entry point: user errors become one line on stderr and exit code 2; no arguments prints the help."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    warnings.showwarning = show_notice
     try:
-        code = app(args=argv, prog_name="attnscale", standalone_mode=False)
+        code = app(args=args or ["--help"], prog_name="attnscale", standalone_mode=False)
     except usage_error_types() as error:
-        message = error.format_message().replace("\n", " ")
-        sys.stderr.write(f"attnscale: error: {message}\n")
-        sys.exit(2)
-    except (ValueError, FileNotFoundError) as error:
-        sys.stderr.write(f"attnscale: error: {str(error).splitlines()[0] if str(error) else type(error).__name__}\n")
-        sys.exit(2)
+        fail(error.format_message().replace("\n", " "))
+    except FileNotFoundError as error:
+        fail(first_line(error) if error.filename is None else describe_os_error(error))
+    except ValueError as error:
+        fail(first_line(error))
+    except OSError as error:  # a file or folder that cannot be read or written
+        fail(describe_os_error(error))
+    except sqlite3.Error as error:
+        fail(f"results store: {first_line(error)}")
+    except MemoryError:
+        fail("out of memory; run with smaller sizes")
     except typer.Abort:
         sys.stderr.write("attnscale: aborted\n")
         sys.exit(130)

@@ -23,7 +23,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from . import scaling
+from . import memory, scaling
+from .runtime import check_seed, torch_device
 from .softmax import check_float, naive_softmax
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -56,6 +57,7 @@ def exp_overflow_threshold(dtype, device="cpu") -> dict:
     spacing of the dtype at the threshold (``resolution``).
     """
     dtype = parse_dtype(dtype)
+    device = torch_device(device)
     finite = lambda bits: bool(torch.isfinite(torch.exp(_from_bits(bits, dtype, device))).item())
     max_bits = int(torch.tensor([torch.finfo(dtype).max], dtype=dtype).view(BITS_VIEW[dtype]).item())
     low, high = 0, max_bits  # exp(0) = 1 is finite, exp(finfo.max) is inf
@@ -80,6 +82,12 @@ def matmul_accumulation(dtype, device="cpu", length: int = 4096, seed: int = 0) 
       exact answer 0 survives only if partial sums may exceed finfo.max.
     """
     dtype = parse_dtype(dtype)
+    device = torch_device(device)
+    seed = check_seed(seed)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        raise ValueError(f"length must be an integer >= 1, got {length!r}")
+    memory.require_memory(4 * memory.tensor_bytes((8, length), torch.float64), f"the matmul probe of length {length}",
+                          "use a shorter length")
     gen = torch.Generator().manual_seed(seed)
     a = torch.rand(8, length, generator=gen, dtype=torch.float64).to(dtype)
     b = torch.rand(length, 8, generator=gen, dtype=torch.float64).to(dtype)
@@ -138,8 +146,16 @@ class _Tally:
         self.sums[name] = self.sums.get(name, 0.0) + value
 
 
-def _audit_slice(q64, k64, v64, factor, dtype, tally: _Tally, index: tuple, locations: list, max_locations: int):
-    """One (T_q, d) x (T_k, d) slice: exact float64 vs the same math in ``dtype``."""
+AUDIT_MATRICES = 16  # (rows, T_k) float64-sized matrices alive at once in _audit_rows, temporaries included
+BLOCK_BYTES = 256 * 2**20  # what one block of query rows may take; larger T_q is audited in more blocks
+
+
+def _audit_rows(q64, k64, v64, factor, dtype, tally: _Tally, index: tuple, first_row: int, locations: list,
+                max_locations: int):
+    """Query rows ``first_row:`` of one (T_q, d) x (T_k, d) slice: exact float64 vs the same math in ``dtype``.
+
+    Every quantity is per row (a softmax runs over the keys of its row), so a slice can be
+    audited one block of rows at a time with the same totals."""
     products = q64 @ k64.T
     logits = products * factor
     q_low, k_low, v_low = q64.to(dtype), k64.to(dtype), v64.to(dtype)
@@ -151,11 +167,13 @@ def _audit_slice(q64, k64, v64, factor, dtype, tally: _Tally, index: tuple, loca
     tally.add("matmul_overflow_predicted", _count(products.abs() > torch.finfo(dtype).max))
     tally.add("matmul_overflow_scaled_first", _count(~torch.isfinite((q_low * factor) @ k_low.T)))
     for i, j in overflow.nonzero().tolist()[: max(0, max_locations - len(locations))]:
-        locations.append([*index, i, j])
+        locations.append([*index, first_row + i, j])
 
     logits_low = products_low * factor
+    del products_low, overflow
     naive = naive_softmax(logits_low)
     tally.add("naive_overflow_rows", _count(~torch.isfinite(naive).all(dim=-1)))
+    del naive
 
     probs = torch.softmax(logits, dim=-1)
     probs_low = torch.softmax(logits_low, dim=-1)  # what a model's eager attention computes
@@ -183,6 +201,28 @@ def _audit_slice(q64, k64, v64, factor, dtype, tally: _Tally, index: tuple, loca
     tally.total("logit_sq_sum", float((logits**2).sum()))
 
 
+def _rounded(x: torch.Tensor, dtype: torch.dtype, normalize: bool) -> torch.Tensor:
+    """One slice in float64 (L2-normalised for qknorm), rounded to ``dtype`` once so that float64
+    and the dtype see the same numbers; values beyond the dtype's range are clipped to it."""
+    x = x.double()
+    if normalize:
+        x = F.normalize(x, dim=-1)
+    top = torch.finfo(dtype).max
+    return torch.nan_to_num(x.to(dtype).double(), posinf=top, neginf=-top)
+
+
+def audit_block_rows(t_q: int, t_k: int, d_k: int) -> int:
+    """How many query rows the audit takes at a time; ValueError if even one row would not fit."""
+    row_bytes = AUDIT_MATRICES * t_k * 8
+    slice_bytes = 3 * (t_q + 2 * t_k) * d_k * 8  # one (batch, head) slice of q, k, v in float64 and dtype
+    free = memory.available_bytes()
+    budget = BLOCK_BYTES if free is None else min(BLOCK_BYTES, memory.USABLE_SHARE * free - slice_bytes)
+    rows = max(1, min(t_q, int(budget // row_bytes)))
+    memory.require_memory(slice_bytes + rows * row_bytes, f"the audit of {t_q} queries x {t_k} keys (d_k = {d_k})",
+                          "audit fewer tokens")
+    return rows
+
+
 def audit(q: torch.Tensor, k: torch.Tensor, *, scale="sqrt", dtype=torch.float16, max_locations: int = 20,
           seed: int = 0) -> dict:
     """What computing softmax(q k^T * factor) in ``dtype`` does to these activations.
@@ -208,25 +248,25 @@ def audit(q: torch.Tensor, k: torch.Tensor, *, scale="sqrt", dtype=torch.float16
     batch_shape = _check_qk(q, k)
     if isinstance(max_locations, bool) or not isinstance(max_locations, int) or max_locations < 0:
         raise ValueError(f"max_locations must be an integer >= 0, got {max_locations!r}")
+    seed = check_seed(seed)
     d_k, t_q, t_k = q.shape[-1], q.shape[-2], k.shape[-2]
-    q64 = q.detach().double().expand(*batch_shape, t_q, d_k).reshape(-1, t_q, d_k)
-    k64 = k.detach().double().expand(*batch_shape, t_k, d_k).reshape(-1, t_k, d_k)
-    if rule.normalizes_qk:
-        q64, k64 = F.normalize(q64, dim=-1), F.normalize(k64, dim=-1)
     factor = float(rule.factor(d_k))
+    block_rows = audit_block_rows(t_q, t_k, d_k)
     gen = torch.Generator().manual_seed(seed)
     v = torch.randn(t_k, d_k, generator=gen, dtype=torch.float64)
-    v64 = v.to(dtype).double().to(q64.device)
-    # Inputs rounded to the dtype once, so that float64 and the dtype see the same numbers.
-    q64, k64 = q64.to(dtype).double(), k64.to(dtype).double()
-    q64 = torch.nan_to_num(q64, posinf=torch.finfo(dtype).max, neginf=-torch.finfo(dtype).max)
-    k64 = torch.nan_to_num(k64, posinf=torch.finfo(dtype).max, neginf=-torch.finfo(dtype).max)
+    v64 = v.to(dtype).double().to(q.device)
+    q_all = q.detach().expand(*batch_shape, t_q, d_k)  # views: a broadcast batch is not copied
+    k_all = k.detach().expand(*batch_shape, t_k, d_k)
 
-    tally, locations = _Tally(), []
-    for b, index in enumerate(itertools.product(*(range(n) for n in batch_shape))):
-        _audit_slice(q64[b], k64[b], v64, factor, dtype, tally, index, locations, max_locations)
+    tally, locations, slices = _Tally(), [], 0
+    for index in itertools.product(*(range(n) for n in batch_shape)):
+        k64 = _rounded(k_all[index], dtype, rule.normalizes_qk)
+        for start in range(0, t_q, block_rows):
+            q64 = _rounded(q_all[index][start:start + block_rows], dtype, rule.normalizes_qk)
+            _audit_rows(q64, k64, v64, factor, dtype, tally, index, start, locations, max_locations)
+        slices += 1
     tally.counts["input_overflow"] = _count(torch.isinf(q.detach().to(dtype))) + _count(torch.isinf(k.detach().to(dtype)))
-    rows = q64.shape[0] * t_q
+    rows = slices * t_q
     return _summary(tally, locations, dtype, rule, factor, d_k, q, k, rows, rows * t_k)
 
 

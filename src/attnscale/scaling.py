@@ -70,7 +70,14 @@ class ScaleRule:
             return self.gain if self.gain is not None else math.sqrt(d_k)
         if self.kind == "learned":
             return d_k**-0.5
-        return self.coef * d_k ** (-self.exponent)
+        try:
+            value = self.coef * d_k ** (-self.exponent)
+        except OverflowError:
+            value = math.inf
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"scale {self.spec!r} gives the factor {value:g} at d_k = {d_k}, which is not a finite "
+                             f"number > 0 in float64; choose a smaller |A| in power:A or a smaller constant")
+        return value
 
     def __str__(self) -> str:
         return self.spec

@@ -7,8 +7,10 @@
 * ``online``: tiled over the last axis with a running max and a running sum, the
   recurrence FlashAttention-2 uses in its forward pass.  It returns the logsumexp too.
 
-Masks are boolean, True where a key may be attended (torch SDPA's convention), and
-broadcast against the input.  A fully masked row gives all zeros, never NaN.  Every method
+Masks are boolean, True where a key may be attended (torch SDPA's convention), and must
+broadcast to the input's shape (a mask never makes the output bigger).  A fully masked row
+gives all zeros, never NaN.  The input needs at least one dimension; a last dimension of
+size 0 (no keys) gives an empty result, as does an input with no rows.  Every method
 computes in the input's own dtype, except that ``online`` keeps its running statistics in
 float32 for float16/bfloat16 inputs, as FlashAttention does.
 """
@@ -35,20 +37,29 @@ def check_float(x: torch.Tensor, name: str = "input") -> None:
 
 
 def check_mask(mask: torch.Tensor | None, shape: torch.Size, name: str = "mask") -> torch.Tensor | None:
-    """Validate a boolean mask that must broadcast to ``shape``; return it or None."""
+    """Validate a boolean mask that must broadcast to ``shape`` (not beyond it); return it or None."""
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
         raise ValueError(f"{name} must be a bool tensor (True = may attend), got {getattr(mask, 'dtype', type(mask))}")
     try:
-        torch.broadcast_shapes(mask.shape, shape)
+        fits = torch.broadcast_shapes(mask.shape, shape) == torch.Size(shape)
     except RuntimeError:
-        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to {tuple(shape)}") from None
+        fits = False
+    if not fits:
+        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to {tuple(shape)}")
     return mask
 
 
+def check_rows(x: torch.Tensor, name: str = "input") -> None:
+    """A float tensor of shape (..., n): at least one dimension, the last one over keys."""
+    check_float(x, name)
+    if x.dim() < 1:
+        raise ValueError(f"{name} must have at least one dimension (..., n), got a 0-d tensor")
+
+
 def naive_softmax(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    check_float(x)
+    check_rows(x)
     mask = check_mask(mask, x.shape)
     e = torch.exp(x)
     if mask is not None:
@@ -61,8 +72,10 @@ def naive_softmax(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Te
 
 
 def stable_softmax(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-    check_float(x)
+    check_rows(x)
     mask = check_mask(mask, x.shape)
+    if x.shape[-1] == 0:
+        return x.clone()  # no keys: an empty result, as the other methods give
     if mask is not None:
         x = x.masked_fill(~mask, float("-inf"))
     row_max = x.amax(dim=-1, keepdim=True)
@@ -82,7 +95,7 @@ def online_max_and_sum(x: torch.Tensor, mask: torch.Tensor | None = None, block_
 
     Returns (m, l) in :func:`stats_dtype` of the input; a fully masked row has m = -inf, l = 0.
     """
-    check_float(x)
+    check_rows(x)
     mask = check_mask(mask, x.shape)
     check_block_size(block_size)
     acc = stats_dtype(x.dtype)

@@ -8,12 +8,18 @@ leaves either the whole row or none.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import os
+import re
 import sqlite3
 import time
+import urllib.parse
 from pathlib import Path
+
+from .paths import check_folder
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -36,19 +42,109 @@ def config_key(kind: str, version: int, config) -> tuple[str, str]:
 
 class SQLiteTable:
     """One table in an SQLite file, created (with its folder) on first use; WAL mode so that
-    readers and one writer from several processes do not block each other."""
+    readers and one writer from several processes do not block each other.
+
+    Opening checks the file before anything is computed, and raises ValueError naming it
+    when it is a folder, not an SQLite database (garbage, truncated, damaged), holds a table
+    of this name with other columns, or holds a row whose JSON columns (:attr:`json_columns`)
+    are not JSON objects; and, unless ``readonly``, when the file or its folder cannot be
+    written (SQLite writes its journal next to the file).  ``readonly=True`` opens an
+    existing store for reading only (FileNotFoundError if there is none).
+    """
 
     schema = SCHEMA
+    json_columns = ("config", "spec", "result")  # those of them that the table has hold JSON objects
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._connect() as db:
+        self.readonly = readonly
+        self.table = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", self.schema).group(1)
+        self._check_location()
+        self._uri = self._read_uri() if readonly else None
+        if not readonly:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._validate()
+        except sqlite3.DatabaseError as error:
+            raise ValueError(f"{self._name()} is not a usable SQLite store ({error}); move it away or use "
+                             "another file") from None
+
+    def _read_uri(self) -> str:
+        """Read-only opening: a read-write connection where the file and folder allow it (so that
+        SQLite removes its -wal and -shm files on closing), else a read-only one."""
+        path = self.path.resolve()
+        writable = os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+        return f"file:{urllib.parse.quote(str(path))}?mode={'rw' if writable else 'ro'}"
+
+    def _name(self) -> str:
+        return f"store {str(self.path)!r}"
+
+    def _check_location(self) -> None:
+        if self.path.is_dir():
+            raise ValueError(f"{self._name()} is a folder, not an SQLite file; give a file path")
+        if self.readonly:
+            if not self.path.exists():
+                raise FileNotFoundError(f"no {self._name()}")
+            return
+        if self.path.exists() and not os.access(self.path, os.W_OK):
+            raise ValueError(f"{self._name()} is read-only; make it writable or use another file")
+        folder = self.path.parent
+        if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"{self._name()} is in a read-only folder (SQLite writes its journal next to the "
+                             "file); use a writable folder")
+        check_folder(folder, "store folder")
+
+    def _expected_columns(self) -> list[str]:
+        with contextlib.closing(sqlite3.connect(":memory:")) as db:
             db.execute(self.schema)
+            return [row[1] for row in db.execute(f"PRAGMA table_info({self.table})")]
+
+    def _validate(self) -> None:
+        if self.readonly:
+            try:
+                self._check_contents()
+                return
+            except sqlite3.OperationalError:  # a WAL store in a read-only folder: read it as immutable
+                self._uri = self._uri.replace("mode=ro", "immutable=1")
+        self._check_contents()
+
+    def _check_contents(self) -> None:
+        db = self._open()
+        try:
+            damage = db.execute("PRAGMA quick_check").fetchone()[0]
+            if damage != "ok":
+                raise ValueError(f"{self._name()} is damaged ({damage}); move it away or use another file")
+            expected = self._expected_columns()
+            found = [row[1] for row in db.execute(f"PRAGMA table_info({self.table})")]
+            if not found:
+                if self.readonly:
+                    raise ValueError(f"{self._name()} has no {self.table!r} table; it is not this kind of attnscale store")
+                db.execute(self.schema)
+            elif sorted(found) != sorted(expected):
+                raise ValueError(f"{self._name()} has a {self.table!r} table with columns {', '.join(found)}; expected "
+                                 f"{', '.join(expected)}")
+            label = "key" if "key" in expected else "rowid"
+            for column in (c for c in self.json_columns if c in expected):
+                bad = db.execute(f"SELECT {label} FROM {self.table} WHERE {column} IS NULL OR json_valid({column}) = 0 "
+                                 f"OR json_type({column}) != 'object' LIMIT 1").fetchone()
+                if bad is not None:
+                    raise ValueError(f"{self._name()} holds a row that is not a result ({label} {bad[0]!r}: its {column} "
+                                     "is not a JSON object); remove that row or use another file")
+            if not self.readonly:
+                db.execute("PRAGMA journal_mode=WAL")
+            db.commit()
+        finally:
+            db.close()
+
+    def _open(self) -> sqlite3.Connection:
+        if self._uri is not None:
+            return sqlite3.connect(self._uri, uri=True, timeout=60)
+        return sqlite3.connect(self.path, timeout=60)
 
     def _connect(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=60)
-        db.execute("PRAGMA journal_mode=WAL")
+        db = self._open()
+        if not self.readonly:
+            db.execute("PRAGMA journal_mode=WAL")
         return db
 
 

@@ -14,6 +14,8 @@ def register(app: typer.Typer) -> None:
         report: Path = typer.Option(Path("attnscale-report"), help="A report folder or its report.json."),
     ) -> None:
         """Print the 30-second answer and its three follow-ups as the measured evidence says them."""
-        from ..answer import compose, load_report, render_text
+        from ..answer import LANGS, compose, load_report, render_text
 
+        if lang not in LANGS:
+            raise ValueError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
         print(render_text(compose(load_report(report), lang)))

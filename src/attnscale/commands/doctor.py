@@ -14,24 +14,59 @@ def read_text(text: str | None, text_file: Path | None) -> str | None:
         raise ValueError("give --text or --text-file, not both")
     if text_file is None:
         return text
-    if not text_file.is_file():
+    if not text_file.exists():
         raise FileNotFoundError(f"text file {str(text_file)!r} does not exist")
-    return text_file.read_text(encoding="utf-8")
+    if not text_file.is_file():
+        raise ValueError(f"text file {str(text_file)!r} is a folder; give a UTF-8 text file")
+    try:
+        return text_file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"text file {str(text_file)!r} is not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
 def parse_specs(counterfactual: str) -> tuple[str, ...]:
     return tuple(spec.strip() for spec in counterfactual.split(",") if spec.strip())
 
 
+def first_int(config: dict, *keys: str) -> int | None:
+    values = [config.get(key) for key in keys]
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
+
+
+def check_memory(model_dir: Path, max_tokens: int) -> None:
+    """Refuse a model whose weights and attention maps would not fit in memory, before loading it.
+
+    Weights: the size of the folder's weight files.  Attention: (layers x heads) maps of
+    T x T float32 numbers kept for the heatmaps, times 3 for the forward pass in flight,
+    with T = max_tokens clipped to the model's positions (as read from config.json)."""
+    from ..memory import require_memory
+
+    weights = sum(f.stat().st_size for f in model_dir.iterdir()
+                  if f.is_file() and f.suffix in (".safetensors", ".bin", ".pt", ".pth"))
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    config = config if isinstance(config, dict) else {}
+    layers = first_int(config, "num_hidden_layers", "n_layer", "num_layers") or 1
+    heads = first_int(config, "num_attention_heads", "n_head", "num_heads") or 1
+    positions = first_int(config, "max_position_embeddings", "n_positions")
+    tokens = min(max_tokens, positions) if positions else max_tokens
+    require_memory(weights + 3 * 4 * layers * heads * tokens**2, f"the diagnosis of {str(model_dir)!r} "
+                   f"({layers} layers x {heads} heads, up to {tokens} tokens)", "lower --max-tokens or use a "
+                   "smaller model")
+
+
 def print_diagnosis(diagnosis) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     from ..cli import console
     from ..doctor import THRESHOLDS
 
     summary = diagnosis.summary
-    console.print(f"[bold]{diagnosis.model}[/bold] ({diagnosis.model_type}): {diagnosis.n_layers} layers x "
-                  f"{diagnosis.n_heads} heads, d_k = {diagnosis.d_k}, {len(diagnosis.tokens)} tokens")
+    console.print(Text.assemble((diagnosis.model, "bold"), f" ({diagnosis.model_type}): {diagnosis.n_layers} layers x "
+                                f"{diagnosis.n_heads} heads, d_k = {diagnosis.d_k}, {len(diagnosis.tokens)} tokens"))
     table = Table(title="attention per head", show_lines=False)
     for column in ("layer", "head", "norm. entropy", "eff. support", "max p", "KL to uniform", "sink share", "flags"):
         table.add_column(column, justify="left" if column == "flags" else "right")
@@ -88,14 +123,29 @@ def register(app: typer.Typer) -> None:
                                             "small models and texts."),
     ) -> None:
         """Health check of a model's attention: entropy, saturation, sinks, and the scale it applies."""
-        from .. import doctor
+        from .. import doctor, scaling
         from ..cli import console, err_console
+        from ..paths import check_folder
+        from ..runtime import check_device
 
-        if device not in ("cpu", "cuda"):
-            raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda")
+        check_device(device)
+        if max_tokens < 2:
+            raise ValueError(f"--max-tokens must be >= 2, got {max_tokens}")
+        if threads < 0:
+            raise ValueError(f"--threads must be >= 0 (0: torch's default), got {threads}")
+        specs = parse_specs(counterfactual)
+        for spec in specs:
+            if scaling.parse(spec).kind != "fixed":
+                raise ValueError(f"--counterfactual {spec!r} is not a fixed rule; accepted: sqrt, inv_d, none, "
+                                 "const:C, power:A")
+        if out is not None:
+            check_folder(out, "--out")
         chosen = read_text(text, text_file)
+        if chosen is not None and not chosen.strip():
+            raise ValueError("the text is empty; give --text or --text-file with some words")
+        check_memory(doctor.check_model_dir(model), max_tokens)
         result = doctor.diagnose(model, doctor.DEFAULT_TEXT if chosen is None else chosen, max_tokens=max_tokens,
-                                 probe=probe, counterfactual=parse_specs(counterfactual), device=device,
+                                 probe=probe, counterfactual=specs, device=device,
                                  threads=threads)
         payload = result.to_dict()
         if out is not None:

@@ -16,9 +16,11 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write the explorer (sliders for d_k, the rule or exponent A, n, q/k std) as one offline page."""
         from .. import __version__
-        from ..report.render import render_explorer
+        from ..paths import check_file
         from ..report.build import write_text
+        from ..report.render import render_explorer
 
+        check_file(out, "--out")
         if out.suffix.lower() not in (".html", ".htm"):
             raise ValueError(f"--out must name an .html file, got {str(out)!r}")
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -15,31 +15,52 @@ from pathlib import Path
 import typer
 
 EXPECTED = "tensors named 'q' and 'k' of shape (..., T, d_k)"
+SAFETENSORS_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}  # -> torch dtypes
 
 
 def load_qk(path: Path):
-    """q and k from a safetensors file; FileNotFoundError / ValueError name what is wrong."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
+    """q and k from a safetensors file; FileNotFoundError / ValueError name what is wrong.
 
+    Only q and k are read, and only after their sizes (from the file's header) are checked
+    against the free memory."""
+    import torch
+    from safetensors import SafetensorError, safe_open
+
+    from ..memory import require_memory, tensor_bytes
+
+    if not path.exists():
+        raise FileNotFoundError(f"no such file: {str(path)!r} (expected a safetensors file with {EXPECTED})")
     if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path} (expected a safetensors file with {EXPECTED})")
+        raise ValueError(f"{str(path)!r} is a folder; give a safetensors file with {EXPECTED}")
     try:
-        tensors = load_file(str(path))
-    except (SafetensorError, OSError, ValueError) as error:
-        raise ValueError(f"cannot read {path} as safetensors ({str(error).splitlines()[0]}); expected {EXPECTED}") from None
-    missing = [name for name in ("q", "k") if name not in tensors]
-    if missing:
-        raise ValueError(f"{path} has no tensor named {', '.join(map(repr, missing))}; found "
-                         f"{', '.join(map(repr, sorted(tensors))) or 'none'}; expected {EXPECTED}")
-    return tensors["q"], tensors["k"]
+        with safe_open(str(path), framework="pt") as file:
+            names = set(file.keys())
+            missing = [name for name in ("q", "k") if name not in names]
+            if missing:
+                raise ValueError(f"{str(path)!r} has no tensor named {', '.join(map(repr, missing))}; found "
+                                 f"{', '.join(map(repr, sorted(names))) or 'none'}; expected {EXPECTED}")
+            sizes = 0
+            for name in ("q", "k"):
+                piece = file.get_slice(name)
+                dtype = SAFETENSORS_DTYPES.get(piece.get_dtype())
+                if dtype is None:
+                    raise ValueError(f"tensor {name!r} in {str(path)!r} has dtype {piece.get_dtype()}; accepted: "
+                                     "F16, BF16, F32, F64")
+                sizes += tensor_bytes(piece.get_shape(), getattr(torch, dtype))
+            require_memory(sizes, f"loading q and k from {str(path)!r}", "save fewer tokens or heads")
+            return file.get_tensor("q"), file.get_tensor("k")
+    except (SafetensorError, OSError) as error:
+        raise ValueError(f"cannot read {str(path)!r} as safetensors ({str(error).splitlines()[0]}); "
+                         f"expected {EXPECTED}") from None
 
 
 def print_audit(report: dict) -> None:
+    from rich.text import Text
+
     from ..cli import console, print_rows
 
-    console.print(f"[bold]audit[/bold]: q {report['shape_q']}, k {report['shape_k']}, d_k {report['d_k']}, "
-                  f"scale {report['scale']} (factor {report['factor']:.4g}), in {report['dtype']}")
+    console.print(Text.assemble(("audit", "bold"), f": q {report['shape_q']}, k {report['shape_k']}, d_k {report['d_k']}, "
+                  f"scale {report['scale']} (factor {report['factor']:.4g}), in {report['dtype']}"))
     rows = [
         {"what": "logits min / max", "value": f"{report['logits']['min']:.4g} / {report['logits']['max']:.4g}"},
         {"what": "largest |q.k| (before the factor)", "value": f"{report['max_abs_product']:.4g}"},
@@ -57,7 +78,7 @@ def print_audit(report: dict) -> None:
     ]
     print_rows("numerics audit", rows)
     for line in report["risks"]:
-        console.print(f"- {line}", markup=False, highlight=False)
+        console.print(f"- {line}")
 
 
 def _pair(error: dict) -> str:
@@ -84,9 +105,13 @@ def register(app: typer.Typer) -> None:
         if from_file is None:
             run_lab_command("numerics", preset, seed, device, as_json, figures)
             return
+        from .. import scaling
         from ..numerics import audit, parse_dtype
+        from ..runtime import check_seed
 
         low = parse_dtype(dtype)
+        scaling.parse(scale)
+        check_seed(seed)
         q, k = load_qk(from_file)
         report = audit(q, k, scale=scale, dtype=low, seed=seed)
         if as_json:

@@ -21,12 +21,19 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the labs (reusing stored results), compute every claim's verdict, write the report."""
         from ..cli import console, progress_bar
+        from ..paths import check_folder
         from ..report import build_report
+        from ..runtime import check_device, check_seed
 
         chosen = tuple(x.strip() for x in labs.split(",") if x.strip()) or None
         if chosen:
             for name in chosen:
                 lab.load(name)
+        if preset not in lab.PRESET_NAMES:
+            raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(lab.PRESET_NAMES)}")
+        check_device(device)
+        check_seed(seed)
+        check_folder(out, "--out")
         with progress_bar() as bar:
             tasks = {}
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 DEFAULT_DB = Path("attnscale-runs") / "runs.sqlite"
+BYTES_PER_RUN = 4096  # a grid point held by the sweep: its spec, key and summary row (measured ~1 kB, with margin)
 
 
 def parse_list(text: str, kind, name: str) -> list:
@@ -40,11 +41,20 @@ def print_run(result: dict) -> None:
                      "logit std L0": layers[0]["logit_std"]})
     print_rows("training log (layer 0; --json has every layer)", rows, limit=60)
     if result["status"] == "diverged":
-        console.print(f"[bold red]diverged at step {result['diverged_at']}[/bold red] (loss NaN/inf)")
+        console.print(f"diverged at step {result['diverged_at']} (loss NaN/inf)", style="bold red")
     else:
         acc = result["final_val_acc"]
         console.print(f"finished: validation loss {result['initial_val_loss']:.4f} -> {result['final_val_loss']:.4f}"
                       + (f", recall accuracy {acc:.3f} (chance {result['chance_acc']:.3f})" if acc is not None else ""))
+
+
+def summarize_rows(summary, rows: list[dict], db: Path) -> list[dict]:
+    """The sweep summary of stored rows; a row without what a finished run stores is a clear error."""
+    try:
+        return summary(rows)
+    except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError) as error:
+        raise ValueError(f"run store {str(db)!r} holds rows that are not sweep results ({type(error).__name__}: "
+                         f"{str(error)[:60]}); use another --db") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -72,12 +82,18 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the whole result as JSON."),
     ) -> None:
         """Train one model and print its log (a NaN/inf loss is reported as 'diverged at step k')."""
+        from .. import scaling
+        from ..paths import check_folder
         from ..train import RunSpec
         from ..runs import run_key, run_one
+        from ..runtime import check_seed
 
         spec = RunSpec(task=task, rule=rule, init=init, d_head=d_head, n_layers=layers, lr=lr, optimiser=optimiser,
-                       steps=steps, seed=seed, d_model=d_model, n_heads=heads, batch_size=batch_size,
-                       log_every=log_every, device=device)
+                       steps=steps, seed=check_seed(seed, "--seed"), d_model=d_model, n_heads=heads,
+                       batch_size=batch_size, log_every=log_every, device=device)
+        scaling.factor(rule, d_head)  # a factor that overflows at this d_head fails here, not in the model
+        if checkpoint is not None:
+            check_folder(checkpoint, "--checkpoint")
         import dataclasses
 
         result, seconds = run_one(dataclasses.asdict(spec), None if checkpoint is None else str(checkpoint))
@@ -114,23 +130,38 @@ def register(app: typer.Typer) -> None:
         summary_only: bool = typer.Option(False, "--summary", help="Print the summary of the runs in --db; run nothing."),
     ) -> None:
         """Run a grid of training runs (skipping those already in --db) and print a summary with LR sensitivity."""
+        from .. import scaling
         from ..cli import console, print_rows, progress_bar
+        from ..memory import require_memory
+        from ..paths import check_folder
+        from ..runs import RunStore, check_options, execute, run_key, summary
         from ..train import RunSpec
-        from ..runs import RunStore, execute, run_key, summary
 
         if summary_only:
             if not db.exists():
-                raise FileNotFoundError(f"no run store at {db}; run a sweep first or pass --db")
-            rows = RunStore(db).rows()
-            print_rows(f"sweep summary: {len(rows)} runs in {db}", summary(rows), limit=200)
+                raise FileNotFoundError(f"no run store at {str(db)!r}; run a sweep first or pass --db")
+            rows = RunStore(db, readonly=True).rows()
+            print_rows(f"sweep summary: {len(rows)} runs in {db}", summarize_rows(summary, rows, db), limit=200)
             return
         if seeds < 1:
             raise ValueError(f"--seeds must be >= 1, got {seeds}")
+        grid = {"rules": parse_list(rules, str, "rules"), "d-heads": parse_list(d_heads, int, "d-heads"),
+                "lrs": parse_list(lrs, float, "lrs"), "layers": parse_list(layers, int, "layers"),
+                "optimisers": parse_list(optimisers, str, "optimisers")}
+        runs = seeds
+        for values in grid.values():
+            runs *= len(values)
+        require_memory(runs * BYTES_PER_RUN, f"a sweep grid of {runs} runs", "use fewer seeds or fewer values")
+        check_options(executor, workers)
         specs = [RunSpec(task=task, rule=r, init=init, d_head=d, n_layers=n, lr=lr, optimiser=o, steps=steps, seed=s,
                          d_model=d_model, log_every=log_every, device=device)
-                 for r in parse_list(rules, str, "rules") for d in parse_list(d_heads, int, "d-heads")
-                 for lr in parse_list(lrs, float, "lrs") for n in parse_list(layers, int, "layers")
-                 for o in parse_list(optimisers, str, "optimisers") for s in range(seeds)]
+                 for r in grid["rules"] for d in grid["d-heads"] for lr in grid["lrs"] for n in grid["layers"]
+                 for o in grid["optimisers"] for s in range(seeds)]
+        for rule in grid["rules"]:
+            for d_head in grid["d-heads"]:
+                scaling.factor(rule, d_head)  # a factor that overflows fails here, not in a worker
+        if checkpoint is not None:
+            check_folder(checkpoint, "--checkpoint")
         store = RunStore(db)
         with progress_bar() as bar:
             job = bar.add_task("sweep", total=len(specs), note="")
@@ -139,4 +170,4 @@ def register(app: typer.Typer) -> None:
                     progress=lambda done, total, msg: bar.update(job, completed=done, note=msg))
         keys = {run_key(s) for s in specs}
         rows = [row for row in store.rows() if row["key"] in keys]
-        print_rows(f"sweep summary: {len(rows)} runs (store: {db})", summary(rows), limit=200)
+        print_rows(f"sweep summary: {len(rows)} runs (store: {db})", summarize_rows(summary, rows, db), limit=200)

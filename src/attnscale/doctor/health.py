@@ -19,11 +19,13 @@ factor replaced through the same interception (``scale=`` in :func:`run_attentio
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from .. import scaling, stats
+from ..runtime import Notice, check_device
 from ..threads import torch_threads
 from .intercept import AttentionCall, final_hidden, model_inputs, run_attention
 from .loading import check_model_dir, load_model, quiet_transformers
@@ -167,6 +169,23 @@ def summarize_heads(heads: list[dict]) -> dict:
     }
 
 
+def position_limit(model, tokenizer) -> int | None:
+    """The most tokens the model takes: its position embeddings, and the tokenizer's limit when it states one."""
+    limits = [getattr(model.config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
+    limits = [x for x in limits if isinstance(x, int) and not isinstance(x, bool) and 1 < x < 10**7]
+    return min(limits) if limits else None
+
+
+def clip_max_tokens(model, tokenizer, max_tokens):
+    """``max_tokens``, or the model's position limit with a :class:`Notice` when it asks for more."""
+    limit = position_limit(model, tokenizer)
+    if limit is not None and isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > limit:
+        warnings.warn(f"max_tokens {max_tokens} is more than the model's {limit} positions; using {limit}", Notice,
+                      stacklevel=3)
+        return limit
+    return max_tokens
+
+
 def encode(tokenizer, text: str, max_tokens: int, device="cpu"):
     if not isinstance(text, str) or not text.strip():
         raise ValueError("text must be a non-empty string")
@@ -222,6 +241,7 @@ def diagnose(model_dir=None, text: str = DEFAULT_TEXT, *, max_tokens: int = 128,
     ``threads``: torch intra-op threads while it runs (see :func:`torch_threads`).
     """
     if model is None:
+        check_device(device)
         model, tokenizer = load_model(model_dir, device)
         name = str(check_model_dir(model_dir))
     else:
@@ -232,6 +252,7 @@ def diagnose(model_dir=None, text: str = DEFAULT_TEXT, *, max_tokens: int = 128,
     for spec in specs:
         if scaling.parse(spec).kind != "fixed":
             raise ValueError(f"counterfactual scale {spec!r} is not a fixed rule; accepted: sqrt, inv_d, none, const:C, power:A")
+    max_tokens = clip_max_tokens(model, tokenizer, max_tokens)
     ids, tokens, sinks = encode(tokenizer, text, max_tokens, next(model.parameters()).device)
     inputs = model_inputs(model, ids)
     with quiet_transformers(), torch_threads(threads):

@@ -70,7 +70,11 @@ def load(name: str) -> ModuleType:
 
 def config_for(name: str, preset: str = "quick", **overrides):
     """The lab's preset config with ``overrides`` (e.g. seed, device) applied."""
+    from ..runtime import check_seed
+
     lab = load(name)
     if preset not in lab.PRESETS:
         raise ValueError(f"unknown preset {preset!r} for lab {name}; accepted: {', '.join(lab.PRESETS)}")
+    if "seed" in overrides:
+        check_seed(overrides["seed"])
     return dataclasses.replace(lab.PRESETS[preset], **overrides)

@@ -36,6 +36,7 @@ from ..attention import capture
 from ..claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
 from ..threads import torch_threads
 from ..plotting import pyplot
+from ..runtime import check_device
 
 VERSION = 2
 
@@ -86,8 +87,7 @@ PRESETS = {
 
 
 def check_config(config: Config) -> None:
-    if config.device not in ("cpu", "cuda"):
-        raise ValueError(f"unknown device {config.device!r}; accepted: cpu, cuda")
+    check_device(config.device)
     if config.d_model % config.n_heads:
         raise ValueError(f"d_model={config.d_model} is not divisible by n_heads={config.n_heads}")
     if config.too_strong not in config.counterfactual:

@@ -43,6 +43,7 @@ from ..claims import Finding
 from ..threads import torch_threads
 from . import Ticker
 from ..plotting import pyplot, save
+from ..runtime import check_device
 
 VERSION = 2
 
@@ -104,8 +105,7 @@ def check_config(config: Config) -> Config:
             raise ValueError(f"{name} must be >= 2, got {getattr(config, name)!r}")
     if config.grad_batch < 1:
         raise ValueError(f"grad_batch must be >= 1, got {config.grad_batch!r}")
-    if config.device not in ("cpu", "cuda"):
-        raise ValueError(f"unknown device {config.device!r}; accepted: cpu, cuda")
+    check_device(config.device)
     return config
 
 

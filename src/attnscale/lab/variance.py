@@ -53,6 +53,7 @@ from ..claims import Finding
 from ..threads import torch_threads
 from . import Ticker
 from ..plotting import pyplot, save
+from ..runtime import check_device
 
 VERSION = 1
 
@@ -140,8 +141,7 @@ def check_config(config: Config) -> Config:
             raise ValueError(f"{name} must be >= 2, got {getattr(config, name)!r}")
     if config.std_q <= 0 or config.std_k <= 0 or config.noise < 0:
         raise ValueError(f"std_q, std_k must be > 0 and noise >= 0, got {config.std_q}, {config.std_k}, {config.noise}")
-    if config.device not in ("cpu", "cuda"):
-        raise ValueError(f"unknown device {config.device!r}; accepted: cpu, cuda")
+    check_device(config.device)
     return config
 
 

@@ -19,6 +19,8 @@ from typing import Callable
 
 from .. import __version__, answer, claims, lab
 from ..runs import RunStore
+from ..paths import check_folder
+from ..runtime import check_device, check_seed
 from ..store import Store, config_key
 from .render import render_html, render_markdown
 
@@ -36,6 +38,7 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
         stored = None if fresh else store.get(key)
         if stored is not None:
             result, seconds = stored
+            check_stored(module, name, result, store)
             cached = True
             if progress:
                 progress(name, 1.0, "reused stored result")
@@ -55,6 +58,16 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
                 progress(name, 1.0, f"done in {seconds:.1f} s")
         runs[name] = {"result": result, "seconds": seconds, "cached": cached, "config": json.loads(config_text)["config"]}
     return runs
+
+
+def check_stored(module, name: str, result: dict, store: Store) -> None:
+    """A stored result must be one that this lab's verdict rule and tables can read."""
+    try:
+        module.judge(result)
+        module.tables(result)
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as error:
+        raise ValueError(f"the {name} result stored in {str(store.path)!r} is not a result of this lab "
+                         f"({type(error).__name__}: {str(error).strip()[:80]}); rerun with --fresh") from None
 
 
 def reproduce_command(lab_name: str, preset: str, seed: int) -> str:
@@ -78,20 +91,15 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
     """Run the labs and write report.json, report.md, figures/ and index.html into ``out``."""
     if preset not in lab.PRESET_NAMES:
         raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(lab.PRESET_NAMES)}")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda")
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu")
+    check_device(device)
+    check_seed(seed)
     labs = lab.available() if labs is None else labs
     for name in labs:
         if name not in lab.LABS:
             raise ValueError(f"unknown lab {name!r}; accepted: {', '.join(lab.LABS)}")
-    out = Path(out)
+    out = check_folder(out, "report folder")
+    store = Store(store_path or out / "results.sqlite")  # checked (and made) before any lab runs
     out.mkdir(parents=True, exist_ok=True)
-    store = Store(store_path or out / "results.sqlite")
     started = dt.datetime.now(dt.timezone.utc)
     start = time.perf_counter()
     runs = run_labs(preset, seed, device, store, labs, fresh, progress)

@@ -1,0 +1,51 @@
+"""The two run settings every lab and command takes: the device and the seed, checked up front."""
+
+from __future__ import annotations
+
+import operator
+
+DEVICES = ("cpu", "cuda")
+MAX_SEED = 2**63 - 1  # torch, numpy and Python's random all take seeds in 0..2^63-1
+
+
+def check_device(device) -> str:
+    """``device`` if it is 'cpu', or 'cuda' with a GPU that torch can use; else ValueError."""
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; accepted: {', '.join(DEVICES)}")
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu")
+    return device
+
+
+def torch_device(device):
+    """``device`` (a name like 'cpu', 'cuda:0', or a torch.device) as a torch.device torch can use; else ValueError."""
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N") from None
+    if parsed.type not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N")
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA GPU; use cpu")
+    return parsed
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """``seed`` as an int if it is an integer in 0..2^63-1; else ValueError."""
+    try:
+        value = operator.index(seed)
+    except TypeError:
+        value = None
+    if value is None or isinstance(seed, bool) or not 0 <= value <= MAX_SEED:
+        raise ValueError(f"{name} must be an integer from 0 to 2^63-1, got {seed!r}")
+    return value
+
+
+class Notice(UserWarning):
+    """Something the user should know that is not an error (e.g. a value clipped to a limit);
+    raised with ``warnings.warn``, printed by the command line as one ``attnscale: note:`` line."""

@@ -1,0 +1,98 @@
+"""Free memory and the refusal of work that does not fit (attnscale.memory)."""
+
+import pytest
+import torch
+
+from attnscale import memory
+
+
+def test_free_memory_is_positive_and_at_most_the_machines():
+    free = memory.available_bytes()
+    total = None
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                total = int(line.split()[1]) * 1024
+    assert free is not None and 0 < free <= total
+
+
+def test_the_limit_variable_caps_free_memory(monkeypatch):
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "3M")
+    assert memory.available_bytes() == 3 * 2**20
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "1000")
+    assert memory.available_bytes() == 1000
+
+
+@pytest.mark.parametrize("text, value", [("2G", 2 * 2**30), ("512M", 512 * 2**20), ("1.5k", 1536), ("10", 10),
+                                         ("4GiB", 4 * 2**30), (" 3 T ", 3 * 2**40)])
+def test_sizes_parse(text, value):
+    assert memory.parse_bytes(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1G", "2X", "1e9"])
+def test_bad_sizes_name_the_variable(text):
+    with pytest.raises(ValueError, match=memory.LIMIT_VARIABLE):
+        memory.parse_bytes(text)
+
+
+def test_require_memory_refuses_with_one_line_saying_how_much_and_how_to_shrink(monkeypatch):
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "100M")
+    memory.require_memory(50 * 10**6, "small", "n/a")  # fits in 90% of 104.9 MB
+    with pytest.raises(ValueError) as refused:
+        memory.require_memory(3_200_000_000, "the (20000, 20000) logits", "use fewer tokens")
+    message = str(refused.value)
+    assert message == "the (20000, 20000) logits would need 3.2 GB, but only 104.9 MB is free; use fewer tokens"
+    assert "\n" not in message
+
+
+def test_usable_share_is_the_margin(monkeypatch):
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "1000")
+    memory.require_memory(900, "x", "y")
+    assert memory.fits(900) and not memory.fits(901)
+    with pytest.raises(ValueError):
+        memory.require_memory(901, "x", "y")
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "10", None])
+def test_require_memory_takes_a_byte_count(bad):
+    with pytest.raises(ValueError, match="bytes_needed"):
+        memory.require_memory(bad, "x", "y")
+
+
+def test_tensor_bytes_is_numel_times_element_size():
+    assert memory.tensor_bytes((3, 4), torch.float16) == torch.empty(3, 4, dtype=torch.float16).nbytes
+    assert memory.tensor_bytes((20000, 20000), torch.float64) == 3_200_000_000
+    assert memory.tensor_bytes((), torch.float32) == 4
+    with pytest.raises(ValueError):
+        memory.tensor_bytes((2, -1))
+
+
+@pytest.mark.parametrize("count, text", [(0, "0 B"), (999, "999 B"), (1000, "1.0 kB"), (3_200_000_000, "3.2 GB"),
+                                         (1.5e13, "15.0 TB")])
+def test_format_bytes(count, text):
+    assert memory.format_bytes(count) == text
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without a GPU")
+def test_cuda_without_a_gpu_is_a_clear_error():
+    with pytest.raises(ValueError, match="no CUDA GPU"):
+        memory.available_bytes("cuda")
+
+
+def test_audit_refuses_what_cannot_fit_and_blocks_what_can(monkeypatch):
+    from attnscale import numerics
+
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "50M")
+    with pytest.raises(ValueError, match="1 queries x 200000 keys .* would need"):
+        numerics.audit_block_rows(1, 200_000, 8)
+    rows = numerics.audit_block_rows(20_000, 20_000, 1)  # 3.2 GB per full matrix: taken in row blocks
+    assert 1 <= rows < 20_000
+    assert rows * numerics.AUDIT_MATRICES * 20_000 * 8 <= memory.USABLE_SHARE * 50 * 2**20
+
+
+def test_a_module_too_big_for_memory_is_refused_before_allocating(monkeypatch):
+    from attnscale import ScaledAttention
+
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "1M")
+    with pytest.raises(ValueError, match=r"ScaledAttention\(d_model=1024, n_heads=8, d_head=64\) would need 8.4 MB"):
+        ScaledAttention(1024, 8, 64)

@@ -1,0 +1,107 @@
+"""The SQLite stores check their file when they open it, before anything is computed.
+
+The checks live in store.SQLiteTable, so the report's Store and the sweep's RunStore both
+have them.  (Read-only files are tested through the command line in test_misuse.py, where
+file permissions can be made to apply even to root.)
+"""
+
+import json
+import os
+import random
+import sqlite3
+
+import pytest
+
+from attnscale.runs import RunStore
+from attnscale.store import SCHEMA, Store
+
+STORES = [Store, RunStore]
+
+
+def filled_store(path, cls=Store):
+    store = cls(path)
+    if cls is Store:
+        store.put("k", "variance", "{}", {"x": list(range(20000))}, 1.0)
+    else:
+        store.put("k", {"seed": 0}, {"status": "finished", "x": list(range(20000))}, 1.0)
+    return store
+
+
+def rollback_store(path, result: str) -> None:
+    """A results store with a rollback journal: the file alone holds it (no -wal file beside it)."""
+    db = sqlite3.connect(path)
+    db.execute(SCHEMA)
+    db.execute("INSERT INTO results VALUES ('k', 'variance', '{}', ?, 1.0, 0.0)", (result,))
+    db.commit()
+    db.close()
+    assert not os.path.exists(f"{path}-wal")
+
+
+@pytest.mark.parametrize("cls", STORES)
+def test_a_good_store_opens_and_keeps_its_rows(cls, tmp_path):
+    filled_store(tmp_path / "s.sqlite", cls)
+    reopened = cls(tmp_path / "s.sqlite")
+    assert reopened.get("k") is not None and cls(tmp_path / "s.sqlite", readonly=True).get("k") == reopened.get("k")
+
+
+@pytest.mark.parametrize("cls", STORES)
+def test_garbage_is_refused_naming_the_file(cls, tmp_path):
+    path = tmp_path / "s.sqlite"
+    path.write_bytes(random.Random(0).randbytes(5000))
+    with pytest.raises(ValueError, match=r"s\.sqlite' is not a usable SQLite store \(file is not a database\)"):
+        cls(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.sqlite"]
+
+
+@pytest.mark.parametrize("keep", [0.1, 0.5])
+def test_a_truncated_store_is_refused(keep, tmp_path):
+    path = tmp_path / "s.sqlite"
+    rollback_store(path, json.dumps({"x": list(range(20000))}))
+    data = path.read_bytes()
+    path.write_bytes(data[: int(len(data) * keep)])
+    with pytest.raises(ValueError, match="malformed|not a database"):
+        Store(path)
+
+
+@pytest.mark.parametrize("cls", STORES)
+def test_a_folder_is_refused(cls, tmp_path):
+    (tmp_path / "s.sqlite").mkdir()
+    with pytest.raises(ValueError, match="is a folder"):
+        cls(tmp_path / "s.sqlite")
+
+
+def test_a_store_under_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        Store(tmp_path / "f" / "s.sqlite")
+
+
+def test_a_table_with_other_columns_is_refused(tmp_path):
+    path = tmp_path / "s.sqlite"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE runs (key TEXT, spec TEXT)")
+    db.close()
+    with pytest.raises(ValueError, match="'runs' table with columns key, spec; expected key, spec, status"):
+        RunStore(path)
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "not json", '"a string"', "null"])
+def test_a_row_that_is_not_a_result_is_refused(text, tmp_path):
+    path = tmp_path / "s.sqlite"
+    rollback_store(path, text)
+    with pytest.raises(ValueError, match="row that is not a result \\(key 'k': its result is not a JSON object\\)"):
+        Store(path)
+
+
+def test_read_only_opening_needs_an_existing_store_of_its_kind(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        RunStore(tmp_path / "none.sqlite", readonly=True)
+    assert not (tmp_path / "none.sqlite").exists()
+    filled_store(tmp_path / "results.sqlite")
+    with pytest.raises(ValueError, match="no 'runs' table"):
+        RunStore(tmp_path / "results.sqlite", readonly=True)
+
+
+def test_opening_a_new_store_creates_it_and_its_folder(tmp_path):
+    Store(tmp_path / "a" / "b" / "s.sqlite").put("k", "variance", "{}", {"x": 1}, 1.0)
+    assert Store(tmp_path / "a" / "b" / "s.sqlite").get("k") == ({"x": 1}, 1.0)
