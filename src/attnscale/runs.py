@@ -73,8 +73,8 @@ class RunStore(SQLiteTable):
 
     schema = SCHEMA
 
-    def __init__(self, path: str | Path, since: float | None = None):
-        super().__init__(path)
+    def __init__(self, path: str | Path, since: float | None = None, readonly: bool = False):
+        super().__init__(path, readonly=readonly)
         self.since = 0.0 if since is None else since
 
     def keys(self) -> set[str]:
@@ -239,9 +239,23 @@ def check_options(executor: str, workers: int | None) -> int:
     return workers
 
 
+def check_memory(groups: list[list[str]], todo: dict, workers: int) -> None:
+    """Refuse, before any work, a sweep whose largest groups would not fit in free memory together."""
+    from .memory import require_memory
+    from .train.spec import memory_estimate
+
+    sizes = sorted((memory_estimate(as_spec(todo[keys[0]]), len(keys)) for keys in groups), reverse=True)
+    largest = as_spec(todo[max(groups, key=len)[0]])
+    require_memory(sum(sizes[:max(1, min(workers, len(sizes)))]),
+                   f"{min(workers, len(sizes))} group(s) of up to {max(len(g) for g in groups)} runs in flight "
+                   f"(d_head up to {max(as_spec(todo[g[0]]).d_head for g in groups)})",
+                   "use fewer --workers, a smaller --batch-runs, or smaller models", largest.device)
+
+
 def plan_groups(todo: dict[str, dict], batch_runs: int, workers: int) -> list[list[str]]:
     """The runs to do as groups of keys: runs of one shape, at most ``batch_runs`` each, split
     further while there are fewer groups than workers; the costliest groups first."""
+    batch_runs = checks.positive_int("batch_runs", batch_runs)
     size = min(batch_runs, max(1, -(-len(todo) // workers)))
     specs = {key: as_spec(spec) for key, spec in todo.items()}
     groups = [[run_key(s) for s in group] for group in group_specs(list(specs.values()), size)]
@@ -298,6 +312,7 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
         progress(finished, total, f"{finished}/{total} runs already stored")
     if todo:
         groups = plan_groups(todo, batch_runs, workers)
+        check_memory(groups, todo, workers if executor == "local" else 1)
         if executor == "ray":
             _ray_execute(groups, todo, workers, address, ray_dir, ckpt, record)
         elif workers == 1:

@@ -134,7 +134,8 @@ def register(app: typer.Typer) -> None:
         from ..cli import console, print_rows, progress_bar
         from ..memory import require_memory
         from ..paths import check_folder
-        from ..runs import RunStore, check_options, execute, run_key, summary
+        from ..runs import RunStore, check_options, execute, plan_groups, run_key, spec_dict, summary
+        from ..runs import check_memory as runs_check_memory
         from ..train import RunSpec
 
         if summary_only:
@@ -162,6 +163,9 @@ def register(app: typer.Typer) -> None:
                 scaling.factor(rule, d_head)  # a factor that overflows fails here, not in a worker
         if checkpoint is not None:
             check_folder(checkpoint, "--checkpoint")
+        todo = {run_key(s): spec_dict(s) for s in specs}
+        runs_check_memory(plan_groups(todo, batch_runs, check_options(executor, workers)), todo,
+                          check_options(executor, workers) if executor == "local" else 1)
         store = RunStore(db)
         with progress_bar() as bar:
             job = bar.add_task("sweep", total=len(specs), note="")

@@ -13,7 +13,7 @@ import torch
 
 from .batched import BatchedTransformer
 from .optim import BatchedOptimiser
-from .single import (STATS_ROWS, WEIGHTS, as_row, batch_generator, build_model, build_task, check_device,
+from .single import (STATS_ROWS, WEIGHTS, as_row, batch_generator, build_model, build_task, check_device, check_memory,
                      finish, finite_or_none, is_log_step, layer_stats, lr_factor, new_log)
 from .spec import OPTIMISERS, RunSpec, as_spec
 
@@ -94,6 +94,7 @@ def train_group(specs, return_models: bool = False, progress=None):
     check_group(specs)
     first = specs[0]
     check_device(first)
+    check_memory(first, len(specs))
     task = build_task(first)
     singles = [build_model(s, task) for s in specs]
     model = BatchedTransformer(singles)

@@ -15,7 +15,8 @@ from .. import stats
 from ..attention import capture
 from ..models import IGNORE_INDEX, ModelConfig, Transformer
 from ..models.tasks import make_task
-from .spec import RunSpec, as_spec
+from ..memory import require_memory
+from .spec import RunSpec, as_spec, memory_estimate
 
 WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
 VAL_SIZE = 128        # validation sequences, the same for every run of a task
@@ -141,6 +142,14 @@ def check_device(spec: RunSpec) -> None:
         raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use device 'cpu'")
 
 
+def check_memory(spec: RunSpec, runs: int = 1) -> None:
+    """Refuse, in one line, a run (or a group of ``runs``) that would not fit in free memory."""
+    what = f"training {runs} run{'s' if runs > 1 else ''} (d_model {spec.d_model}, d_head {spec.d_head}, " \
+           f"{spec.n_heads} heads, {spec.n_layers} layers, batch {spec.batch_size})"
+    require_memory(memory_estimate(spec, runs), what, "use a smaller d_head, d_model, batch or fewer layers"
+                   + (" or fewer runs per group (--batch-runs)" if runs > 1 else ""), spec.device)
+
+
 def train(spec, return_model: bool = False):
     """Train one run; returns its result dict (and the model if ``return_model``).
 
@@ -150,6 +159,7 @@ def train(spec, return_model: bool = False):
     """
     spec = as_spec(spec)
     check_device(spec)
+    check_memory(spec)
     task = build_task(spec)
     model = build_model(spec, task)
     optimiser = build_optimiser(spec, model)
