@@ -45,8 +45,13 @@ def register(app: typer.Typer) -> None:
             report = build_report(preset=preset, seed=seed, out=out, fresh=fresh, device=device, labs=chosen,
                                   progress=progress)
         for name, info in report["labs"].items():
-            runs = (f"  ({info['runs']} training runs, {info['runs'] / info['seconds']:.2f} runs/s)"
-                    if info.get("runs") and not info["cached"] else "")
+            runs = ""
+            if info.get("runs") and not info["cached"]:
+                reused = info.get("runs_reused", 0)
+                trained = info["runs"] - reused
+                runs = f"  ({info['runs']} training runs" + (
+                    f", {reused} reused from runs.sqlite" if reused else "") + (
+                    f", {trained / info['seconds']:.2f} runs/s trained)" if trained else ")")
             console.print(f"  {name:<11} {info['seconds']:7.1f} s{'  (stored result reused)' if info['cached'] else ''}{runs}",
                           markup=False, highlight=False)
         counts = {}

@@ -127,7 +127,7 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
         "seconds": round(time.perf_counter() - start, 2),
         "labs": {name: {"seconds": round(run["seconds"], 2), "cached": run["cached"], "config": run["config"],
                         "figures": figures[name].get(name, []),
-                        **({"runs": run["result"]["runs"]} if "runs" in run["result"] else {})}
+                        **{key: run["result"][key] for key in ("runs", "runs_reused") if key in run["result"]}}
                  for name, run in runs.items()},
         "claims": claim_rows,
         "experiments": {name: run["result"] for name, run in runs.items()},

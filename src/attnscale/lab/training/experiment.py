@@ -296,6 +296,7 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
                 progress((number + done / max(1, total)) / (rounds + 1), f"{what}: {message}")
         return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report)
 
+    stored_before = store.keys() if store is not None else set()
     grid = [s for task in config.tasks for rule in config.rules for d in config.d_heads
             for lr in initial_lrs(config, task) for s in cell_specs(config, task, rule, d, lr)]
     extra = {"deep": deep_specs(config), "t5": t5_specs(config)}
@@ -318,6 +319,7 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
     with torch_threads(1):
         out["t5_variant_step0"] = seed_variant_logit_std(config)
     out["runs"] = len(results)
+    out["runs_reused"] = len(stored_before & set(results))  # found in the run store, not trained by this call
     return out
 
 
