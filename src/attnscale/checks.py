@@ -80,3 +80,28 @@ def fields(obj, ints=(), floats=(), non_negative=(), int_tuples=(), float_tuples
     for name, check in (("device", device), ("dtype", dtype), ("seed", seed)):
         if hasattr(obj, name):
             check(getattr(obj, name))
+
+
+def finite_number(name: str, value) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok:
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    return float(value)
+
+
+def config(obj) -> None:
+    """Validate a lab's config by the types of its fields: ints >= 0, finite floats, tuples of
+    them (item by item), and the device and seed fields."""
+    import dataclasses
+
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if isinstance(item, bool) or item is None or isinstance(item, (str, tuple)):
+                continue
+            if isinstance(item, int):
+                positive_int(f.name, item, minimum=0)
+            elif isinstance(item, float):
+                finite_number(f.name, item)
+    fields(obj)

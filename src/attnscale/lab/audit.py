@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import checks
 from ..doctor import audit as audit_api
 from ..plotting import pyplot, save
 
@@ -35,6 +36,9 @@ class Config:
     device: str = "cpu"  # the audit's tiny models always run on the CPU
     families: tuple[str, ...] | None = QUICK_FAMILIES  # None: every decoder and encoder family
     backends: tuple[str, ...] = audit_api.DEFAULT_BACKENDS
+
+    def __post_init__(self):
+        checks.config(self)
 
 
 PRESETS = {"quick": Config(), "full": Config(families=None)}

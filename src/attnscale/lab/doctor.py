@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import doctor, scaling
+from .. import checks, doctor, scaling
 from ..attention import capture
 from ..claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
 from ..threads import torch_threads
@@ -77,6 +77,9 @@ class Config:
     scratch_batch: int = 32
     scratch_d_head: int = 64
     scratch_checks: int = 3  # the flag is measured at step 0 and at this many evenly spaced steps
+
+    def __post_init__(self):
+        checks.config(self)
 
 
 PRESETS = {

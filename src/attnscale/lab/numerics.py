@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import claims, scaling
+from .. import checks, claims, scaling
 from ..attention import attention
 from ..peak_memory import peak_tensor_bytes
 from ..numerics import DTYPES, audit, exp_overflow_threshold, matmul_accumulation
@@ -88,6 +88,9 @@ class Config:
     memory_block: int = 128              # the online attention's tile, as FlashAttention's
     seed: int = 0
     device: str = "cpu"
+
+    def __post_init__(self):
+        checks.config(self)
 
 
 PRESETS = {

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import claims, stats
+from .. import checks, claims, stats
 from ..attention import attention
 from ..claims import Finding
 from ..threads import torch_threads
@@ -80,6 +80,9 @@ class Config:
     grad_d_v: int = 64
     deriv_points: int = 61         # x grid over [-3, 3] for C16
     deriv_rows: int = 256
+
+    def __post_init__(self):
+        checks.config(self)
 
 
 PRESETS = {

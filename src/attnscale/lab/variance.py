@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .. import claims
+from .. import checks, claims
 from .. import stats
 from ..attention import attention
 from ..claims import Finding
@@ -119,6 +119,9 @@ class Config:
     small_d_ks: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)
     small_n: int = 128               # C15: keys per row
     small_rows: int = 512
+
+    def __post_init__(self):
+        checks.config(self)
 
 
 PRESETS = {

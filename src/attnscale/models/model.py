@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import scaling
+from .. import checks, scaling
 from ..attention import ScaledAttention
 
 IGNORE_INDEX = -100  # target positions that carry no loss
@@ -40,10 +40,7 @@ class ModelConfig:
     impl: str = "auto"
 
     def __post_init__(self):
-        for name in ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "d_head", "mlp_ratio"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        checks.fields(self, ints=("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "d_head", "mlp_ratio"))
         scaling.parse(self.scale)
         scaling.check_init(self.init)
 
