@@ -309,3 +309,26 @@ def test_progress_counts_steps_and_never_goes_back():
     counts = [done for done, _ in seen]
     assert counts == sorted(counts) and counts[-1] == len(specs) == seen[-1][1]
     assert any(0 < c < len(specs) and c != int(c) for c in counts)  # steps inside a group are counted as they go
+
+
+@pytest.mark.slow
+def test_no_ray_process_outlives_a_sweep_killed_with_kill_9(tmp_path):
+    pytest.importorskip("ray", reason="Ray is not installed: pip install 'attnscale[ray]'")
+    from attnscale.reaper import descendants
+
+    command = ATTNSCALE + ["sweep", "--executor", "ray", "--task", "recall", "--rules", "sqrt,none", "--d-heads", "8",
+                           "--lrs", "1e-3", "--steps", "20000", "--d-model", "16", "--workers", "2",
+                           "--db", str(tmp_path / "runs.sqlite")]
+    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def ray_workers():
+        return [pid for pid in descendants(proc.pid)
+                if b"ray_run_group" in Path(f"/proc/{pid}/cmdline").read_bytes()] if alive(proc.pid) else []
+
+    assert wait_for(lambda: ray_workers(), timeout=180), proc.stderr.read().decode()[-2000:]
+    time.sleep(2)  # let Ray's agents start too
+    spawned = [pid for pid in descendants(proc.pid) if b"attnscale.reaper" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert wait_for(lambda: not any(alive(pid) for pid in spawned), timeout=10), \
+        [Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in spawned if alive(pid)]

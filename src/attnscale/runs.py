@@ -28,6 +28,8 @@ import json
 import multiprocessing
 import os
 import secrets
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
@@ -379,7 +381,7 @@ def _ray_execute(groups: list[list[str]], todo: dict, workers: int, address, ray
         import ray
     except ImportError:
         raise ValueError(RAY_MISSING) from None
-    started_here, set_token = not ray.is_initialized(), False
+    started_here, set_token, reaper = not ray.is_initialized(), False, None
     if started_here:
         if address:
             ray.init(address=address, log_to_driver=False)
@@ -392,6 +394,10 @@ def _ray_execute(groups: list[list[str]], todo: dict, workers: int, address, ray
                 set_token = True
             ray.init(num_cpus=workers, _temp_dir=str(temp), include_dashboard=False, log_to_driver=False,
                      runtime_env={"env_vars": {"OMP_NUM_THREADS": "1"}})
+            # Ray's agents outlive a sweep killed with kill -9: a watcher in its own session kills them then.
+            reaper = subprocess.Popen([sys.executable, "-m", "attnscale.reaper", str(os.getpid())],
+                                      start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
     try:
         remote = ray.remote(num_cpus=1)(ray_run_group)
         pending = {remote.remote([todo[k] for k in keys], ckpt): keys for keys in groups}
@@ -402,6 +408,9 @@ def _ray_execute(groups: list[list[str]], todo: dict, workers: int, address, ray
     finally:
         if started_here:
             ray.shutdown()
+        if reaper is not None:
+            reaper.kill()
+            reaper.wait()
         if set_token:
             os.environ.pop("RAY_AUTH_TOKEN", None)
 
