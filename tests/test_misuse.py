@@ -133,7 +133,8 @@ def cut_report(claims) -> str:
 def full_report_with_text_numbers() -> str:
     from attnscale.claims import CLAIMS
 
-    return cut_report([{"id": c.id, "verdict": "supported", "numbers": {"max_rel_error": "abc"}} for c in CLAIMS])
+    return cut_report([{"id": c.id, "verdict": "supported", "numbers": {"max_rel_error": "abc", "max_d_k": 4096}}
+                       for c in CLAIMS])
 
 
 def model_folder(path: Path, config: str | None) -> None:
@@ -291,7 +292,7 @@ CASES = [
     Case("diagnose-model-missing", ["diagnose", "m[red]x"], "m[red]x"),
     Case("diagnose-model-file", ["diagnose", "f"], "config.json", lambda d: write(d / "f", "x")),
     Case("diagnose-model-no-config", ["diagnose", "m"], "config.json", lambda d: model_folder(d / "m", None)),
-    Case("diagnose-model-garbage-config", ["diagnose", "m"], "could not load", lambda d: model_folder(d / "m", "{garb")),
+    Case("diagnose-model-garbage-config", ["diagnose", "m"], "config.json", lambda d: model_folder(d / "m", "{garb")),
     Case("diagnose-text-file-missing", ["diagnose", "--text-file", "t.txt"], "t.txt"),
     Case("diagnose-text-file-binary", ["diagnose", "--text-file", "t.txt"], "UTF-8",
          lambda d: write(d / "t.txt", b"\xff\xfe\xfa")),
