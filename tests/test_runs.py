@@ -318,8 +318,9 @@ def test_no_ray_process_outlives_a_sweep_killed_with_kill_9(tmp_path):
 
     command = ATTNSCALE + ["sweep", "--executor", "ray", "--task", "recall", "--rules", "sqrt,none", "--d-heads", "8",
                            "--lrs", "1e-3", "--steps", "20000", "--d-model", "16", "--workers", "2",
-                           "--db", str(tmp_path / "runs.sqlite")]
-    proc = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                           "--db", "runs.sqlite"]
+    short = tempfile.mkdtemp(prefix="rk", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
+    proc = subprocess.Popen(command, cwd=short, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def ray_workers():
         return [pid for pid in descendants(proc.pid)
@@ -330,5 +331,8 @@ def test_no_ray_process_outlives_a_sweep_killed_with_kill_9(tmp_path):
     spawned = [pid for pid in descendants(proc.pid) if b"attnscale.reaper" not in Path(f"/proc/{pid}/cmdline").read_bytes()]
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
-    assert wait_for(lambda: not any(alive(pid) for pid in spawned), timeout=10), \
-        [Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in spawned if alive(pid)]
+    try:
+        assert wait_for(lambda: not any(alive(pid) for pid in spawned), timeout=10), \
+            [Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in spawned if alive(pid)]
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
