@@ -40,7 +40,7 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
 
 
 KERNELS = ("auto", "sdpa", "math")
-SDPA_UP_TO_D_HEAD = 64  # measured on CPU (bench/train_batched.py): above it, bmm + softmax is faster for short T
+SDPA_UP_TO_D_HEAD = 32  # measured on CPU (bench/train_batched.py, bench output): above it, bmm + softmax is faster for short T
 
 
 def attention_kernel(kernel: str, d_head: int) -> str:
