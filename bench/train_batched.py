@@ -86,6 +86,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     peak = matmul_flops_per_second(args.device)
+    train(specs_for(32, 16, 1, 5, args.device)[0])  # warm up: the first run pays torch's one-time set-up
+    train_group(specs_for(32, 16, 2, 5, args.device))
     print(f"torch threads {args.threads}, device {args.device}; float32 matmul: {peak / 1e9:.1f} GFLOP/s")
     print(f"{'d_model':>7} {'d_head':>6} {'one at a time':>14} {'K=12':>8} {'K=24':>8} {'x K=12':>7} {'x K=24':>7}"
           f" {'FLOP share K=24':>16}   (runs x steps / s)")
