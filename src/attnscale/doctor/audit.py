@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from ..memory import require_memory
 from ..threads import torch_threads
 from . import declared as declared_rules
 from . import families, kernel, legacy, paths
@@ -420,16 +421,6 @@ def plan(target: str | None) -> list[tuple[str, str]]:
     return [("family", name) for name in dict.fromkeys(names)]
 
 
-def available_memory() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
     """A local model folder: its safetensors weights if it has them, else random init from its config."""
     from transformers import AutoModel
@@ -438,10 +429,8 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
     path = check_model_dir(folder)
     config = load_config(path)
     parameters = families.count_parameters(config)
-    need, free = parameters * 4 * 3, available_memory()
-    if free is not None and need > free:
-        raise ValueError(f"{str(path)!r}: {parameters:,} parameters need about {need / 2**30:.1f} GiB to audit, "
-                         f"{free / 2**30:.1f} GiB are free; audit a smaller model or a config with fewer layers")
+    require_memory(parameters * 4 * 3, f"auditing {str(path)!r} ({parameters:,} parameters)",
+                   "audit a smaller model or a config with fewer layers")
     with quiet_transformers():
         if check_weights(path, required=False):
             try:
