@@ -18,6 +18,7 @@ and for tests.
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 import re
@@ -38,6 +39,8 @@ def format_bytes(count: float) -> str:
     """1234567 -> '1.2 MB' (decimal units, as people read sizes)."""
     if isinstance(count, bool) or not isinstance(count, (int, float)):
         raise TypeError(f"a byte count must be a number, got {type(count).__name__}")
+    if not math.isfinite(count):
+        raise ValueError(f"a byte count must be finite, got {count!r}")
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if count >= size:
             return f"{count / size:.1f} {unit}"
