@@ -153,7 +153,7 @@ def register(app: typer.Typer) -> None:
         for values in grid.values():
             runs *= len(values)
         require_memory(runs * BYTES_PER_RUN, f"a sweep grid of {runs} runs", "use fewer seeds or fewer values")
-        check_options(executor, workers)
+        pool_size = check_options(executor, workers)
         specs = [RunSpec(task=task, rule=r, init=init, d_head=d, n_layers=n, lr=lr, optimiser=o, steps=steps, seed=s,
                          d_model=d_model, log_every=log_every, device=device)
                  for r in grid["rules"] for d in grid["d-heads"] for lr in grid["lrs"] for n in grid["layers"]
@@ -164,8 +164,7 @@ def register(app: typer.Typer) -> None:
         if checkpoint is not None:
             check_folder(checkpoint, "--checkpoint")
         todo = {run_key(s): spec_dict(s) for s in specs}
-        runs_check_memory(plan_groups(todo, batch_runs, check_options(executor, workers)), todo,
-                          check_options(executor, workers) if executor == "local" else 1)
+        runs_check_memory(plan_groups(todo, batch_runs, pool_size), todo, pool_size if executor == "local" else 1)
         store = RunStore(db)
         with progress_bar() as bar:
             job = bar.add_task("sweep", total=len(specs), note="")
