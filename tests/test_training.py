@@ -16,8 +16,9 @@ from attnscale.lab.training import verdicts as V
 from attnscale.models.tasks import RecallTask, load_corpus
 
 TINY = T.Config(tasks=("recall", "shakespeare"), d_heads=(8, 64), seeds=3, d_model=16, n_heads=1, log_every=5, lr_widen=1, recall_steps=10, recall_batch=16,
-                recall_lrs=(3e-3, 1e-2), lm_steps=5, lm_batch=8, lm_context=16, lm_lrs=(3e-3,), deep_layers=2,
-                deep_d_head=64, deep_steps=10, t5_recall_d_head=8, t5_lm_d_head=8)
+                recall_lrs=(3e-3, 1e-2), lm_steps=5, lm_batch=8, lm_context=16, lm_lrs=(3e-3,), deep=True, deep_layers=2,
+                deep_d_head=64, deep_steps=10, t5_recall_d_head=8, t5_tasks=("recall", "shakespeare"),
+                lm_d_heads=(8, 64), t5_lm_d_head=8)
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +37,17 @@ def result(tiny_result):
 
 
 # --------------------------------------------------------------------------- baselines
+
+def test_a_rule_with_sqrts_factor_shares_sqrts_runs(tiny_result):
+    """const:0.125 at d_head 64 is the sqrt model: its cell holds sqrt's runs, trained once."""
+    def cell_losses(rule, d_head):
+        return sorted((r["lr"], r["seed"], r["final_val_loss"]) for r in tiny_result["grid"]
+                      if (r["task"], r["rule"], r["d_head"]) == ("recall", rule, d_head))
+    assert cell_losses("const:0.125", 64) == cell_losses("sqrt", 64) != []
+    assert cell_losses("const:0.125", 8) != cell_losses("sqrt", 8)  # 1/8 is not 1/sqrt(8): trained on its own
+    assert (E.trained_rule("const:0.125", 64), E.trained_rule("const:0.125", 8)) == ("sqrt", "const:0.125")
+    assert E.trained_rule("learned", 64) == "learned"
+
 
 def test_copy_baseline_matches_a_model_that_copies_a_random_context_value():
     task = RecallTask(n_pairs=4, n_queries=4, n_keys=16, n_values=16)
@@ -76,7 +88,9 @@ def test_the_tiny_run_has_every_seed_cell_and_widened_grid(tiny_result):
         assert (grew > 0) == (row["widened"] > 0) and row["widened"] <= cfg["lr_widen"]
     # a grid of one learning rate is always at an edge, so every LM cell widened once
     assert all(r["widened"] == 1 for r in tiny_result["best_lr"] if r["task"] == "shakespeare")
-    every = tiny_result["grid"] + tiny_result["deep"] + tiny_result["t5"]  # a t5 run may also be a grid run
+    # a t5 run may also be a grid run, and const:0.125 at d_head 64 trains as sqrt
+    grid = [{**r, "rule": E.trained_rule(r["rule"], r["d_head"])} for r in tiny_result["grid"]]
+    every = grid + tiny_result["deep"] + tiny_result["t5"]
     assert tiny_result["runs"] == len({(r["task"], r["rule"], r["init"], r["d_head"], r["n_layers"], r["lr"],
                                         r["optimiser"], r["seed"]) for r in every})
 
@@ -91,13 +105,14 @@ def test_best_lr_and_widening_rules():
     assert best[("recall", "sqrt", 8)]["at_edge"] == "high"
     widened = {}
     new = E.widen(TINY, best, widened)
-    assert {s.lr for s in new} == {0.03} and len(new) == TINY.seeds and widened == {("recall", "sqrt", 8): 1}
+    assert {s.lr for _, s in new} == {0.03} and len(new) == TINY.seeds and widened == {("recall", "sqrt", 8): 1}
     assert E.widen(TINY, best, widened) == []  # lr_widen=1: no more
 
 
 def test_config_validates():
     for bad, match in ((dict(seeds=0), "seeds"), (dict(d_heads=()), "d_heads"), (dict(recall_lrs=(-1.0,)), "recall_lrs"),
-                       (dict(rules=("inv_d",)), "sqrt"), (dict(device="tpu"), "device"), (dict(seed=-1), "seed")):
+                       (dict(rules=("inv_d",)), "sqrt"), (dict(device="tpu"), "device"), (dict(seed=-1), "seed"),
+                       (dict(deep=1), "deep"), (dict(t5_tasks=("copy",)), "task"), (dict(lm_d_heads=()), "lm_d_heads")):
         with pytest.raises(ValueError, match=match):
             T.Config(**bad)
 

@@ -26,10 +26,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """Per-run nn.Linear: x (K, ..., in), weight (K, out, in), bias (K, out)."""
     runs, inner = x.shape[0], x.shape[-1]
     flat = x.reshape(runs, -1, inner)
-    if bias is None:
-        out = torch.bmm(flat, weight.transpose(1, 2))
-    else:
-        out = torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2))
+    out = torch.bmm(flat, weight.transpose(1, 2))
+    if bias is not None:
+        out = out.add_(bias.unsqueeze(1))  # on CPU, baddbmm first copies the broadcast bias into the output
     return out.view(*x.shape[:-1], weight.shape[1])
 
 
@@ -110,26 +109,34 @@ class BatchedTransformer(nn.Module):
             factor = torch.where(self.is_qknorm, self.p(f"blocks.{layer}.attn.gain"), factor)
         return factor
 
+    def heads(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Per-run, per-head projection: x (K, N, D), weight (K, H*dh, D) -> (K, H, N, dh).
+
+        Head-major from the start, so that (K, H, B, T, dh) -> (K*H*B, T, dh) is a view: no
+        copy between the projection and attention, forward or backward."""
+        runs, _, d_model = x.shape
+        w = weight.view(runs, self.config.n_heads, self.config.d_head, d_model).transpose(2, 3)
+        return torch.matmul(x.unsqueeze(1), w)
+
     def attention(self, layer: int, x: torch.Tensor, observe: list | None) -> torch.Tensor:
-        runs, batch, time, _ = x.shape
+        runs, batch, time, d_model = x.shape
         heads, d_head = self.config.n_heads, self.config.d_head
         prefix = f"blocks.{layer}.attn."
-        # One matmul for q, k and v (the weights stay separate parameters, as in the one-run model).
-        w_qkv = torch.cat([self.p(prefix + name + ".weight") for name in ("w_q", "w_k", "w_v")], dim=1)
-        qkv = linear(x, w_qkv).view(runs, batch, time, 3, heads, d_head).permute(3, 0, 1, 4, 2, 5)
-        q, k, v = qkv.unbind(0)  # each (K, B, H, T, dh)
+        flat_x = x.reshape(runs, batch * time, d_model)
+        q, k, v = (self.heads(flat_x, self.p(prefix + name + ".weight")) for name in ("w_q", "w_k", "w_v"))
         if self.any_qknorm:
-            normed = self.is_qknorm.view(runs, 1, 1, 1, 1)
+            normed = self.is_qknorm.view(runs, 1, 1, 1)
             q = torch.where(normed, F.normalize(q, dim=-1), q)
             k = torch.where(normed, F.normalize(k, dim=-1), k)
-        q = q * self.factor(layer).view(runs, 1, 1, 1, 1)
-        flat = (runs * batch * heads, time, d_head)
+        q = q * self.factor(layer).view(runs, 1, 1, 1)
+        flat = (runs * heads * batch, time, d_head)
         q, k, v = q.reshape(flat), k.reshape(flat), v.reshape(flat)
         if observe is not None:
             mask = torch.ones(time, time, dtype=torch.bool, device=x.device).tril()
             out, probs = dense_attention(q, k, v, 1.0, mask, "stable")
             logits = torch.bmm(q, k.transpose(1, 2)).masked_fill(~mask, float("nan"))
-            observe.append((logits.view(runs, batch, heads, time, time), probs.view(runs, batch, heads, time, time)))
+            observe.append((logits.view(runs, heads, batch, time, time).transpose(1, 2),
+                            probs.view(runs, heads, batch, time, time).transpose(1, 2)))
         elif self.kernel == "sdpa":
             out = F.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), is_causal=True,
                                                  scale=1.0).squeeze(1)
@@ -137,8 +144,11 @@ class BatchedTransformer(nn.Module):
             mask = torch.ones(time, time, dtype=torch.bool, device=x.device).tril()
             logits = torch.bmm(q, k.transpose(1, 2)).masked_fill_(~mask, float("-inf"))
             out = torch.bmm(torch.softmax(logits, dim=-1), v)
-        out = out.view(runs, batch, heads, time, d_head).transpose(2, 3).reshape(runs, batch, time, heads * d_head)
-        return linear(out, self.p(prefix + "w_o.weight"))
+        # W_o per head: (K, H, N, dh) @ (K, H, dh, D), summed over heads.
+        w_o = self.p(prefix + "w_o.weight").view(runs, d_model, heads, d_head).permute(0, 2, 3, 1)
+        mixed = torch.matmul(out.view(runs, heads, batch * time, d_head), w_o)
+        mixed = mixed.squeeze(1) if heads == 1 else mixed.sum(dim=1)
+        return mixed.view(runs, batch, time, d_model)
 
     def mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         prefix = f"blocks.{layer}.mlp."

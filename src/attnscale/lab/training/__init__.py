@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from .experiment import PRESETS, VERSION, Config, run, tasks_of
+from .experiment import PRESETS, VERSION, Config, run, task_d_heads, tasks_of
 from .figures import coord_rows, figures
 from .verdicts import (EQUIVALENT_LOGITS, NUMBER_KEYS, READINGS, cell, deep_rows, fmt_spread, judge, speed_rows, t5_rows)
 
@@ -38,7 +38,7 @@ def progress_rows(result: dict) -> list[dict]:
         if rule == "sqrt":
             continue
         for task in tasks_of(result):
-            for d in result["config"]["d_heads"]:
+            for d in task_d_heads(result, task):
                 for reading in READINGS:
                     c = cell(result, task, rule, d, reading)
                     rows.append({"task": task, "d_head": d, "rule": rule, "lr": c["lr"],

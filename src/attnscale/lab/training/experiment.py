@@ -12,9 +12,11 @@ and not at all, and compare.  What runs (see :class:`Config`):
   1, the seed's assumption).  While a rule's best learning rate (by the median over seeds)
   sits at an edge of its grid, the grid grows by one x3 step on that side, up to
   ``lr_widen`` times.
-* deep: an 8-layer model at d_head 256 on recall, factor 1/8 vs 1/16 -> C09.
+* deep (full preset): an 8-layer model at d_head 256 on recall, factor 1/8 vs 1/16 -> C09.
 * t5: rule ``none`` + ``t5`` init (the factor folded into W_q) vs ``sqrt`` + ``unit`` init,
-  same seeds, under AdamW, SGD and Adafactor, on recall (d_head 256) and Shakespeare -> C10.
+  same seeds, under AdamW, SGD and Adafactor, on recall -> C10.
+* a fixed rule whose factor equals sqrt's at a d_head (``const:0.125`` at d_head 64) is the
+  same model: its cell reuses sqrt's runs instead of training them twice.
 * baselines: recall's copy baseline (a model that copies a random value token of its
   context), computed exactly; the unigram and bigram entropies of the training text.
 
@@ -31,13 +33,13 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import checks
+from ... import checks, scaling
 from ...models.tasks import RecallTask, load_corpus
 from ...runs import execute, run_key
 from ...threads import torch_threads
 from ...train import RunSpec, attention_stats, build_model, build_task
 
-VERSION = 3
+VERSION = 4
 TASKS = ("recall", "shakespeare")
 SOLVED_ACC = 0.9          # recall: validation accuracy that counts as solved
 LR_STEP = 3.0             # the grid widens by this factor per step
@@ -54,6 +56,7 @@ class Config:
     tasks: tuple[str, ...] = ("recall",)
     rules: tuple[str, ...] = ("sqrt", "inv_d", "none", "const:0.125")
     d_heads: tuple[int, ...] = (16, 64)
+    lm_d_heads: tuple[int, ...] = (16, 64)
     seeds: int = 3
     d_model: int = 32
     n_heads: int = 2
@@ -69,11 +72,13 @@ class Config:
     lm_steps: int = 600
     lm_batch: int = 32
     lm_lrs: tuple[float, ...] = (1e-3, 3e-3)
+    deep: bool = False
     deep_layers: int = 8
     deep_d_head: int = 256
     deep_lrs: tuple[float, ...] = (3e-3,)
     deep_steps: int = 200
-    t5_recall_d_head: int = 64
+    t5_recall_d_head: int = 16
+    t5_tasks: tuple[str, ...] = ("recall",)
     t5_lm_d_head: int = 64
     t5_optimisers: tuple[tuple[str, float], ...] = (("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))
 
@@ -81,10 +86,12 @@ class Config:
         checks.fields(self, ints=("seeds", "d_model", "n_heads", "n_layers", "log_every", "recall_pairs", "recall_values",
                                   "recall_steps", "recall_batch", "lm_context", "lm_steps", "lm_batch",
                                   "deep_layers", "deep_d_head", "deep_steps", "t5_recall_d_head", "t5_lm_d_head"),
-                      non_negative=("lr_widen",), int_tuples=("d_heads",),
+                      non_negative=("lr_widen",), int_tuples=("d_heads", "lm_d_heads"),
                       float_tuples=("recall_lrs", "lm_lrs", "deep_lrs"))
-        for task in self.tasks:
+        for task in self.tasks + self.t5_tasks:
             checks.one_of("task", task, TASKS)
+        if not isinstance(self.deep, bool):
+            raise ValueError(f"deep must be True or False, got {self.deep!r}")
         if not self.tasks or "recall" not in self.tasks:
             raise ValueError(f"tasks must include 'recall' (the deep and t5 runs use it), got {self.tasks!r}")
         if "sqrt" not in self.rules:
@@ -94,7 +101,7 @@ class Config:
 PRESETS = {
     "quick": Config(),
     "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
-                   deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256),
+                   deep=True, deep_steps=400, t5_recall_d_head=256),
 }
 
 
@@ -116,20 +123,43 @@ def tasks_of(result: dict) -> tuple[str, ...]:
     return tuple(result["config"]["tasks"])
 
 
+def task_d_heads(result: dict, task: str) -> tuple[int, ...]:
+    """The d_heads a task's grid was trained at."""
+    cfg = result["config"]
+    return tuple(cfg["d_heads"] if task == "recall" else cfg["lm_d_heads"])
+
+
 def seeds_of(config: Config) -> range:
     return range(config.seed, config.seed + config.seeds)
 
 
-def cell_specs(config: Config, task: str, rule: str, d_head: int, lr: float) -> list[RunSpec]:
-    return [base_spec(config, task, rule=rule, d_head=d_head, lr=lr, seed=s) for s in seeds_of(config)]
+def trained_rule(rule: str, d_head: int) -> str:
+    """The rule a cell's runs train under: a fixed rule with sqrt's factor at this d_head
+    (``const:0.125`` at 64) is the sqrt model, so its cell shares sqrt's runs."""
+    parsed = scaling.parse(rule)
+    if parsed.kind == "fixed" and parsed.factor(d_head) == scaling.factor("sqrt", d_head):
+        return "sqrt"
+    return rule
+
+
+def cell_specs(config: Config, task: str, rule: str, d_head: int, lr: float) -> list[tuple[str, RunSpec]]:
+    """One cell's runs, one per seed, each labelled with the cell's rule."""
+    trained = trained_rule(rule, d_head)
+    return [(rule, base_spec(config, task, rule=trained, d_head=d_head, lr=lr, seed=s)) for s in seeds_of(config)]
 
 
 def initial_lrs(config: Config, task: str) -> tuple[float, ...]:
     return config.recall_lrs if task == "recall" else config.lm_lrs
 
 
+def d_heads_of(config: Config, task: str) -> tuple[int, ...]:
+    return config.d_heads if task == "recall" else config.lm_d_heads
+
+
 def deep_specs(config: Config) -> list[RunSpec]:
     """C09: factor 1/8 (right for d_k = 64) vs 1/16 (= 1/sqrt(256)) at d_head 256, 8 layers, on recall."""
+    if not config.deep:
+        return []
     return [base_spec(config, "recall", rule=rule, d_head=config.deep_d_head, n_layers=config.deep_layers, lr=lr,
                       steps=config.deep_steps, seed=s)
             for rule in ("const:0.125", "const:0.0625") for lr in config.deep_lrs for s in seeds_of(config)]
@@ -139,7 +169,7 @@ def t5_specs(config: Config) -> list[RunSpec]:
     """C10: none + t5 init vs sqrt + unit init, same seeds, per optimiser and task."""
     return [base_spec(config, task, rule=rule, init=init, d_head=d_head, optimiser=opt, lr=lr, seed=s)
             for task, d_head in (("recall", config.t5_recall_d_head), ("shakespeare", config.t5_lm_d_head))
-            if task in config.tasks for opt, lr in config.t5_optimisers for rule, init in (("sqrt", "unit"), ("none", "t5"))
+            if task in config.t5_tasks for opt, lr in config.t5_optimisers for rule, init in (("sqrt", "unit"), ("none", "t5"))
             for s in seeds_of(config)]
 
 
@@ -181,8 +211,9 @@ def steps_to_solve(log: dict) -> int | None:
                 None)
 
 
-def summarise(spec: RunSpec, result: dict) -> dict:
-    """A run reduced to what the verdicts, tables and figures read."""
+def summarise(spec: RunSpec, result: dict, rule: str | None = None) -> dict:
+    """A run reduced to what the verdicts, tables and figures read (``rule``: the cell's rule,
+    when the run is shared with another rule's cell)."""
     log = result["log"]
     steps = log["step"]
     half = max(1, len(steps) // 2)
@@ -192,6 +223,7 @@ def summarise(spec: RunSpec, result: dict) -> dict:
     return {
         **{k: getattr(spec, k) for k in ("task", "rule", "init", "d_head", "n_layers", "lr", "optimiser", "steps",
                                          "seed")},
+        **({"rule": rule} if rule is not None else {}),
         "status": result["status"], "diverged_at": result["diverged_at"],
         "initial_val_loss": result["initial_val_loss"], "final_val_loss": result["final_val_loss"],
         "final_val_acc": result["final_val_acc"],
@@ -265,7 +297,7 @@ def best_lrs(cells: list[dict]) -> dict[tuple, dict]:
     return out
 
 
-def widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int]) -> list[RunSpec]:
+def widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int]) -> list[tuple[str, RunSpec]]:
     """New specs for every (task, rule, d_head) whose best LR is at an edge of its grid."""
     new = []
     for (task, rule, d_head), info in best.items():
@@ -297,19 +329,24 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
         return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report)
 
     stored_before = store.keys() if store is not None else set()
-    grid = [s for task in config.tasks for rule in config.rules for d in config.d_heads
-            for lr in initial_lrs(config, task) for s in cell_specs(config, task, rule, d, lr)]
+    grid = [cell for task in config.tasks for rule in config.rules for d in d_heads_of(config, task)
+            for lr in initial_lrs(config, task) for cell in cell_specs(config, task, rule, d, lr)]
     extra = {"deep": deep_specs(config), "t5": t5_specs(config)}
-    results = train_round(grid + [s for specs in extra.values() for s in specs], 0, "grid, deep and t5 runs")
+    first = [s for _, s in grid] + [s for specs in extra.values() for s in specs]
+    results = train_round(first, 0, "grid, deep and t5 runs" if config.deep else "grid and t5 runs")
     widened: dict[tuple, int] = {}
+
+    def summaries() -> list[dict]:
+        return [summarise(s, results[run_key(s)], rule) for rule, s in grid]
+
     for number in range(1, rounds):
-        new = widen(config, best_lrs(fold_cells([summarise(s, results[run_key(s)]) for s in grid])), widened)
+        new = widen(config, best_lrs(fold_cells(summaries())), widened)
         if not new:
             break
-        results.update(train_round(new, number, f"widening the LR grids (round {number})"))
+        results.update(train_round([s for _, s in new], number, f"widening the LR grids (round {number})"))
         grid += new
     out = {"config": dataclasses.asdict(config), "baselines": baselines(config)}
-    out["grid"] = [summarise(s, results[run_key(s)]) for s in grid]
+    out["grid"] = summaries()
     for name, specs in extra.items():
         out[name] = [summarise(s, results[run_key(s)]) for s in specs]
     out["cells"] = fold_cells(out["grid"])

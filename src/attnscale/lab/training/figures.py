@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 
 from ...plotting import pyplot, save
-from .experiment import tasks_of
+from .experiment import task_d_heads, tasks_of
 from .verdicts import best_lr, deep_rows, runs_at
 
 RULE_COLORS = {"sqrt": "tab:blue", "inv_d": "tab:orange", "none": "tab:red", "const:0.125": "tab:green",
@@ -54,12 +54,15 @@ def finish(fig, outdir: Path, name: str) -> str:
 
 
 def figure_curves(result: dict, outdir: Path) -> str:
-    d_heads = result["config"]["d_heads"]
+    d_heads = sorted({d for task in tasks_of(result) for d in task_d_heads(result, task)})
     fig, axes = panel_grid(len(tasks_of(result)), len(d_heads))
     base = result["baselines"]
     for row, task in enumerate(tasks_of(result)):
         field = "val_acc" if task == "recall" else "val_loss"
         for col, d in enumerate(d_heads):
+            if d not in task_d_heads(result, task):
+                axes[row][col].axis("off")
+                continue
             ax = axes[row][col]
             for rule in result["config"]["rules"]:
                 lr = best_lr(result, task, rule, d)
@@ -90,10 +93,13 @@ def figure_grads(result: dict, outdir: Path) -> str:
 
 
 def figure_lr(result: dict, outdir: Path) -> str:
-    d_heads = result["config"]["d_heads"]
+    d_heads = sorted({d for task in tasks_of(result) for d in task_d_heads(result, task)})
     fig, axes = panel_grid(len(tasks_of(result)), len(d_heads))
     for row, task in enumerate(tasks_of(result)):
         for col, d in enumerate(d_heads):
+            if d not in task_d_heads(result, task):
+                axes[row][col].axis("off")
+                continue
             ax = axes[row][col]
             for rule in result["config"]["rules"]:
                 cells = sorted((c for c in result["cells"] if (c["task"], c["rule"], c["d_head"]) == (task, rule, d)),
@@ -110,8 +116,10 @@ def figure_lr(result: dict, outdir: Path) -> str:
     return finish(fig, outdir, "training_lr_sweep.png")
 
 
-def figure_deep(result: dict, outdir: Path) -> str:
+def figure_deep(result: dict, outdir: Path) -> str | None:
     lrs = [r["lr"] for r in deep_rows(result)]
+    if not lrs:
+        return None  # this preset trains no deep model
     fig, axes = panel_grid(1, max(1, len(lrs)))
     for col, lr in enumerate(lrs):
         ax = axes[0][col]
@@ -123,10 +131,14 @@ def figure_deep(result: dict, outdir: Path) -> str:
     return finish(fig, outdir, "training_c09_deep.png")
 
 
+def t5_tasks_of(result: dict) -> list[str]:
+    return [t for t in result["config"]["t5_tasks"] if any(r["task"] == t for r in result["t5"])]
+
+
 def figure_t5(result: dict, outdir: Path) -> str:
     opts = [o for o, _ in result["config"]["t5_optimisers"]]
-    fig, axes = panel_grid(len(tasks_of(result)), len(opts))
-    for row, task in enumerate(tasks_of(result)):
+    fig, axes = panel_grid(len(t5_tasks_of(result)), len(opts))
+    for row, task in enumerate(t5_tasks_of(result)):
         field = "val_acc" if task == "recall" else "val_loss"
         for col, opt in enumerate(opts):
             ax = axes[row][col]
@@ -177,5 +189,5 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     outdir = Path(outdir)
     curves, grads, lrs = figure_curves(result, outdir), figure_grads(result, outdir), figure_lr(result, outdir)
     return {"C05": [curves, lrs], "C06": [curves, grads], "C07": [curves], "C13": [curves], "C17": [grads],
-            "C18": [curves, lrs], "C09": [figure_deep(result, outdir)], "C10": [figure_t5(result, outdir)],
+            "C18": [curves, lrs], "C09": [f for f in [figure_deep(result, outdir)] if f], "C10": [figure_t5(result, outdir)],
             "training": [figure_coord(result, outdir)]}

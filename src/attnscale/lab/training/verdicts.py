@@ -25,7 +25,7 @@ import statistics
 
 from ... import scaling
 from ...claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
-from .experiment import SOLVED_ACC, spread, tasks_of
+from .experiment import SOLVED_ACC, spread, task_d_heads, tasks_of
 
 STALL_BELOW = 0.2         # progress below this: the rule stalls (unusable)
 TRAINS_FROM = 0.8         # progress from this: the rule trains about as well as sqrt
@@ -160,7 +160,7 @@ def cell(result: dict, task: str, rule: str, d_head: int, reading: str = "own") 
 
 
 def cells_of(result: dict, rule: str, reading: str, min_d_head: int = 1) -> list[dict]:
-    return [cell(result, task, rule, d, reading) for task in tasks_of(result) for d in result["config"]["d_heads"]
+    return [cell(result, task, rule, d, reading) for task in tasks_of(result) for d in task_d_heads(result, task)
             if d >= min_d_head]
 
 
@@ -304,6 +304,10 @@ def deep_rows(result: dict) -> list[dict]:
 def judge_c09(result: dict) -> Finding:
     rows = deep_rows(result)
     cfg = result["config"]
+    if not rows:
+        return Finding(NOT_TESTABLE, f"This preset trains no {cfg['deep_layers']}-layer model (it costs more than the "
+                                     f"quick preset's budget); `attnscale report --preset full` trains it, with "
+                                     f"{cfg['deep_d_head']}-dimensional heads, factor 1/8 against 1/16.")
     text = "; ".join(
         f"lr {r['lr']:g}: accuracy {fmt_spread(r['acc_1_8'], 2)} (1/8) vs {fmt_spread(r['acc_1_16'], 2)} (1/16), "
         f"oscillation {fmt_spread(r['oscillation_1_8'], 2)} vs {fmt_spread(r['oscillation_1_16'], 2)}, diverged "
@@ -348,7 +352,7 @@ def relative_gap(a: float, b: float) -> float:
 
 def t5_rows(result: dict) -> list[dict]:
     rows = []
-    for task in tasks_of(result):
+    for task in result["config"]["t5_tasks"]:
         for opt, _lr in result["config"]["t5_optimisers"]:
             pair = {init: sorted((r for r in result["t5"] if r["task"] == task and r["optimiser"] == opt
                                   and r["init"] == init), key=lambda r: r["seed"]) for init in ("unit", "t5")}
@@ -490,7 +494,7 @@ def grad_ratios(result: dict) -> list[float]:
     matched seed at sqrt's best learning rate, d_head >= 64."""
     ratios = []
     for task in tasks_of(result):
-        for d in result["config"]["d_heads"]:
+        for d in task_d_heads(result, task):
             if d < 64:
                 continue
             lr = best_lr(result, task, "sqrt", d)
@@ -559,7 +563,7 @@ def final_entropy(result: dict, task: str, rule: str, d: int) -> float | None:
 
 def judge_c18(result: dict) -> Finding:
     rules = result["config"]["rules"]
-    voting_cells = [(t, d) for t in tasks_of(result) for d in result["config"]["d_heads"] if reference(result, t, d)["works"]]
+    voting_cells = [(t, d) for t in tasks_of(result) for d in task_d_heads(result, t) if reference(result, t, d)["works"]]
     if not voting_cells:
         return Finding(NOT_TESTABLE, "sqrt itself did not work in any cell at this size; inconclusive.")
     sqrt_ok = []
