@@ -12,17 +12,25 @@ one process with the same torch threads, interleaved so machine load hits both a
 Prints the ratios; targets: batched / one-at-a-time >= 4x at d_head 16 and 64, >= 1.5x at
 d_head 256; FLOP share >= 30% at d_head 256.
 
+It also prints what bounds the speedup: batching removes per-op overhead (Python, dispatch,
+autograd bookkeeping, kernel launches), not arithmetic.  The overhead share of a one-run
+step is measured as the time of the same run with batch_size 1 (the same ops on almost no
+data) over its time at the real batch size; removing all of it speeds a run up by at most
+1 / (1 - share), unless batching also makes the arithmetic itself faster.
+
     python bench/train_batched.py [--threads 1] [--steps 60] [--device cpu|cuda] [--quick]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from attnscale.lab.training.experiment import PRESETS, base_spec
 from attnscale.train import RunSpec, train, train_group
 from attnscale.train.batched import BatchedTransformer
 from attnscale.train.single import build_model, build_task
@@ -31,8 +39,10 @@ RULES = ("sqrt", "inv_d", "none", "const:0.125")
 
 
 def specs_for(d_model: int, d_head: int, runs: int, steps: int, device: str) -> list[RunSpec]:
-    return [RunSpec(task="recall", rule=RULES[i % len(RULES)], seed=i // len(RULES), lr=3e-3, d_head=d_head,
-                    d_model=d_model, steps=steps, log_every=20, batch_size=64, device=device) for i in range(runs)]
+    """Runs of the quick preset's recall shape (heads, pairs, batch) at this d_model and d_head."""
+    quick = PRESETS["quick"]
+    return [base_spec(quick, "recall", rule=RULES[i % len(RULES)], seed=i // len(RULES), lr=3e-3, d_head=d_head,
+                      d_model=d_model, steps=steps, device=device) for i in range(runs)]
 
 
 def sync(device: str) -> None:
@@ -77,6 +87,13 @@ def step_flops_and_rate(specs: list[RunSpec], device: str, steps: int = 20) -> t
     return flops, flops * steps / seconds
 
 
+def overhead_share(d_model: int, d_head: int, steps: int, device: str) -> float:
+    """Time of a one-run training at batch_size 1 over its time at the real batch size."""
+    spec = specs_for(d_model, d_head, 1, steps, device)[0]
+    tiny = dataclasses.replace(spec, batch_size=1)
+    return timed(lambda: train(tiny), device) / timed(lambda: train(spec), device)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=1)
@@ -90,7 +107,7 @@ def main() -> None:
     train_group(specs_for(32, 16, 2, 5, args.device))
     print(f"torch threads {args.threads}, device {args.device}; float32 matmul: {peak / 1e9:.1f} GFLOP/s")
     print(f"{'d_model':>7} {'d_head':>6} {'one at a time':>14} {'K=12':>8} {'K=24':>8} {'x K=12':>7} {'x K=24':>7}"
-          f" {'FLOP share K=24':>16}   (runs x steps / s)")
+          f" {'FLOP share K=24':>16} {'overhead share':>15} {'bound':>6}   (runs x steps / s)")
     for d_model in ((32,) if args.quick else (32, 64)):
         for d_head in (16, 64, 256):
             single = specs_for(d_model, d_head, 2, args.steps, args.device)
@@ -100,8 +117,10 @@ def main() -> None:
                 group = specs_for(d_model, d_head, runs, args.steps, args.device)
                 rates[runs] = runs * args.steps / timed(lambda: train_group(group), args.device)
             _, achieved = step_flops_and_rate(specs_for(d_model, d_head, 24, args.steps, args.device), args.device)
+            share = overhead_share(d_model, d_head, args.steps, args.device)
             print(f"{d_model:>7} {d_head:>6} {rate_one:>14.1f} {rates[12]:>8.1f} {rates[24]:>8.1f} "
-                  f"{rates[12] / rate_one:>6.2f}x {rates[24] / rate_one:>6.2f}x {achieved / peak:>15.0%}", flush=True)
+                  f"{rates[12] / rate_one:>6.2f}x {rates[24] / rate_one:>6.2f}x {achieved / peak:>15.0%} "
+                  f"{share:>15.0%} {1 / max(1e-9, 1 - share):>5.1f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,8 @@ def test_group_specs_share_a_shape_keep_optimisers_contiguous_and_cap_the_size()
         kinds = [s.optimiser for s in g]
         assert kinds == sorted(kinds, key=T.OPTIMISERS.index)
     assert [len(g) for g in T.group_specs(specs, max_runs=1)] == [1] * len(specs)
+    assert [len(g) for g in groups] == [4, 4, 4, 4, 4, 4]  # 12 runs per shape, cap 5: 4+4+4, not 5+5+2
+    assert [len(g) for g in T.group_specs(specs[:12] * 2 + specs[:1], max_runs=24)] == [13, 12]
     with pytest.raises(ValueError, match="max_runs"):
         T.group_specs(specs, max_runs=0)
 

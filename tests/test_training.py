@@ -82,10 +82,14 @@ def test_the_tiny_run_has_every_seed_cell_and_widened_grid(tiny_result):
         assert cell["score"]["median"] == pytest.approx(statistics.median(scores))
         assert cell["score"]["min"] <= cell["score"]["median"] <= cell["score"]["max"]
     for row in tiny_result["best_lr"]:
-        initial = cfg["recall_lrs"] if row["task"] == "recall" else cfg["lm_lrs"]
+        initial = E.initial_lrs(TINY, row["task"], row["rule"], row["d_head"])
         assert set(initial) <= set(row["grid"])
-        grew = len(row["grid"]) - len(initial)
-        assert (grew > 0) == (row["widened"] > 0) and row["widened"] <= cfg["lr_widen"]
+        sqrt_lr = next(r["lr"] for r in tiny_result["best_lr"] if (r["task"], r["rule"], r["d_head"]) ==
+                       (row["task"], "sqrt", row["d_head"]))
+        assert sqrt_lr in row["grid"]  # every rule is also read at sqrt's rate
+        grew = len(set(row["grid"]) - set(initial) - {sqrt_lr})
+        assert grew <= 2 * row["widened"] and row["widened"] <= cfg["lr_widen"]
+        assert row["at_edge"] is None or row["widened"] == cfg["lr_widen"]  # widened until inside, or out of steps
     # a grid of one learning rate is always at an edge, so every LM cell widened once
     assert all(r["widened"] == 1 for r in tiny_result["best_lr"] if r["task"] == "shakespeare")
     # a t5 run may also be a grid run, and const:0.125 at d_head 64 trains as sqrt
@@ -107,6 +111,18 @@ def test_best_lr_and_widening_rules():
     new = E.widen(TINY, best, widened)
     assert {s.lr for _, s in new} == {0.03} and len(new) == TINY.seeds and widened == {("recall", "sqrt", 8): 1}
     assert E.widen(TINY, best, widened) == []  # lr_widen=1: no more
+
+
+def test_each_rule_starts_from_sqrts_grid_moved_toward_its_factor():
+    quick = E.PRESETS["quick"]
+    assert E.initial_lrs(quick, "recall", "sqrt", 64) == quick.recall_lrs
+    # inv_d's factor is 4x (d_head 16) to 16x (256) smaller than sqrt's: one x3 step up; none's as much larger: one down
+    for d_head in (16, 64, 256):
+        assert (E.start_shift("inv_d", d_head), E.start_shift("none", d_head)) == (1, -1)
+        assert E.initial_lrs(quick, "recall", "inv_d", d_head) == tuple(E.lr_value(3 * lr) for lr in quick.recall_lrs)
+    assert E.start_shift("const:0.125", 16) == 0 and E.start_shift("power:2", 64) == 3  # 1/4096 vs 1/8: log3(512)/2 = 2.8
+    assert E.start_shift("learned", 64) == 0 and E.start_shift("qknorm", 64) == 0
+    assert E.lr_value(1e-3 / 3) == E.lr_value(0.000333) == 0.000333  # a start point and a widened point are one run
 
 
 def test_config_validates():

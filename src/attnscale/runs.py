@@ -255,8 +255,8 @@ def check_memory(groups: list[list[str]], todo: dict, workers: int) -> None:
 
 
 def plan_groups(todo: dict[str, dict], batch_runs: int, workers: int) -> list[list[str]]:
-    """The runs to do as groups of keys: runs of one shape, at most ``batch_runs`` each, split
-    further while there are fewer groups than workers; the costliest groups first."""
+    """The runs to do as groups of keys: runs of one shape, at most ``batch_runs`` each (and at
+    most an even share per worker, so no worker starts idle); the costliest groups first."""
     batch_runs = checks.positive_int("batch_runs", batch_runs)
     size = min(batch_runs, max(1, -(-len(todo) // workers)))
     specs = {key: as_spec(spec) for key, spec in todo.items()}

@@ -78,9 +78,11 @@ def run_key(spec) -> str:
 def group_specs(specs, max_runs: int = 24) -> list[list[RunSpec]]:
     """Split ``specs`` into groups of at most ``max_runs`` runs that share a shape.
 
-    Within a group, runs are ordered by optimiser (each optimiser's runs are contiguous), then
-    by their order in ``specs``; groups come in order of their first spec.  ``max_runs=1``
-    gives one run per group.
+    A shape's runs are split into as few groups as the cap allows, of sizes that differ by at
+    most one (25 runs with a cap of 24 make groups of 13 and 12, not 24 and 1: a group of one
+    would train alone while another worker idles).  Within a group, runs are ordered by
+    optimiser (each optimiser's runs are contiguous), then by their order in ``specs``; groups
+    come in order of their first spec.  ``max_runs=1`` gives one run per group.
     """
     max_runs = checks.positive_int("max_runs", max_runs)
     by_shape: dict[tuple, list[RunSpec]] = {}
@@ -89,7 +91,13 @@ def group_specs(specs, max_runs: int = 24) -> list[list[RunSpec]]:
     groups = []
     for members in by_shape.values():
         members = sorted(members, key=lambda s: OPTIMISERS.index(s.optimiser))
-        groups.extend(members[i:i + max_runs] for i in range(0, len(members), max_runs))
+        count = -(-len(members) // max_runs)
+        size, larger = divmod(len(members), count)
+        start = 0
+        for i in range(count):
+            stop = start + size + (i < larger)
+            groups.append(members[start:stop])
+            start = stop
     return groups
 
 

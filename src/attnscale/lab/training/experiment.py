@@ -9,9 +9,10 @@ and not at all, and compare.  What runs (see :class:`Config`):
   right for d_k = 64 only) x d_head x a learning-rate grid x seeds, on two tasks:
   multi-query associative recall (attention must find one position among many) and
   character-level Shakespeare.  Q/K/V use the ``unit`` init (q and k components of variance
-  1, the seed's assumption).  While a rule's best learning rate (by the median over seeds)
-  sits at an edge of its grid, the grid grows by one x3 step on that side, up to
-  ``lr_widen`` times.
+  1, the seed's assumption).  Each rule starts from sqrt's learning-rate grid moved by
+  whole x3 steps toward where its factor suggests (:func:`start_shift`); while a rule's best
+  rate (by the median over seeds) sits at an edge of its grid, the grid grows by one x3 step
+  on that side, up to ``lr_widen`` times.
 * deep (full preset): an 8-layer model at d_head 256 on recall, factor 1/8 vs 1/16 -> C09.
 * t5: rule ``none`` + ``t5`` init (the factor folded into W_q) vs ``sqrt`` + ``unit`` init,
   same seeds, under AdamW, SGD and Adafactor, on recall -> C10.
@@ -67,7 +68,7 @@ class Config:
     recall_values: int = 16
     recall_steps: int = 300
     recall_batch: int = 64
-    recall_lrs: tuple[float, ...] = (1e-3, 3e-3)
+    recall_lrs: tuple[float, ...] = (1e-3, 3e-3, 9e-3)
     lm_context: int = 32
     lm_steps: int = 600
     lm_batch: int = 32
@@ -80,7 +81,7 @@ class Config:
     t5_recall_d_head: int = 16
     t5_tasks: tuple[str, ...] = ("recall",)
     t5_lm_d_head: int = 64
-    t5_optimisers: tuple[tuple[str, float], ...] = (("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))
+    t5_optimisers: tuple[tuple[str, float], ...] = (("adamw", 3e-3), ("adafactor", 1e-2))
 
     def __post_init__(self):
         checks.fields(self, ints=("seeds", "d_model", "n_heads", "n_layers", "log_every", "recall_pairs", "recall_values",
@@ -101,7 +102,8 @@ class Config:
 PRESETS = {
     "quick": Config(),
     "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
-                   deep=True, deep_steps=400, t5_recall_d_head=256),
+                   deep=True, deep_steps=400, t5_recall_d_head=256,
+                   t5_optimisers=(("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))),
 }
 
 
@@ -148,8 +150,28 @@ def cell_specs(config: Config, task: str, rule: str, d_head: int, lr: float) -> 
     return [(rule, base_spec(config, task, rule=trained, d_head=d_head, lr=lr, seed=s)) for s in seeds_of(config)]
 
 
-def initial_lrs(config: Config, task: str) -> tuple[float, ...]:
-    return config.recall_lrs if task == "recall" else config.lm_lrs
+def lr_value(lr: float) -> float:
+    """A grid point, rounded to 3 significant digits so that the same rate reached two ways
+    (a start grid, a widening step) is the same run."""
+    return float(f"{lr:.3g}")
+
+
+def start_shift(rule: str, d_head: int) -> int:
+    """How many x3 steps a rule's starting grid sits from sqrt's: half the log3 of how much
+    smaller its factor is than sqrt's, rounded (halfway, in log, between keeping sqrt's rates
+    and fully compensating the factor, since only the attention logits see the factor).
+    A guess that saves runs, nothing more: the grid widens until each rule's best rate is
+    inside it, so where it starts does not change which rate wins."""
+    parsed = scaling.parse(rule)
+    if parsed.kind != "fixed":
+        return 0
+    return round(0.5 * math.log(scaling.factor("sqrt", d_head) / parsed.factor(d_head), LR_STEP))
+
+
+def initial_lrs(config: Config, task: str, rule: str = "sqrt", d_head: int = 64) -> tuple[float, ...]:
+    """A rule's starting grid: sqrt's (``recall_lrs`` / ``lm_lrs``) moved by :func:`start_shift`."""
+    base = config.recall_lrs if task == "recall" else config.lm_lrs
+    return tuple(lr_value(lr * LR_STEP ** start_shift(rule, d_head)) for lr in base)
 
 
 def d_heads_of(config: Config, task: str) -> tuple[int, ...]:
@@ -307,7 +329,18 @@ def widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int]) ->
         sides = {"low": [info["grid"][0] / LR_STEP], "high": [info["grid"][-1] * LR_STEP],
                  "both": [info["grid"][0] / LR_STEP, info["grid"][-1] * LR_STEP]}[info["at_edge"]]
         for lr in sides:
-            new.extend(cell_specs(config, task, rule, d_head, float(f"{lr:.3g}")))
+            new.extend(cell_specs(config, task, rule, d_head, lr_value(lr)))
+    return new
+
+
+def fill_reference_rates(config: Config, best: dict[tuple, dict]) -> list[tuple[str, RunSpec]]:
+    """New specs for every (task, rule, d_head) whose grid lacks sqrt's best LR there: each rule
+    is also read at sqrt's rate (the seed's claims swap the factor in a working recipe)."""
+    new = []
+    for (task, rule, d_head), info in best.items():
+        reference = best.get((task, "sqrt", d_head))
+        if rule != "sqrt" and reference is not None and reference["lr"] not in info["grid"]:
+            new.extend(cell_specs(config, task, rule, d_head, reference["lr"]))
     return new
 
 
@@ -325,12 +358,12 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
         def report(done, total, message):
             if progress:
-                progress((number + done / max(1, total)) / (rounds + 1), f"{what}: {message}")
+                progress(min(1.0, (number + done / max(1, total)) / (rounds + 1)), f"{what}: {message}")
         return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report)
 
     stored_before = store.keys() if store is not None else set()
     grid = [cell for task in config.tasks for rule in config.rules for d in d_heads_of(config, task)
-            for lr in initial_lrs(config, task) for cell in cell_specs(config, task, rule, d, lr)]
+            for lr in initial_lrs(config, task, rule, d) for cell in cell_specs(config, task, rule, d, lr)]
     extra = {"deep": deep_specs(config), "t5": t5_specs(config)}
     first = [s for _, s in grid] + [s for specs in extra.values() for s in specs]
     results = train_round(first, 0, "grid, deep and t5 runs" if config.deep else "grid and t5 runs")
@@ -339,8 +372,13 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
     def summaries() -> list[dict]:
         return [summarise(s, results[run_key(s)], rule) for rule, s in grid]
 
-    for number in range(1, rounds):
-        new = widen(config, best_lrs(fold_cells(summaries())), widened)
+    for number in range(1, rounds + 1):  # one more round than widenings: sqrt's rate may move in the last
+        best = best_lrs(fold_cells(summaries()))
+        new = widen(config, best, widened) if number < rounds else []
+        have = {(rule, run_key(s)) for rule, s in grid}
+        # a widening step can land on sqrt's rate: such a cell is added once
+        new = list({(rule, run_key(s)): (rule, s) for rule, s in new + fill_reference_rates(config, best)
+                    if (rule, run_key(s)) not in have}.values())
         if not new:
             break
         results.update(train_round([s for _, s in new], number, f"widening the LR grids (round {number})"))
