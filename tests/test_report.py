@@ -4,12 +4,10 @@ import dataclasses
 import json
 import re
 import sys
-import threading
 import types
 
 import jsonschema
 import pytest
-import torch
 
 from attnscale import claims, lab
 from attnscale.claims import NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, Finding
@@ -91,46 +89,6 @@ def test_rerun_reuses_the_store_and_fresh_or_a_new_seed_recompute(fake_lab, tmp_
     assert {c["id"]: c["verdict"] for c in other_seed["claims"]}["C02"] == REFUTED
     full = build_report(out=tmp_path, labs=("variance",), preset="full")
     assert fake_lab[-1].d_k == 128 and full["preset"] == "full"
-
-
-def make_fake_trainer(calls, fail: bool = False):
-    """A lab whose run() takes a run store (as the training lab does), recording the thread it ran on."""
-    module = make_fake_lab([])
-    module.__name__ = "attnscale.lab.training"
-
-    def run(config, progress=None, *, store=None):
-        calls.append((threading.current_thread().name, torch.get_num_threads(), store is not None))
-        if fail:
-            raise ValueError("the trainer failed")
-        return {"rows": [{"d_k": config.d_k, "variance": float(config.d_k)}]}
-
-    module.run = run
-    module.judge = lambda result: {}
-    module.figures = lambda result, outdir: {}
-    return module
-
-
-def test_a_training_lab_runs_beside_the_others_and_its_error_reaches_the_caller(fake_lab, monkeypatch, tmp_path):
-    from attnscale.report import build, run_labs
-    from attnscale.store import Store
-
-    monkeypatch.setattr(build, "default_workers", lambda: 2)
-    trainer_calls = []
-    monkeypatch.setitem(sys.modules, "attnscale.lab.training", make_fake_trainer(trainer_calls))
-    runs = run_labs("quick", 0, "cpu", Store(tmp_path / "results.sqlite"), ("training", "variance"))
-    assert list(runs) == ["training", "variance"] and not runs["training"]["cached"]
-    assert trainer_calls == [("lab-training", 1, True)]  # its own thread, one torch thread, a run store
-    again = run_labs("quick", 0, "cpu", Store(tmp_path / "results.sqlite"), ("training", "variance"))
-    assert again["training"]["cached"] and again["training"]["result"] == runs["training"]["result"]
-    monkeypatch.setitem(sys.modules, "attnscale.lab.training", make_fake_trainer([], fail=True))
-    with pytest.raises(ValueError, match="the trainer failed"):
-        run_labs("quick", 0, "cpu", Store(tmp_path / "other.sqlite"), ("training", "variance"))
-    assert fake_lab  # the other lab ran meanwhile
-    monkeypatch.setattr(build, "default_workers", lambda: 1)  # one core: nothing to run beside it
-    trainer_calls.clear()
-    monkeypatch.setitem(sys.modules, "attnscale.lab.training", make_fake_trainer(trainer_calls))
-    run_labs("quick", 0, "cpu", Store(tmp_path / "third.sqlite"), ("training", "variance"))
-    assert trainer_calls == [("MainThread", 1, True)]
 
 
 @pytest.mark.parametrize("kwargs, message", [

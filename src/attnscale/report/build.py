@@ -13,17 +13,15 @@ import inspect
 import json
 import math
 import os
-import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 from .. import __version__, answer, claims, lab
-from ..runs import RunStore, default_workers
+from ..runs import RunStore
 from ..paths import check_folder
 from ..runtime import check_device, check_seed
 from ..store import Store, config_key
-from ..threads import torch_threads
 from .render import render_html, render_markdown
 
 Progress = Callable[[str, float, str], None]
@@ -31,14 +29,7 @@ Progress = Callable[[str, float, str], None]
 
 def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str, ...], fresh: bool = False,
              progress: Progress | None = None) -> dict[str, dict]:
-    """Run each lab's preset (or read it from the store); returns {lab: {result, seconds, cached, config}}.
-
-    A lab that trains in worker processes (its ``run`` takes a run ``store``) starts first, from
-    a thread, when there is more than one core: the other labs run meanwhile in this process,
-    on the cores its workers leave idle between rounds.  Every lab runs with one torch thread
-    either way, so its numbers do not depend on what ran beside it.
-    """
-    todo = {}
+    """Run each lab's preset (or read it from the store); returns {lab: {result, seconds, cached, config}}."""
     runs = {}
     for name in labs:
         module = lab.load(name)
@@ -48,59 +39,25 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
         if stored is not None:
             result, seconds = stored
             check_stored(module, name, result, store)
-            runs[name] = {"result": result, "seconds": seconds, "cached": True,
-                          "config": json.loads(config_text)["config"]}
+            cached = True
             if progress:
                 progress(name, 1.0, "reused stored result")
         else:
-            todo[name] = (module, config, key, config_text)
-    trainers = [n for n, (module, *_) in todo.items() if "store" in inspect.signature(module.run).parameters]
-    background = trainers[:1] if len(todo) > 1 and default_workers() > 1 else []
-    done: dict[str, tuple] = {}
-    with torch_threads(1):
-        threads = [_start_in_thread(name, todo[name], store, fresh, progress, done) for name in background]
-        for name in todo:
-            if name not in background:
-                done[name] = _run_lab(name, *todo[name][:2], store, fresh, progress)
-        for thread in threads:
-            thread.join()
-    for name, (module, config, key, config_text) in todo.items():
-        outcome = done[name]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        result, seconds = outcome
-        store.put(key, name, config_text, result, seconds)
-        runs[name] = {"result": result, "seconds": seconds, "cached": False, "config": json.loads(config_text)["config"]}
-    return {name: runs[name] for name in labs}
-
-
-def _run_lab(name: str, module, config, store: Store, fresh: bool, progress: Progress | None) -> tuple[dict, float]:
-    start = time.perf_counter()
-    options = {}
-    if "store" in inspect.signature(module.run).parameters:
-        # Labs made of many training runs keep each finished group beside the results: a killed
-        # report resumes where it stopped.
-        options["store"] = RunStore(store.path.with_name("runs.sqlite"), since=time.time() if fresh else None)
-    result = module.run(config, progress=(lambda f, m: progress(name, f, m)) if progress else None, **options)
-    seconds = time.perf_counter() - start
-    if progress:
-        progress(name, 1.0, f"done in {seconds:.1f} s")
-    return result, seconds
-
-
-def _start_in_thread(name: str, job: tuple, store: Store, fresh: bool, progress: Progress | None,
-                     done: dict) -> threading.Thread:
-    module, config = job[:2]
-
-    def work():
-        try:
-            done[name] = _run_lab(name, module, config, store, fresh, progress)
-        except BaseException as error:  # re-raised by run_labs in the main thread
-            done[name] = error
-
-    thread = threading.Thread(target=work, name=f"lab-{name}", daemon=True)
-    thread.start()
-    return thread
+            start = time.perf_counter()
+            options = {}
+            if "store" in inspect.signature(module.run).parameters:
+                # Labs made of many training runs keep each finished group beside the results: a killed
+                # report resumes where it stopped.
+                options["store"] = RunStore(store.path.with_name("runs.sqlite"), since=time.time() if fresh else None)
+            result = module.run(config, progress=(lambda f, m, n=name: progress(n, f, m)) if progress else None,
+                                **options)
+            seconds = time.perf_counter() - start
+            store.put(key, name, config_text, result, seconds)
+            cached = False
+            if progress:
+                progress(name, 1.0, f"done in {seconds:.1f} s")
+        runs[name] = {"result": result, "seconds": seconds, "cached": cached, "config": json.loads(config_text)["config"]}
+    return runs
 
 
 def check_stored(module, name: str, result: dict, store: Store) -> None:
