@@ -8,6 +8,7 @@ file permissions can be made to apply even to root.)
 import json
 import os
 import random
+import math
 import sqlite3
 
 import pytest
@@ -85,7 +86,16 @@ def test_a_table_with_other_columns_is_refused(tmp_path):
         RunStore(path)
 
 
-@pytest.mark.parametrize("text", ["[1, 2]", "not json", '"a string"', "null"])
+def test_a_result_holding_nan_or_infinity_is_read_back_after_reopening(tmp_path):
+    """SQLite's json_valid rejects NaN; a stored result that holds one (a probe that could not
+    read a path) must still open, as a rerun reuses it."""
+    path = tmp_path / "s.sqlite"
+    Store(path).put("k", "audit", "{}", {"path": math.nan, "limit": math.inf, "rows": [{"x": -math.inf}]}, 1.0)
+    result, _ = Store(path).get("k")
+    assert math.isnan(result["path"]) and result["limit"] == math.inf and result["rows"] == [{"x": -math.inf}]
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", "not json", '"a string"', "null", "[NaN]", "NaN"])
 def test_a_row_that_is_not_a_result_is_refused(text, tmp_path):
     path = tmp_path / "s.sqlite"
     rollback_store(path, text)

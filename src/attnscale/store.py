@@ -125,8 +125,7 @@ class SQLiteTable:
                                  f"{', '.join(expected)}")
             label = "key" if "key" in expected else "rowid"
             for column in (c for c in self.json_columns if c in expected):
-                bad = db.execute(f"SELECT {label} FROM {self.table} WHERE {column} IS NULL OR json_valid({column}) = 0 "
-                                 f"OR json_type({column}) != 'object' LIMIT 1").fetchone()
+                bad = self._first_non_object(db, label, column)
                 if bad is not None:
                     raise ValueError(f"{self._name()} holds a row that is not a result ({label} {bad[0]!r}: its {column} "
                                      "is not a JSON object); remove that row or use another file")
@@ -135,6 +134,24 @@ class SQLiteTable:
             db.commit()
         finally:
             db.close()
+
+    def _first_non_object(self, db: sqlite3.Connection, label: str, column: str):
+        """The label of the first row whose ``column`` is not a JSON object, or None.
+
+        SQLite's json_valid rejects NaN and Infinity, which results may hold (``put`` writes
+        them, as Python's json does); rows it rejects are parsed here before being called bad."""
+        if db.execute(f"SELECT 1 FROM {self.table} WHERE json_valid({column}) = 1 AND json_type({column}) != 'object' "
+                      f"LIMIT 1").fetchone() is not None:
+            return db.execute(f"SELECT {label} FROM {self.table} WHERE json_valid({column}) = 1 AND "
+                              f"json_type({column}) != 'object' LIMIT 1").fetchone()[0]
+        for row_label, text in db.execute(f"SELECT {label}, {column} FROM {self.table} WHERE {column} IS NULL "
+                                          f"OR json_valid({column}) = 0"):
+            try:
+                if not isinstance(json.loads(text), dict):
+                    return row_label
+            except (TypeError, ValueError):
+                return row_label
+        return None
 
     def _open(self) -> sqlite3.Connection:
         if self._uri is not None:
