@@ -91,6 +91,28 @@ def test_rerun_reuses_the_store_and_fresh_or_a_new_seed_recompute(fake_lab, tmp_
     assert fake_lab[-1].d_k == 128 and full["preset"] == "full"
 
 
+def test_labs_side_by_side_in_workers_give_the_numbers_they_give_here(monkeypatch, tmp_path):
+    """With two cores, labs that run alone go to worker processes; their results equal this process's."""
+    from attnscale.lab import audit, variance
+    from attnscale.report import build, run_labs
+    from attnscale.store import Store
+
+    tiny = {"variance": variance.Config(d_ks=(1, 4, 64), samples=2_000, max_elements=200_000, min_samples=500,
+                                        init_d_model=128, init_head_dim=16, init_tokens=256, ulp_max_dk=64,
+                                        ulp_per_dk=64, small_d_ks=(1, 2, 16), small_rows=64),
+            "audit": audit.Config(families=("gpt_neo",), backends=("eager",))}
+    monkeypatch.setattr(build.lab, "config_for", lambda name, preset, **kw: tiny[name])
+    monkeypatch.setattr(build, "default_workers", lambda: 2)
+    seen = []
+    runs = run_labs("quick", 0, "cpu", Store(tmp_path / "results.sqlite"), ("variance", "audit"),
+                    progress=lambda name, fraction, message: seen.append((name, fraction)))
+    assert list(runs) == ["variance", "audit"] and not any(r["cached"] for r in runs.values())
+    assert runs["variance"]["result"] == variance.run(tiny["variance"])
+    assert runs["audit"]["result"] == audit.run(tiny["audit"])
+    assert {name for name, _ in seen} == {"variance", "audit"} and (("audit", 1.0) in seen)
+    assert [name for name, fraction in seen if fraction == 0.0][:2] == ["variance", "audit"]  # bars in lab order
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(preset="medium"), "'medium'"),
     (dict(device="tpu"), "'tpu'"),

@@ -209,7 +209,14 @@ def _die_with_parent() -> None:
         pass
 
 
-def _init_worker(threads: int, parent: int | None = None, queue=None) -> None:
+def progress_queue():
+    """In a pool worker: the queue its progress reports go back through (None elsewhere)."""
+    return _progress_queue
+
+
+def init_worker(threads: int, parent: int | None = None, queue=None) -> None:
+    """Set up a pool worker: ``threads`` torch threads, killed with ``parent`` (a pid), and
+    ``queue`` for its progress reports (see :func:`progress_queue`)."""
     import torch
 
     global _progress_queue
@@ -224,7 +231,7 @@ def _init_worker(threads: int, parent: int | None = None, queue=None) -> None:
 
 def ray_run_group(specs: list[dict], checkpoint_dir: str | None = None) -> list[tuple[dict, float]]:
     """run_group inside a Ray worker, on one torch thread (Ray gives each task one CPU)."""
-    _init_worker(1)
+    init_worker(1)
     return run_group(specs, checkpoint_dir)
 
 
@@ -342,7 +349,7 @@ def _local_execute(groups: list[list[str]], todo: dict, workers: int, ckpt, reco
         queue = context.Queue()
         try:
             with cf.ProcessPoolExecutor(max_workers=min(workers, len(remaining)), mp_context=context,
-                                        initializer=_init_worker, initargs=(threads, os.getpid(), queue)) as pool:
+                                        initializer=init_worker, initargs=(threads, os.getpid(), queue)) as pool:
                 futures = {pool.submit(run_group, [todo[k] for k in keys], ckpt, index): index
                            for index, keys in remaining.items()}
                 pending = set(futures)

@@ -8,20 +8,23 @@ an interrupted run leaves no half-written report.
 
 from __future__ import annotations
 
+import concurrent.futures as cf
 import datetime as dt
 import inspect
 import json
 import math
+import multiprocessing
 import os
 import time
 from pathlib import Path
 from typing import Callable
 
 from .. import __version__, answer, claims, lab
-from ..runs import RunStore
+from ..runs import RunStore, default_workers, init_worker
 from ..paths import check_folder
 from ..runtime import check_device, check_seed
 from ..store import Store, config_key
+from ..threads import torch_threads
 from .render import render_html, render_markdown
 
 Progress = Callable[[str, float, str], None]
@@ -29,8 +32,13 @@ Progress = Callable[[str, float, str], None]
 
 def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str, ...], fresh: bool = False,
              progress: Progress | None = None) -> dict[str, dict]:
-    """Run each lab's preset (or read it from the store); returns {lab: {result, seconds, cached, config}}."""
-    runs = {}
+    """Run each lab's preset (or read it from the store); returns {lab: {result, seconds, cached, config}}.
+
+    With more than one core, the labs that run in this process alone (all but the training
+    lab, which has worker processes of its own) run side by side in worker processes, each
+    on one torch thread as in this process; the training lab runs after them.
+    """
+    runs, todo = {}, {}
     for name in labs:
         module = lab.load(name)
         config = lab.config_for(name, preset, seed=seed, device=device)
@@ -39,25 +47,86 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
         if stored is not None:
             result, seconds = stored
             check_stored(module, name, result, store)
-            cached = True
+            runs[name] = {"result": result, "seconds": seconds, "cached": True, "config": json.loads(config_text)["config"]}
             if progress:
                 progress(name, 1.0, "reused stored result")
         else:
-            start = time.perf_counter()
-            options = {}
-            if "store" in inspect.signature(module.run).parameters:
-                # Labs made of many training runs keep each finished group beside the results: a killed
-                # report resumes where it stopped.
-                options["store"] = RunStore(store.path.with_name("runs.sqlite"), since=time.time() if fresh else None)
-            result = module.run(config, progress=(lambda f, m, n=name: progress(n, f, m)) if progress else None,
-                                **options)
-            seconds = time.perf_counter() - start
-            store.put(key, name, config_text, result, seconds)
-            cached = False
-            if progress:
-                progress(name, 1.0, f"done in {seconds:.1f} s")
-        runs[name] = {"result": result, "seconds": seconds, "cached": cached, "config": json.loads(config_text)["config"]}
-    return runs
+            todo[name] = (module, config, key, config_text)
+    if progress:
+        for name in todo:
+            progress(name, 0.0, "waiting")  # one bar per lab, in the labs' order
+    alone = [name for name, (module, *_) in todo.items() if not _trains(module)]
+    side_by_side = len(alone) > 1 and default_workers() > 1
+    outcomes = _run_side_by_side({name: todo[name][1] for name in alone}, progress) if side_by_side else {}
+    for name, (module, config, key, config_text) in todo.items():
+        if name in outcomes:
+            result, seconds = outcomes[name]
+        else:
+            result, seconds = _run_here(name, module, config, store, fresh, progress)
+        if progress:
+            progress(name, 1.0, f"done in {seconds:.1f} s")
+        store.put(key, name, config_text, result, seconds)
+        runs[name] = {"result": result, "seconds": seconds, "cached": False, "config": json.loads(config_text)["config"]}
+    return {name: runs[name] for name in labs}
+
+
+def _trains(module) -> bool:
+    """A lab made of many training runs: its ``run`` takes a run store and has worker processes of its own."""
+    return "store" in inspect.signature(module.run).parameters
+
+
+def _run_here(name: str, module, config, store: Store, fresh: bool, progress: Progress | None) -> tuple[dict, float]:
+    start = time.perf_counter()
+    options = {}
+    if _trains(module):
+        # Labs made of many training runs keep each finished group beside the results: a killed
+        # report resumes where it stopped.
+        options["store"] = RunStore(store.path.with_name("runs.sqlite"), since=time.time() if fresh else None)
+    result = module.run(config, progress=(lambda f, m: progress(name, f, m)) if progress else None, **options)
+    return result, time.perf_counter() - start
+
+
+def _run_side_by_side(configs: dict, progress: Progress | None) -> dict[str, tuple[dict, float]]:
+    """{lab: (result, seconds)}, the labs run in a pool of worker processes (one per core);
+    a lab's error is raised here."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    outcomes = {}
+    with cf.ProcessPoolExecutor(max_workers=min(default_workers(), len(configs)), mp_context=context,
+                                initializer=init_worker, initargs=(1, os.getpid(), queue)) as pool:
+        futures = {pool.submit(_run_in_worker, name, config): name for name, config in configs.items()}
+        pending = set(futures)
+        while pending:
+            done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
+            _pass_on(queue, progress)
+            for future in done:
+                outcomes[futures[future]] = future.result()
+    _pass_on(queue, progress)
+    return outcomes
+
+
+def _run_in_worker(name: str, config) -> tuple[dict, float]:
+    from .. import runs
+
+    queue = runs.progress_queue()
+    module = lab.load(name)
+    start = time.perf_counter()
+    with torch_threads(1):
+        result = module.run(config, progress=lambda fraction, message: queue.put((name, fraction, message)))
+    return result, time.perf_counter() - start
+
+
+def _pass_on(queue, progress: Progress | None) -> None:
+    """Hand the workers' progress reports to ``progress``."""
+    import queue as queues
+
+    while True:
+        try:
+            name, fraction, message = queue.get_nowait()
+        except (queues.Empty, OSError, EOFError):
+            return
+        if progress:
+            progress(name, min(fraction, 0.99), message)
 
 
 def check_stored(module, name: str, result: dict, store: Store) -> None:
