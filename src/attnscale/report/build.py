@@ -58,7 +58,8 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
     alone = [name for name, (module, *_) in todo.items() if not _trains(module)]
     side_by_side = len(alone) > 1 and default_workers() > 1
     outcomes = _run_side_by_side({name: todo[name][1] for name in alone}, progress) if side_by_side else {}
-    for name, (module, config, key, config_text) in todo.items():
+    # the labs done side by side are stored before the training lab starts: a crash there keeps them
+    for name, (module, config, key, config_text) in sorted(todo.items(), key=lambda item: item[0] not in outcomes):
         if name in outcomes:
             result, seconds = outcomes[name]
         else:
