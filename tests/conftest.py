@@ -23,7 +23,7 @@ if os.environ.get("CI"):
 def quick_report(tmp_path_factory):
     """The real quick report, built once per test session: (folder, report dict), every lab at its
     quick preset but the training lab, which runs a small config of the same shape: the page tests
-    need every section and verdict drawn, not the lab's 105 training runs (minutes on 2 cores)."""
+    need every section and verdict drawn, not the lab's 75 training runs (over two minutes on 2 cores)."""
     from attnscale.report import build_report
 
     from attnscale.lab import training
