@@ -366,15 +366,20 @@ def _local_execute(groups: list[list[str]], todo: dict, workers: int, ckpt, reco
     raise RuntimeError(f"the worker pool broke {MAX_POOL_RESTARTS + 1} times; {len(remaining)} groups not done")
 
 
-def _drain(queue, groups: dict[int, list[str]], steps_done) -> None:
-    """Pass on the step counts the workers have reported since the last call."""
+def drained(queue):
+    """The reports a worker pool's progress queue holds now, oldest first."""
     import queue as queues
 
     while True:
         try:
-            index, step, steps = queue.get_nowait()
+            yield queue.get_nowait()
         except (queues.Empty, OSError, EOFError):
             return
+
+
+def _drain(queue, groups: dict[int, list[str]], steps_done) -> None:
+    """Pass on the step counts the workers have reported since the last call."""
+    for index, step, steps in drained(queue):
         if index in groups:
             steps_done(index, len(groups[index]), step, steps)
 

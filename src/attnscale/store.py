@@ -140,10 +140,10 @@ class SQLiteTable:
 
         SQLite's json_valid rejects NaN and Infinity, which results may hold (``put`` writes
         them, as Python's json does); rows it rejects are parsed here before being called bad."""
-        if db.execute(f"SELECT 1 FROM {self.table} WHERE json_valid({column}) = 1 AND json_type({column}) != 'object' "
-                      f"LIMIT 1").fetchone() is not None:
-            return db.execute(f"SELECT {label} FROM {self.table} WHERE json_valid({column}) = 1 AND "
-                              f"json_type({column}) != 'object' LIMIT 1").fetchone()[0]
+        valid_non_object = db.execute(f"SELECT {label} FROM {self.table} WHERE json_valid({column}) = 1 AND "
+                                      f"json_type({column}) != 'object' LIMIT 1").fetchone()
+        if valid_non_object is not None:
+            return valid_non_object[0]
         for row_label, text in db.execute(f"SELECT {label}, {column} FROM {self.table} WHERE {column} IS NULL "
                                           f"OR json_valid({column}) = 0"):
             try:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__, answer, claims, lab
-from ..runs import RunStore, default_workers, init_worker
+from ..runs import RunStore, default_workers, drained, init_worker, progress_queue
 from ..paths import check_folder
 from ..runtime import check_device, check_seed
 from ..store import Store, config_key
@@ -107,9 +107,7 @@ def _run_side_by_side(configs: dict, progress: Progress | None) -> dict[str, tup
 
 
 def _run_in_worker(name: str, config) -> tuple[dict, float]:
-    from .. import runs
-
-    queue = runs.progress_queue()
+    queue = progress_queue()
     module = lab.load(name)
     start = time.perf_counter()
     with torch_threads(1):
@@ -119,13 +117,7 @@ def _run_in_worker(name: str, config) -> tuple[dict, float]:
 
 def _pass_on(queue, progress: Progress | None) -> None:
     """Hand the workers' progress reports to ``progress``."""
-    import queue as queues
-
-    while True:
-        try:
-            name, fraction, message = queue.get_nowait()
-        except (queues.Empty, OSError, EOFError):
-            return
+    for name, fraction, message in drained(queue):
         if progress:
             progress(name, min(fraction, 0.99), message)
 
