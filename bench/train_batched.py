@@ -16,7 +16,9 @@ It also prints what bounds the speedup: batching removes per-op overhead (Python
 autograd bookkeeping, kernel launches), not arithmetic.  The overhead share of a one-run
 step is measured as the time of the same run with batch_size 1 (the same ops on almost no
 data) over its time at the real batch size; removing all of it speeds a run up by at most
-1 / (1 - share), unless batching also makes the arithmetic itself faster.
+1 / (1 - share), unless batching also makes the arithmetic itself faster.  A hard ceiling
+comes from the FLOP count: a batched run-step cannot cost less than its FLOPs at the
+machine's matmul rate, so the speedup is at most 1 / (the one-at-a-time path's FLOP share).
 
     python bench/train_batched.py [--threads 1] [--steps 60] [--device cpu|cuda] [--quick]
 """
@@ -107,7 +109,8 @@ def main() -> None:
     train_group(specs_for(32, 16, 2, 5, args.device))
     print(f"torch threads {args.threads}, device {args.device}; float32 matmul: {peak / 1e9:.1f} GFLOP/s")
     print(f"{'d_model':>7} {'d_head':>6} {'one at a time':>14} {'K=12':>8} {'K=24':>8} {'x K=12':>7} {'x K=24':>7}"
-          f" {'FLOP share K=24':>16} {'overhead share':>15} {'bound':>6}   (runs x steps / s)")
+          f" {'FLOP share K=24':>16} {'overhead share':>15} {'bound':>6} {'FLOP share one':>14} {'ceiling':>8}"
+          "   (runs x steps / s)")
     for d_model in ((32,) if args.quick else (32, 64)):
         for d_head in (16, 64, 256):
             single = specs_for(d_model, d_head, 2, args.steps, args.device)
@@ -116,11 +119,13 @@ def main() -> None:
             for runs in (12, 24):
                 group = specs_for(d_model, d_head, runs, args.steps, args.device)
                 rates[runs] = runs * args.steps / timed(lambda: train_group(group), args.device)
-            _, achieved = step_flops_and_rate(specs_for(d_model, d_head, 24, args.steps, args.device), args.device)
+            flops, achieved = step_flops_and_rate(specs_for(d_model, d_head, 24, args.steps, args.device), args.device)
+            one_share = flops / 24 * rate_one / peak
             share = overhead_share(d_model, d_head, args.steps, args.device)
             print(f"{d_model:>7} {d_head:>6} {rate_one:>14.1f} {rates[12]:>8.1f} {rates[24]:>8.1f} "
                   f"{rates[12] / rate_one:>6.2f}x {rates[24] / rate_one:>6.2f}x {achieved / peak:>15.0%} "
-                  f"{share:>15.0%} {1 / max(1e-9, 1 - share):>5.1f}x", flush=True)
+                  f"{share:>15.0%} {1 / max(1e-9, 1 - share):>5.1f}x {one_share:>14.0%} {1 / one_share:>7.1f}x",
+                  flush=True)
 
 
 if __name__ == "__main__":

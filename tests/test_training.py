@@ -113,7 +113,7 @@ def test_best_lr_and_widening_rules():
     assert E.widen(TINY, best, widened) == []  # lr_widen=1: no more
 
 
-def test_each_rule_starts_from_sqrts_grid_moved_toward_its_factor():
+def test_recall_grids_start_moved_toward_the_factor_lm_grids_do_not():
     quick = E.PRESETS["quick"]
     assert E.initial_lrs(quick, "recall", "sqrt", 64) == quick.recall_lrs
     # inv_d's factor is 4x (d_head 16) to 16x (256) smaller than sqrt's: one x3 step up; none's as much larger: one down
@@ -122,6 +122,8 @@ def test_each_rule_starts_from_sqrts_grid_moved_toward_its_factor():
         assert E.initial_lrs(quick, "recall", "inv_d", d_head) == tuple(E.lr_value(3 * lr) for lr in quick.recall_lrs)
     assert E.start_shift("const:0.125", 16) == 0 and E.start_shift("power:2", 64) == 3  # 1/4096 vs 1/8: log3(512)/2 = 2.8
     assert E.start_shift("learned", 64) == 0 and E.start_shift("qknorm", 64) == 0
+    # on Shakespeare the factor barely moves the optimum: every rule starts from lm_lrs
+    assert {E.initial_lrs(quick, "shakespeare", rule, 64) for rule in ("sqrt", "inv_d", "none")} == {quick.lm_lrs}
     assert E.lr_value(1e-3 / 3) == E.lr_value(0.000333) == 0.000333  # a start point and a widened point are one run
 
 
