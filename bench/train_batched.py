@@ -4,7 +4,9 @@ For the quick preset's recall shapes (d_model 32 and 64, d_head 16, 64, 256, 2 l
 one process with the same torch threads, interleaved so machine load hits both alike:
 
 * runs x steps per second, one run at a time (``attnscale.train.train``) and batched
-  (``attnscale.train.train_group``) with K = 12 and 24, logging as the lab logs;
+  (``attnscale.train.train_group``) with K = 12 and 24, logging as the lab logs, and with
+  the K the engine picks for the shape (``attnscale.train.spec.shape_cap``: as many runs
+  as keep their activations within about 1 MiB; K = 1 is the one-run path);
 * the batched path's achieved FLOP/s (FLOPs of one training step counted by
   torch.utils.flop_counter, per second of pure training steps) as a share of this
   machine's float32 matmul FLOP/s, measured here with a large torch.mm.
@@ -36,6 +38,7 @@ from attnscale.lab.training.experiment import PRESETS, base_spec
 from attnscale.train import RunSpec, train, train_group
 from attnscale.train.batched import BatchedTransformer
 from attnscale.train.single import build_model, build_task
+from attnscale.train.spec import shape_cap
 
 RULES = ("sqrt", "inv_d", "none", "const:0.125")
 
@@ -109,21 +112,25 @@ def main() -> None:
     train_group(specs_for(32, 16, 2, 5, args.device))
     print(f"torch threads {args.threads}, device {args.device}; float32 matmul: {peak / 1e9:.1f} GFLOP/s")
     print(f"{'d_model':>7} {'d_head':>6} {'one at a time':>14} {'K=12':>8} {'K=24':>8} {'x K=12':>7} {'x K=24':>7}"
+          f" {'auto K':>6} {'x auto':>7}"
           f" {'FLOP share K=24':>16} {'overhead share':>15} {'bound':>6} {'FLOP share one':>14} {'ceiling':>8}"
           "   (runs x steps / s)")
     for d_model in ((32,) if args.quick else (32, 64)):
         for d_head in (16, 64, 256):
             single = specs_for(d_model, d_head, 2, args.steps, args.device)
             rate_one = len(single) * args.steps / timed(lambda: [train(s) for s in single], args.device)
+            auto = shape_cap(single[0])
             rates = {}
-            for runs in (12, 24):
+            for runs in sorted({12, 24, auto} - {1}):
                 group = specs_for(d_model, d_head, runs, args.steps, args.device)
                 rates[runs] = runs * args.steps / timed(lambda: train_group(group), args.device)
             flops, achieved = step_flops_and_rate(specs_for(d_model, d_head, 24, args.steps, args.device), args.device)
             one_share = flops / 24 * rate_one / peak
             share = overhead_share(d_model, d_head, args.steps, args.device)
+            rates[1] = rate_one
             print(f"{d_model:>7} {d_head:>6} {rate_one:>14.1f} {rates[12]:>8.1f} {rates[24]:>8.1f} "
-                  f"{rates[12] / rate_one:>6.2f}x {rates[24] / rate_one:>6.2f}x {achieved / peak:>15.0%} "
+                  f"{rates[12] / rate_one:>6.2f}x {rates[24] / rate_one:>6.2f}x {auto:>6} {rates[auto] / rate_one:>6.2f}x"
+                  f" {achieved / peak:>15.0%} "
                   f"{share:>15.0%} {1 / max(1e-9, 1 - share):>5.1f}x {one_share:>14.0%} {1 / one_share:>7.1f}x",
                   flush=True)
 

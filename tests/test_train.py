@@ -156,7 +156,7 @@ def test_a_diverging_run_leaves_its_neighbours_untouched():
 def test_group_specs_share_a_shape_keep_optimisers_contiguous_and_cap_the_size():
     specs = [T.RunSpec(rule=r, optimiser=o, seed=s, d_head=d, steps=5)
              for d in (8, 16) for o in ("sgd", "adamw") for r in ("sqrt", "none") for s in range(3)]
-    groups = T.group_specs(specs, max_runs=5)
+    groups = T.group_specs(specs, max_runs=5, cache_bytes=None)
     assert sum(len(g) for g in groups) == len(specs)
     assert all(len(g) <= 5 and len({s.shape() for s in g}) == 1 for g in groups)
     for g in groups:
@@ -164,9 +164,22 @@ def test_group_specs_share_a_shape_keep_optimisers_contiguous_and_cap_the_size()
         assert kinds == sorted(kinds, key=T.OPTIMISERS.index)
     assert [len(g) for g in T.group_specs(specs, max_runs=1)] == [1] * len(specs)
     assert [len(g) for g in groups] == [4, 4, 4, 4, 4, 4]  # 12 runs per shape, cap 5: 4+4+4, not 5+5+2
-    assert [len(g) for g in T.group_specs(specs[:12] * 2 + specs[:1], max_runs=24)] == [13, 12]
+    assert [len(g) for g in T.group_specs(specs[:12] * 2 + specs[:1], max_runs=24, cache_bytes=None)] == [13, 12]
     with pytest.raises(ValueError, match="max_runs"):
         T.group_specs(specs, max_runs=0)
+
+
+def test_groups_stay_within_the_cache_sized_cap_of_their_shape():
+    from attnscale.train.spec import GROUP_CACHE_BYTES, shape_cap
+    # the quick preset's recall shape: 64 examples x 9 tokens x (4 x 2 heads x d_head + 10 x 32) values of 4 bytes
+    recall = dict(task="recall", batch_size=64, n_pairs=3, n_queries=3, n_heads=2, d_model=32, steps=5)
+    for d_head, cap in ((16, GROUP_CACHE_BYTES // (64 * 9 * 448 * 4)), (64, 4), (256, 1)):
+        assert shape_cap(T.RunSpec(d_head=d_head, **recall)) == cap
+    assert shape_cap(T.RunSpec(d_head=16, dtype="float64", **recall)) == GROUP_CACHE_BYTES // (64 * 9 * 448 * 8)
+    specs = [T.RunSpec(d_head=d, seed=s, **recall) for d in (16, 64, 256) for s in range(20)]
+    sizes = {d: sorted(len(g) for g in T.group_specs(specs) if g[0].d_head == d) for d in (16, 64, 256)}
+    assert sizes == {16: [6, 7, 7], 64: [4] * 5, 256: [1] * 20}
+    assert [len(g) for g in T.group_specs(specs, cache_bytes=None)] == [20, 20, 20]
 
 
 def test_batched_optimisers_match_torch_per_run():

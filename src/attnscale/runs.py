@@ -4,7 +4,9 @@ A run is a :class:`attnscale.train.RunSpec` (task, rule, init, d_head, n_layers,
 optimiser, steps, seed, ...), identified by a hash of its fields and the training engine's
 VERSION.  :func:`execute` runs the specs that the store does not hold yet.  Runs that
 share a shape are trained together as one program (:func:`attnscale.train.train_group`),
-at most ``batch_runs`` to a group (1 trains each run alone, on the plain one-run path):
+at most ``batch_runs`` to a group (1 trains each run alone, on the plain one-run path), and
+at most as many as :func:`attnscale.train.spec.shape_cap` allows for the shape (beyond it a
+group's tensors outgrow the CPU's caches and batching costs more than it saves):
 
 * ``executor="local"`` (default): a pool of ``workers`` spawned processes, each with
   cores // workers torch threads, one group per task.  A worker that dies (killed, out of
@@ -263,7 +265,8 @@ def check_memory(groups: list[list[str]], todo: dict, workers: int) -> None:
 
 def plan_groups(todo: dict[str, dict], batch_runs: int, workers: int) -> list[list[str]]:
     """The runs to do as groups of keys: runs of one shape, at most ``batch_runs`` each (and at
-    most an even share per worker, so no worker starts idle); the costliest groups first."""
+    most an even share per worker, so no worker starts idle, and at most the shape's cache-sized
+    cap); the costliest groups first."""
     batch_runs = checks.positive_int("batch_runs", batch_runs)
     size = min(batch_runs, max(1, -(-len(todo) // workers)))
     specs = {key: as_spec(spec) for key, spec in todo.items()}

@@ -75,8 +75,27 @@ def run_key(spec) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def group_specs(specs, max_runs: int = 24) -> list[list[RunSpec]]:
-    """Split ``specs`` into groups of at most ``max_runs`` runs that share a shape.
+# A group's tensors grow with K; once they outgrow the CPU's caches every op streams them
+# from memory, which costs more than the per-op overhead batching saves.  Measured on 2
+# cores, one thread, runs x steps per second of K batched runs over one at a time, d_model
+# 32: recall d_head 16 best at K 8-12 (1.38x), d_head 64 at K 4 (1.19x; K 24: 0.98x),
+# d_head 256 at K 1 (K 24: 0.63x); Shakespeare d_head 16 at K 4 (1.20x), d_head 64 at
+# K 1-4 (0.96-0.97x; K 16: 0.77x).  8 MiB of one layer's activations per group fits these.
+GROUP_CACHE_BYTES = 8 << 20
+
+
+def shape_cap(spec: RunSpec, cache_bytes: int = GROUP_CACHE_BYTES) -> int:
+    """Most runs of this shape worth batching: as many as keep one layer's activations within
+    ``cache_bytes`` (per token: q, k, v and the attention output, 4 x heads x d_head values,
+    and the residual, norm and MLP tensors, about 10 x d_model), and at least one."""
+    element = 8 if spec.dtype == "float64" else 4
+    per_token = 4 * spec.n_heads * spec.d_head + 10 * spec.d_model
+    return max(1, cache_bytes // (spec.batch_size * seq_len(spec) * per_token * element))
+
+
+def group_specs(specs, max_runs: int = 24, cache_bytes: int | None = GROUP_CACHE_BYTES) -> list[list[RunSpec]]:
+    """Split ``specs`` into groups of runs that share a shape: at most ``max_runs`` each, and
+    at most :func:`shape_cap` of that shape (``cache_bytes=None``: no such cap).
 
     A shape's runs are split into as few groups as the cap allows, of sizes that differ by at
     most one (25 runs with a cap of 24 make groups of 13 and 12, not 24 and 1: a group of one
@@ -91,7 +110,8 @@ def group_specs(specs, max_runs: int = 24) -> list[list[RunSpec]]:
     groups = []
     for members in by_shape.values():
         members = sorted(members, key=lambda s: OPTIMISERS.index(s.optimiser))
-        count = -(-len(members) // max_runs)
+        cap = max_runs if cache_bytes is None else min(max_runs, shape_cap(members[0], cache_bytes))
+        count = -(-len(members) // cap)
         size, larger = divmod(len(members), count)
         start = 0
         for i in range(count):
