@@ -123,7 +123,7 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", help="cpu or cuda."),
         workers: int = typer.Option(None, help="Worker processes (default: the number of cores)."),
         executor: str = typer.Option("local", help="local (process pool) or ray."),
-        batch_runs: int = typer.Option(24, help="Most runs of one shape trained together as one program (1: one at a time)."),
+        batch_runs: int = typer.Option(24, help="Most runs of one shape trained together as one program (1: one at a time; fewer where a group would outgrow the CPU cache)."),
         address: str = typer.Option(None, help="Ray cluster address (default: start a local Ray)."),
         db: Path = typer.Option(DEFAULT_DB, help="SQLite file of finished runs (reruns skip them)."),
         checkpoint: Path = typer.Option(None, help="Save each run's final weights (safetensors) into this folder."),
