@@ -1,4 +1,4 @@
-"""The variance lab: how big is q.k, and what does each scale rule leave of it?
+"""The variance lab's experiment: how big is q.k, and what does each scale rule leave of it?
 
 Claims C01, C02, C03, C08 and C15 of the seed, by Monte Carlo against closed forms.
 
@@ -34,6 +34,8 @@ Claims C01, C02, C03, C08 and C15 of the seed, by Monte Carlo against closed for
 4. **Small d_k (C15).**  Attention rows over n keys with and without the 1/sqrt(d_k)
    factor for small and large d_k: normalised entropy, max p, the total-variation distance
    between the two probability rows and the relative difference of the outputs.
+
+Nothing here writes a file or prints.
 """
 
 from __future__ import annotations
@@ -46,14 +48,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .. import checks, claims
-from .. import stats
-from ..attention import attention
-from ..claims import Finding
-from ..threads import torch_threads
-from . import Ticker
-from ..plotting import pyplot, save
-from ..runtime import check_device
+from ... import checks, stats
+from ...attention import attention
+from ...runtime import check_device
+from ...threads import torch_threads
+from .. import Ticker
 
 VERSION = 1
 
@@ -67,7 +66,6 @@ FAMILIES = {
     "unequal-var": "q_i ~ N(0, s_q^2), k_i ~ N(0, s_k^2)",
     "correlated": "q_i ~ N(0, 1), k = q + N(0, sigma^2) noise: q and k not independent",
 }
-INDEPENDENT_UNIT = ("gaussian", "uniform", "rademacher")  # the premise of C02 exactly
 RULES = {"none": 0.0, "sqrt": 0.5, "inv_d": 1.0}
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32, "float64": torch.float64}
 INT_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
@@ -76,24 +74,6 @@ GAUSS_BEYOND_3 = math.erfc(3 / math.sqrt(2))  # 0.0027: P(|Z| > 3)
 Z95 = 1.959963984540054
 INIT_NAMES = ("torch-default square", "xavier-uniform square", "xavier-uniform per-head",
               "nn.MultiheadAttention in_proj")
-# C03's two readings of "extreme values are likely": statistically, more of q.k beyond 3 std than
-# this share (a Gaussian has 0.27%); for a softmax, at least this share of the unscaled q.k outside
-# [-3, 3], the input range C04 calls unsaturated.
-TAIL_LIKELY = 0.01
-SOFTMAX_LARGE = 3.0
-LARGE_LIKELY = 0.5
-# C15: "differs little" at d_k = 2: rows at most this far apart in total variation, and at most this
-# fraction of the distance at the largest d_k measured.
-SMALL_TV, SMALL_TV_RATIO = 0.1, 0.25
-
-# The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
-NUMBER_KEYS = {
-    "C01": tuple(f"var[{name}]" for name in INIT_NAMES) + tuple(f"closed_form_var[{name}]" for name in INIT_NAMES),
-    "C02": ("share_in_ci", "max_rel_error", "max_std_errors", "max_d_k"),
-    "C03": ("share_within_band", "max_std_ratio_error", "max_share_beyond_3std", "share_abs_above_3"),
-    "C08": tuple(f"share_differ[{name}]" for name in DTYPES) + ("max_ulp",),
-    "C15": ("tv_dk2", "tv_dk_large", "dk_large", "entropy_dk2_sqrt", "entropy_dk2_none"),
-}
 
 
 @dataclass(frozen=True)
@@ -462,260 +442,3 @@ def _run(config: Config, progress=None) -> dict:
         "ulp": ulps,
         "small_dk": small,
     }
-
-
-# ---------------------------------------------------------------------------------------
-# verdicts
-
-
-def _rows(result: dict, family: str) -> list[dict]:
-    return [r for r in result["dot"] if r["family"] == family]
-
-
-def judge_c01(result: dict) -> Finding:
-    """Supported if every setting gives |mean| <= 0.05 and variance within 10% of 1; partly if some do."""
-    rows = result["init"]
-    ok = [r for r in rows if abs(r["mean"]) <= 0.05 and abs(r["var"] - 1) <= 0.1]
-    verdict = claims.SUPPORTED if len(ok) == len(rows) else claims.PARTLY if ok else claims.REFUTED
-    parts = "; ".join(f"{r['init']} ({r['fan_in']}->{r['fan_out']}): mean {r['mean']:.3f}, variance "
-                      f"{r['var']:.3f} (closed form {r['closed_form_var']:.3f})" for r in rows)
-    evidence = (f"q components for unit-variance input: {parts}. Rule: supported if every setting has |mean| <= 0.05 "
-                f"and variance within 10% of 1, partly if some do. Variance 1 needs fan_in = fan_out under Xavier "
-                f"(2 fan_in / (fan_in + fan_out)); PyTorch's default nn.Linear init gives 1/3 + 1/(3 fan_in), "
-                f"so unscaled q.k then has std sqrt(d_k)/3, not sqrt(d_k).")
-    numbers = {f"var[{r['init']}]": r["var"] for r in rows}
-    numbers.update({f"closed_form_var[{r['init']}]": r["closed_form_var"] for r in rows})
-    return Finding(verdict, evidence, numbers)
-
-
-def judge_c02(result: dict) -> Finding:
-    """Supported if, for the independent unit-variance families, the exact d_k lies in the measured
-    variance's 95% interval in >= 90% of rows and no row is more than 4 standard errors off;
-    partly if every Var/d_k is within 25% of 1; refuted otherwise."""
-    rows = [r for r in result["dot"] if r["family"] in INDEPENDENT_UNIT]
-    if not rows:
-        return Finding(claims.NOT_TESTABLE, "no independent unit-variance family was sampled.")
-    in_ci = sum(r["var_in_ci"] for r in rows) / len(rows)
-    worst = max(abs(r["var"] / r["d_k"] - 1) for r in rows)
-    worst_z = max(abs(r["var"] - r["d_k"]) / max((r["var_hi"] - r["var_lo"]) / (2 * Z95), 1e-300) for r in rows)
-    corr = [r for r in result["dot"] if r["family"] == "correlated"]
-    corr_text = ""
-    if corr:
-        big = corr[-1]
-        corr_text = (f" The premise matters: with k = q + noise (not independent) at d_k = {big['d_k']} the measured "
-                     f"variance is {big['var'] / big['d_k']:.3f} d_k and the mean {big['mean']:.4g}, where the "
-                     f"independent formula says {big['pred_var'] / big['d_k']:.3f} d_k and 0 (exact: "
-                     f"{big['exact_var'] / big['d_k']:.3f} d_k and {big['exact_mean']:.4g}).")
-    if in_ci >= 0.9 and worst_z <= 4:
-        verdict = claims.SUPPORTED
-    elif worst <= 0.25:
-        verdict = claims.PARTLY
-    else:
-        verdict = claims.REFUTED
-    dks = sorted({r["d_k"] for r in rows})
-    samples = sorted({r["samples"] for r in rows})
-    evidence = (f"For {', '.join(INDEPENDENT_UNIT)} components and d_k = {dks[0]}..{dks[-1]} ({samples[0]}-{samples[-1]} "
-                f"samples each), Var(q.k) = d_k lies in the measured 95% interval in {in_ci:.0%} of {len(rows)} rows; "
-                f"the largest |Var/d_k - 1| is {worst:.3f}, at most {worst_z:.1f} standard errors. So std = sqrt(d_k). "
-                f"Rule: supported if >= 90% of intervals contain d_k and no row is more than 4 standard errors off, "
-                f"partly if every ratio is within 25% of 1, refuted otherwise.{corr_text}")
-    return Finding(verdict, evidence, {"share_in_ci": in_ci, "max_rel_error": worst, "max_std_errors": worst_z,
-                                       "max_d_k": dks[-1]})
-
-
-def judge_c03(result: dict) -> Finding:
-    """Spread part (required): at d_k 64 and 128 (gaussian), >= 99% within +-3 sqrt(d_k) and
-    std/sqrt(d_k) within 10% of 1.  'Extreme values likely', two readings: statistically, more
-    than TAIL_LIKELY of q.k beyond 3 std in some family; for a softmax, at least LARGE_LIKELY of
-    the unscaled q.k beyond +-SOFTMAX_LARGE.  Spread off: refuted; spread right and the softmax
-    reading holds: supported; spread right otherwise: partly."""
-    rows = [r for r in _rows(result, "gaussian") if r["d_k"] in (64, 128)]
-    if not rows:
-        return Finding(claims.NOT_TESTABLE, "d_k = 64 and 128 were not sampled for the gaussian family.")
-    within = min(1 - r["beyond_3sqrt_dk"] for r in rows)
-    std_ratio = max(abs(r["std"] / math.sqrt(r["d_k"]) - 1) for r in rows)
-    spread_ok = within >= 0.99 and std_ratio <= 0.1
-    at = [r for r in result["dot"] if r["d_k"] in (64, 128)]
-    tail = max(r["beyond_3std"] for r in at)
-    large = min(r["beyond_abs3"] for r in rows)
-    statistical, for_softmax = tail > TAIL_LIKELY, large >= LARGE_LIKELY
-    if not spread_ok:
-        verdict = claims.REFUTED
-    elif for_softmax:
-        verdict = claims.SUPPORTED
-    else:
-        verdict = claims.PARTLY
-    # std sqrt(d_k) puts half of q.k beyond +-3 once 3 / sqrt(d_k) <= 0.674, the median of |Z|
-    half_from = math.ceil((SOFTMAX_LARGE / 0.6744897501960817) ** 2)
-    holds = [name for name, ok in (("the statistical reading", statistical), ("the softmax reading", for_softmax)) if ok]
-    evidence = (f"Unscaled, at d_k = 64 and 128 (gaussian), {within:.2%} of q.k fall within +-3 sqrt(d_k) and "
-                f"std/sqrt(d_k) is within {std_ratio:.1%} of 1: the spread is {'right' if spread_ok else 'off'}. "
-                f"'Extreme values are likely', read statistically (many values beyond 3 std): at most {tail:.2%} of "
-                f"q.k lie beyond 3 std in any of the {len({r['family'] for r in at})} families (Gaussian: "
-                f"{GAUSS_BEYOND_3:.2%}), so {'that holds' if statistical else 'such values are rare, not likely'}. "
-                f"Read as values that are large for a softmax: {large:.0%} of the unscaled q.k have |q.k| > "
-                f"{SOFTMAX_LARGE:g}, outside the range where the softmax gradient is not saturated (C04); with std "
-                f"sqrt(d_k) that is the majority from d_k = {half_from} on. Which reading holds: "
-                f"{' and '.join(holds) or 'neither'}. Rule: refuted if the spread is off (< 99% within the band or "
-                f"std off by > 10%); supported if the spread holds and at least {LARGE_LIKELY:.0%} of q.k lie beyond "
-                f"+-{SOFTMAX_LARGE:g} (the softmax reading); partly if only the spread holds or only the statistical "
-                f"reading (more than {TAIL_LIKELY:.0%} beyond 3 std) does.")
-    return Finding(verdict, evidence, {"share_within_band": within, "max_std_ratio_error": std_ratio,
-                                       "max_share_beyond_3std": tail, "share_abs_above_3": large})
-
-
-def judge_c08(result: dict) -> Finding:
-    """Supported if the two ways are never more than 2 ulps apart, refuted otherwise.  Each way rounds
-    twice (the factor, then the product or quotient), so each is within about 1 ulp of the exact
-    x / sqrt(d_k), and two such results can be 2 ulps apart while both are accurate to rounding."""
-    ulp = result["ulp"]
-    worst = max(w["max_ulp"] for d in ulp.values() for w in d.values())
-    verdict = claims.SUPPORTED if worst <= 2 else claims.REFUTED
-    tensor = ", ".join(f"{name} {d['tensor']['share_differ']:.1%}" for name, d in ulp.items())
-    scalar = ", ".join(f"{name} {d['scalar']['share_differ']:.2%}" for name, d in ulp.items())
-    exact = ", ".join(f"{name} {d['tensor']['mul_exact_share']:.0%} vs {d['tensor']['div_exact_share']:.0%}"
-                      for name, d in ulp.items() if d["tensor"]["mul_exact_share"] is not None)
-    max_dk = result["config"]["ulp_max_dk"]
-    same = ", ".join(f"{name} {d['tensor']['identical_dks_count']}" for name, d in ulp.items())
-    evidence = (f"Mathematically the same; numerically up to {worst} ulp apart. With the factor as a tensor of the "
-                f"same dtype (one IEEE rounding per op) the two differ in this share of elements over d_k = "
-                f"1..{max_dk}: {tensor}; the share equal to the correctly rounded x / sqrt(d_k) is, multiply vs "
-                f"divide: {exact}. The number of d_k with no difference at all is {same} of {max_dk} (among them "
-                f"d_k = 1, 4, 16, 64, ..., where sqrt(d_k) is a power of two"
-                f"{'' if result['ulp']['float32']['tensor']['pow4_identical'] else ' - not all of them here'}). With a "
-                f"Python float factor, as attention code writes it (torch then computes half types in float32), the "
-                f"share is {scalar}. A difference of an ulp or two is rounding noise, far below anything that "
-                f"changes attention. Rule: supported if never more than 2 ulps apart (the two ways' combined "
-                f"rounding bound), refuted otherwise.")
-    numbers = {f"share_differ[{name}]": d["tensor"]["share_differ"] for name, d in ulp.items()}
-    numbers["max_ulp"] = worst
-    return Finding(verdict, evidence, numbers)
-
-
-def judge_c15(result: dict) -> Finding:
-    """'Differs little' at d_k = 2: TV distance between the rows <= 0.1 (absolute) and <= 1/4 of the
-    TV distance at the largest d_k measured (relative).  Both: supported; one: partly; neither: refuted."""
-    rows = {r["d_k"]: r for r in result["small_dk"]}
-    if 2 not in rows or max(rows) < 16:
-        return Finding(claims.NOT_TESTABLE, "needs d_k = 2 and a d_k >= 16 to compare with.")
-    two, big = rows[2], rows[max(rows)]
-    absolute = two["tv_distance"] <= SMALL_TV
-    relative = two["tv_distance"] <= SMALL_TV_RATIO * big["tv_distance"]
-    verdict = claims.SUPPORTED if absolute and relative else claims.PARTLY if absolute or relative else claims.REFUTED
-    one = rows.get(1)
-    one_text = (f"At d_k = 1 the factor is 1: the TV distance is {one['tv_distance']:.3g}. " if one else "")
-    evidence = (f"{one_text}At d_k = 2 (n = {two['n']} keys) the rows with and without 1/sqrt(2) are {two['tv_distance']:.3f} "
-                f"apart in total variation (normalised entropy {two['entropy_sqrt']:.3f} vs {two['entropy_none']:.3f}, "
-                f"output RMS difference {two['output_rms_diff']:.3f} std of v); at d_k = {big['d_k']} the same comparison gives "
-                f"{big['tv_distance']:.3f} (entropy {big['entropy_sqrt']:.3f} vs {big['entropy_none']:.3f}). "
-                f"Rule: 'differs little' means TV <= 0.1 and <= 1/4 of the TV at the largest d_k; supported if both "
-                f"hold, partly if one, refuted if neither.")
-    return Finding(verdict, evidence, {"tv_dk2": two["tv_distance"], "tv_dk_large": big["tv_distance"],
-                                       "dk_large": big["d_k"], "entropy_dk2_sqrt": two["entropy_sqrt"],
-                                       "entropy_dk2_none": two["entropy_none"]})
-
-
-def judge(result: dict) -> dict[str, Finding]:
-    return {"C01": judge_c01(result), "C02": judge_c02(result), "C03": judge_c03(result),
-            "C08": judge_c08(result), "C15": judge_c15(result)}
-
-
-# ---------------------------------------------------------------------------------------
-# tables and figures
-
-
-def tables(result: dict) -> dict[str, list[dict]]:
-    dot = [{k: r[k] for k in ("family", "d_k", "samples", "mean", "exact_mean", "var", "var_lo", "var_hi", "exact_var",
-                              "std", "std_sqrt", "std_inv_d", "beyond_3std", "beyond_abs3")} for r in result["dot"]]
-    ulp = [{"dtype": name, "way": way, **{k: w[k] for k in ("share_differ", "max_ulp", "dks_with_difference",
-                                                              "identical_dks_count", "mul_exact_share", "div_exact_share")}}
-           for name, d in result["ulp"].items() for way, w in d.items()]
-    return {
-        "q.k moments vs closed form (C02, C03)": dot,
-        "q component variance by initialisation (C01)": result["init"],
-        "x * (1/sqrt(d_k)) vs x / sqrt(d_k) (C08)": ulp,
-        "small d_k with and without the factor (C15)": result["small_dk"],
-    }
-
-
-def figures(result: dict, outdir) -> dict[str, list[str]]:
-    from pathlib import Path
-
-    plt = pyplot()
-    outdir = Path(outdir)
-    outdir.mkdir(parents=True, exist_ok=True)
-    out = {}
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for family in result["families"]:
-        rows = _rows(result, family)
-        if not rows:
-            continue
-        d = [r["d_k"] for r in rows]
-        line, = axes[0].loglog(d, [r["std"] for r in rows], "o", ms=4, label=family)
-        axes[0].loglog(d, [math.sqrt(r["exact_var"]) for r in rows], "-", color=line.get_color(), lw=0.8)
-    axes[0].set(xlabel="d_k", ylabel="std of q.k", title="measured (dots) vs closed form (lines)")
-    axes[0].legend(fontsize=7)
-    rows = _rows(result, "gaussian")
-    if rows:
-        d = [r["d_k"] for r in rows]
-        for rule in RULES:
-            axes[1].loglog(d, [r[f"std_{rule}"] for r in rows], "o-", ms=4, label=rule)
-    axes[1].set(xlabel="d_k", ylabel="std of the softmax input", title="gaussian q, k: after each scale rule")
-    axes[1].legend()
-    out["C02"] = [save(fig, outdir, "variance_c02.png")]
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    names = [r["init"] for r in result["init"]]
-    ax.bar(range(len(names)), [r["var"] for r in result["init"]], label="measured")
-    ax.plot(range(len(names)), [r["closed_form_var"] for r in result["init"]], "k_", ms=30, mew=2, label="closed form")
-    ax.axhline(1, color="r", ls="--", lw=1, label="claimed: 1")
-    ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
-    ax.set(ylabel="q component variance", title="unit-variance input through the q projection")
-    ax.legend(fontsize=8)
-    out["C01"] = [save(fig, outdir, "variance_c01.png")]
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    for family in result["families"]:
-        rows = _rows(result, family)
-        if rows:
-            ax.semilogx([r["d_k"] for r in rows], [100 * r["beyond_3std"] for r in rows], "o-", ms=3, label=family)
-    rows = _rows(result, "gaussian")
-    if rows:
-        ax.semilogx([r["d_k"] for r in rows], [100 * r["beyond_abs3"] for r in rows], "k--",
-                    label="gaussian: |q.k| > 3 (unscaled)")
-    ax.axhline(100 * GAUSS_BEYOND_3, color="r", ls=":", label="Gaussian beyond 3 std: 0.27%")
-    ax.set_yscale("symlog", linthresh=0.1)
-    ax.set_ylim(bottom=0)
-    ax.set(xlabel="d_k", ylabel="% of q.k", title="share beyond 3 std (solid) vs beyond |3| (dashed)")
-    ax.legend(fontsize=6)
-    out["C03"] = [save(fig, outdir, "variance_c03.png")]
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    names = list(result["ulp"])
-    for i, way in enumerate(("tensor", "scalar")):
-        ax.bar([j + 0.4 * i for j in range(len(names))], [100 * result["ulp"][n][way]["share_differ"] for n in names],
-               width=0.4, label=f"factor as {way}")
-    ax.set_xticks([j + 0.2 for j in range(len(names))], names)
-    ax.set(ylabel="% of elements that differ (by 1 ulp)", title="x * (1/sqrt(d_k)) vs x / sqrt(d_k)")
-    ax.legend()
-    out["C08"] = [save(fig, outdir, "variance_c08.png")]
-    plt.close(fig)
-
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    small = result["small_dk"]
-    d = [r["d_k"] for r in small]
-    axes[0].semilogx(d, [r["entropy_sqrt"] for r in small], "o-", label="sqrt", base=2)
-    axes[0].semilogx(d, [r["entropy_none"] for r in small], "s-", label="none", base=2)
-    axes[0].set(xlabel="d_k", ylabel="mean normalised entropy", title=f"n = {small[0]['n']} keys")
-    axes[0].legend()
-    axes[1].semilogx(d, [r["tv_distance"] for r in small], "o-", base=2, label="TV(p_sqrt, p_none)")
-    axes[1].semilogx(d, [r["output_rms_diff"] for r in small], "s-", base=2, label="output RMS difference (std of v)")
-    axes[1].set(xlabel="d_k", title="with vs without 1/sqrt(d_k)")
-    axes[1].legend()
-    out["C15"] = [save(fig, outdir, "variance_c15.png")]
-    plt.close(fig)
-    return out

@@ -1,0 +1,306 @@
+"""The numerics lab's verdict rules (C11, C12), with their thresholds, reading only the lab's result.
+
+The rules themselves are spelled out in each finding's evidence text.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ... import claims
+
+STANDARD_IMPLS = ("plain", "stable", "online", "sdpa")  # every one subtracts the row max
+REAL_CODE = ("plain", "sdpa", "online")  # as models compute attention: eager (plain), torch's fused SDPA, FlashAttention
+LOW_DTYPES = ("float16", "bfloat16")
+KL_CHEAP = 0.01  # nats: a clamp this cheap at the claimed range would be a harmless fix
+WRONG_OUTPUT = 0.1  # an output off by more than 0.1 std of v (against float64) is a wrong result
+MEMORY_SAVED = 8.0  # tiling "prevents the overflow" of memory if dense attention needs >= 8x its peak
+
+# The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
+NUMBER_KEYS = {
+    "C11": ("claim_d_k", "claimed_range", "max_abs_logit_unit_std_sqrt", "std_for_claimed_range", "trained_model", "trained_d_k",
+            "trained_max_abs_logit", "trained_logit_std", "trained_qk_std", "trained_naive_fp16_overflow_rows",
+            "realistic_scenarios", "real_code_nonfinite", "real_code_max_error", "real_code_worst",
+            "standard_softmax_nonfinite", "naive_fp16_nonfinite_at_claim", "fp16_exp_first_inf",
+            "std_matmul_overflow_scale_after", "std_matmul_overflow_scale_after_outliers"),
+    "C12": ("naive_nonfinite", "tiled_naive_nonfinite", "stable_nonfinite", "online_nonfinite", "sdpa_nonfinite",
+            "naive_sqrt_nonfinite", "clamp_values_removing_inf", "clamp_kl_cheapest_fix",
+            "fp16_matmul_overflow_scale_after", "fp16_matmul_overflow_scale_first", "memory_tokens",
+            "dense_peak_mib", "online_peak_mib", "memory_ratio"),
+}
+
+
+def _rows(result: dict, dtypes=("float16",), finite_logits: bool | None = True, **match) -> list[dict]:
+    """impl rows in ``dtypes`` (whose dtype logits are finite, if asked) matching ``match``."""
+    return [r for r in result["impls"] if r["dtype"] in dtypes
+            and (finite_logits is None or r["logits_finite"] == finite_logits)
+            and all(r[key] == value for key, value in match.items())]
+
+
+def _worst(rows: list[dict]) -> float:
+    return max((r["nonfinite_share"] for r in rows), default=0.0)
+
+
+def _claimed_scenario(result: dict) -> str:
+    return next(r["scenario"] for r in result["impls"] if "(logits" in r["scenario"])
+
+
+def _threshold(result: dict, dtype: str) -> dict | None:
+    return next((t for t in result["thresholds"] if t["dtype"] == dtype), None)
+
+
+def _accumulation_text(result: dict) -> str:
+    acc = next((a for a in result["accumulation"] if a["dtype"] == "float16"), None)
+    if acc is None:
+        return ""
+    how = "in a wider type (float32)" if acc["accumulates_wider"] else "in float16 itself"
+    return (f"On {acc['device']}, a float16 matmul accumulates {how} (rounding error {acc['rounding_error_eps']:.2g} eps "
+            f"over 4096 terms; (b, b, b, -b, -b, -b) . (b, b, b, b, b, b) with b^2 = 0.75 x 65504 gives "
+            f"{acc['cancellation_result']}), so "
+            "QK^T overflows only where a final |q.k| exceeds 65504. ")
+
+
+def _onset(result: dict, outliers: bool) -> dict | None:
+    return next((o for o in result["onsets"] if o["d_k"] == result["claim_d_k"] and o["outliers"] == outliers), None)
+
+
+def trained_summary(result: dict) -> dict:
+    """The trained model's largest scaled |logit|, logit std and q/k component std over its layers."""
+    rows = result["trained"]["layers"]
+    return {"max_abs_logit": max(r["max_abs_logit"] for r in rows), "logit_std": max(r["logit_std"] for r in rows),
+            "qk_std": max(max(r["q_std"], r["k_std"]) for r in rows),
+            "naive_fp16": max((r["naive_overflow_rows"] for r in rows if r["dtype"] == "float16"), default=0.0)}
+
+
+def realistic_scenarios(result: dict) -> list[str]:
+    """The d_k = claim_d_k scenarios whose q, k are no larger than the trained model's, or whose
+    scaled logits are no larger than the trained model's (outlier features or not)."""
+    top = trained_summary(result)
+    found = []
+    for label, std, outliers in dict.fromkeys((r["scenario"], r["std"], r["outliers"]) for r in result["impls"]):
+        onset = _onset(result, outliers)
+        max_logit = onset["max_abs_logit_unit_sqrt"] * std**2 if onset else math.inf
+        if std <= top["qk_std"] or max_logit <= top["max_abs_logit"]:
+            found.append(label)
+    return found
+
+
+def real_code_failures(result: dict) -> dict:
+    """Worst non-finite share and worst max output error of real-code attention in float16 and
+    bfloat16: on the realistic scenarios (plain, SDPA, online, scale sqrt) and on the trained model."""
+    realistic = set(realistic_scenarios(result))
+    rows = [r for r in _rows(result, LOW_DTYPES, finite_logits=None, scale="sqrt")
+            if r["impl"] in REAL_CODE and r["scenario"] in realistic]
+    cases = [(r["nonfinite_share"], r["max_err"], f"{r['scenario']}, {r['dtype']}, {r['impl']}") for r in rows]
+    model = result["trained"]["model"]
+    cases += [(r["nonfinite_rows"], r["output_error_max"], f"{model} layer {r['layer']}, {r['dtype']}, eager")
+              for r in result["trained"]["layers"]]
+    nonfinite = max((c[0] for c in cases), default=0.0)
+    errors = [c for c in cases if c[1] is not None]
+    worst = max(errors, key=lambda c: c[1], default=(0.0, 0.0, "none"))
+    return {"nonfinite": nonfinite, "max_error": worst[1], "worst": worst[2],
+            "nonfinite_where": next((c[2] for c in cases if c[0] > 0), None)}
+
+
+def judge_c11(result: dict) -> claims.Finding:
+    d_k, claimed = result["claim_d_k"], result["claimed_range"]
+    onset, onset_out = _onset(result, False), _onset(result, True)
+    unit = onset["max_abs_logit_unit_sqrt"]
+    trained = result["trained"]
+    top = trained_summary(result)
+    realistic = realistic_scenarios(result)
+    failures = real_code_failures(result)
+    range_holds = top["max_abs_logit"] >= claimed / 2
+    inf = failures["nonfinite"] > 0
+    wrong = failures["max_error"] > WRONG_OUTPUT
+    if range_holds and inf:
+        verdict = claims.SUPPORTED
+    elif range_holds or inf or wrong:
+        verdict = claims.PARTLY
+    else:
+        verdict = claims.REFUTED
+    standard = [r for r in _rows(result, LOW_DTYPES) if r["impl"] in STANDARD_IMPLS]
+    scenario = _claimed_scenario(result)
+    naive_at_claim = _worst(_rows(result, scenario=scenario, scale="sqrt", impl="naive"))
+    fp16 = _threshold(result, "float16")
+    outcome = ("produces non-finite outputs (" + failures["nonfinite_where"] + ")" if inf else
+               f"stays finite, but is off by up to {failures['max_error']:.3g} std of v ({failures['worst']})" if wrong else
+               f"stays finite and accurate (error at most {failures['max_error']:.3g} std of v)")
+    threshold_text = (f"exp overflows float16 from x = {fp16['first_inf']:.6g} (ln 65504 = {fp16['ln_max']:.5g}): "
+                      if fp16 else "")
+    outlier_text = (f" With {result['outliers']['features']} outlier features x{result['outliers']['gain']:g} at "
+                    f"unit std the largest is +-{onset_out['max_abs_logit_unit_sqrt']:.3g}." if onset_out else "")
+    evidence = (
+        f"Range: for independent unit-variance q and k (the seed's own premise) at d_k = {d_k} the largest |logit| "
+        f"after 1/sqrt(d_k) is {unit:.3g} over {result['grid_pairs']} pairs (+-{claimed:g} needs q, k of std "
+        f"{onset['std_for_claimed_range']:.3g}).{outlier_text} A trained model is another matter: in "
+        f"{trained['model']} (d_k = {trained['d_k']}, {trained['tokens']} tokens of real text) q and k have component "
+        f"std up to {top['qk_std']:.2f}, but they are aligned, not independent, and the scaled logits reach "
+        f"+-{top['max_abs_logit']:.3g} (logit std up to {top['logit_std']:.2f}). Overflow: {threshold_text}a "
+        f"softmax without max subtraction would overflow in {top['naive_fp16']:.0%} of that model's rows in float16 "
+        f"(and in {naive_at_claim:.0%} of rows at +-{claimed:g}), but real code subtracts the row max: the "
+        f"max-subtracted implementations ({', '.join(STANDARD_IMPLS)}) gave non-finite outputs in "
+        f"{_worst(standard):.3g} of any scenario with finite logits. "
+        + _accumulation_text(result) +
+        f"The float16 product QK^T itself overflows from q, k std {onset['std_matmul_overflow_scale_after']:.3g} "
+        f"(factor applied after the matmul, as eager code does; {onset_out['std_matmul_overflow_scale_after']:.3g} "
+        f"with the outlier features) or {onset['std_matmul_overflow_scale_first']:.3g} (factor folded into q). "
+        f"Realistic configurations, where q and k or the logits are no larger than the trained model's "
+        f"({', '.join(realistic)}, and the trained model's own q and k): attention computed as models do it "
+        f"({', '.join(REAL_CODE)}; the trained model through the eager path) in float16 and bfloat16 {outcome}. "
+        f"Rule: the range part holds if the trained model's scaled logits reach half the claimed +-{claimed:g}; "
+        f"the inf part if real code gives a non-finite output in a realistic configuration; supported if both "
+        f"hold, partly if one holds or real code gives a wrong output (off by more than {WRONG_OUTPUT} std of v) "
+        f"without inf, refuted if none of these.")
+    numbers = {"claim_d_k": d_k, "claimed_range": claimed,
+               "max_abs_logit_unit_std_sqrt": unit, "std_for_claimed_range": onset["std_for_claimed_range"],
+               "trained_model": trained["model"], "trained_d_k": trained["d_k"],
+               "trained_max_abs_logit": top["max_abs_logit"], "trained_logit_std": top["logit_std"],
+               "trained_qk_std": top["qk_std"], "trained_naive_fp16_overflow_rows": top["naive_fp16"],
+               "realistic_scenarios": ", ".join(realistic), "real_code_nonfinite": failures["nonfinite"],
+               "real_code_max_error": failures["max_error"], "real_code_worst": failures["worst"],
+               "standard_softmax_nonfinite": _worst(standard), "naive_fp16_nonfinite_at_claim": naive_at_claim,
+               "fp16_exp_first_inf": fp16["first_inf"] if fp16 else None,
+               "std_matmul_overflow_scale_after": onset["std_matmul_overflow_scale_after"],
+               "std_matmul_overflow_scale_after_outliers": onset_out["std_matmul_overflow_scale_after"]
+               if onset_out else None}
+    return claims.Finding(verdict, evidence, numbers)
+
+
+def _clamp_summary(result: dict) -> tuple[list[float], dict[float, float]]:
+    """Clamp values that remove every non-finite float16 output, and each value's mean KL at the claimed range."""
+    scenario = _claimed_scenario(result)
+    removes = [c for c in result["clamp_values"] if _rows(result, impl=f"clamp:{c:g}")
+               and _worst(_rows(result, impl=f"clamp:{c:g}")) == 0]
+    kl = {r["clamp"]: r["kl_mean"] for r in result["clamp"] if r["scenario"] == scenario and r["scale"] == "sqrt"}
+    return removes, kl
+
+
+def _c12_conclusion(clamp_removes: bool, clamp_cheap: bool, stable: float, naive_sqrt: float, tiled: float) -> str:
+    if not clamp_removes:
+        clamp = "No clamp value tried removes the overflow. "
+    elif clamp_cheap:
+        clamp = "Clamping removes the overflow at a negligible cost. "
+    else:
+        clamp = "Clamping removes the overflow only by changing the distribution. "
+    causes = (("the max subtraction (FlashAttention's running max is one)", stable == 0),
+              ("the 1/sqrt(d_k) factor", naive_sqrt == 0), ("the tiling", tiled == 0))
+    does = [name for name, prevents in causes if prevents]
+    does_not = [name for name, prevents in causes if not prevents]
+    return (clamp + f"What prevents the exp overflow in every scenario: {' and '.join(does) or 'none of the three'}"
+            + (f"; not {' nor '.join(does_not)}. " if does_not else ". "))
+
+
+def _matmul_text(after: float, first: float) -> str:
+    if after == 0:
+        return "No float16 QK^T overflowed in the logit-range grid. "
+    role = "The factor does matter for" if first < after else "Folding the factor into q does not help"
+    return (f"{role} the float16 product QK^T: its overflow share reaches {after:.3g} with the factor applied "
+            f"after the matmul, {first:.3g} with it folded into q first. ")
+
+
+def memory_summary(result: dict) -> dict:
+    """Dense and online peak bytes at the longest sequence measured, and their ratio."""
+    tokens = max(r["tokens"] for r in result["memory"])
+    peak = {r["impl"]: r["peak_bytes"] for r in result["memory"] if r["tokens"] == tokens}
+    return {"tokens": tokens, "dense": peak["plain"], "online": peak["online"],
+            "ratio": peak["plain"] / peak["online"] if peak["online"] else math.inf}
+
+
+def _memory_text(result: dict) -> str:
+    rows = sorted(result["memory"], key=lambda r: (r["impl"], r["tokens"]))
+    mib = lambda impl: ", ".join(f"{r['peak_bytes'] / 2**20:.3g} MiB at T = {r['tokens']}" for r in rows
+                                 if r["impl"] == impl)
+    return (f"Memory: one head, d = {rows[0]['d_k']}, float32: dense attention as eager code computes it creates "
+            f"{mib('plain')} (the T x T scores and probabilities); online attention with {rows[0]['block_size']}-key "
+            f"tiles {mib('online')}. "
+            f"Both grow with batch x heads; only the dense one grows with T^2. ")
+
+
+def _tiling_text(memory: dict, numeric: bool, in_memory: bool) -> str:
+    if in_memory:
+        text = (f"At T = {memory['tokens']} the dense peak is {memory['ratio']:.3g}x the tiled one: tiling keeps the "
+                "large matrix out of memory. ")
+    else:
+        text = (f"At T = {memory['tokens']} the dense peak is only {memory['ratio']:.3g}x the tiled one (below "
+                f"{MEMORY_SAVED:g}x). ")
+    readings = [name for name, ok in (("numeric", numeric), ("memory", in_memory)) if ok]
+    if len(readings) == 2:
+        return text + "Tiling prevents the overflow in both readings. "
+    if not readings:
+        return text + "Tiling prevents the overflow in neither reading. "
+    return text + f"Tiling prevents the overflow in the {readings[0]} reading only. "
+
+
+def judge_c12(result: dict) -> claims.Finding:
+    naive = _worst(_rows(result, impl="naive"))
+    tiled = _worst(_rows(result, impl="tiled_naive"))
+    stable = _worst(_rows(result, impl="stable"))
+    online_all = _worst(_rows(result, result_dtypes(result), finite_logits=None, impl="online"))
+    sdpa_all = _worst(_rows(result, result_dtypes(result), finite_logits=None, impl="sdpa"))
+    naive_sqrt_rows = _rows(result, impl="naive", scale="sqrt")
+    naive_sqrt = _worst(naive_sqrt_rows)
+    naive_sqrt_clean = [r["scenario"] for r in naive_sqrt_rows if r["nonfinite_share"] == 0]
+    removes, kl = _clamp_summary(result)
+    cheapest = min((kl.get(c, math.inf) for c in removes), default=None)
+    matmul_rows = [r for r in result["grid"] if r["scale"] == "sqrt"]
+    matmul_after = max((r["fp16_overflow_scale_after"] for r in matmul_rows), default=0.0)
+    matmul_first = max((r["fp16_overflow_scale_first"] for r in matmul_rows), default=0.0)
+    accepted = [r for r in result["impls"] if r["impl"] in ("online", "sdpa") and r["accepted"] is not None]
+    memory = memory_summary(result)
+
+    flash_fixes = online_all == 0
+    clamp_removes = bool(removes)
+    clamp_cheap = cheapest is not None and cheapest <= KL_CHEAP
+    tiling_numeric = tiled == 0
+    tiling_memory = memory["ratio"] >= MEMORY_SAVED
+    if naive == 0:
+        verdict = claims.NOT_TESTABLE
+    elif flash_fixes and clamp_removes and clamp_cheap and (tiling_numeric or tiling_memory):
+        verdict = claims.SUPPORTED
+    elif not flash_fixes and not clamp_removes:
+        verdict = claims.REFUTED
+    else:
+        verdict = claims.PARTLY
+    kl_text = ", ".join(f"clamp {c:g}: {kl[c]:.3g}" for c in sorted(kl))
+    evidence = (
+        "Rule (float16, scenarios whose logits are finite): not testable if the naive softmax never overflows; "
+        "supported if the online (FlashAttention-2) softmax never gives a non-finite output, some clamp value "
+        f"removes every non-finite output at a mean KL(exact || clamped) <= {KL_CHEAP} nats where the logits reach "
+        "the claimed range, and the tiling prevents 'the large matrix' from overflowing in one of the two readings "
+        "of the seed's 溢出: numeric overflow (tiling without max subtraction stays finite) or memory (dense "
+        f"attention needs >= {MEMORY_SAVED:g}x the tiled peak at the longest sequence measured); refuted if "
+        "neither online nor any clamp removes the overflow; partly otherwise. "
+        f"Measured worst non-finite shares: naive {naive:.3g}; naive with 1/sqrt(d_k) {naive_sqrt:.3g} (clean in "
+        f"{len(naive_sqrt_clean)} of {len(naive_sqrt_rows)} scenarios: {', '.join(naive_sqrt_clean) or 'none'}); "
+        f"tiled without max subtraction {tiled:.3g}, max-subtracted stable {stable:.3g}, online {online_all:.3g} and "
+        f"torch SDPA {sdpa_all:.3g} (these two over all dtypes and scenarios, including those where the float16 "
+        "QK^T overflows; online keeps its scores in float32). "
+        f"Clamp values removing every non-finite output: {', '.join(f'{c:g}' for c in removes) or 'none'}; "
+        f"cost of each clamp where the logits reach the claimed range, mean KL in nats: {kl_text}. "
+        + _c12_conclusion(clamp_removes, clamp_cheap, stable, naive_sqrt, tiled)
+        + _matmul_text(matmul_after, matmul_first) + _memory_text(result)
+        + _tiling_text(memory, tiling_numeric, tiling_memory) +
+        "flash-attn's acceptance rule (max error <= 2x that of the plain low-precision math): online and "
+        f"SDPA pass {sum(r['accepted'] for r in accepted)} of {len(accepted)} cases.")
+    numbers = {"naive_nonfinite": naive, "tiled_naive_nonfinite": tiled, "stable_nonfinite": stable,
+               "online_nonfinite": online_all, "sdpa_nonfinite": sdpa_all, "naive_sqrt_nonfinite": naive_sqrt,
+               "clamp_values_removing_inf": ", ".join(f"{c:g}" for c in removes),
+               "clamp_kl_cheapest_fix": None if cheapest is None or not math.isfinite(cheapest) else cheapest,
+               "fp16_matmul_overflow_scale_after": matmul_after, "fp16_matmul_overflow_scale_first": matmul_first,
+               "memory_tokens": memory["tokens"], "dense_peak_mib": memory["dense"] / 2**20,
+               "online_peak_mib": memory["online"] / 2**20,
+               "memory_ratio": memory["ratio"] if math.isfinite(memory["ratio"]) else None}
+    return claims.Finding(verdict, evidence, numbers)
+
+
+def result_dtypes(result: dict) -> tuple[str, ...]:
+    return tuple(sorted({r["dtype"] for r in result["impls"]}))
+
+
+def impl_names_of(result: dict) -> list[str]:
+    return list(dict.fromkeys(r["impl"] for r in result["impls"]))
+
+
+def judge(result: dict) -> dict[str, claims.Finding]:
+    return {"C11": judge_c11(result), "C12": judge_c12(result)}

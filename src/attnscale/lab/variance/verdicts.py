@@ -1,0 +1,182 @@
+"""The variance lab's verdict rules (C01, C02, C03, C08, C15), each with its thresholds,
+reading only the lab's result."""
+
+from __future__ import annotations
+
+import math
+
+from ... import claims
+from ...claims import Finding
+from .experiment import DTYPES, GAUSS_BEYOND_3, INIT_NAMES, Z95
+
+INDEPENDENT_UNIT = ("gaussian", "uniform", "rademacher")  # the premise of C02 exactly
+# C03's two readings of "extreme values are likely": statistically, more of q.k beyond 3 std than
+# this share (a Gaussian has 0.27%); for a softmax, at least this share of the unscaled q.k outside
+# [-3, 3], the input range C04 calls unsaturated.
+TAIL_LIKELY = 0.01
+SOFTMAX_LARGE = 3.0
+LARGE_LIKELY = 0.5
+# C15: "differs little" at d_k = 2: rows at most this far apart in total variation, and at most this
+# fraction of the distance at the largest d_k measured.
+SMALL_TV, SMALL_TV_RATIO = 0.1, 0.25
+
+# The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
+NUMBER_KEYS = {
+    "C01": tuple(f"var[{name}]" for name in INIT_NAMES) + tuple(f"closed_form_var[{name}]" for name in INIT_NAMES),
+    "C02": ("share_in_ci", "max_rel_error", "max_std_errors", "max_d_k"),
+    "C03": ("share_within_band", "max_std_ratio_error", "max_share_beyond_3std", "share_abs_above_3"),
+    "C08": tuple(f"share_differ[{name}]" for name in DTYPES) + ("max_ulp",),
+    "C15": ("tv_dk2", "tv_dk_large", "dk_large", "entropy_dk2_sqrt", "entropy_dk2_none"),
+}
+
+
+def _rows(result: dict, family: str) -> list[dict]:
+    return [r for r in result["dot"] if r["family"] == family]
+
+
+def judge_c01(result: dict) -> Finding:
+    """Supported if every setting gives |mean| <= 0.05 and variance within 10% of 1; partly if some do."""
+    rows = result["init"]
+    ok = [r for r in rows if abs(r["mean"]) <= 0.05 and abs(r["var"] - 1) <= 0.1]
+    verdict = claims.SUPPORTED if len(ok) == len(rows) else claims.PARTLY if ok else claims.REFUTED
+    parts = "; ".join(f"{r['init']} ({r['fan_in']}->{r['fan_out']}): mean {r['mean']:.3f}, variance "
+                      f"{r['var']:.3f} (closed form {r['closed_form_var']:.3f})" for r in rows)
+    evidence = (f"q components for unit-variance input: {parts}. Rule: supported if every setting has |mean| <= 0.05 "
+                f"and variance within 10% of 1, partly if some do. Variance 1 needs fan_in = fan_out under Xavier "
+                f"(2 fan_in / (fan_in + fan_out)); PyTorch's default nn.Linear init gives 1/3 + 1/(3 fan_in), "
+                f"so unscaled q.k then has std sqrt(d_k)/3, not sqrt(d_k).")
+    numbers = {f"var[{r['init']}]": r["var"] for r in rows}
+    numbers.update({f"closed_form_var[{r['init']}]": r["closed_form_var"] for r in rows})
+    return Finding(verdict, evidence, numbers)
+
+
+def judge_c02(result: dict) -> Finding:
+    """Supported if, for the independent unit-variance families, the exact d_k lies in the measured
+    variance's 95% interval in >= 90% of rows and no row is more than 4 standard errors off;
+    partly if every Var/d_k is within 25% of 1; refuted otherwise."""
+    rows = [r for r in result["dot"] if r["family"] in INDEPENDENT_UNIT]
+    if not rows:
+        return Finding(claims.NOT_TESTABLE, "no independent unit-variance family was sampled.")
+    in_ci = sum(r["var_in_ci"] for r in rows) / len(rows)
+    worst = max(abs(r["var"] / r["d_k"] - 1) for r in rows)
+    worst_z = max(abs(r["var"] - r["d_k"]) / max((r["var_hi"] - r["var_lo"]) / (2 * Z95), 1e-300) for r in rows)
+    corr = [r for r in result["dot"] if r["family"] == "correlated"]
+    corr_text = ""
+    if corr:
+        big = corr[-1]
+        corr_text = (f" The premise matters: with k = q + noise (not independent) at d_k = {big['d_k']} the measured "
+                     f"variance is {big['var'] / big['d_k']:.3f} d_k and the mean {big['mean']:.4g}, where the "
+                     f"independent formula says {big['pred_var'] / big['d_k']:.3f} d_k and 0 (exact: "
+                     f"{big['exact_var'] / big['d_k']:.3f} d_k and {big['exact_mean']:.4g}).")
+    if in_ci >= 0.9 and worst_z <= 4:
+        verdict = claims.SUPPORTED
+    elif worst <= 0.25:
+        verdict = claims.PARTLY
+    else:
+        verdict = claims.REFUTED
+    dks = sorted({r["d_k"] for r in rows})
+    samples = sorted({r["samples"] for r in rows})
+    evidence = (f"For {', '.join(INDEPENDENT_UNIT)} components and d_k = {dks[0]}..{dks[-1]} ({samples[0]}-{samples[-1]} "
+                f"samples each), Var(q.k) = d_k lies in the measured 95% interval in {in_ci:.0%} of {len(rows)} rows; "
+                f"the largest |Var/d_k - 1| is {worst:.3f}, at most {worst_z:.1f} standard errors. So std = sqrt(d_k). "
+                f"Rule: supported if >= 90% of intervals contain d_k and no row is more than 4 standard errors off, "
+                f"partly if every ratio is within 25% of 1, refuted otherwise.{corr_text}")
+    return Finding(verdict, evidence, {"share_in_ci": in_ci, "max_rel_error": worst, "max_std_errors": worst_z,
+                                       "max_d_k": dks[-1]})
+
+
+def judge_c03(result: dict) -> Finding:
+    """Spread part (required): at d_k 64 and 128 (gaussian), >= 99% within +-3 sqrt(d_k) and
+    std/sqrt(d_k) within 10% of 1.  'Extreme values likely', two readings: statistically, more
+    than TAIL_LIKELY of q.k beyond 3 std in some family; for a softmax, at least LARGE_LIKELY of
+    the unscaled q.k beyond +-SOFTMAX_LARGE.  Spread off: refuted; spread right and the softmax
+    reading holds: supported; spread right otherwise: partly."""
+    rows = [r for r in _rows(result, "gaussian") if r["d_k"] in (64, 128)]
+    if not rows:
+        return Finding(claims.NOT_TESTABLE, "d_k = 64 and 128 were not sampled for the gaussian family.")
+    within = min(1 - r["beyond_3sqrt_dk"] for r in rows)
+    std_ratio = max(abs(r["std"] / math.sqrt(r["d_k"]) - 1) for r in rows)
+    spread_ok = within >= 0.99 and std_ratio <= 0.1
+    at = [r for r in result["dot"] if r["d_k"] in (64, 128)]
+    tail = max(r["beyond_3std"] for r in at)
+    large = min(r["beyond_abs3"] for r in rows)
+    statistical, for_softmax = tail > TAIL_LIKELY, large >= LARGE_LIKELY
+    if not spread_ok:
+        verdict = claims.REFUTED
+    elif for_softmax:
+        verdict = claims.SUPPORTED
+    else:
+        verdict = claims.PARTLY
+    # std sqrt(d_k) puts half of q.k beyond +-3 once 3 / sqrt(d_k) <= 0.674, the median of |Z|
+    half_from = math.ceil((SOFTMAX_LARGE / 0.6744897501960817) ** 2)
+    holds = [name for name, ok in (("the statistical reading", statistical), ("the softmax reading", for_softmax)) if ok]
+    evidence = (f"Unscaled, at d_k = 64 and 128 (gaussian), {within:.2%} of q.k fall within +-3 sqrt(d_k) and "
+                f"std/sqrt(d_k) is within {std_ratio:.1%} of 1: the spread is {'right' if spread_ok else 'off'}. "
+                f"'Extreme values are likely', read statistically (many values beyond 3 std): at most {tail:.2%} of "
+                f"q.k lie beyond 3 std in any of the {len({r['family'] for r in at})} families (Gaussian: "
+                f"{GAUSS_BEYOND_3:.2%}), so {'that holds' if statistical else 'such values are rare, not likely'}. "
+                f"Read as values that are large for a softmax: {large:.0%} of the unscaled q.k have |q.k| > "
+                f"{SOFTMAX_LARGE:g}, outside the range where the softmax gradient is not saturated (C04); with std "
+                f"sqrt(d_k) that is the majority from d_k = {half_from} on. Which reading holds: "
+                f"{' and '.join(holds) or 'neither'}. Rule: refuted if the spread is off (< 99% within the band or "
+                f"std off by > 10%); supported if the spread holds and at least {LARGE_LIKELY:.0%} of q.k lie beyond "
+                f"+-{SOFTMAX_LARGE:g} (the softmax reading); partly if only the spread holds or only the statistical "
+                f"reading (more than {TAIL_LIKELY:.0%} beyond 3 std) does.")
+    return Finding(verdict, evidence, {"share_within_band": within, "max_std_ratio_error": std_ratio,
+                                       "max_share_beyond_3std": tail, "share_abs_above_3": large})
+
+
+def judge_c08(result: dict) -> Finding:
+    """Supported if the two ways are never more than 2 ulps apart, refuted otherwise.  Each way rounds
+    twice (the factor, then the product or quotient), so each is within about 1 ulp of the exact
+    x / sqrt(d_k), and two such results can be 2 ulps apart while both are accurate to rounding."""
+    ulp = result["ulp"]
+    worst = max(w["max_ulp"] for d in ulp.values() for w in d.values())
+    verdict = claims.SUPPORTED if worst <= 2 else claims.REFUTED
+    tensor = ", ".join(f"{name} {d['tensor']['share_differ']:.1%}" for name, d in ulp.items())
+    scalar = ", ".join(f"{name} {d['scalar']['share_differ']:.2%}" for name, d in ulp.items())
+    exact = ", ".join(f"{name} {d['tensor']['mul_exact_share']:.0%} vs {d['tensor']['div_exact_share']:.0%}"
+                      for name, d in ulp.items() if d["tensor"]["mul_exact_share"] is not None)
+    max_dk = result["config"]["ulp_max_dk"]
+    same = ", ".join(f"{name} {d['tensor']['identical_dks_count']}" for name, d in ulp.items())
+    evidence = (f"Mathematically the same; numerically up to {worst} ulp apart. With the factor as a tensor of the "
+                f"same dtype (one IEEE rounding per op) the two differ in this share of elements over d_k = "
+                f"1..{max_dk}: {tensor}; the share equal to the correctly rounded x / sqrt(d_k) is, multiply vs "
+                f"divide: {exact}. The number of d_k with no difference at all is {same} of {max_dk} (among them "
+                f"d_k = 1, 4, 16, 64, ..., where sqrt(d_k) is a power of two"
+                f"{'' if result['ulp']['float32']['tensor']['pow4_identical'] else ' - not all of them here'}). With a "
+                f"Python float factor, as attention code writes it (torch then computes half types in float32), the "
+                f"share is {scalar}. A difference of an ulp or two is rounding noise, far below anything that "
+                f"changes attention. Rule: supported if never more than 2 ulps apart (the two ways' combined "
+                f"rounding bound), refuted otherwise.")
+    numbers = {f"share_differ[{name}]": d["tensor"]["share_differ"] for name, d in ulp.items()}
+    numbers["max_ulp"] = worst
+    return Finding(verdict, evidence, numbers)
+
+
+def judge_c15(result: dict) -> Finding:
+    """'Differs little' at d_k = 2: TV distance between the rows <= 0.1 (absolute) and <= 1/4 of the
+    TV distance at the largest d_k measured (relative).  Both: supported; one: partly; neither: refuted."""
+    rows = {r["d_k"]: r for r in result["small_dk"]}
+    if 2 not in rows or max(rows) < 16:
+        return Finding(claims.NOT_TESTABLE, "needs d_k = 2 and a d_k >= 16 to compare with.")
+    two, big = rows[2], rows[max(rows)]
+    absolute = two["tv_distance"] <= SMALL_TV
+    relative = two["tv_distance"] <= SMALL_TV_RATIO * big["tv_distance"]
+    verdict = claims.SUPPORTED if absolute and relative else claims.PARTLY if absolute or relative else claims.REFUTED
+    one = rows.get(1)
+    one_text = (f"At d_k = 1 the factor is 1: the TV distance is {one['tv_distance']:.3g}. " if one else "")
+    evidence = (f"{one_text}At d_k = 2 (n = {two['n']} keys) the rows with and without 1/sqrt(2) are {two['tv_distance']:.3f} "
+                f"apart in total variation (normalised entropy {two['entropy_sqrt']:.3f} vs {two['entropy_none']:.3f}, "
+                f"output RMS difference {two['output_rms_diff']:.3f} std of v); at d_k = {big['d_k']} the same comparison gives "
+                f"{big['tv_distance']:.3f} (entropy {big['entropy_sqrt']:.3f} vs {big['entropy_none']:.3f}). "
+                f"Rule: 'differs little' means TV <= 0.1 and <= 1/4 of the TV at the largest d_k; supported if both "
+                f"hold, partly if one, refuted if neither.")
+    return Finding(verdict, evidence, {"tv_dk2": two["tv_distance"], "tv_dk_large": big["tv_distance"],
+                                       "dk_large": big["d_k"], "entropy_dk2_sqrt": two["entropy_sqrt"],
+                                       "entropy_dk2_none": two["entropy_none"]})
+
+
+def judge(result: dict) -> dict[str, Finding]:
+    return {"C01": judge_c01(result), "C02": judge_c02(result), "C03": judge_c03(result),
+            "C08": judge_c08(result), "C15": judge_c15(result)}
