@@ -336,3 +336,19 @@ def test_no_ray_process_outlives_a_sweep_killed_with_kill_9(tmp_path):
             [Path(f"/proc/{pid}/cmdline").read_bytes()[:80] for pid in spawned if alive(pid)]
     finally:
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_plan_groups_shares_work_evenly_caps_by_shape_and_puts_the_costliest_first():
+    recall = dict(task="recall", batch_size=64, n_pairs=3, n_queries=3, n_heads=2, d_model=32, steps=50)
+    specs = [T.RunSpec(d_head=d, seed=s, **recall) for d in (16, 256) for s in range(6)]
+    todo = {T.run_key(s): dataclasses.asdict(s) for s in specs}
+    groups = runs.plan_groups(todo, batch_runs=24, workers=2)
+    shapes = [todo[g[0]]["d_head"] for g in groups]
+    assert sorted(len(g) for g in groups if todo[g[0]]["d_head"] == 16) == [6]  # under its cache cap (8) and 12/2
+    assert [len(g) for g in groups if todo[g[0]]["d_head"] == 256] == [1] * 6  # its activations allow one run
+    assert shapes[:6] == [256] * 6  # by width: one run of d_head 256 (32 + 2 x 256) outweighs six of 16 (32 + 2 x 16)
+    assert sorted(k for g in groups for k in g) == sorted(todo)
+    four = runs.plan_groups(todo, batch_runs=24, workers=4)
+    assert [len(g) for g in four if todo[g[0]]["d_head"] == 16] == [3, 3]  # at most 12 runs / 4 workers per group
+    with pytest.raises(ValueError, match="batch_runs"):
+        runs.plan_groups(todo, batch_runs=0, workers=2)
