@@ -3,6 +3,7 @@ a killed worker, a killed sweep), the sweep summary, and the Ray executor."""
 
 import dataclasses
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -10,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -352,3 +354,23 @@ def test_plan_groups_shares_work_evenly_caps_by_shape_and_puts_the_costliest_fir
     assert [len(g) for g in four if todo[g[0]]["d_head"] == 16] == [3, 3]  # at most 12 runs / 4 workers per group
     with pytest.raises(ValueError, match="batch_runs"):
         runs.plan_groups(todo, batch_runs=0, workers=2)
+
+
+def test_a_pool_whose_worker_never_leaves_is_still_shut_down():
+    # a worker that never takes its stop signal (here: a task that sleeps for an hour; in the
+    # wild: a peer killed while holding the task queue's lock) is terminated after the grace
+    context = multiprocessing.get_context("spawn")
+    outcome = {}
+
+    def use_pool():
+        with runs.worker_pool(context, 1, 1, context.Queue(), grace=0.5) as pool:
+            sleeping = pool.submit(time.sleep, 3600)
+            while not sleeping.running():
+                time.sleep(0.05)
+            outcome["workers"] = list(pool._processes.values())
+
+    thread = threading.Thread(target=use_pool, daemon=True)
+    thread.start()
+    thread.join(timeout=300)
+    assert not thread.is_alive(), "the pool's shutdown waited for a worker that never leaves"
+    assert outcome["workers"] and not any(w.is_alive() for w in outcome["workers"])

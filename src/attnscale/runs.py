@@ -25,6 +25,7 @@ run: its row says at which step.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import dataclasses
 import json
 import multiprocessing
@@ -36,7 +37,7 @@ import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from . import checks
 from .store import SQLiteTable
@@ -44,6 +45,7 @@ from .train import RunSpec, as_spec, group_specs, run_key, train, train_group
 
 EXECUTORS = ("local", "ray")
 MAX_POOL_RESTARTS = 3
+POOL_GRACE_SECONDS = 5.0  # how long a finished pool's workers get to leave before they are terminated
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -231,6 +233,42 @@ def init_worker(threads: int, parent: int | None = None, queue=None) -> None:
         threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()  # where prctl is missing
 
 
+@contextlib.contextmanager
+def worker_pool(context, workers: int, threads: int, queue, grace: float = POOL_GRACE_SECONDS
+                ) -> Iterator[cf.ProcessPoolExecutor]:
+    """A process pool of ``workers`` (set up by :func:`init_worker`) that :func:`shut_down`
+    stops on the way out, whether its work finished or failed."""
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=init_worker,
+                                  initargs=(threads, os.getpid(), queue))
+    try:
+        yield pool
+    finally:
+        shut_down(pool, grace)
+
+
+def shut_down(pool: cf.ProcessPoolExecutor, grace: float = POOL_GRACE_SECONDS) -> None:
+    """Stop ``pool``: cancel what has not started, give the workers ``grace`` seconds to
+    leave, terminate the ones still there.
+
+    A plain ``shutdown()`` can wait forever: a worker killed while it waited for work holds
+    the task queue's lock for good, and when that death coincides with the last result,
+    CPython's executor shuts down normally and waits for the other workers, which wait for
+    that lock.  (The executor's worker processes and manager thread are private
+    attributes; they have kept their names since Python 3.9.)"""
+    workers = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + grace
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+    for worker in workers:
+        if worker.is_alive():
+            worker.terminate()
+            worker.join()
+    if manager is not None:
+        manager.join()
+
+
 def ray_run_group(specs: list[dict], checkpoint_dir: str | None = None) -> list[tuple[dict, float]]:
     """run_group inside a Ray worker, on one torch thread (Ray gives each task one CPU)."""
     init_worker(1)
@@ -351,8 +389,7 @@ def _local_execute(groups: list[list[str]], todo: dict, workers: int, ckpt, reco
     for _attempt in range(MAX_POOL_RESTARTS + 1):
         queue = context.Queue()
         try:
-            with cf.ProcessPoolExecutor(max_workers=min(workers, len(remaining)), mp_context=context,
-                                        initializer=init_worker, initargs=(threads, os.getpid(), queue)) as pool:
+            with worker_pool(context, min(workers, len(remaining)), threads, queue) as pool:
                 futures = {pool.submit(run_group, [todo[k] for k in keys], ckpt, index): index
                            for index, keys in remaining.items()}
                 pending = set(futures)

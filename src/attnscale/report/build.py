@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__, answer, claims, lab
-from ..runs import RunStore, default_workers, drained, init_worker, progress_queue
+from ..runs import RunStore, default_workers, drained, progress_queue, worker_pool
 from ..paths import check_folder
 from ..runtime import check_device, check_seed
 from ..store import Store, config_key
@@ -93,8 +93,7 @@ def _run_side_by_side(configs: dict, progress: Progress | None) -> dict[str, tup
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     outcomes = {}
-    with cf.ProcessPoolExecutor(max_workers=min(default_workers(), len(configs)), mp_context=context,
-                                initializer=init_worker, initargs=(1, os.getpid(), queue)) as pool:
+    with worker_pool(context, min(default_workers(), len(configs)), 1, queue) as pool:
         futures = {pool.submit(_run_in_worker, name, config): name for name, config in configs.items()}
         pending = set(futures)
         while pending:
