@@ -12,7 +12,8 @@ group's tensors outgrow the CPU's caches and batching costs more than it saves):
   cores // workers torch threads, one group per task.  A worker that dies (killed, out of
   memory) breaks the pool; the pool is restarted and the groups in flight are run again.
   A worker whose parent process is gone (the sweep was killed with kill -9) exits within
-  a second or two instead of living on as an orphan.
+  a second or two instead of living on as an orphan.  When the work is done (or failed),
+  the workers get ``POOL_GRACE_SECONDS`` to leave and are then terminated (:func:`shut_down`).
 * ``executor="ray"``: one Ray task per group, on the cluster at ``address``, or on a local
   Ray instance started for the sweep (its files under ``ray_dir``, HOME untouched).
 
