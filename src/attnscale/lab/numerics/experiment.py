@@ -112,11 +112,8 @@ def check_config(config: Config) -> None:
         raise ValueError(f"claim_d_k={config.claim_d_k} must be one of d_ks {config.d_ks}")
     if not 0 <= config.outlier_features <= min(config.d_ks):
         raise ValueError(f"outlier_features must be in [0, {min(config.d_ks)}], got {config.outlier_features}")
-    for name in ("grid_tokens", "impl_tokens", "impl_heads", "block_size", "memory_d_k", "memory_block"):
-        if getattr(config, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(config, name)}")
-    if config.trained_tokens < 2:
-        raise ValueError(f"trained_tokens must be >= 2, got {config.trained_tokens}")
+    checks.fields(config, ints=("grid_tokens", "impl_tokens", "impl_heads", "block_size", "memory_d_k", "memory_block"))
+    checks.fields(config, ints=("trained_tokens",), minimum=2)
     if not config.memory_tokens or any(t < 1 for t in config.memory_tokens):
         raise ValueError(f"memory_tokens must be sequence lengths >= 1, got {config.memory_tokens}")
     if any(s <= 0 for s in config.stds) or any(s <= 0 for s, _ in config.impl_scenarios):

@@ -92,11 +92,8 @@ def check_config(config: Config) -> Config:
             raise ValueError(f"every exponent A must be finite, got {a!r}")
     if not (config.qk_std > 0 and config.constant > 0):
         raise ValueError(f"qk_std and constant must be > 0, got {config.qk_std!r}, {config.constant!r}")
-    for name in ("rows", "grad_n", "grad_d_model", "grad_d_v", "deriv_points", "deriv_rows"):
-        if getattr(config, name) < 2:
-            raise ValueError(f"{name} must be >= 2, got {getattr(config, name)!r}")
-    if config.grad_batch < 1:
-        raise ValueError(f"grad_batch must be >= 1, got {config.grad_batch!r}")
+    checks.fields(config, ints=("rows", "grad_n", "grad_d_model", "grad_d_v", "deriv_points", "deriv_rows"), minimum=2)
+    checks.fields(config, ints=("grad_batch",))
     check_device(config.device)
     return config
 
