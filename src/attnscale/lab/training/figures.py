@@ -1,5 +1,6 @@
 """The training lab's figures: every training number drawn as the median over seeds with a
-min-max band.  :func:`panel_grid` sets up the (task x d_head) grid of panels they share."""
+min-max band.  :func:`panel_grid` sets up a grid of panels; :func:`task_panels` the (task x
+d_head) grid that several figures share."""
 
 from __future__ import annotations
 
@@ -18,6 +19,21 @@ def panel_grid(rows: int, cols: int, height: float = 2.7):
     plt = pyplot()
     fig, axes = plt.subplots(rows, cols, figsize=(3.3 * cols, height * rows), squeeze=False)
     return fig, axes
+
+
+def task_panels(result: dict):
+    """A (task x d_head) grid: (fig, [(task, d_head, ax)]) for the d_heads each task was
+    trained at; the panels of d_heads a task lacks are switched off."""
+    d_heads = sorted({d for task in tasks_of(result) for d in task_d_heads(result, task)})
+    fig, axes = panel_grid(len(tasks_of(result)), len(d_heads))
+    panels = []
+    for row, task in enumerate(tasks_of(result)):
+        for col, d in enumerate(d_heads):
+            if d in task_d_heads(result, task):
+                panels.append((task, d, axes[row][col]))
+            else:
+                axes[row][col].axis("off")
+    return fig, panels
 
 
 def label(ax, title: str, xlabel: str, ylabel: str) -> None:
@@ -54,27 +70,21 @@ def finish(fig, outdir: Path, name: str) -> str:
 
 
 def figure_curves(result: dict, outdir: Path) -> str:
-    d_heads = sorted({d for task in tasks_of(result) for d in task_d_heads(result, task)})
-    fig, axes = panel_grid(len(tasks_of(result)), len(d_heads))
+    fig, panels = task_panels(result)
     base = result["baselines"]
-    for row, task in enumerate(tasks_of(result)):
+    for task, d, ax in panels:
         field = "val_acc" if task == "recall" else "val_loss"
-        for col, d in enumerate(d_heads):
-            if d not in task_d_heads(result, task):
-                axes[row][col].axis("off")
-                continue
-            ax = axes[row][col]
-            for rule in result["config"]["rules"]:
-                lr = best_lr(result, task, rule, d)
-                band(ax, runs_at(result, task, rule, d, lr), field, RULE_COLORS.get(rule), f"{rule} (lr {lr:g})",
-                     fill=0.0 if task == "recall" else None)
-            if task == "recall":
-                ax.axhline(base["recall"]["copy"], color="gray", linestyle=":", label="copy baseline")
-                label(ax, f"recall, d_head {d}", "step", "validation accuracy")
-            else:
-                ax.axhline(base["shakespeare"]["bigram"], color="gray", linestyle=":", label="bigram entropy")
-                ax.axhline(base["shakespeare"]["unigram"], color="gray", linestyle="--", label="unigram entropy")
-                label(ax, f"Shakespeare, d_head {d}", "step", "validation loss (nats)")
+        for rule in result["config"]["rules"]:
+            lr = best_lr(result, task, rule, d)
+            band(ax, runs_at(result, task, rule, d, lr), field, RULE_COLORS.get(rule), f"{rule} (lr {lr:g})",
+                 fill=0.0 if task == "recall" else None)
+        if task == "recall":
+            ax.axhline(base["recall"]["copy"], color="gray", linestyle=":", label="copy baseline")
+            label(ax, f"recall, d_head {d}", "step", "validation accuracy")
+        else:
+            ax.axhline(base["shakespeare"]["bigram"], color="gray", linestyle=":", label="bigram entropy")
+            ax.axhline(base["shakespeare"]["unigram"], color="gray", linestyle="--", label="unigram entropy")
+            label(ax, f"Shakespeare, d_head {d}", "step", "validation loss (nats)")
     return finish(fig, outdir, "training_curves.png")
 
 
@@ -93,26 +103,20 @@ def figure_grads(result: dict, outdir: Path) -> str:
 
 
 def figure_lr(result: dict, outdir: Path) -> str:
-    d_heads = sorted({d for task in tasks_of(result) for d in task_d_heads(result, task)})
-    fig, axes = panel_grid(len(tasks_of(result)), len(d_heads))
-    for row, task in enumerate(tasks_of(result)):
-        for col, d in enumerate(d_heads):
-            if d not in task_d_heads(result, task):
-                axes[row][col].axis("off")
+    fig, panels = task_panels(result)
+    for task, d, ax in panels:
+        for rule in result["config"]["rules"]:
+            cells = sorted((c for c in result["cells"] if (c["task"], c["rule"], c["d_head"]) == (task, rule, d)),
+                           key=lambda c: c["lr"])
+            if not cells:
                 continue
-            ax = axes[row][col]
-            for rule in result["config"]["rules"]:
-                cells = sorted((c for c in result["cells"] if (c["task"], c["rule"], c["d_head"]) == (task, rule, d)),
-                               key=lambda c: c["lr"])
-                if not cells:
-                    continue
-                lrs = [c["lr"] for c in cells]
-                ax.semilogx(lrs, [c["score"]["median"] for c in cells], marker="o", label=rule,
-                            color=RULE_COLORS.get(rule))
-                ax.fill_between(lrs, [c["score"]["min"] for c in cells], [c["score"]["max"] for c in cells],
-                                color=RULE_COLORS.get(rule), alpha=0.15, linewidth=0)
-            label(ax, f"{task}, d_head {d}", "learning rate",
-                  "final accuracy" if task == "recall" else "final validation loss")
+            lrs = [c["lr"] for c in cells]
+            ax.semilogx(lrs, [c["score"]["median"] for c in cells], marker="o", label=rule,
+                        color=RULE_COLORS.get(rule))
+            ax.fill_between(lrs, [c["score"]["min"] for c in cells], [c["score"]["max"] for c in cells],
+                            color=RULE_COLORS.get(rule), alpha=0.15, linewidth=0)
+        label(ax, f"{task}, d_head {d}", "learning rate",
+              "final accuracy" if task == "recall" else "final validation loss")
     return finish(fig, outdir, "training_lr_sweep.png")
 
 
