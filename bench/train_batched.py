@@ -119,7 +119,7 @@ def main() -> None:
         for d_head in (16, 64, 256):
             single = specs_for(d_model, d_head, 2, args.steps, args.device)
             rate_one = len(single) * args.steps / timed(lambda: [train(s) for s in single], args.device)
-            auto = shape_cap(single[0])
+            auto = min(24, shape_cap(single[0]))
             rates = {}
             for runs in sorted({12, 24, auto} - {1}):
                 group = specs_for(d_model, d_head, runs, args.steps, args.device)

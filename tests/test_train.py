@@ -180,6 +180,8 @@ def test_groups_stay_within_the_cache_sized_cap_of_their_shape():
     sizes = {d: sorted(len(g) for g in T.group_specs(specs) if g[0].d_head == d) for d in (16, 64, 256)}
     assert sizes == {16: [6, 7, 7], 64: [4] * 5, 256: [1] * 20}
     assert [len(g) for g in T.group_specs(specs, cache_bytes=None)] == [20, 20, 20]
+    on_gpu = [dataclasses.replace(s, device="cuda") for s in specs]  # a GPU wants big batches: no cache cap
+    assert [len(g) for g in T.group_specs(on_gpu)] == [20, 20, 20]
 
 
 def test_batched_optimisers_match_torch_per_run():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 
 from .. import checks, scaling
@@ -85,9 +86,12 @@ GROUP_CACHE_BYTES = 8 << 20
 
 
 def shape_cap(spec: RunSpec, cache_bytes: int = GROUP_CACHE_BYTES) -> int:
-    """Most runs of this shape worth batching: as many as keep one layer's activations within
-    ``cache_bytes`` (per token: q, k, v and the attention output, 4 x heads x d_head values,
-    and the residual, norm and MLP tensors, about 10 x d_model), and at least one."""
+    """Most runs of this shape worth batching on a CPU: as many as keep one layer's activations
+    within ``cache_bytes`` (per token: q, k, v and the attention output, 4 x heads x d_head
+    values, and the residual, norm and MLP tensors, about 10 x d_model), and at least one.
+    On a GPU no cap: its kernels want the largest batch that fits."""
+    if spec.device != "cpu":
+        return sys.maxsize
     element = 8 if spec.dtype == "float64" else 4
     per_token = 4 * spec.n_heads * spec.d_head + 10 * spec.d_model
     return max(1, cache_bytes // (spec.batch_size * seq_len(spec) * per_token * element))
