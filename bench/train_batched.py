@@ -6,7 +6,7 @@ one process with the same torch threads, interleaved so machine load hits both a
 * runs x steps per second, one run at a time (``attnscale.train.train``) and batched
   (``attnscale.train.train_group``) with K = 12 and 24, logging as the lab logs, and with
   the K the engine picks for the shape (``attnscale.train.spec.shape_cap``: as many runs
-  as keep their activations within about 1 MiB; K = 1 is the one-run path);
+  as keep one layer's activations of the group within 8 MiB; K = 1 is the one-run path);
 * the batched path's achieved FLOP/s (FLOPs of one training step counted by
   torch.utils.flop_counter, per second of pure training steps) as a share of this
   machine's float32 matmul FLOP/s, measured here with a large torch.mm.

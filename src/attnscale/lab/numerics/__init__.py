@@ -14,8 +14,8 @@ import math
 from .experiment import (PRESETS, SCALES, VERSION, Config, accept, attend, clamp_cost, clamped_attention, error_row,
                          exact_attention, impl_names, plain_attention, run, tiled_naive_attention)
 from .figures import figures
-from .verdicts import (KL_CHEAP, MEMORY_SAVED, NUMBER_KEYS, WRONG_OUTPUT, _rows, _worst, impl_names_of, judge,
-                       judge_c11, judge_c12, realistic_scenarios, trained_summary)
+from .verdicts import (KL_CHEAP, MEMORY_SAVED, NUMBER_KEYS, WRONG_OUTPUT, impl_names_of, impl_rows, judge, judge_c11,
+                       judge_c12, realistic_scenarios, trained_summary, worst_nonfinite)
 
 __all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "NUMBER_KEYS",
            "KL_CHEAP", "MEMORY_SAVED", "WRONG_OUTPUT", "judge_c11", "judge_c12", "realistic_scenarios", "trained_summary",
@@ -34,8 +34,8 @@ def tables(result: dict) -> dict[str, list[dict]]:
     mechanism = []
     for scale in SCALES:
         for impl in impl_names_of(result):
-            rows = _rows(result, impl=impl, scale=scale)
-            mechanism.append({"scale": scale, "impl": impl, "fp16_nonfinite_worst": _worst(rows),
+            rows = impl_rows(result, impl=impl, scale=scale)
+            mechanism.append({"scale": scale, "impl": impl, "fp16_nonfinite_worst": worst_nonfinite(rows),
                               "scenarios_with_nonfinite": sum(r["nonfinite_share"] > 0 for r in rows),
                               "scenarios": len(rows)})
     impls = [{k: r[k] for k in ("scenario", "scale", "dtype", "impl", "nonfinite_share", "max_err", "mean_err",

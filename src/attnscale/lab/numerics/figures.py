@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ...plotting import pyplot, save
 from .experiment import FP16_MAX, LN_FP16_MAX, SCALES
-from .verdicts import KL_CHEAP, STANDARD_IMPLS, _rows, _worst, impl_names_of
+from .verdicts import KL_CHEAP, STANDARD_IMPLS, impl_names_of, impl_rows, worst_nonfinite
 
 
 def _heatmap(ax, values, row_labels, col_labels, title, fmt="{:.2g}"):
@@ -26,7 +26,7 @@ def _heatmap(ax, values, row_labels, col_labels, title, fmt="{:.2g}"):
 
 
 def _logits_finite(result: dict, scenario: str, scale: str) -> bool:
-    return all(r["logits_finite"] for r in _rows(result, finite_logits=None, scenario=scenario, scale=scale))
+    return all(r["logits_finite"] for r in impl_rows(result, finite_logits=None, scenario=scenario, scale=scale))
 
 
 def _figure_c11(result: dict, outdir) -> str:
@@ -46,8 +46,8 @@ def _figure_c11(result: dict, outdir) -> str:
     left.legend(fontsize=6)
     scenarios = list(dict.fromkeys(r["scenario"] for r in result["impls"]))
     impls = [i for i in ("naive", *STANDARD_IMPLS) if i in impl_names_of(result)]
-    values = [[_worst(_rows(result, finite_logits=None, impl=i, scenario=s, scale="sqrt")) for s in scenarios]
-              for i in impls]
+    values = [[worst_nonfinite(impl_rows(result, finite_logits=None, impl=i, scenario=s, scale="sqrt"))
+               for s in scenarios] for i in impls]
     labels = [s + ("" if _logits_finite(result, s, "sqrt") else " *") for s in scenarios]
     _heatmap(right, values, impls, labels, "float16 non-finite output share, scale sqrt\n"
              "(* float16 QK^T overflows there)")
@@ -67,8 +67,8 @@ def _figure_c12(result: dict, outdir) -> str:
     left.legend(fontsize=6)
     columns = [(s, sc) for sc in SCALES for s in dict.fromkeys(r["scenario"] for r in result["impls"])]
     impls = impl_names_of(result)
-    values = [[_worst(_rows(result, finite_logits=None, impl=i, scenario=s, scale=sc)) for s, sc in columns]
-              for i in impls]
+    values = [[worst_nonfinite(impl_rows(result, finite_logits=None, impl=i, scenario=s, scale=sc))
+               for s, sc in columns] for i in impls]
     labels = [f"{s}, {sc}" + ("" if _logits_finite(result, s, sc) else " *") for s, sc in columns]
     _heatmap(right, values, impls, labels, "float16 non-finite output share\n(* float16 QK^T overflows there)")
     return save(fig, outdir, "numerics_c12.png")
@@ -83,7 +83,7 @@ def _figure_errors(result: dict, outdir) -> str:
     for impl in impls:
         row = []
         for dtype in dtypes:
-            ratios = [r["ratio_to_plain"] for r in _rows(result, (dtype,), impl=impl, scale="sqrt")]
+            ratios = [r["ratio_to_plain"] for r in impl_rows(result, (dtype,), impl=impl, scale="sqrt")]
             row.append(None if not ratios or any(x is None for x in ratios) else max(ratios))
         values.append(row)
     _heatmap(ax, [[None if v is None else min(v, 10.0) for v in row] for row in values], impls, list(dtypes),

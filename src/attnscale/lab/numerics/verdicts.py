@@ -30,14 +30,14 @@ NUMBER_KEYS = {
 }
 
 
-def _rows(result: dict, dtypes=("float16",), finite_logits: bool | None = True, **match) -> list[dict]:
+def impl_rows(result: dict, dtypes=("float16",), finite_logits: bool | None = True, **match) -> list[dict]:
     """impl rows in ``dtypes`` (whose dtype logits are finite, if asked) matching ``match``."""
     return [r for r in result["impls"] if r["dtype"] in dtypes
             and (finite_logits is None or r["logits_finite"] == finite_logits)
             and all(r[key] == value for key, value in match.items())]
 
 
-def _worst(rows: list[dict]) -> float:
+def worst_nonfinite(rows: list[dict]) -> float:
     return max((r["nonfinite_share"] for r in rows), default=0.0)
 
 
@@ -89,7 +89,7 @@ def real_code_failures(result: dict) -> dict:
     """Worst non-finite share and worst max output error of real-code attention in float16 and
     bfloat16: on the realistic scenarios (plain, SDPA, online, scale sqrt) and on the trained model."""
     realistic = set(realistic_scenarios(result))
-    rows = [r for r in _rows(result, LOW_DTYPES, finite_logits=None, scale="sqrt")
+    rows = [r for r in impl_rows(result, LOW_DTYPES, finite_logits=None, scale="sqrt")
             if r["impl"] in REAL_CODE and r["scenario"] in realistic]
     cases = [(r["nonfinite_share"], r["max_err"], f"{r['scenario']}, {r['dtype']}, {r['impl']}") for r in rows]
     model = result["trained"]["model"]
@@ -119,9 +119,9 @@ def judge_c11(result: dict) -> claims.Finding:
         verdict = claims.PARTLY
     else:
         verdict = claims.REFUTED
-    standard = [r for r in _rows(result, LOW_DTYPES) if r["impl"] in STANDARD_IMPLS]
+    standard = [r for r in impl_rows(result, LOW_DTYPES) if r["impl"] in STANDARD_IMPLS]
     scenario = _claimed_scenario(result)
-    naive_at_claim = _worst(_rows(result, scenario=scenario, scale="sqrt", impl="naive"))
+    naive_at_claim = worst_nonfinite(impl_rows(result, scenario=scenario, scale="sqrt", impl="naive"))
     fp16 = _threshold(result, "float16")
     outcome = ("produces non-finite outputs (" + failures["nonfinite_where"] + ")" if inf else
                f"stays finite, but is off by up to {failures['max_error']:.3g} std of v ({failures['worst']})" if wrong else
@@ -140,7 +140,7 @@ def judge_c11(result: dict) -> claims.Finding:
         f"softmax without max subtraction would overflow in {top['naive_fp16']:.0%} of that model's rows in float16 "
         f"(and in {naive_at_claim:.0%} of rows at +-{claimed:g}), but real code subtracts the row max: the "
         f"max-subtracted implementations ({', '.join(STANDARD_IMPLS)}) gave non-finite outputs in "
-        f"{_worst(standard):.3g} of any scenario with finite logits. "
+        f"{worst_nonfinite(standard):.3g} of any scenario with finite logits. "
         + _accumulation_text(result) +
         f"The float16 product QK^T itself overflows from q, k std {onset['std_matmul_overflow_scale_after']:.3g} "
         f"(factor applied after the matmul, as eager code does; {onset_out['std_matmul_overflow_scale_after']:.3g} "
@@ -159,7 +159,7 @@ def judge_c11(result: dict) -> claims.Finding:
                "trained_qk_std": top["qk_std"], "trained_naive_fp16_overflow_rows": top["naive_fp16"],
                "realistic_scenarios": ", ".join(realistic), "real_code_nonfinite": failures["nonfinite"],
                "real_code_max_error": failures["max_error"], "real_code_worst": failures["worst"],
-               "standard_softmax_nonfinite": _worst(standard), "naive_fp16_nonfinite_at_claim": naive_at_claim,
+               "standard_softmax_nonfinite": worst_nonfinite(standard), "naive_fp16_nonfinite_at_claim": naive_at_claim,
                "fp16_exp_first_inf": fp16["first_inf"] if fp16 else None,
                "std_matmul_overflow_scale_after": onset["std_matmul_overflow_scale_after"],
                "std_matmul_overflow_scale_after_outliers": onset_out["std_matmul_overflow_scale_after"]
@@ -170,8 +170,8 @@ def judge_c11(result: dict) -> claims.Finding:
 def _clamp_summary(result: dict) -> tuple[list[float], dict[float, float]]:
     """Clamp values that remove every non-finite float16 output, and each value's mean KL at the claimed range."""
     scenario = _claimed_scenario(result)
-    removes = [c for c in result["clamp_values"] if _rows(result, impl=f"clamp:{c:g}")
-               and _worst(_rows(result, impl=f"clamp:{c:g}")) == 0]
+    removes = [c for c in result["clamp_values"] if impl_rows(result, impl=f"clamp:{c:g}")
+               and worst_nonfinite(impl_rows(result, impl=f"clamp:{c:g}")) == 0]
     kl = {r["clamp"]: r["kl_mean"] for r in result["clamp"] if r["scenario"] == scenario and r["scale"] == "sqrt"}
     return removes, kl
 
@@ -233,13 +233,13 @@ def _tiling_text(memory: dict, numeric: bool, in_memory: bool) -> str:
 
 
 def judge_c12(result: dict) -> claims.Finding:
-    naive = _worst(_rows(result, impl="naive"))
-    tiled = _worst(_rows(result, impl="tiled_naive"))
-    stable = _worst(_rows(result, impl="stable"))
-    online_all = _worst(_rows(result, result_dtypes(result), finite_logits=None, impl="online"))
-    sdpa_all = _worst(_rows(result, result_dtypes(result), finite_logits=None, impl="sdpa"))
-    naive_sqrt_rows = _rows(result, impl="naive", scale="sqrt")
-    naive_sqrt = _worst(naive_sqrt_rows)
+    naive = worst_nonfinite(impl_rows(result, impl="naive"))
+    tiled = worst_nonfinite(impl_rows(result, impl="tiled_naive"))
+    stable = worst_nonfinite(impl_rows(result, impl="stable"))
+    online_all = worst_nonfinite(impl_rows(result, result_dtypes(result), finite_logits=None, impl="online"))
+    sdpa_all = worst_nonfinite(impl_rows(result, result_dtypes(result), finite_logits=None, impl="sdpa"))
+    naive_sqrt_rows = impl_rows(result, impl="naive", scale="sqrt")
+    naive_sqrt = worst_nonfinite(naive_sqrt_rows)
     naive_sqrt_clean = [r["scenario"] for r in naive_sqrt_rows if r["nonfinite_share"] == 0]
     removes, kl = _clamp_summary(result)
     cheapest = min((kl.get(c, math.inf) for c in removes), default=None)

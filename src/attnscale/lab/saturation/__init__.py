@@ -14,7 +14,7 @@ from __future__ import annotations
 from .experiment import (PRESETS, VERSION, Config, derivative_at, fit_slope, gradient_to_wq, row_stats, run,
                          sample_rows, softmax_row_stats, zero_slope_exponent)
 from .figures import figures
-from .verdicts import NUMBER_KEYS, _n_ref, judge, judge_c04, judge_c05, judge_c06, judge_c16, judge_c18
+from .verdicts import NUMBER_KEYS, judge, judge_c04, judge_c05, judge_c06, judge_c16, judge_c18, reference_n
 
 __all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "NUMBER_KEYS",
            "derivative_at", "fit_slope", "gradient_to_wq", "row_stats", "sample_rows", "softmax_row_stats",
@@ -22,7 +22,7 @@ __all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", 
 
 
 def tables(result: dict) -> dict[str, list[dict]]:
-    n = _n_ref(result)
+    n = reference_n(result)
     keep = ("normalized_entropy", "max_prob", "effective_support", "jacobian_frobenius", "saturated_share",
             "uniform_share", "logit_std", "logit_max_abs")
     rules = [{"rule": r["rule"] or r["spec"], "d_k": r["d_k"], **{k: r[k] for k in keep}}

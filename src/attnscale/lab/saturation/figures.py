@@ -7,12 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...plotting import pyplot, save
-from .verdicts import _n_ref, _pick
+from .verdicts import pick, reference_n
 
 
 def _rule_rows(result: dict, n: int):
     for r in ("none", "sqrt", "inv_d"):
-        rows = sorted(_pick(result["sweep"], rule=r, n=n), key=lambda x: x["d_k"])
+        rows = sorted(pick(result["sweep"], rule=r, n=n), key=lambda x: x["d_k"])
         if rows:
             yield r, rows
     const = sorted([x for x in result["sweep"] if x["exponent"] is None and x["n"] == n], key=lambda x: x["d_k"])
@@ -24,7 +24,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     plt = pyplot()
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    n = _n_ref(result)
+    n = reference_n(result)
     out = {}
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
@@ -52,7 +52,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     axes[0].set(xlabel="d_k", ylabel="share of rows with max p > 0.99", title=f"saturation, n = {n}")
     axes[0].legend(fontsize=8)
     for name in ("none", "sqrt", "inv_d"):
-        rows = sorted(_pick(result["gradient"], rule=name), key=lambda r: r["d_k"])
+        rows = sorted(pick(result["gradient"], rule=name), key=lambda r: r["d_k"])
         if rows:
             axes[1].loglog([r["d_k"] for r in rows], [r["grad_wq_output"] for r in rows], "o-", ms=3, label=name)
     axes[1].set(xlabel="d_k", ylabel="||dL/dW_q||_F", title=f"gradient reaching W_q (n = {result['config']['grad_n']})")

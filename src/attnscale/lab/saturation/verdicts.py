@@ -21,11 +21,11 @@ NUMBER_KEYS = {
 }
 
 
-def _pick(rows: list[dict], **match) -> list[dict]:
+def pick(rows: list[dict], **match) -> list[dict]:
     return [r for r in rows if all(r.get(k) == v for k, v in match.items())]
 
 
-def _n_ref(result: dict) -> int:
+def reference_n(result: dict) -> int:
     ns = result["config"]["ns"]
     return 128 if 128 in ns else ns[len(ns) // 2]
 
@@ -33,15 +33,15 @@ def _n_ref(result: dict) -> int:
 def judge_c04(result: dict) -> Finding:
     """Three parts under sqrt: logit std within 10% of 1 at every d_k (n = 128); >= 95% of logits in
     [-3, 3] at every d_k; saturated rows (max p > 0.99) <= 1% at every d_k and n."""
-    n = _n_ref(result)
-    rows = _pick(result["sweep"], rule="sqrt", n=n)
-    every = _pick(result["sweep"], rule="sqrt")
+    n = reference_n(result)
+    rows = pick(result["sweep"], rule="sqrt", n=n)
+    every = pick(result["sweep"], rule="sqrt")
     if not rows:
         return Finding(claims.NOT_TESTABLE, "the sqrt rule (A = 0.5) is not on the exponent grid.")
     std_err = max(abs(r["logit_std"] - 1) for r in rows)
     within = min(r["share_within_3"] for r in rows)
     saturated = max(r["saturated_share"] for r in every)
-    none_sat = _pick(result["sweep"], rule="none", n=n)
+    none_sat = pick(result["sweep"], rule="none", n=n)
     parts = [std_err <= 0.1, within >= 0.95, saturated <= 0.01]
     verdict = claims.SUPPORTED if all(parts) else claims.PARTLY if any(parts) else claims.REFUTED
     big = rows[-1]
@@ -62,8 +62,8 @@ def judge_c04(result: dict) -> Finding:
 def judge_c05(result: dict) -> Finding:
     """Saturation half: inv_d at d_k in {64, 128} (n = 128): near uniform if mean normalised entropy
     >= 0.99 and >= 50% of rows within KL 0.01 of uniform (supported); entropy >= 0.95 only: partly."""
-    n = _n_ref(result)
-    rows = [r for r in _pick(result["sweep"], rule="inv_d", n=n) if r["d_k"] in (64, 128)]
+    n = reference_n(result)
+    rows = [r for r in pick(result["sweep"], rule="inv_d", n=n) if r["d_k"] in (64, 128)]
     if not rows:
         return Finding(claims.NOT_TESTABLE, "needs inv_d (A = 1) at d_k = 64 or 128.")
     ent = min(r["normalized_entropy"] for r in rows)
@@ -77,7 +77,7 @@ def judge_c05(result: dict) -> Finding:
     desc = "; ".join(f"d_k = {r['d_k']}: logit std {r['logit_std']:.3f}, normalised entropy {r['normalized_entropy']:.4f}, "
                      f"max p {r['max_prob']:.4f} (uniform: {1 / n:.4f}), {r['uniform_share']:.0%} of rows within KL 0.01 "
                      f"of uniform" for r in rows)
-    sqrt_rows = [r for r in _pick(result["sweep"], rule="sqrt", n=n) if r["d_k"] in (64, 128)]
+    sqrt_rows = [r for r in pick(result["sweep"], rule="sqrt", n=n) if r["d_k"] in (64, 128)]
     sqrt_text = f" Under sqrt the same rows have normalised entropy {sqrt_rows[0]['normalized_entropy']:.3f}." if sqrt_rows else ""
     evidence = (f"At initialisation (unit-variance q, k components), dividing by d_k with n = {n} keys: {desc}.{sqrt_text} "
                 f"So the softmax starts near uniform; whether training grows q and k to compensate, and whether the "
@@ -102,8 +102,8 @@ def judge_c06(result: dict) -> Finding:
     """Saturation half, no scaling at d_k in {64, 128}, n = 128: (i) logits around +-100: mean max |logit|
     >= 50; (ii) near one-hot: >= 50% of rows saturated (max p > 0.99); (iii) gradient to W_q near 0:
     below 1/10 of the sqrt rule's.  All: supported; none: refuted; otherwise partly."""
-    n = _n_ref(result)
-    rows = [r for r in _pick(result["sweep"], rule="none", n=n) if r["d_k"] in (64, 128)]
+    n = reference_n(result)
+    rows = [r for r in pick(result["sweep"], rule="none", n=n) if r["d_k"] in (64, 128)]
     grads = {(r["rule"], r["d_k"]): r for r in result["gradient"] if r["d_k"] in (64, 128)}
     if not rows or ("sqrt", rows[0]["d_k"]) not in grads or ("none", rows[0]["d_k"]) not in grads:
         return Finding(claims.NOT_TESTABLE, "needs none and sqrt at d_k = 64 or 128.")
@@ -113,13 +113,13 @@ def judge_c06(result: dict) -> Finding:
     ratio_p = max(grads[("none", r["d_k"])]["grad_wq_probs"] / grads[("sqrt", r["d_k"])]["grad_wq_probs"] for r in rows)
     parts = [max_abs >= 50, saturated >= 0.5, ratio <= 0.1]
     verdict = claims.SUPPORTED if all(parts) else claims.REFUTED if not any(parts) else claims.PARTLY
-    all_none = _pick(result["sweep"], rule="none", n=n)
+    all_none = pick(result["sweep"], rule="none", n=n)
     reach = _dk_reaching(all_none, "logit_max_abs", 100)
     half_sat = _dk_reaching(all_none, "saturated_share", 0.5)
     big_g = [r for r in result["gradient"] if r["rule"] in ("none", "sqrt")]
     big_dk = max(r["d_k"] for r in big_g)
-    big_ratio = (_pick(big_g, rule="none", d_k=big_dk)[0]["grad_wq_output"]
-                 / _pick(big_g, rule="sqrt", d_k=big_dk)[0]["grad_wq_output"])
+    big_ratio = (pick(big_g, rule="none", d_k=big_dk)[0]["grad_wq_output"]
+                 / pick(big_g, rule="sqrt", d_k=big_dk)[0]["grad_wq_output"])
     desc = "; ".join(f"d_k = {r['d_k']}: logit std {r['logit_std']:.1f}, mean max |logit| {r['logit_max_abs']:.1f}, "
                      f"max p {r['max_prob']:.3f}, {r['saturated_share']:.0%} of rows saturated" for r in rows)
     evidence = (f"Unscaled, n = {n} keys, unit-variance q and k: {desc}. The gradient reaching W_q is at most "
@@ -194,7 +194,7 @@ def judge_c18(result: dict) -> Finding:
     0.5; (iii) inv_d over-smooths: normalised entropy >= 0.99 at the largest d_k; (iv) a constant cannot
     adapt: its slope is within 0.05 of 0.5 and its entropy spread across d_k >= 0.3.  All: supported;
     neither (i) nor (ii): refuted; otherwise partly."""
-    n = _n_ref(result)
+    n = reference_n(result)
     slope_rows = [r for r in result["slopes"] if r["n"] == n]
     powers = [r for r in slope_rows if r["exponent"] is not None]
     const = [r for r in slope_rows if r["exponent"] is None]
@@ -204,7 +204,7 @@ def judge_c18(result: dict) -> Finding:
     grid = sorted(r["exponent"] for r in powers)
     step = min(b - a for a, b in zip(grid, grid[1:]))
     best = min(powers, key=lambda r: r["entropy_spread"])
-    inv = sorted(_pick(result["sweep"], rule="inv_d", n=n), key=lambda r: r["d_k"])
+    inv = sorted(pick(result["sweep"], rule="inv_d", n=n), key=lambda r: r["d_k"])
     oversmooth = bool(inv) and inv[-1]["normalized_entropy"] >= 0.99
     const_fails = bool(const) and abs(const[0]["slope"] - 0.5) <= 0.05 and const[0]["entropy_spread"] >= 0.3
     a_ok = a_star is not None and abs(a_star - 0.5) <= 0.05

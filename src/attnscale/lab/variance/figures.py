@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ...plotting import pyplot, save
 from .experiment import GAUSS_BEYOND_3, RULES
-from .verdicts import _rows
+from .verdicts import family_rows
 
 
 def figures(result: dict, outdir) -> dict[str, list[str]]:
@@ -19,7 +19,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for family in result["families"]:
-        rows = _rows(result, family)
+        rows = family_rows(result, family)
         if not rows:
             continue
         d = [r["d_k"] for r in rows]
@@ -27,7 +27,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
         axes[0].loglog(d, [math.sqrt(r["exact_var"]) for r in rows], "-", color=line.get_color(), lw=0.8)
     axes[0].set(xlabel="d_k", ylabel="std of q.k", title="measured (dots) vs closed form (lines)")
     axes[0].legend(fontsize=7)
-    rows = _rows(result, "gaussian")
+    rows = family_rows(result, "gaussian")
     if rows:
         d = [r["d_k"] for r in rows]
         for rule in RULES:
@@ -50,10 +50,10 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for family in result["families"]:
-        rows = _rows(result, family)
+        rows = family_rows(result, family)
         if rows:
             ax.semilogx([r["d_k"] for r in rows], [100 * r["beyond_3std"] for r in rows], "o-", ms=3, label=family)
-    rows = _rows(result, "gaussian")
+    rows = family_rows(result, "gaussian")
     if rows:
         ax.semilogx([r["d_k"] for r in rows], [100 * r["beyond_abs3"] for r in rows], "k--",
                     label="gaussian: |q.k| > 3 (unscaled)")

@@ -30,7 +30,7 @@ NUMBER_KEYS = {
 }
 
 
-def _rows(result: dict, family: str) -> list[dict]:
+def family_rows(result: dict, family: str) -> list[dict]:
     return [r for r in result["dot"] if r["family"] == family]
 
 
@@ -91,7 +91,7 @@ def judge_c03(result: dict) -> Finding:
     than TAIL_LIKELY of q.k beyond 3 std in some family; for a softmax, at least LARGE_LIKELY of
     the unscaled q.k beyond +-SOFTMAX_LARGE.  Spread off: refuted; spread right and the softmax
     reading holds: supported; spread right otherwise: partly."""
-    rows = [r for r in _rows(result, "gaussian") if r["d_k"] in (64, 128)]
+    rows = [r for r in family_rows(result, "gaussian") if r["d_k"] in (64, 128)]
     if not rows:
         return Finding(claims.NOT_TESTABLE, "d_k = 64 and 128 were not sampled for the gaussian family.")
     within = min(1 - r["beyond_3sqrt_dk"] for r in rows)
