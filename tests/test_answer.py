@@ -23,7 +23,7 @@ SATURATION = {
     "C05": Finding(SUPPORTED, "", {"min_normalized_entropy": 0.9984, "min_uniform_share": 0.92}),
     "C06": Finding(REFUTED, "", {"max_logit_abs": 32.0, "min_saturated_share": 0.15, "grad_ratio_none_sqrt": 15.3,
                                  "dk_logits_reach_100": 1208.0}),
-    "C16": Finding(SUPPORTED, "", {"max_entry_at_100": 6.4e-43, "small_n": 2, "large_n": 128,
+    "C16": Finding(PARTLY, "", {"max_entry_at_100": 6.4e-43, "small_n": 2, "large_n": 128,
                                    "share_p_in_range_small_n": 0.96, "share_p_in_range_large_n": 0.009,
                                    "holds_up_to_n": 16, "possible_up_to_n": 40}, scope="for up to 16 keys only"),
     "C18": Finding(SUPPORTED, "", {"zero_slope_exponent": 0.498, "constant_factor": 0.125,

@@ -262,3 +262,36 @@ def test_c15_rule():
     assert variance.judge_c15(_small(0.08, 0.1)).verdict == claims.PARTLY
     assert variance.judge_c15(_small(0.3, 0.5)).verdict == claims.REFUTED
     assert variance.judge_c15({"small_dk": _small(0.1, 0.1)["small_dk"][:2]}).verdict == claims.NOT_TESTABLE
+
+
+# --------------------------------------------------------------------------- C02's test, calibrated
+
+def _small_dot_rows(seed: int, families=variance.INDEPENDENT_UNIT, relabel: str | None = None) -> dict:
+    """The lab's own sampling on a cheap instance: 4 d_k x the families, 2000 samples a row.
+    ``relabel`` judges another family's rows as if they were the premise's (a real violation)."""
+    cfg = variance.Config(seed=seed, d_ks=(1, 4, 16, 64), samples=2000, min_samples=2000)
+    rows = [variance.measure_dot(family, d, cfg) for family in families for d in cfg.d_ks]
+    return {"dot": [{**r, "family": relabel} if relabel else r for r in rows]}
+
+
+def test_c02_rejects_a_true_premise_at_most_one_time_in_a_hundred():
+    """Under the claim's own premise (independent components, mean 0, variance 1) the exact d_k holds,
+    so every rejection is false: over 400 seeds the rate must not exceed FAMILY_ALPHA beyond what
+    chance allows (the 99.9% binomial bound of 1% of 400 is 11)."""
+    trials = 400
+    rejected = sum(variance.judge_c02(_small_dot_rows(seed)).verdict != claims.SUPPORTED for seed in range(trials))
+    assert rejected <= 11, f"{rejected} of {trials} true premises rejected"
+
+
+@pytest.mark.parametrize("family, expected", [("correlated", claims.REFUTED),        # k = q + noise: Var = 3 d_k
+                                              ("projected-torch", claims.REFUTED)])  # components of variance 1/3: d_k / 9
+def test_c02_rejects_real_violations(family, expected):
+    verdicts = {variance.judge_c02(_small_dot_rows(seed, (family,), relabel="gaussian")).verdict for seed in range(20)}
+    assert verdicts == {expected}
+
+
+def test_c02_calls_a_small_violation_partly():
+    """Variance 1.2 d_k (gaussian rows scaled so) is off by 20%: rejected, but within 25%."""
+    rows = _small_dot_rows(0, ("gaussian",))["dot"]
+    scaled = [{**r, "var": r["var"] * 1.2, "var_lo": r["var_lo"] * 1.2, "var_hi": r["var_hi"] * 1.2} for r in rows]
+    assert variance.judge_c02({"dot": scaled}).verdict == claims.PARTLY

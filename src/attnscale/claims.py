@@ -55,6 +55,9 @@ class Finding:
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"unknown verdict {self.verdict!r}; accepted: {', '.join(VERDICTS)}")
+        if self.scope and self.verdict == SUPPORTED:
+            raise ValueError(f"a finding whose scope narrows the claim ({self.scope!r}) is at most {PARTLY!r}, "
+                             f"not {SUPPORTED!r}")
 
 
 CLAIMS: tuple[Claim, ...] = (

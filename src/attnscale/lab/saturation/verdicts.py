@@ -155,9 +155,11 @@ def judge_c16(result: dict) -> Finding:
         up_to = n
     possible = round(2 / P_RANGE[0])  # 1 / 0.05 = 20 values can reach 0.05: half of 40 keys
     parts = [extreme_ok, range_ok]
-    verdict = claims.SUPPORTED if all(parts) else claims.REFUTED if not any(parts) else claims.PARTLY
     scope = (f"for up to {up_to} keys only; not at {ns[-1]}" if range_ok and up_to is not None and up_to < ns[-1]
              else None)
+    # a range that holds for fewer keys than the claim's (unqualified) softmax narrows it: partly
+    verdict = (claims.SUPPORTED if all(parts) and scope is None else claims.REFUTED if not any(parts)
+               else claims.PARTLY)
     c2, c128 = curves["2"], curves["128"]
     by_n = ", ".join(f"n = {n}: {used[str(n)]['share_p_in_5_95']:.0%}" for n in ns)
     evidence = (f"The diagonal of the softmax Jacobian is p_i(1 - p_i) (autograd agrees to "
@@ -179,8 +181,9 @@ def judge_c16(result: dict) -> Finding:
                 f"median p_i {large['p_quantiles'][1]:.4f}, 95th percentile of p_i(1 - p_i) "
                 f"{large['diag_quantiles'][2]:.4f}). Rule: (i) the derivative at 100 is below 1e-10; (ii) with "
                 f"{small['n']} keys, >= 50% of p_i lie in [{P_RANGE[0]}, {P_RANGE[1]}] and >= 50% of p_i(1 - p_i) in "
-                f"[{DIAG_RANGE[0]}, {DIAG_RANGE[1]}]; supported if both hold (with the n up to which (ii) holds "
-                f"named), partly if one does, refuted if neither.")
+                f"[{DIAG_RANGE[0]}, {DIAG_RANGE[1]}]; supported if both hold at every n measured, partly if both hold "
+                f"only up to some n (the claim names no n, so a range that fails at realistic n narrows it) or if one "
+                f"holds, refuted if neither.")
     return Finding(verdict, evidence, {
         "max_entry_at_100": at100, "small_n": small["n"], "large_n": large["n"],
         "share_p_in_range_small_n": small["share_p_in_5_95"], "share_diag_in_range_small_n": small["share_diag_in_5_25"],

@@ -35,15 +35,18 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import checks, scaling
+from ... import checks, intervals, scaling
 from ...models.tasks import RecallTask, load_corpus
 from ...runs import execute, run_key
 from ...threads import torch_threads
 from ...train import RunSpec, attention_stats, build_model, build_task
 
-VERSION = 4
+VERSION = 5
 TASKS = ("recall", "shakespeare")
 SOLVED_ACC = 0.9          # recall: validation accuracy that counts as solved
+STALL_BELOW = 0.2         # progress below this: the seed stalls (learned under a fifth of what sqrt learned)
+TRAINS_FROM = 0.8         # progress from this: the seed trains about as well as sqrt
+LM_MARGIN = 0.1           # nats: a reference LM seed works when it ends this far below the bigram entropy
 LR_STEP = 3.0             # the grid widens by this factor per step
 COORD_STEP = 100          # the coord check's "after training" step
 
@@ -83,13 +86,30 @@ class Config:
     t5_tasks: tuple[str, ...] = ("recall",)
     t5_lm_d_head: int = 64
     t5_optimisers: tuple[tuple[str, float], ...] = (("adamw", 3e-3), ("adafactor", 1e-2))
+    # recall at a d_head where unscaled logits start far out (std sqrt(256) = 16): the rules that decide
+    # "no scaling stalls" only, on a fixed grid (no widening), to keep the quick budget
+    decisive_d_heads: tuple[int, ...] = (256,)
+    decisive_rules: tuple[str, ...] = ("sqrt", "none")
+    decisive_lrs: tuple[float, ...] = (1e-3, 3e-3)
+    # seeds added to a deciding cell while all its seeds agree, up to this many (fewer where runs cost more)
+    seed_cap: int = 12
+    seed_cap_large: int = 6
+    large_d_head: int = 256
 
     def __post_init__(self):
         checks.fields(self, ints=("seeds", "d_model", "n_heads", "n_layers", "log_every", "recall_pairs", "recall_values",
                                   "recall_steps", "recall_batch", "lm_context", "lm_steps", "lm_batch",
-                                  "deep_layers", "deep_d_head", "deep_steps", "t5_recall_d_head", "t5_lm_d_head"),
+                                  "deep_layers", "deep_d_head", "deep_steps", "t5_recall_d_head", "t5_lm_d_head",
+                                  "seed_cap", "seed_cap_large", "large_d_head"),
                       non_negative=("lr_widen",), int_tuples=("d_heads", "lm_d_heads"),
                       float_tuples=("recall_lrs", "lm_lrs", "deep_lrs"))
+        if self.decisive_d_heads:
+            checks.fields(self, int_tuples=("decisive_d_heads",), float_tuples=("decisive_lrs",))
+        for rule in self.decisive_rules:
+            checks.one_of("decisive rule", rule, self.rules)
+        if min(self.seed_cap, self.seed_cap_large) < self.seeds:
+            raise ValueError(f"seed_cap and seed_cap_large must be >= seeds ({self.seeds}), got "
+                             f"{self.seed_cap}, {self.seed_cap_large}")
         for task in self.tasks + self.t5_tasks:
             checks.one_of("task", task, TASKS)
         if not isinstance(self.deep, bool):
@@ -103,7 +123,8 @@ class Config:
 PRESETS = {
     "quick": Config(),
     "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
-                   deep=True, deep_steps=400, t5_recall_d_head=256,
+                   deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3, 9e-3), t5_recall_d_head=256,
+                   decisive_d_heads=(), seed_cap=16, seed_cap_large=8,
                    t5_optimisers=(("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))),
 }
 
@@ -127,13 +148,20 @@ def tasks_of(result: dict) -> tuple[str, ...]:
 
 
 def task_d_heads(result: dict, task: str) -> tuple[int, ...]:
-    """The d_heads a task's grid was trained at."""
+    """The d_heads a task's grid was trained at (recall: with the decisive ones, for their rules only)."""
     cfg = result["config"]
-    return tuple(cfg["d_heads"] if task == "recall" else cfg["lm_d_heads"])
+    if task != "recall":
+        return tuple(cfg["lm_d_heads"])
+    return tuple(cfg["d_heads"]) + tuple(d for d in cfg.get("decisive_d_heads", ()) if d not in cfg["d_heads"])
 
 
 def seeds_of(config: Config) -> range:
+    """The base seeds: every cell gets them, and each rule's best learning rate is chosen on them."""
     return range(config.seed, config.seed + config.seeds)
+
+
+def seed_cap(config: Config, d_head: int) -> int:
+    return config.seed_cap_large if d_head >= config.large_d_head else config.seed_cap
 
 
 def trained_rule(rule: str, d_head: int) -> str:
@@ -145,10 +173,12 @@ def trained_rule(rule: str, d_head: int) -> str:
     return rule
 
 
-def cell_specs(config: Config, task: str, rule: str, d_head: int, lr: float) -> list[tuple[str, RunSpec]]:
-    """One cell's runs, one per seed, each labelled with the cell's rule."""
+def cell_specs(config: Config, task: str, rule: str, d_head: int, lr: float,
+               seeds: range | None = None) -> list[tuple[str, RunSpec]]:
+    """One cell's runs, one per seed (by default the base seeds), each labelled with the cell's rule."""
     trained = trained_rule(rule, d_head)
-    return [(rule, base_spec(config, task, rule=trained, d_head=d_head, lr=lr, seed=s)) for s in seeds_of(config)]
+    return [(rule, base_spec(config, task, rule=trained, d_head=d_head, lr=lr, seed=s))
+            for s in (seeds_of(config) if seeds is None else seeds)]
 
 
 def lr_value(lr: float) -> float:
@@ -181,6 +211,28 @@ def initial_lrs(config: Config, task: str, rule: str = "sqrt", d_head: int = 64)
 
 def d_heads_of(config: Config, task: str) -> tuple[int, ...]:
     return config.d_heads if task == "recall" else config.lm_d_heads
+
+
+def decisive_cells(config: Config) -> list[tuple[str, str, int]]:
+    """(task, rule, d_head) of the decisive point: recall at ``decisive_d_heads`` not already on the grid."""
+    if "recall" not in config.tasks:
+        return []
+    return [("recall", rule, d) for d in config.decisive_d_heads if d not in config.d_heads
+            for rule in config.decisive_rules]
+
+
+def start_grid(config: Config, task: str, rule: str, d_head: int) -> tuple[float, ...]:
+    """A cell's first learning rates: the decisive point's fixed grid, or :func:`initial_lrs`."""
+    if d_head not in d_heads_of(config, task):
+        return tuple(lr_value(lr) for lr in config.decisive_lrs)
+    return initial_lrs(config, task, rule, d_head)
+
+
+def grid_specs(config: Config) -> list[tuple[str, RunSpec]]:
+    """The first round: every rule x d_head on its starting grid, then the decisive point, base seeds."""
+    cells = [(task, rule, d) for task in config.tasks for rule in config.rules for d in d_heads_of(config, task)]
+    return [spec for task, rule, d in cells + decisive_cells(config) for lr in start_grid(config, task, rule, d)
+            for spec in cell_specs(config, task, rule, d, lr)]
 
 
 def deep_specs(config: Config) -> list[RunSpec]:
@@ -300,35 +352,55 @@ def fold_cells(runs: list[dict]) -> list[dict]:
     return rows
 
 
+def mean_score(cell: dict) -> float:
+    found = [v for v in cell["scores"] if v is not None]
+    return statistics.fmean(found) if found else math.nan
+
+
 def rank(cell: dict) -> tuple:
-    """Sort key, best first: recall by median accuracy, then median loss; LM by median loss."""
+    """Sort key, best first: recall by mean accuracy over seeds, then median loss; LM by mean loss.
+    The mean, not the median: where seeds split between two outcomes (solved, stuck at the copy
+    baseline), the median of three jumps from one outcome to the other with a single seed."""
     loss = cell["final_val_loss"]["median"]
     loss = math.inf if loss is None else loss
     if cell["task"] == "recall":
-        return (-cell["score"]["median"], loss)
-    return (cell["score"]["median"], 0.0)
+        return (-mean_score(cell), loss)
+    return (mean_score(cell), 0.0)
+
+
+def score_interval(cell: dict) -> tuple[float, float]:
+    """Bootstrap 95% interval of a cell's mean score over its seeds."""
+    return intervals.bootstrap([v for v in cell["scores"] if v is not None] or [math.nan], statistics.fmean)
 
 
 def best_lrs(cells: list[dict]) -> dict[tuple, dict]:
-    """{(task, rule, d_head): {"lr", "grid", "at_edge"}}: the learning rate with the best median
-    score; ``at_edge`` is "low", "high", "both" (a grid of one) or None."""
+    """{(task, rule, d_head): {"lr", "grid", "at_edge", "near_best"}}: the learning rate with the best
+    mean score; ``at_edge`` is "low", "high", "both" (a grid of one) or None; ``near_best``: the other
+    rates whose bootstrap interval of the mean score overlaps the best one's (indistinguishable)."""
     by_key: dict[tuple, list[dict]] = {}
     for c in cells:
         by_key.setdefault((c["task"], c["rule"], c["d_head"]), []).append(c)
     out = {}
     for key, members in by_key.items():
         grid = sorted(c["lr"] for c in members)
-        best = min(members, key=rank)["lr"]
+        top = min(members, key=rank)
+        best = top["lr"]
+        low, high = score_interval(top)
+        near = sorted(c["lr"] for c in members if c is not top
+                      and (lambda lo_hi: lo_hi[1] >= low and lo_hi[0] <= high)(score_interval(c)))
         edge = "both" if len(grid) == 1 else "low" if best == grid[0] else "high" if best == grid[-1] else None
-        out[key] = {"lr": best, "grid": grid, "at_edge": edge}
+        out[key] = {"lr": best, "grid": grid, "at_edge": edge, "near_best": near}
     return out
 
 
 def widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int]) -> list[tuple[str, RunSpec]]:
-    """New specs for every (task, rule, d_head) whose best LR is at an edge of its grid."""
+    """New specs for every (task, rule, d_head) whose best LR is at an edge of its grid (the decisive
+    point keeps its fixed grid)."""
     new = []
     for (task, rule, d_head), info in best.items():
         if info["at_edge"] is None or widened.get((task, rule, d_head), 0) >= config.lr_widen:
+            continue
+        if d_head not in d_heads_of(config, task):  # the decisive point: a fixed grid
             continue
         widened[(task, rule, d_head)] = widened.get((task, rule, d_head), 0) + 1
         sides = {"low": [info["grid"][0] / LR_STEP], "high": [info["grid"][-1] * LR_STEP],
@@ -349,6 +421,75 @@ def fill_reference_rates(config: Config, best: dict[tuple, dict]) -> list[tuple[
     return new
 
 
+# --------------------------------------------------------------------------- seed outcomes
+
+def gain(run: dict, baselines: dict) -> float:
+    """What a run learned: recall accuracy above the copy baseline; LM drop of the validation loss."""
+    if run["task"] == "recall":
+        acc = run["final_val_acc"] if run["final_val_acc"] is not None else 0.0
+        return acc - baselines["recall"]["copy"]
+    final = run["final_val_loss"] if run["final_val_loss"] is not None else run["initial_val_loss"]
+    return run["initial_val_loss"] - final
+
+
+def progress(run: dict, ref_runs: list[dict], baselines: dict) -> float:
+    """A run's gain as a fraction of the reference's (median over the reference's seeds)."""
+    ref_gain = statistics.median(gain(r, baselines) for r in ref_runs)
+    return gain(run, baselines) / ref_gain if ref_gain > 0 else math.nan
+
+
+def classify(p: float) -> str:
+    return "stalls" if p < STALL_BELOW else ("trains" if p >= TRAINS_FROM else "worse")
+
+
+def reference_works(run: dict, baselines: dict) -> bool:
+    """One reference seed works: recall solved; LM ended LM_MARGIN below the bigram entropy."""
+    if run["task"] == "recall":
+        return (run["final_val_acc"] or 0.0) >= SOLVED_ACC
+    final = run["final_val_loss"] if run["final_val_loss"] is not None else run["initial_val_loss"]
+    return final <= baselines["shakespeare"]["bigram"] - LM_MARGIN
+
+
+def deciding_cells(config: Config, best: dict[tuple, dict]) -> list[tuple[str, str, int, float]]:
+    """The cells the verdicts read: each rule at its own best rate, and at sqrt's (sqrt's own is the
+    reference every comparison divides by)."""
+    out = []
+    for (task, rule, d), info in sorted(best.items()):
+        out.append((task, rule, d, info["lr"]))
+        ref = best.get((task, "sqrt", d))
+        if rule != "sqrt" and ref is not None and ref["lr"] != info["lr"]:
+            out.append((task, rule, d, ref["lr"]))
+    return out
+
+
+def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict], baselines: dict) -> list[tuple[str, RunSpec]]:
+    """Seeds for every deciding cell whose seeds all agree and that is below its cap: twice as many
+    (at most the cap).  Agreement is on the outcome a verdict reads: for sqrt's reference cell, solved
+    or not; for any other rule, stalls (progress below STALL_BELOW) or not.  A cell whose seeds
+    disagree is decided (its outcome is split, a finding) and gets no more."""
+    by_cell: dict[tuple, list[dict]] = {}
+    for r in runs:
+        by_cell.setdefault((r["task"], r["rule"], r["d_head"], r["lr"]), []).append(r)
+    new = []
+    for task, rule, d, lr in deciding_cells(config, best):
+        members = by_cell.get((task, rule, d, lr), [])
+        cap = seed_cap(config, d)
+        if not members or len(members) >= cap:
+            continue
+        if rule == "sqrt":
+            outcomes = {reference_works(r, baselines) for r in members}
+        else:
+            ref = by_cell.get((task, "sqrt", d, best[(task, "sqrt", d)]["lr"]), []) if (task, "sqrt", d) in best else []
+            if not ref:
+                continue
+            outcomes = {classify(progress(r, ref, baselines)) == "stalls" for r in members}
+        if len(outcomes) > 1:
+            continue
+        start = config.seed + len(members)
+        new.extend(cell_specs(config, task, rule, d, lr, range(start, config.seed + min(cap, 2 * len(members)))))
+    return new
+
+
 # --------------------------------------------------------------------------- the lab
 
 def run(config: Config, progress=None, *, store=None, workers: int | None = None, batch_runs: int = 24) -> dict:
@@ -359,16 +500,17 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
     change the numbers, so they are arguments here, not fields of the config.
     """
     rounds = 1 + config.lr_widen
+    extension_rounds = max(0, math.ceil(math.log2(max(config.seed_cap, config.seed_cap_large) / config.seeds)))
 
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
         def report(done, total, message):
             if progress:
-                progress(min(1.0, (number + done / max(1, total)) / (rounds + 1)), f"{what}: {message}")
+                progress(min(1.0, (number + done / max(1, total)) / (rounds + extension_rounds + 1)),
+                         f"{what}: {message}")
         return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report)
 
     stored_before = store.keys() if store is not None else set()
-    grid = [cell for task in config.tasks for rule in config.rules for d in d_heads_of(config, task)
-            for lr in initial_lrs(config, task, rule, d) for cell in cell_specs(config, task, rule, d, lr)]
+    grid = grid_specs(config)
     extra = {"deep": deep_specs(config), "t5": t5_specs(config)}
     first = [s for _, s in grid] + [s for specs in extra.values() for s in specs]
     results = train_round(first, 0, "grid, deep and t5 runs" if config.deep else "grid and t5 runs")
@@ -377,8 +519,14 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
     def summaries() -> list[dict]:
         return [summarise(s, results[run_key(s)], rule) for rule, s in grid]
 
+    base = set(seeds_of(config))
+    base_baselines = baselines(config)
+
+    def chosen_lrs() -> dict[tuple, dict]:  # on the base seeds only, so added seeds cannot move a choice
+        return best_lrs(fold_cells([r for r in summaries() if r["seed"] in base]))
+
     for number in range(1, rounds + 1):  # one more round than widenings: sqrt's rate may move in the last
-        best = best_lrs(fold_cells(summaries()))
+        best = chosen_lrs()
         new = widen(config, best, widened) if number < rounds else []
         have = {(rule, run_key(s)) for rule, s in grid}
         # a widening step can land on sqrt's rate: such a cell is added once
@@ -388,12 +536,20 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
             break
         results.update(train_round([s for _, s in new], number, f"widening the LR grids (round {number})"))
         grid += new
-    out = {"config": dataclasses.asdict(config), "baselines": baselines(config)}
+    best = chosen_lrs()
+    for number in range(1, extension_rounds + 1):  # seeds where the deciding cells' seeds still all agree
+        have = {(rule, run_key(s)) for rule, s in grid}
+        new = [(rule, s) for rule, s in extend_seeds(config, best, summaries(), base_baselines)
+               if (rule, run_key(s)) not in have]
+        if not new:
+            break
+        results.update(train_round([s for _, s in new], rounds + number, f"adding seeds (round {number})"))
+        grid += new
+    out = {"config": dataclasses.asdict(config), "baselines": base_baselines}
     out["grid"] = summaries()
     for name, specs in extra.items():
         out[name] = [summarise(s, results[run_key(s)]) for s in specs]
     out["cells"] = fold_cells(out["grid"])
-    best = best_lrs(out["cells"])
     out["best_lr"] = [{"task": t, "rule": r, "d_head": d, **info, "widened": widened.get((t, r, d), 0)}
                       for (t, r, d), info in sorted(best.items())]
     with torch_threads(1):

@@ -8,7 +8,7 @@ import statistics
 from pathlib import Path
 
 from ...plotting import pyplot, save
-from .experiment import task_d_heads, tasks_of
+from .experiment import mean_score, task_d_heads, tasks_of
 from .verdicts import best_lr, deep_rows, runs_at
 
 RULE_COLORS = {"sqrt": "tab:blue", "inv_d": "tab:orange", "none": "tab:red", "const:0.125": "tab:green",
@@ -76,6 +76,8 @@ def figure_curves(result: dict, outdir: Path) -> str:
         field = "val_acc" if task == "recall" else "val_loss"
         for rule in result["config"]["rules"]:
             lr = best_lr(result, task, rule, d)
+            if lr is None:  # the decisive point trains its rules only
+                continue
             band(ax, runs_at(result, task, rule, d, lr), field, RULE_COLORS.get(rule), f"{rule} (lr {lr:g})",
                  fill=0.0 if task == "recall" else None)
         if task == "recall":
@@ -89,7 +91,7 @@ def figure_curves(result: dict, outdir: Path) -> str:
 
 
 def figure_grads(result: dict, outdir: Path) -> str:
-    d_heads = result["config"]["d_heads"]
+    d_heads = task_d_heads(result, "recall")
     fig, axes = panel_grid(1, len(d_heads))
     for col, d in enumerate(d_heads):
         ax = axes[0][col]
@@ -111,7 +113,7 @@ def figure_lr(result: dict, outdir: Path) -> str:
             if not cells:
                 continue
             lrs = [c["lr"] for c in cells]
-            ax.semilogx(lrs, [c["score"]["median"] for c in cells], marker="o", label=rule,
+            ax.semilogx(lrs, [mean_score(c) for c in cells], marker="o", label=f"{rule} (mean over seeds)",
                         color=RULE_COLORS.get(rule))
             ax.fill_between(lrs, [c["score"]["min"] for c in cells], [c["score"]["max"] for c in cells],
                             color=RULE_COLORS.get(rule), alpha=0.15, linewidth=0)
@@ -121,7 +123,7 @@ def figure_lr(result: dict, outdir: Path) -> str:
 
 
 def figure_deep(result: dict, outdir: Path) -> str | None:
-    lrs = [r["lr"] for r in deep_rows(result)]
+    lrs = sorted({r["lr"] for r in deep_rows(result)})
     if not lrs:
         return None  # this preset trains no deep model
     fig, axes = panel_grid(1, max(1, len(lrs)))

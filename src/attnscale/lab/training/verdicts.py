@@ -10,12 +10,18 @@ How a comparison is made (every rule below uses it):
 * a run's *progress* is what it learned as a fraction of what the reference learned
   (median over the reference's seeds): recall accuracy above the copy baseline, or the
   drop of the validation loss;
-* each seed is classed ``stalls`` (progress < 0.2), ``worse`` or ``trains`` (>= 0.8); the
-  cell takes the class of most of its seeds, and a cell with no majority is *inconclusive*
-  (seeds disagree) and named as such;
-* each rule is read at its own best learning rate and at sqrt's best learning rate.
+* each seed is classed ``stalls`` (progress < 0.2), ``worse`` or ``trains`` (>= 0.8), and a
+  cell is read as a rate: how many of its seeds stall, with the Wilson 95% interval.  A cell
+  whose seeds all stall is ``stalls`` once that interval lies above 1/2 (4 seeds or more); one
+  where none stalls is ``trains`` (or ``worse``, by most seeds) once it lies below 1/2; a cell
+  with seeds on both sides is ``split``: "stalls in 7 of 12 seeds" is a finding, and it makes
+  "training stalls" partly true there.  Too few agreeing seeds leave a cell ``undecided``; the
+  experiment adds seeds to every deciding cell whose seeds agree (up to its cap), so a split
+  shows itself where the seeds allow;
+* each rule is read at its own best learning rate (chosen on the base seeds by the mean score)
+  and at sqrt's best learning rate.
 
-Every number quoted is a median with its [min-max] over seeds.
+Every number quoted is a median with its [min-max] over seeds, or a rate with its interval.
 """
 
 from __future__ import annotations
@@ -23,13 +29,12 @@ from __future__ import annotations
 import math
 import statistics
 
-from ... import scaling
+from ... import intervals, scaling
 from ...claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
-from .experiment import SOLVED_ACC, spread, task_d_heads, tasks_of
+from .experiment import (LM_MARGIN, SOLVED_ACC, STALL_BELOW, TRAINS_FROM, classify, gain, progress, reference_works,
+                         spread, task_d_heads, tasks_of)
 
-STALL_BELOW = 0.2         # progress below this: the rule stalls (unusable)
-TRAINS_FROM = 0.8         # progress from this: the rule trains about as well as sqrt
-LM_MARGIN = 0.1           # nats: the reference must end this far below the bigram entropy for an LM cell to vote
+DECIDED_RATE = 0.5        # a cell's stall rate decides its class once its interval clears this
 SLOWER_RANGE = (1.5, 4.0)  # C13: "2-3x slower", with slack
 NOT_SLOWER_BELOW = 1.25
 GRAD_DROP = 10.0          # C17: "drops by more than 10x"
@@ -47,7 +52,7 @@ NUMBER_KEYS = {
     "C05": ("inv_d_progress_*", "inv_d_at_sqrt_lr_progress_*"),
     "C06": ("none_progress_*", "init_max_abs_logit", "init_max_prob", "step100_max_abs_logit"),
     "C07": ("paper_has_no_scale_ablation", "unscaled_stalls_here"),
-    "C09": ("acc_1_8_lr*", "acc_1_16_lr*"),
+    "C09": ("acc_1_8_lr*", "acc_1_16_lr*", "oscillation_ratio", "best_lr_1_8", "best_lr_1_16"),
     "C10": ("curve_gap_*", "final_logit_std_gap_*", "variant_logit_std_ratio"),
     "C13": ("steps_ratio_*", "hf_bert_used_inv_d"),
     "C17": ("median_grad_ratio_sqrt_over_none", "none_beats_copy_cells"),
@@ -117,7 +122,7 @@ def reference(result: dict, task: str, d_head: int) -> dict:
     if not runs:
         return {"lr": lr, "runs": [], "works": False, "why": "no sqrt runs"}
     if task == "recall":
-        solved = sum(accuracy(r) >= SOLVED_ACC for r in runs)
+        solved = sum(reference_works(r, result["baselines"]) for r in runs)
         works = solved >= majority_of(len(runs))
         why = f"sqrt solved recall in {solved} of {len(runs)} seeds"
     else:
@@ -128,19 +133,25 @@ def reference(result: dict, task: str, d_head: int) -> dict:
     return {"lr": lr, "runs": runs, "works": works, "why": why}
 
 
-def gain(run: dict, baselines: dict) -> float:
-    if run["task"] == "recall":
-        return accuracy(run) - baselines["recall"]["copy"]
-    return run["initial_val_loss"] - final_loss(run)
+def stall_rate(classes: list[str]) -> dict:
+    stalled = classes.count("stalls")
+    low, high = intervals.wilson(stalled, len(classes))
+    return {"stalled": stalled, "seeds": len(classes), "rate": stalled / len(classes) if classes else math.nan,
+            "interval": (low, high)}
 
 
-def progress(run: dict, ref_runs: list[dict], baselines: dict) -> float:
-    ref_gain = statistics.median(gain(r, baselines) for r in ref_runs)
-    return gain(run, baselines) / ref_gain if ref_gain > 0 else math.nan
-
-
-def classify(p: float) -> str:
-    return "stalls" if p < STALL_BELOW else ("trains" if p >= TRAINS_FROM else "worse")
+def cell_class(classes: list[str]) -> str:
+    """``split`` (some seeds stall, some do not), ``stalls`` / ``trains`` / ``worse`` (every seed on
+    one side, and the stall rate's interval clear of DECIDED_RATE), or ``undecided``."""
+    rate = stall_rate(classes)
+    if 0 < rate["stalled"] < rate["seeds"]:
+        return "split"
+    where = intervals.side(rate["interval"], DECIDED_RATE)
+    if where == intervals.ABOVE:
+        return "stalls"
+    if where == intervals.BELOW:
+        return "trains" if classes.count("trains") >= majority_of(len(classes)) else "worse"
+    return "undecided"
 
 
 def cell(result: dict, task: str, rule: str, d_head: int, reading: str = "own") -> dict:
@@ -148,38 +159,44 @@ def cell(result: dict, task: str, rule: str, d_head: int, reading: str = "own") 
     ref = reference(result, task, d_head)
     lr = best_lr(result, task, rule if reading == "own" else "sqrt", d_head)
     runs = runs_at(result, task, rule, d_head, lr)
-    out = {"task": task, "rule": rule, "d_head": d_head, "reading": reading, "lr": lr, "reference": ref["why"]}
+    out = {"task": task, "rule": rule, "d_head": d_head, "reading": reading, "lr": lr, "reference": ref["why"],
+           "trained": bool(runs_at(result, task, rule, d_head, best_lr(result, task, rule, d_head)))}
     if not ref["works"] or not runs:
-        return {**out, "class": "no reference", "progress": spread([]), "seeds": []}
+        return {**out, "class": "no reference", "progress": spread([]), "seeds": [], "stall_rate": stall_rate([])}
     per_seed = [progress(r, ref["runs"], result["baselines"]) for r in runs]
     classes = [classify(p) for p in per_seed]
-    top = max(set(classes), key=classes.count)
-    agreed = classes.count(top) >= majority_of(len(classes))
-    return {**out, "class": top if agreed else "inconclusive", "progress": spread(per_seed), "seeds": classes,
-            "agree": f"{classes.count(top)} of {len(classes)}"}
+    return {**out, "class": cell_class(classes), "progress": spread(per_seed), "seeds": classes,
+            "stall_rate": stall_rate(classes)}
 
 
 def cells_of(result: dict, rule: str, reading: str, min_d_head: int = 1) -> list[dict]:
-    return [cell(result, task, rule, d, reading) for task in tasks_of(result) for d in task_d_heads(result, task)
-            if d >= min_d_head]
+    """The rule's cells at every (task, d_head) it was trained at."""
+    found = [cell(result, task, rule, d, reading) for task in tasks_of(result) for d in task_d_heads(result, task)
+             if d >= min_d_head]
+    return [c for c in found if c["trained"]]
+
+
+def rate_text(c: dict) -> str:
+    rate = c["stall_rate"]
+    return f"stalls in {rate['stalled']} of {rate['seeds']} seeds {intervals.fmt_interval(rate['interval'], percent=True)}"
 
 
 def describe(cells: list[dict]) -> str:
     parts = []
     for c in cells:
+        where = f"{c['task']} d_head {c['d_head']}"
         if c["class"] == "no reference":
-            parts.append(f"{c['task']} d_head {c['d_head']}: inconclusive ({c['reference']})")
-        elif c["class"] == "inconclusive":
-            parts.append(f"{c['task']} d_head {c['d_head']}: {fmt_spread(c['progress'], 2)}, inconclusive "
-                         f"(seeds disagree: {', '.join(c['seeds'])})")
+            parts.append(f"{where}: inconclusive ({c['reference']})")
+        elif c["class"] == "undecided":
+            parts.append(f"{where}: {fmt_spread(c['progress'], 2)} at lr {fmt(c['lr'])}, undecided ({rate_text(c)}: "
+                         f"too few seeds for the interval to clear {DECIDED_RATE:g})")
         else:
-            parts.append(f"{c['task']} d_head {c['d_head']}: {fmt_spread(c['progress'], 2)} at lr {fmt(c['lr'])}, "
-                         f"{c['class']} ({c['agree']} seeds)")
+            parts.append(f"{where}: {fmt_spread(c['progress'], 2)} at lr {fmt(c['lr'])}, {c['class']} ({rate_text(c)})")
     return "; ".join(parts)
 
 
 def voting(cells: list[dict]) -> list[dict]:
-    return [c for c in cells if c["class"] not in ("no reference", "inconclusive")]
+    return [c for c in cells if c["class"] not in ("no reference", "undecided")]
 
 
 def vote_note(cells: list[dict]) -> str:
@@ -187,11 +204,13 @@ def vote_note(cells: list[dict]) -> str:
 
 
 def all_some_none(classes: list[str], bad: str) -> str | None:
-    """supported if every voting cell is ``bad``, partly if some are, refuted if none is."""
+    """supported if every voting cell is ``bad``, partly if some are or are split, refuted if none is."""
     if not classes:
         return None
     hits = sum(c == bad for c in classes)
-    return SUPPORTED if hits == len(classes) else (PARTLY if hits else REFUTED)
+    if hits == len(classes):
+        return SUPPORTED
+    return PARTLY if hits or "split" in classes else REFUTED
 
 
 def combine_readings(verdicts: dict[str, str | None]) -> str | None:
@@ -208,6 +227,12 @@ def readings_line(verdicts: dict[str, str | None]) -> str:
 
 # --------------------------------------------------------------------------- the claims
 
+STALL_RULE = (f"a seed stalls when it learns less than {STALL_BELOW} of what sqrt learned; a cell stalls when every "
+              f"seed does and the Wilson 95% interval of its stall rate lies above {DECIDED_RATE:g}, is split when some "
+              f"seeds stall and some do not, and does not stall when none does and the interval lies below "
+              f"{DECIDED_RATE:g}")
+
+
 def judge_c05(result: dict) -> Finding:
     readings = {r: cells_of(result, "inv_d", r) for r in READINGS}
     verdicts = {r: all_some_none([c["class"] for c in voting(cs)], "stalls") for r, cs in readings.items()}
@@ -216,8 +241,8 @@ def judge_c05(result: dict) -> Finding:
         f"Scaling by 1/d_k instead of 1/sqrt(d_k): what inv_d learned as a fraction of what sqrt learned (recall: "
         f"accuracy above the copy baseline; Shakespeare: validation-loss drop), median [min-max] over seeds. At its own "
         f"best learning rate: {describe(readings['own'])}. At sqrt's best learning rate: {describe(readings['sqrt'])}."
-        f" Rule: below {STALL_BELOW} is 'unusable'; unusable in every voting cell supports the claim, in some partly "
-        f"supports it, in none refutes it (at most 'a bit worse', which the claim denies). Readings: "
+        f" Rule: {STALL_RULE}; 'unusable' = stalls. Stalling in every voting cell supports the claim, stalling or "
+        f"split in some partly supports it, in none refutes it (at most 'a bit worse', which the claim denies). Readings: "
         f"{readings_line(verdicts)}." + vote_note(readings["own"]))
     numbers = {f"inv_d_progress_{c['task']}_{c['d_head']}": c["progress"]["median"] for c in readings["own"]}
     numbers |= {f"inv_d_at_sqrt_lr_progress_{c['task']}_{c['d_head']}": c["progress"]["median"]
@@ -237,15 +262,15 @@ def judge_c06(result: dict) -> Finding:
     readings = {r: cells_of(result, "none", r, min_d_head=64) for r in READINGS}
     verdicts = {r: all_some_none([c["class"] for c in voting(cs)], "stalls") for r, cs in readings.items()}
     verdict = combine_readings(verdicts)
-    d_max = max(result["config"]["d_heads"])
+    d_max = max(c["d_head"] for c in readings["own"]) if readings["own"] else max(result["config"]["d_heads"])
     start, later = init_extremes(result, "none", d_max), init_extremes(result, "none", d_max, "100")
     evidence = (
         f"With no scaling and q, k components of variance 1, at d_head {d_max} on recall: largest |logit| at init "
         f"{fmt_spread(start['max_abs_logit'])}, mean max probability {fmt_spread(start['max_prob'], 2)}; after 100 "
         f"steps {fmt_spread(later['max_abs_logit'])} and {fmt_spread(later['max_prob'], 2)}. What the unscaled model "
         f"learned as a fraction of sqrt's, d_head >= 64, at its own best learning rate: {describe(readings['own'])}; "
-        f"at sqrt's: {describe(readings['sqrt'])}. Rule: stalling (below {STALL_BELOW}) in every voting cell supports "
-        f"'training stalls', in some partly, in none refutes it. Readings: {readings_line(verdicts)}."
+        f"at sqrt's: {describe(readings['sqrt'])}. Rule: {STALL_RULE}. Stalling in every voting cell supports "
+        f"'training stalls', stalling or split in some partly, in none refutes it. Readings: {readings_line(verdicts)}."
         + vote_note(readings["own"]))
     numbers = {f"none_progress_{c['task']}_{c['d_head']}": c["progress"]["median"] for c in readings["own"]}
     numbers |= {"init_max_abs_logit": start["max_abs_logit"]["median"], "init_max_prob": start["max_prob"]["median"],
@@ -254,18 +279,20 @@ def judge_c06(result: dict) -> Finding:
 
 
 def judge_c07(result: dict, paper_ran_ablation: bool = VASWANI_RAN_ABLATION) -> Finding:
-    cells = voting(cells_of(result, "none", "own", min_d_head=64))
-    stalls = bool(cells) and all(c["class"] == "stalls" for c in cells)
+    """A claim about what a paper did, judged on the paper: it ran no ablation of the scale, so the
+    claim is refuted whatever this lab measures.  Only if it had: supported where the stall is
+    reproduced here, partly otherwise.  The lab's own unscaled runs are context in the evidence."""
+    cells = cells_of(result, "none", "own", min_d_head=64)
+    stalls = bool(voting(cells)) and all(c["class"] == "stalls" for c in voting(cells))
     if paper_ran_ablation:
         verdict = SUPPORTED if stalls else PARTLY
     else:
-        verdict = PARTLY if stalls else REFUTED
+        verdict = REFUTED
     evidence = (
-        f"{VASWANI_2017} So the paper did not verify by experiment that training fails without the scale. This lab's "
-        f"own unscaled runs, d_head >= 64: {describe(cells_of(result, 'none', 'own', min_d_head=64))}. Rule: no ablation "
-        f"in the paper and unscaled training that does not stall in every voting cell here -> refuted; no ablation but a "
-        f"stall everywhere here -> partly supported (the effect is real, the citation is not); an ablation in the paper "
-        f"-> supported if the stall is reproduced here, partly otherwise.")
+        f"{VASWANI_2017} So the paper did not verify by experiment that training fails without the scale. For context "
+        f"(it does not vote: the claim is about the paper), this lab's own unscaled runs, d_head >= 64: "
+        f"{describe(cells) or 'none'}. Rule: judged on the paper: no ablation there refutes the claim; an ablation "
+        f"there supports it if the stall is reproduced in every voting cell here, partly otherwise.")
     return Finding(verdict, evidence, {"paper_has_no_scale_ablation": int(not paper_ran_ablation),
                                        "unscaled_stalls_here": int(stalls)})
 
@@ -278,30 +305,38 @@ def oscillation(curve: list) -> float:
     return statistics.fmean(abs(b - a) for a, b in zip(tail, tail[1:])) if len(tail) > 1 else 0.0
 
 
+FACTORS = {"const:0.125": "1/8", "const:0.0625": "1/16"}
+
+
 def deep_rows(result: dict) -> list[dict]:
-    """Per learning rate: 1/8 and 1/16 over seeds (solved, oscillation, diverged)."""
+    """Per factor and learning rate over seeds: solved (with the Wilson interval), accuracy,
+    oscillation, diverged."""
     rows = []
-    for lr in sorted({r["lr"] for r in result["deep"]}):
-        pair = {rule: [r for r in result["deep"] if r["rule"] == rule and r["lr"] == lr]
-                for rule in ("const:0.125", "const:0.0625")}
-        calm = statistics.median(oscillation(r["curve"]["val_loss"]) for r in pair["const:0.0625"])
-
-        def works(runs, other_calm):
-            good = [r["status"] == "finished" and accuracy(r) >= SOLVED_ACC
-                    and oscillation(r["curve"]["val_loss"]) <= DEEP_OSCILLATES * max(other_calm, 1e-3) for r in runs]
-            return sum(good) >= majority_of(len(runs))
-
-        old, new = pair["const:0.125"], pair["const:0.0625"]
-        rows.append({"lr": lr, "acc_1_8": spread([accuracy(r) for r in old]), "acc_1_16": spread([accuracy(r) for r in new]),
-                     "oscillation_1_8": spread([oscillation(r["curve"]["val_loss"]) for r in old]),
-                     "oscillation_1_16": spread([oscillation(r["curve"]["val_loss"]) for r in new]),
-                     "diverged_1_8": sum(r["status"] == "diverged" for r in old),
-                     "diverged_1_16": sum(r["status"] == "diverged" for r in new),
-                     "works_1_8": works(old, calm), "works_1_16": works(new, math.inf)})
+    for rule, name in FACTORS.items():
+        for lr in sorted({r["lr"] for r in result["deep"] if r["rule"] == rule}):
+            runs = [r for r in result["deep"] if r["rule"] == rule and r["lr"] == lr]
+            solved = sum(r["status"] == "finished" and accuracy(r) >= SOLVED_ACC for r in runs)
+            rows.append({"factor": name, "rule": rule, "lr": lr, "seeds": len(runs), "solved": solved,
+                         "solved_interval": intervals.wilson(solved, len(runs)),
+                         "acc": spread([accuracy(r) for r in runs]),
+                         "mean_acc": statistics.fmean(accuracy(r) for r in runs),
+                         "oscillation": spread([oscillation(r["curve"]["val_loss"]) for r in runs]),
+                         "diverged": sum(r["status"] == "diverged" for r in runs)})
     return rows
 
 
+def deep_best(rows: list[dict], rule: str) -> dict | None:
+    """A factor at its own best learning rate: most seeds solved, then the highest mean accuracy."""
+    mine = [r for r in rows if r["rule"] == rule]
+    return max(mine, key=lambda r: (r["solved"], r["mean_acc"]), default=None)
+
+
 def judge_c09(result: dict) -> Finding:
+    """Each factor at its own best learning rate.  1/16 must solve recall there (solve rate's
+    interval above DECIDED_RATE), else not testable.  1/8 at its best: solving (interval above)
+    refutes the claim; failing (interval below) with a validation loss that moves more than
+    DEEP_OSCILLATES x 1/16's between log points supports it; failing without that oscillation, or
+    an interval that straddles, is partly supported."""
     rows = deep_rows(result)
     cfg = result["config"]
     if not rows:
@@ -309,28 +344,36 @@ def judge_c09(result: dict) -> Finding:
                                      f"quick preset's budget); `attnscale report --preset full` trains it, with "
                                      f"{cfg['deep_d_head']}-dimensional heads, factor 1/8 against 1/16.")
     text = "; ".join(
-        f"lr {r['lr']:g}: accuracy {fmt_spread(r['acc_1_8'], 2)} (1/8) vs {fmt_spread(r['acc_1_16'], 2)} (1/16), "
-        f"oscillation {fmt_spread(r['oscillation_1_8'], 2)} vs {fmt_spread(r['oscillation_1_16'], 2)}, diverged "
-        f"{r['diverged_1_8']} vs {r['diverged_1_16']} of {cfg['seeds']}" for r in rows)
-    new_works = [r for r in rows if r["works_1_16"]]
-    old_fails_where_new_works = [r for r in new_works if not r["works_1_8"]]
-    old_works_somewhere = any(r["works_1_8"] for r in rows)
-    if not new_works and not old_works_somewhere:
+        f"{r['factor']} at lr {r['lr']:g}: solved in {r['solved']} of {r['seeds']} seeds "
+        f"{intervals.fmt_interval(r['solved_interval'], percent=True)}, accuracy {fmt_spread(r['acc'], 2)}, "
+        f"oscillation {fmt_spread(r['oscillation'], 2)}, diverged {r['diverged']}" for r in rows)
+    old, new = deep_best(rows, "const:0.125"), deep_best(rows, "const:0.0625")
+    new_side = intervals.side(new["solved_interval"], DECIDED_RATE)
+    old_side = intervals.side(old["solved_interval"], DECIDED_RATE)
+    calm = max(new["oscillation"]["median"] or 0.0, 1e-3)
+    ratio = (old["oscillation"]["median"] or 0.0) / calm
+    oscillates = ratio > DEEP_OSCILLATES
+    if new_side != intervals.ABOVE:
         verdict = NOT_TESTABLE
-    elif not new_works or not old_fails_where_new_works:
+    elif old_side == intervals.ABOVE:
         verdict = REFUTED
+    elif old_side == intervals.BELOW and oscillates:
+        verdict = SUPPORTED
     else:
-        verdict = PARTLY if old_works_somewhere else SUPPORTED
+        verdict = PARTLY
     evidence = (
         f"{cfg['deep_layers']}-layer model (d_model {cfg['d_model']}), d_head {cfg['deep_d_head']}, recall, "
-        f"{cfg['deep_steps']} steps, {cfg['seeds']} seeds, median [min-max]: {text}. Rule: a factor 'works' at a "
-        f"learning rate when most seeds solve recall (accuracy >= {SOLVED_ACC}) without diverging and, for 1/8, "
-        f"without moving more than {DEEP_OSCILLATES:g}x as much as 1/16 between log points in the second half. "
-        f"Supported if 1/16 works somewhere and 1/8 works nowhere; partly if 1/8 fails where 1/16 works but works at "
-        f"another rate; refuted if 1/8 works wherever 1/16 does (or 1/16 works nowhere while 1/8 does); not testable "
-        f"if neither works at any rate tried.")
-    numbers = {f"acc_1_8_lr{r['lr']:g}": r["acc_1_8"]["median"] for r in rows}
-    numbers |= {f"acc_1_16_lr{r['lr']:g}": r["acc_1_16"]["median"] for r in rows}
+        f"{cfg['deep_steps']} steps, median [min-max] and solve rates with Wilson 95% intervals: {text}. At each "
+        f"factor's own best learning rate (most seeds solved, then mean accuracy): 1/8 at {old['lr']:g} solves in "
+        f"{old['solved']} of {old['seeds']}, 1/16 at {new['lr']:g} in {new['solved']} of {new['seeds']}; 1/8's "
+        f"validation loss moves {ratio:.2f}x as much as 1/16's between log points in the second half. Rule: 1/16 must "
+        f"solve recall at its best rate (interval above {DECIDED_RATE:g}), else not testable; then 1/8 solving at its "
+        f"best rate (interval above {DECIDED_RATE:g}) refutes 'oscillates and does not converge'; 1/8 failing "
+        f"(interval below) with more than {DEEP_OSCILLATES:g}x 1/16's movement supports it; failing without that "
+        f"oscillation, or an interval that straddles {DECIDED_RATE:g}, partly supports it.")
+    numbers = {f"acc_1_8_lr{r['lr']:g}": r["acc"]["median"] for r in rows if r["rule"] == "const:0.125"}
+    numbers |= {f"acc_1_16_lr{r['lr']:g}": r["acc"]["median"] for r in rows if r["rule"] == "const:0.0625"}
+    numbers |= {"oscillation_ratio": ratio, "best_lr_1_8": old["lr"], "best_lr_1_16": new["lr"]}
     return Finding(verdict, evidence, numbers)
 
 
@@ -422,15 +465,14 @@ def judge_c10(result: dict) -> Finding:
 
 # --------------------------------------------------------------------------- C13: 2-3x slower
 
-def median_steps(runs: list[dict], budget: int) -> tuple[float | None, int]:
-    """Median steps to solve (an unsolved run counts at the budget: a lower bound) and how many solved."""
-    if not runs:
-        return None, 0
-    steps = [r["steps_to_solve"] if r["steps_to_solve"] is not None else budget for r in runs]
-    return statistics.median(steps), sum(r["steps_to_solve"] is not None for r in runs)
+def steps_of(runs: list[dict], budget: int) -> list[int]:
+    """Steps to solve per seed; an unsolved run counts at the budget (a lower bound)."""
+    return [r["steps_to_solve"] if r["steps_to_solve"] is not None else budget for r in runs]
 
 
 def speed_rows(result: dict, reading: str) -> list[dict]:
+    """Per d_head where sqrt solves recall: the median steps to solve of inv_d over sqrt's, with a
+    bootstrap 95% interval of that ratio (the two cells' seeds resampled independently)."""
     rows = []
     for d in result["config"]["d_heads"]:
         ref = reference(result, "recall", d)
@@ -439,22 +481,35 @@ def speed_rows(result: dict, reading: str) -> list[dict]:
         budget = ref["runs"][0]["steps"]
         lr = best_lr(result, "recall", "inv_d" if reading == "own" else "sqrt", d)
         mine = runs_at(result, "recall", "inv_d", d, lr)
-        sqrt_steps, _ = median_steps(ref["runs"], budget)
-        inv_steps, solved = median_steps(mine, budget)
-        if not sqrt_steps or inv_steps is None:
+        if not mine:
             continue
-        rows.append({"d_head": d, "reading": reading, "sqrt_lr": ref["lr"], "inv_d_lr": lr, "sqrt_steps": sqrt_steps,
-                     "inv_d_steps": inv_steps, "inv_d_solved": solved, "seeds": len(mine),
-                     "ratio": inv_steps / sqrt_steps, "lower_bound": solved < majority_of(len(mine))})
+        sqrt_steps, inv_steps = steps_of(ref["runs"], budget), steps_of(mine, budget)
+        solved = sum(r["steps_to_solve"] is not None for r in mine)
+        rows.append({"d_head": d, "reading": reading, "sqrt_lr": ref["lr"], "inv_d_lr": lr,
+                     "sqrt_steps": statistics.median(sqrt_steps), "inv_d_steps": statistics.median(inv_steps),
+                     "inv_d_solved": solved, "seeds": len(mine), "sqrt_seeds": len(sqrt_steps),
+                     "ratio": statistics.median(inv_steps) / statistics.median(sqrt_steps),
+                     "interval": intervals.bootstrap_ratio(inv_steps, sqrt_steps),
+                     "lower_bound": solved < majority_of(len(mine))})
     return rows
+
+
+def slowdown_of(interval: tuple[float, float]) -> str:
+    """One cell's slowdown: supported where the ratio's interval lies inside SLOWER_RANGE, refuted where
+    it lies wholly below NOT_SLOWER_BELOW, partly otherwise (slower but not 2-3x, or undecided)."""
+    low, high = SLOWER_RANGE
+    if interval[0] >= low and interval[1] <= high:
+        return SUPPORTED
+    if intervals.side(interval, NOT_SLOWER_BELOW) == intervals.BELOW:
+        return REFUTED
+    return PARTLY
 
 
 def slowdown_verdict(rows: list[dict]) -> str | None:
     if not rows:
         return None
-    median = statistics.median(r["ratio"] for r in rows)
-    low, high = SLOWER_RANGE
-    return SUPPORTED if low <= median <= high else (REFUTED if median < NOT_SLOWER_BELOW else PARTLY)
+    found = {slowdown_of(r["interval"]) for r in rows}
+    return found.pop() if len(found) == 1 else PARTLY
 
 
 def judge_c13(result: dict, implementation_used_inv_d: bool = HF_BERT_USED_INV_D) -> Finding:
@@ -463,9 +518,10 @@ def judge_c13(result: dict, implementation_used_inv_d: bool = HF_BERT_USED_INV_D
     slowdown = combine_readings(verdicts)
 
     def line(rows):
-        return "; ".join(f"d_head {r['d_head']}: sqrt {r['sqrt_steps']:g} steps, inv_d {r['inv_d_steps']:g}"
-                         f"{' or more' if r['lower_bound'] else ''} (x{r['ratio']:.2f}{'+' if r['lower_bound'] else ''}, "
-                         f"solved in {r['inv_d_solved']} of {r['seeds']} seeds)" for r in rows) or "no voting cell"
+        return "; ".join(f"d_head {r['d_head']}: sqrt {r['sqrt_steps']:g} steps ({r['sqrt_seeds']} seeds), inv_d "
+                         f"{r['inv_d_steps']:g}{' or more' if r['lower_bound'] else ''} (x{r['ratio']:.2f}"
+                         f"{'+' if r['lower_bound'] else ''} {intervals.fmt_interval(r['interval'])}, solved in "
+                         f"{r['inv_d_solved']} of {r['seeds']} seeds)" for r in rows) or "no voting cell"
 
     if slowdown is None:
         verdict = NOT_TESTABLE
@@ -475,13 +531,14 @@ def judge_c13(result: dict, implementation_used_inv_d: bool = HF_BERT_USED_INV_D
         verdict = REFUTED if slowdown == REFUTED else PARTLY
     low, high = SLOWER_RANGE
     evidence = (
-        f"Median steps to solve recall (accuracy >= {SOLVED_ACC}) over seeds, in cells where sqrt solves it; a run "
-        f"that never solves counts at the run's length (a lower bound). inv_d at its own best learning rate: "
-        f"{line(readings['own'])}. inv_d at sqrt's best learning rate: {line(readings['sqrt'])}. Rule for the "
-        f"slowdown: a median ratio of {low:g}-{high:g}x supports '2-3x slower', below {NOT_SLOWER_BELOW:g}x refutes it, "
-        f"otherwise partly; readings: {readings_line(verdicts)}. The factual half: {HF_BERT_2018} With the "
-        f"implementation's 1/d_k {'confirmed' if implementation_used_inv_d else 'not confirmed'}, the claim as a whole "
-        f"is at most partly supported.")
+        f"Median steps to solve recall (accuracy >= {SOLVED_ACC}) over seeds, in cells where sqrt solves it, with the "
+        f"bootstrap 95% interval of the ratio; a run that never solves counts at the run's length (a lower bound). "
+        f"inv_d at its own best learning rate: {line(readings['own'])}. inv_d at sqrt's best learning rate: "
+        f"{line(readings['sqrt'])}. Rule for the slowdown, per cell: the ratio's interval inside {low:g}-{high:g}x "
+        f"supports '2-3x slower', wholly below {NOT_SLOWER_BELOW:g}x refutes it, otherwise partly (cells that disagree: "
+        f"partly); readings: {readings_line(verdicts)}. The factual half: {HF_BERT_2018} With the implementation's "
+        f"1/d_k {'confirmed' if implementation_used_inv_d else 'not confirmed'}, the claim as a whole is at most "
+        f"partly supported.")
     numbers = {f"steps_ratio_{r['reading']}_{r['d_head']}": r["ratio"] for rows in readings.values() for r in rows}
     numbers["hf_bert_used_inv_d"] = int(implementation_used_inv_d)
     return Finding(verdict, evidence, numbers)
@@ -507,36 +564,47 @@ def grad_ratios(result: dict) -> list[float]:
 
 
 def judge_c17(result: dict) -> Finding:
+    """Supported if the gradient drops more than GRAD_DROP x (the bootstrap interval of the median
+    ratio lies above it) and no unscaled seed beats the copy baseline; refuted if the drop is clearly
+    smaller (interval below) and every unscaled seed beats it; partly otherwise."""
     ratios = grad_ratios(result)
     copy = result["baselines"]["recall"]["copy"]
     beats = []
-    for d in result["config"]["d_heads"]:
+    for d in task_d_heads(result, "recall"):
         if d < 64:
             continue
         runs = runs_at(result, "recall", "none", d, best_lr(result, "recall", "none", d))
         if runs:
             above = sum(accuracy(r) > copy + BEATS_COPY for r in runs)
-            beats.append({"d_head": d, "beats": above >= majority_of(len(runs)), "above": above, "seeds": len(runs),
+            beats.append({"d_head": d, "above": above, "seeds": len(runs), "interval": intervals.wilson(above, len(runs)),
                           "acc": spread([accuracy(r) for r in runs])})
     if not ratios or not beats:
         return Finding(NOT_TESTABLE, "No matched sqrt / none recall runs at d_head >= 64 in this configuration.")
     median = statistics.median(ratios)
-    drops = median > GRAD_DROP
-    never = not any(b["beats"] for b in beats)
-    always = all(b["beats"] for b in beats)
-    verdict = SUPPORTED if drops and never else (REFUTED if not drops and always else PARTLY)
+    ratio_interval = intervals.bootstrap(ratios)
+    drop = intervals.side(ratio_interval, GRAD_DROP)
+    never = all(b["above"] == 0 for b in beats)
+    always = all(b["above"] == b["seeds"] for b in beats)
+    if drop == intervals.ABOVE and never:
+        verdict = SUPPORTED
+    elif drop == intervals.BELOW and always:
+        verdict = REFUTED
+    else:
+        verdict = PARTLY
     evidence = (
         f"Gradient norm of the first layer's W_q and W_k (mean over the first half of training), sqrt over none, "
-        f"matched seeds at sqrt's best learning rate, d_head >= 64: median {fmt(median)} (range {fmt(min(ratios))}-"
-        f"{fmt(max(ratios))}, {len(ratios)} pairs; below 1 means the unscaled gradient is larger). Unscaled recall at its "
-        f"best learning rate against the copy baseline {copy:.3f}: "
+        f"matched seeds at sqrt's best learning rate, d_head >= 64: median {fmt(median)} "
+        f"{intervals.fmt_interval(ratio_interval, 3)} (bootstrap 95%; range {fmt(min(ratios))}-{fmt(max(ratios))}, "
+        f"{len(ratios)} pairs; below 1 means the unscaled gradient is larger). Unscaled recall at its best learning rate "
+        f"against the copy baseline {copy:.3f}: "
         + "; ".join(f"d_head {b['d_head']}: accuracy {fmt_spread(b['acc'], 2)}, above the baseline by more than "
-                    f"{BEATS_COPY} in {b['above']} of {b['seeds']} seeds" for b in beats)
-        + f". Rule: supported if the gradient is more than {GRAD_DROP:g}x smaller and the unscaled model never beats "
-          f"the copy baseline (it learns nothing attention is needed for); refuted if neither holds anywhere; partly "
-          f"otherwise.")
+                    f"{BEATS_COPY} in {b['above']} of {b['seeds']} seeds {intervals.fmt_interval(b['interval'], percent=True)}"
+                    for b in beats)
+        + f". Rule: supported if the gradient is more than {GRAD_DROP:g}x smaller (the interval above {GRAD_DROP:g}) and "
+          f"no unscaled seed beats the copy baseline (it learns nothing attention is needed for); refuted if the drop is "
+          f"clearly smaller (interval below {GRAD_DROP:g}) and every unscaled seed beats it; partly otherwise.")
     return Finding(verdict, evidence, {"median_grad_ratio_sqrt_over_none": median,
-                                       "none_beats_copy_cells": sum(b["beats"] for b in beats)})
+                                       "none_beats_copy_cells": sum(b["above"] >= majority_of(b["seeds"]) for b in beats)})
 
 
 # --------------------------------------------------------------------------- C18: the balance point
@@ -563,7 +631,8 @@ def final_entropy(result: dict, task: str, rule: str, d: int) -> float | None:
 
 def judge_c18(result: dict) -> Finding:
     rules = result["config"]["rules"]
-    voting_cells = [(t, d) for t in tasks_of(result) for d in task_d_heads(result, t) if reference(result, t, d)["works"]]
+    main_grid = {"recall": result["config"]["d_heads"], "shakespeare": result["config"]["lm_d_heads"]}
+    voting_cells = [(t, d) for t in tasks_of(result) for d in main_grid[t] if reference(result, t, d)["works"]]
     if not voting_cells:
         return Finding(NOT_TESTABLE, "sqrt itself did not work in any cell at this size; inconclusive.")
     sqrt_ok = []

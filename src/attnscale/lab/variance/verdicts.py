@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ... import claims
+from ... import claims, intervals
 from ...claims import Finding
 from .experiment import DTYPES, GAUSS_BEYOND_3, INIT_NAMES, Z95
 
@@ -19,11 +19,13 @@ LARGE_LIKELY = 0.5
 # C15: "differs little" at d_k = 2: rows at most this far apart in total variation, and at most this
 # fraction of the distance at the largest d_k measured.
 SMALL_TV, SMALL_TV_RATIO = 0.1, 0.25
+# C02: a rejected Var = d_k is 'partly' right while every row's interval reaches within this of d_k
+RATIO_TOLERANCE = 0.25
 
 # The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
 NUMBER_KEYS = {
     "C01": tuple(f"var[{name}]" for name in INIT_NAMES) + tuple(f"closed_form_var[{name}]" for name in INIT_NAMES),
-    "C02": ("share_in_ci", "max_rel_error", "max_std_errors", "max_d_k"),
+    "C02": ("max_std_errors", "critical_std_errors", "max_rel_error", "rows", "max_d_k"),
     "C03": ("share_within_band", "max_std_ratio_error", "max_share_beyond_3std", "share_abs_above_3"),
     "C08": tuple(f"share_differ[{name}]" for name in DTYPES) + ("max_ulp",),
     "C15": ("tv_dk2", "tv_dk_large", "dk_large", "entropy_dk2_sqrt", "entropy_dk2_none"),
@@ -50,39 +52,53 @@ def judge_c01(result: dict) -> Finding:
     return Finding(verdict, evidence, numbers)
 
 
+def var_z(row: dict) -> float:
+    """How many standard errors the measured Var(q.k) of a row lies from the exact d_k (the row's
+    interval is var +- Z95 se, the standard error from the sample's own fourth moment)."""
+    se = (row["var_hi"] - row["var_lo"]) / (2 * Z95)
+    return abs(row["var"] - row["d_k"]) / se if se > 0 else (0.0 if row["var"] == row["d_k"] else math.inf)
+
+
 def judge_c02(result: dict) -> Finding:
-    """Supported if, for the independent unit-variance families, the exact d_k lies in the measured
-    variance's 95% interval in >= 90% of rows and no row is more than 4 standard errors off;
-    partly if every Var/d_k is within 25% of 1; refuted otherwise."""
+    """One test of Var(q.k) = d_k over every row of the independent unit-variance families: it
+    rejects when some row is more than :func:`intervals.bonferroni_z` standard errors off, so a true
+    premise is rejected with probability at most FAMILY_ALPHA (1%) whatever the number of rows.
+    Not rejected: supported.  Rejected: refuted if some row's Var/d_k interval lies wholly more
+    than RATIO_TOLERANCE from 1, partly otherwise (off, but by little)."""
     rows = [r for r in result["dot"] if r["family"] in INDEPENDENT_UNIT]
     if not rows:
         return Finding(claims.NOT_TESTABLE, "no independent unit-variance family was sampled.")
-    in_ci = sum(r["var_in_ci"] for r in rows) / len(rows)
+    critical = intervals.bonferroni_z(len(rows), intervals.FAMILY_ALPHA)
+    zs = [var_z(r) for r in rows]
+    worst_z = max(zs)
     worst = max(abs(r["var"] / r["d_k"] - 1) for r in rows)
-    worst_z = max(abs(r["var"] - r["d_k"]) / max((r["var_hi"] - r["var_lo"]) / (2 * Z95), 1e-300) for r in rows)
+    far_off = [r for r in rows if r["var_lo"] > r["d_k"] * (1 + RATIO_TOLERANCE) or r["var_hi"] < r["d_k"] * (1 - RATIO_TOLERANCE)]
+    rejected = worst_z > critical
+    verdict = claims.SUPPORTED if not rejected else (claims.REFUTED if far_off else claims.PARTLY)
     corr = [r for r in result["dot"] if r["family"] == "correlated"]
     corr_text = ""
     if corr:
         big = corr[-1]
         corr_text = (f" The premise matters: with k = q + noise (not independent) at d_k = {big['d_k']} the measured "
-                     f"variance is {big['var'] / big['d_k']:.3f} d_k and the mean {big['mean']:.4g}, where the "
-                     f"independent formula says {big['pred_var'] / big['d_k']:.3f} d_k and 0 (exact: "
-                     f"{big['exact_var'] / big['d_k']:.3f} d_k and {big['exact_mean']:.4g}).")
-    if in_ci >= 0.9 and worst_z <= 4:
-        verdict = claims.SUPPORTED
-    elif worst <= 0.25:
-        verdict = claims.PARTLY
-    else:
-        verdict = claims.REFUTED
+                     f"variance is {big['var'] / big['d_k']:.3f} d_k ({var_z({**big, 'd_k': big['pred_var']}):.0f} "
+                     f"standard errors from the independent formula's {big['pred_var'] / big['d_k']:.3f} d_k) and the "
+                     f"mean {big['mean']:.4g}, where the formula says 0 (exact: {big['exact_var'] / big['d_k']:.3f} d_k "
+                     f"and {big['exact_mean']:.4g}).")
     dks = sorted({r["d_k"] for r in rows})
     samples = sorted({r["samples"] for r in rows})
+    in_ci = sum(r["var_in_ci"] for r in rows)
     evidence = (f"For {', '.join(INDEPENDENT_UNIT)} components and d_k = {dks[0]}..{dks[-1]} ({samples[0]}-{samples[-1]} "
-                f"samples each), Var(q.k) = d_k lies in the measured 95% interval in {in_ci:.0%} of {len(rows)} rows; "
-                f"the largest |Var/d_k - 1| is {worst:.3f}, at most {worst_z:.1f} standard errors. So std = sqrt(d_k). "
-                f"Rule: supported if >= 90% of intervals contain d_k and no row is more than 4 standard errors off, "
-                f"partly if every ratio is within 25% of 1, refuted otherwise.{corr_text}")
-    return Finding(verdict, evidence, {"share_in_ci": in_ci, "max_rel_error": worst, "max_std_errors": worst_z,
-                                       "max_d_k": dks[-1]})
+                f"samples each), the measured Var(q.k) is at most {worst_z:.2f} standard errors from d_k over the "
+                f"{len(rows)} rows (largest |Var/d_k - 1| {worst:.3f}; d_k inside {in_ci} of the {len(rows)} nominal 95% "
+                f"intervals), against a critical {critical:.2f}: the test "
+                f"{'rejects' if rejected else 'does not reject'} Var(q.k) = d_k"
+                f"{', so std = sqrt(d_k)' if not rejected else ''}. Rule: one test over all rows, rejecting when some "
+                f"row is more than {critical:.2f} standard errors off (Bonferroni over {len(rows)} rows: a true "
+                f"Var = d_k is rejected with probability at most {intervals.FAMILY_ALPHA:.0%}); not rejected supports "
+                f"the claim; rejected refutes it if some row's 95% interval lies wholly more than "
+                f"{RATIO_TOLERANCE:.0%} from d_k, and partly supports it otherwise.{corr_text}")
+    return Finding(verdict, evidence, {"max_std_errors": worst_z, "critical_std_errors": critical,
+                                       "max_rel_error": worst, "rows": len(rows), "max_d_k": dks[-1]})
 
 
 def judge_c03(result: dict) -> Finding:

@@ -1,0 +1,120 @@
+"""Uncertainty for the numbers a verdict rule compares with a threshold.
+
+* :func:`wilson`: the Wilson score interval of a rate (k successes in n trials); unlike the
+  normal approximation it stays inside [0, 1] and is usable at k = 0 or k = n with few trials;
+* :func:`bootstrap`: a percentile bootstrap interval of any statistic of one sample, and
+  :func:`bootstrap_ratio` for a ratio of two independent samples' statistics, both from a
+  seeded generator (same seed, same interval);
+* :func:`bonferroni_z`: the critical |z| of m two-sided tests whose family-wise false-rejection
+  rate is at most ``alpha``;
+* :func:`side`: where an interval lies against a threshold ("above", "below" or "straddles"),
+  the one question a rule asks of it: a rule decides a part of a claim only where the interval
+  clears the threshold.
+
+Pure Python: these run on a few dozen numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from typing import Callable, Sequence
+
+LEVEL = 0.95                # two-sided level of every interval a verdict quotes
+BOOTSTRAP_RESAMPLES = 2000
+FAMILY_ALPHA = 0.01         # the false-rejection rate of a Monte Carlo test of an exact claim
+
+
+def normal_quantile(p: float) -> float:
+    if not 0 < p < 1:
+        raise ValueError(f"p must lie in (0, 1), got {p!r}")
+    return statistics.NormalDist().inv_cdf(p)
+
+
+def z_of(level: float = LEVEL) -> float:
+    """The two-sided normal critical value for ``level`` (1.96 at 0.95)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    return normal_quantile(0.5 + level / 2)
+
+
+def wilson(successes: int, trials: int, level: float = LEVEL) -> tuple[float, float]:
+    """The Wilson score interval of ``successes / trials``; (0, 1) for no trials."""
+    if not (isinstance(successes, int) and isinstance(trials, int)) or not 0 <= successes <= trials:
+        raise ValueError(f"need integers 0 <= successes <= trials, got {successes!r} of {trials!r}")
+    if trials == 0:
+        return 0.0, 1.0
+    z = z_of(level)
+    rate = successes / trials
+    centre = (rate + z * z / (2 * trials)) / (1 + z * z / trials)
+    half = z * math.sqrt(rate * (1 - rate) / trials + z * z / (4 * trials * trials)) / (1 + z * z / trials)
+    # at k = 0 or k = n the bound is exactly 0 or 1; rounding must not move it
+    return (0.0 if successes == 0 else max(0.0, centre - half)), (1.0 if successes == trials else min(1.0, centre + half))
+
+
+def _percentiles(values: list[float], level: float) -> tuple[float, float]:
+    values = sorted(values)
+    tail = (1 - level) / 2
+    low = values[max(0, math.floor(tail * len(values)))]
+    high = values[min(len(values) - 1, math.ceil((1 - tail) * len(values)) - 1)]
+    return low, high
+
+
+def bootstrap(sample: Sequence[float], statistic: Callable[[list[float]], float] = statistics.median, *,
+              seed: int = 0, level: float = LEVEL, resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` over ``sample`` (seeded)."""
+    sample = list(sample)
+    if not sample:
+        raise ValueError("bootstrap needs at least one value, got none")
+    rng = random.Random(seed)
+    draws = [statistic(rng.choices(sample, k=len(sample))) for _ in range(resamples)]
+    return _percentiles(draws, level)
+
+
+def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float],
+                    statistic: Callable[[list[float]], float] = statistics.median, *, seed: int = 0,
+                    level: float = LEVEL, resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float]:
+    """Percentile bootstrap interval of statistic(numerator) / statistic(denominator), the two
+    samples resampled independently (seeded); a zero denominator gives inf."""
+    numerator, denominator = list(numerator), list(denominator)
+    if not numerator or not denominator:
+        raise ValueError("bootstrap_ratio needs values in both samples")
+    rng = random.Random(seed)
+    draws = []
+    for _ in range(resamples):
+        top = statistic(rng.choices(numerator, k=len(numerator)))
+        bottom = statistic(rng.choices(denominator, k=len(denominator)))
+        draws.append(top / bottom if bottom else math.inf)
+    return _percentiles(draws, level)
+
+
+def bonferroni_z(tests: int, alpha: float = FAMILY_ALPHA) -> float:
+    """The |z| beyond which one of ``tests`` two-sided normal tests rejects, so that all of them
+    together reject a true premise with probability at most ``alpha``."""
+    if not isinstance(tests, int) or tests < 1:
+        raise ValueError(f"tests must be an integer >= 1, got {tests!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+    return normal_quantile(1 - alpha / (2 * tests))
+
+
+ABOVE, BELOW, STRADDLES = "above", "below", "straddles"
+
+
+def side(interval: tuple[float, float], threshold: float) -> str:
+    """"above" if the interval lies at or above the threshold, "below" if wholly below it,
+    "straddles" otherwise."""
+    low, high = interval
+    if low >= threshold:
+        return ABOVE
+    if high < threshold:
+        return BELOW
+    return STRADDLES
+
+
+def fmt_interval(interval: tuple[float, float], digits: int = 2, percent: bool = False) -> str:
+    low, high = interval
+    if percent:
+        return f"[{low:.0%}-{high:.0%}]"
+    return f"[{low:.{digits}g}-{high:.{digits}g}]"
