@@ -118,7 +118,7 @@ def test_no_fixed_comparison_survives_other_numbers():
 @pytest.mark.parametrize("verdict, progress, phrase", [
     (REFUTED, 0.9, "training does not stall: it learned 90%"),
     (SUPPORTED, 0.05, "training stalls: it learned 5%"),
-    (PARTLY, 0.5, "training is hurt: it learned 50%"),
+    (PARTLY, 0.5, "training stalls in some settings or seeds, not in all: it learned 50%"),
 ])
 def test_the_text_follows_the_verdict(verdict, progress, phrase):
     findings = {**MEASURED, "training": training(verdict, progress)}

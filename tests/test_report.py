@@ -177,8 +177,11 @@ def test_a_half_not_testable_stays_in_the_verdict_line():
     assert c13["verdict"] == REFUTED and c13["verdict_line"] == "refuted (old-BERT half not testable here)"
     alone = {r["id"]: r for r in claims.evaluate({"doctor": found["doctor"]})}["C13"]
     assert alone["verdict_line"] == "not testable here (slowdown half not measured yet)"
-    scoped = claims.evaluate({"saturation": {"C16": Finding(SUPPORTED, "", scope="for up to 8 keys only")}})
-    assert {r["id"]: r for r in scoped}["C16"]["verdict_line"] == "supported (for up to 8 keys only)"
+    scoped = claims.evaluate({"saturation": {"C16": Finding(PARTLY, "", scope="for up to 8 keys only")}})
+    assert {r["id"]: r for r in scoped}["C16"]["verdict_line"] == "partly supported (for up to 8 keys only)"
+    # a qualifier that narrows the claim cannot come with "supported"
+    with pytest.raises(ValueError, match="at most 'partly supported'"):
+        Finding(SUPPORTED, "", scope="for up to 8 keys only")
 
 
 def test_declared_number_keys_are_checked_both_ways():

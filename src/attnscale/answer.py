@@ -250,7 +250,8 @@ def no_scaling(ev: Evidence, lang: str) -> str:
                 f"{_at_least(saturated)} or more of the rows are already near one-hot, {gradient}.")
         if trained == PENDING or not progress:
             return text + " " + _pending("C06", lang, "training")
-        verb = {REFUTED: "training does not stall", SUPPORTED: "training stalls"}.get(trained, "training is hurt")
+        verb = {REFUTED: "training does not stall", SUPPORTED: "training stalls"}.get(
+            trained, "training stalls in some settings or seeds, not in all")
         return text + (f" Trained at d_head {_d_heads(progress)}, {verb}: it learned {_span(progress.values())} of "
                        f"what 1/sqrt(d_k) learned.")
     if max_logit >= 50:
@@ -268,7 +269,7 @@ def no_scaling(ev: Evidence, lang: str) -> str:
             f"至少 {_at_least(saturated)} 的行已经接近 one-hot，{gradient}。")
     if trained == PENDING or not progress:
         return text + _pending("C06", lang, "training")
-    verb = {REFUTED: "训练并未停滞", SUPPORTED: "训练确实停滞"}.get(trained, "训练受到影响")
+    verb = {REFUTED: "训练并未停滞", SUPPORTED: "训练确实停滞"}.get(trained, "训练在部分设置或种子下停滞，并非全部")
     return text + f"d_head 为 {_d_heads(progress)} 时，{verb}：学到的相当于 1/sqrt(d_k) 的 {_span(progress.values())}。"
 
 

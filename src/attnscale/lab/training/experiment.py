@@ -87,12 +87,15 @@ class Config:
     t5_lm_d_head: int = 64
     t5_optimisers: tuple[tuple[str, float], ...] = (("adamw", 3e-3), ("adafactor", 1e-2))
     # recall at a d_head where unscaled logits start far out (std sqrt(256) = 16): the rules that decide
-    # "no scaling stalls" only, on a fixed grid (no widening), to keep the quick budget
+    # "no scaling stalls" only, on fixed grids (no widening; sqrt, the reference, at one rate), to keep
+    # the quick budget
     decisive_d_heads: tuple[int, ...] = (256,)
     decisive_rules: tuple[str, ...] = ("sqrt", "none")
     decisive_lrs: tuple[float, ...] = (1e-3, 3e-3)
-    # seeds added to a deciding cell while all its seeds agree, up to this many (fewer where runs cost more)
-    seed_cap: int = 12
+    decisive_sqrt_lrs: tuple[float, ...] = (1e-3,)
+    # seeds added to a deciding cell while all its seeds agree, and to sqrt's reference cells, up to
+    # this many (fewer where runs cost more)
+    seed_cap: int = 8
     seed_cap_large: int = 6
     large_d_head: int = 256
 
@@ -104,7 +107,7 @@ class Config:
                       non_negative=("lr_widen",), int_tuples=("d_heads", "lm_d_heads"),
                       float_tuples=("recall_lrs", "lm_lrs", "deep_lrs"))
         if self.decisive_d_heads:
-            checks.fields(self, int_tuples=("decisive_d_heads",), float_tuples=("decisive_lrs",))
+            checks.fields(self, int_tuples=("decisive_d_heads",), float_tuples=("decisive_lrs", "decisive_sqrt_lrs"))
         for rule in self.decisive_rules:
             checks.one_of("decisive rule", rule, self.rules)
         if min(self.seed_cap, self.seed_cap_large) < self.seeds:
@@ -224,7 +227,7 @@ def decisive_cells(config: Config) -> list[tuple[str, str, int]]:
 def start_grid(config: Config, task: str, rule: str, d_head: int) -> tuple[float, ...]:
     """A cell's first learning rates: the decisive point's fixed grid, or :func:`initial_lrs`."""
     if d_head not in d_heads_of(config, task):
-        return tuple(lr_value(lr) for lr in config.decisive_lrs)
+        return tuple(lr_value(lr) for lr in (config.decisive_sqrt_lrs if rule == "sqrt" else config.decisive_lrs))
     return initial_lrs(config, task, rule, d_head)
 
 
@@ -450,22 +453,28 @@ def reference_works(run: dict, baselines: dict) -> bool:
     return final <= baselines["shakespeare"]["bigram"] - LM_MARGIN
 
 
+# rules the verdicts also read at sqrt's best rate, from this d_head on: inv_d (C05, C13) and no
+# scaling (C06, C17, which look at d_head >= 64)
+READ_AT_SQRT_LR = {"inv_d": 1, "none": 64}
+
+
 def deciding_cells(config: Config, best: dict[tuple, dict]) -> list[tuple[str, str, int, float]]:
-    """The cells the verdicts read: each rule at its own best rate, and at sqrt's (sqrt's own is the
-    reference every comparison divides by)."""
+    """The cells the verdicts read: each rule at its own best rate (sqrt's own is the reference
+    every comparison divides by), and the rules of READ_AT_SQRT_LR at sqrt's."""
     out = []
     for (task, rule, d), info in sorted(best.items()):
         out.append((task, rule, d, info["lr"]))
         ref = best.get((task, "sqrt", d))
-        if rule != "sqrt" and ref is not None and ref["lr"] != info["lr"]:
+        if (d >= READ_AT_SQRT_LR.get(rule, math.inf) and ref is not None and ref["lr"] != info["lr"]):
             out.append((task, rule, d, ref["lr"]))
     return out
 
 
 def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict], baselines: dict) -> list[tuple[str, RunSpec]]:
-    """Seeds for every deciding cell whose seeds all agree and that is below its cap: twice as many
-    (at most the cap).  Agreement is on the outcome a verdict reads: for sqrt's reference cell, solved
-    or not; for any other rule, stalls (progress below STALL_BELOW) or not.  A cell whose seeds
+    """Seeds for every deciding cell below its cap: twice as many (at most the cap).  sqrt's reference
+    cells always get them (each comparison divides by their median gain, and whether they solve the
+    task decides whether a cell votes).  Any other cell gets them while its seeds agree on the
+    outcome a verdict reads, stalls (progress below STALL_BELOW) or not: a cell whose seeds
     disagree is decided (its outcome is split, a finding) and gets no more."""
     by_cell: dict[tuple, list[dict]] = {}
     for r in runs:
@@ -477,7 +486,7 @@ def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict], base
         if not members or len(members) >= cap:
             continue
         if rule == "sqrt":
-            outcomes = {reference_works(r, baselines) for r in members}
+            outcomes = {True}
         else:
             ref = by_cell.get((task, "sqrt", d, best[(task, "sqrt", d)]["lr"]), []) if (task, "sqrt", d) in best else []
             if not ref:
