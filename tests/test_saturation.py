@@ -251,11 +251,19 @@ def _c16_edit(result, n, **values):
     return res
 
 
+def _c16_where_the_ranges_hold(r):
+    """The measurement kept to the key counts where the seed's ranges hold."""
+    edited = copy.deepcopy(r)
+    edited["derivative_in_use"] = {n: u for n, u in r["derivative_in_use"].items()
+                                   if u["share_p_in_5_95"] >= 0.5 and u["share_diag_in_5_25"] >= 0.5}
+    return edited
+
+
 C16_CASES = {
-    # the measurement as it is: near 0 at 100; the ranges hold with 2 keys (and fail at 128)
-    claims.SUPPORTED: lambda r: r,
-    # logits too spread for the ranges even with 2 keys (sqrt-scaled q.k of std 4: p_i mostly near 0 or 1)
-    claims.PARTLY: lambda r: _c16_edit(r, 2, share_p_in_5_95=0.3, share_diag_in_5_25=0.3),
+    # near 0 at 100, and the ranges hold at every key count measured
+    claims.SUPPORTED: _c16_where_the_ranges_hold,
+    # the measurement as it is: the ranges hold with 2 keys and fail at 128, a narrower claim than the seed's
+    claims.PARTLY: lambda r: r,
     claims.REFUTED: lambda r: _c16_edit({**r, "derivative": {n: {**c, "at_100": {**c["at_100"], "diag": 0.1}}
                                                              for n, c in r["derivative"].items()}},
                                         2, share_p_in_5_95=0.3, share_diag_in_5_25=0.3),
@@ -276,6 +284,10 @@ def test_c16_names_where_the_ranges_hold(result):
     few = copy.deepcopy(result)  # measured only where the ranges can hold: no narrower scope to name
     few["derivative_in_use"] = {n: u for n, u in few["derivative_in_use"].items() if int(n) <= up_to}
     assert saturation.judge_c16(few).verdict == claims.SUPPORTED and saturation.judge_c16(few).scope is None
+    assert measured.verdict == claims.PARTLY  # the qualifier narrows the claim
+    # logits too spread for the ranges even with 2 keys (sqrt-scaled q.k of std 4: p_i mostly near 0 or 1)
+    spread = _c16_edit(result, 2, share_p_in_5_95=0.3, share_diag_in_5_25=0.3)
+    assert saturation.judge_c16(spread).verdict == claims.PARTLY and saturation.judge_c16(spread).scope is None
 
 
 def test_c18_rule(result):

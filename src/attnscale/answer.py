@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 from .claims import BY_ID, CLAIMS, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, VERDICTS, key_declared
+from .errors import UserError
 from .lab.numerics import KL_CHEAP, MEMORY_SAVED, WRONG_OUTPUT
 from .lab.training.verdicts import EQUIVALENT_LOGITS  # the C10 rule's threshold on the trained logit std gap
 from .lab.variance import SMALL_TV, SMALL_TV_RATIO
@@ -48,6 +49,8 @@ READS = {
     ("C18", "training"): ("cells", "sqrt_near_best_cells"),
 }
 
+TEXT_NUMBERS = {("C11", "trained_model")}  # the declared numbers that hold text
+
 VERDICT_ZH = {SUPPORTED: "支持", PARTLY: "部分支持", REFUTED: "不成立", NOT_TESTABLE: "此处无法检验", PENDING: "待测"}
 OPTIMISER_NAMES = {"adamw": "AdamW", "sgd": "SGD", "adafactor": "Adafactor"}
 
@@ -72,7 +75,15 @@ class Evidence:
         return f"{labs[0]}.{key}" if len(BY_ID[claim_id].labs) > 1 else key
 
     def number(self, claim_id: str, key: str):
-        return self.claims[claim_id]["numbers"].get(self._key(claim_id, key))
+        """A declared number (None where the report has none); a value of another type is a report
+        that attnscale did not write: UserError naming it."""
+        value = self.claims[claim_id]["numbers"].get(self._key(claim_id, key))
+        text_ok = (claim_id, key) in TEXT_NUMBERS
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float, str))
+                                  or (isinstance(value, str) and not text_ok)):
+            raise UserError(f"the report's numbers are not what attnscale writes: {claim_id}'s {key!r} is "
+                            f"{value!r}; run `attnscale report` again")
+        return value
 
     def family(self, claim_id: str, prefix: str) -> dict[str, float]:
         """The numeric members of a declared family ``prefix*``, by their suffix."""
@@ -477,36 +488,34 @@ def check_report(report, source: str = "the report") -> dict:
     C01..C18, each with a known verdict and a ``numbers`` object; else ValueError naming
     what is wrong (``source`` names the report in the message)."""
     if not isinstance(report, dict) or not isinstance(report.get("claims"), list):
-        raise ValueError(f"{source} is not a report.json (no 'claims' list)")
+        raise UserError(f"{source} is not a report.json (no 'claims' list)")
     found = {}
     for claim in report["claims"]:
         if not isinstance(claim, dict) or not isinstance(claim.get("id"), str):
-            raise ValueError(f"{source} is not a report.json: an entry of 'claims' is not a claim with an 'id'")
+            raise UserError(f"{source} is not a report.json: an entry of 'claims' is not a claim with an 'id'")
         if (claim.get("verdict") not in (*VERDICTS, PENDING) or not isinstance(claim.get("numbers"), dict)
                 or not isinstance(claim.get("lab_verdicts", {}), dict)):
-            raise ValueError(f"{source} is not a complete report.json: claim {claim['id']!r} lacks a known "
+            raise UserError(f"{source} is not a complete report.json: claim {claim['id']!r} lacks a known "
                              "'verdict' or a 'numbers' object")
         found[claim["id"]] = claim
     missing = [claim.id for claim in CLAIMS if claim.id not in found]
     if missing:
         named = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
-        raise ValueError(f"{source} is not a complete report.json: claim{'s' if len(missing) > 1 else ''} {named} "
+        raise UserError(f"{source} is not a complete report.json: claim{'s' if len(missing) > 1 else ''} {named} "
                          "missing; run `attnscale report` again")
     return report
 
 
 def _sentence(build, ev: Evidence, lang: str) -> str:
-    try:
-        return build(ev, lang)
-    except (TypeError, ValueError, KeyError, IndexError, AttributeError, ZeroDivisionError) as error:
-        raise ValueError(f"the report's numbers for {build.__name__} are not what attnscale writes "
-                         f"({type(error).__name__}: {str(error)[:80]}); run `attnscale report` again") from None
+    """One sentence; the numbers it reads are checked as they are read (:meth:`Evidence.number`), so
+    an exception here is a bug, and is left to say so."""
+    return build(ev, lang)
 
 
 def compose(report: dict, lang: str = "en") -> dict:
     """The 30-second answer and the three follow-ups, as lists of sentences."""
     if lang not in LANGS:
-        raise ValueError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
+        raise UserError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
     ev = Evidence(check_report(report))
     answer = [_spaced(_sentence(f, ev, lang), lang)
               for f in (variance, init_premise, sqrt_rule, inv_d_rule, no_scaling, low_precision, balance)]
@@ -542,10 +551,10 @@ def load_report(path: str | Path) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"no report at {str(path)!r}; run `attnscale report` first (or pass --report)")
     if not path.is_file():
-        raise ValueError(f"{str(path)!r} is a folder, not a report.json")
+        raise UserError(f"{str(path)!r} is a folder, not a report.json")
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{str(path)!r} is not a report.json: {error}") from None
+        raise UserError(f"{str(path)!r} is not a report.json: {error}") from None
     return check_report(report, repr(str(path)))
 

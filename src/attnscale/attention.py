@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import memory, scaling
+from .errors import UserError
 from .softmax import check_block_size, check_float, check_mask, naive_softmax, stable_softmax, stats_dtype
 
 IMPLS = ("auto", "sdpa", "naive", "stable", "online")
@@ -38,7 +39,7 @@ WEIGHT_IMPLS = ("naive", "stable")
 
 def check_impl(impl: str) -> str:
     if impl not in IMPLS:
-        raise ValueError(f"unknown attention impl {impl!r}; accepted: {', '.join(IMPLS)}")
+        raise UserError(f"unknown attention impl {impl!r}; accepted: {', '.join(IMPLS)}")
     return impl
 
 
@@ -58,22 +59,22 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         check_float(t, name)
         if t.dim() < 2:
-            raise ValueError(f"{name} must have shape (..., T, d), got {tuple(t.shape)}")
+            raise UserError(f"{name} must have shape (..., T, d), got {tuple(t.shape)}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise UserError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share the last dimension d_k, got {q.shape[-1]} and {k.shape[-1]}")
+        raise UserError(f"q and k must share the last dimension d_k, got {q.shape[-1]} and {k.shape[-1]}")
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same number of keys, got {k.shape[-2]} and {v.shape[-2]}")
+        raise UserError(f"k and v must have the same number of keys, got {k.shape[-2]} and {v.shape[-2]}")
     if not (q.shape[:-2] == k.shape[:-2] == v.shape[:-2]):
-        raise ValueError(
+        raise UserError(
             f"q, k, v must share leading dimensions, got {tuple(q.shape[:-2])}, {tuple(k.shape[:-2])}, {tuple(v.shape[:-2])}"
         )
     if q.shape[-1] < 1:
-        raise ValueError("d_k must be >= 1, got a q with last dimension 0")
+        raise UserError("d_k must be >= 1, got a q with last dimension 0")
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not torch.isfinite(t).all():
-            raise ValueError(f"{name} contains NaN or inf; attention needs finite inputs")
+            raise UserError(f"{name} contains NaN or inf; attention needs finite inputs")
 
 
 def prepare_qk(q, k, rule: scaling.ScaleRule):
@@ -180,7 +181,7 @@ def _attend(q, k, v, factor, mask, causal: bool, impl: str, return_weights: bool
     if impl == "auto":
         impl = "stable" if return_weights else "sdpa"
     if return_weights and impl not in WEIGHT_IMPLS:
-        raise ValueError(f"return_weights=True needs impl in {WEIGHT_IMPLS} or 'auto', got {impl!r}")
+        raise UserError(f"return_weights=True needs impl in {WEIGHT_IMPLS} or 'auto', got {impl!r}")
     if impl == "sdpa":
         return sdpa_attention(q, k, v, factor, mask, causal)
     mask = combined_mask(mask, causal, q.shape[-2], k.shape[-2], q.device)
@@ -275,10 +276,10 @@ class ScaledAttention(nn.Module):
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+                raise UserError(f"{name} must be an integer >= 1, got {value!r}")
         if d_head is None:
             if d_model % n_heads:
-                raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head")
+                raise UserError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head")
             d_head = d_model // n_heads
         scaling.check_d_k(d_head)
         check_impl(impl)
@@ -316,9 +317,9 @@ class ScaledAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool | None = None) -> torch.Tensor:
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
-            raise ValueError(f"expected input (B, T, d_model={self.d_model}), got {tuple(getattr(x, 'shape', ())) or x!r}")
+            raise UserError(f"expected input (B, T, d_model={self.d_model}), got {tuple(getattr(x, 'shape', ())) or x!r}")
         if x.dtype != self.w_q.weight.dtype:
-            raise ValueError(f"input has dtype {x.dtype} but the module's weights {self.w_q.weight.dtype}; convert "
+            raise UserError(f"input has dtype {x.dtype} but the module's weights {self.w_q.weight.dtype}; convert "
                              "one of them with .to()")
         batch, time, _ = x.shape
         q, k, v = (self.split_heads(w(x)) for w in (self.w_q, self.w_k, self.w_v))
@@ -358,7 +359,7 @@ def capture(model: nn.Module, detach: bool = True):
     record = Capture(detach=detach)
     modules = [(name, m) for name, m in model.named_modules() if isinstance(m, ScaledAttention)]
     if not modules:
-        raise ValueError(f"{type(model).__name__} contains no ScaledAttention module to capture")
+        raise UserError(f"{type(model).__name__} contains no ScaledAttention module to capture")
     for name, module in modules:
         module._capture, module._capture_name = record, name or "attn"
     try:

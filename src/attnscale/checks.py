@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import operator
 
+from .errors import UserError
+
 DEVICES = ("cpu", "cuda")
 DTYPES = ("float32", "float64")
 
@@ -23,7 +25,7 @@ def positive_int(name: str, value, minimum: int = 1) -> int:
     except TypeError:
         number = None
     if number is None or isinstance(value, bool) or number < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise UserError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return number
 
 
@@ -32,13 +34,13 @@ def positive_float(name: str, value, allow_zero: bool = False) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value < 0 or (value == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
+        raise UserError(f"{name} must be a finite number {bound}, got {value!r}")
     return float(value)
 
 
 def one_of(name: str, value, accepted) -> str:
     if value not in accepted:
-        raise ValueError(f"unknown {name} {value!r}; accepted: {', '.join(map(str, accepted))}")
+        raise UserError(f"unknown {name} {value!r}; accepted: {', '.join(map(str, accepted))}")
     return value
 
 
@@ -54,7 +56,7 @@ def seed(value) -> int:
     """A seed: an integer in [0, 2^63)."""
     number = positive_int("seed", value, minimum=0)
     if number >= 2**63:
-        raise ValueError(f"seed must be below 2^63, got {value!r}")
+        raise UserError(f"seed must be below 2^63, got {value!r}")
     return number
 
 
@@ -74,7 +76,7 @@ def fields(obj, ints=(), floats=(), non_negative=(), int_tuples=(), float_tuples
         for name in names:
             values = getattr(obj, name)
             if not values:
-                raise ValueError(f"{name} must list at least one value, got {values!r}")
+                raise UserError(f"{name} must list at least one value, got {values!r}")
             for value in values:
                 check(name, value)
     for name, check in (("device", device), ("dtype", dtype), ("seed", seed)):
@@ -85,7 +87,7 @@ def fields(obj, ints=(), floats=(), non_negative=(), int_tuples=(), float_tuples
 def finite_number(name: str, value) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok:
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+        raise UserError(f"{name} must be a finite number, got {value!r}")
     return float(value)
 
 

@@ -4,9 +4,10 @@ Each lab gets a subcommand that runs its preset and prints its tables; labs with
 their own (training, numerics, doctor, ...) register commands from
 ``attnscale.commands.<name>`` (a module with ``register(app)``).
 
-Errors a user can cause (bad options, bad or unwritable files, a store that is not one, work
-that does not fit in memory) print one line on stderr, ``attnscale: error: ...``, and exit
-with code 2; a :class:`attnscale.runtime.Notice` (a value clipped) prints one line
+Errors a user can cause (a :class:`attnscale.errors.UserError`: bad options, bad files, a store
+that is not one, work that does not fit in memory; usage errors; files that cannot be read or
+written) print one line on stderr, ``attnscale: error: ...``, and exit with code 2.  Anything
+else is a bug: one line ``attnscale: internal error: ...`` and the traceback, exit code 1; a :class:`attnscale.runtime.Notice` (a value clipped) prints one line
 ``attnscale: note: ...`` and the command goes on.  Options are checked before any work
 starts and before any progress bar is drawn.  Output never interprets Rich markup: paths
 and user text are printed as they are.
@@ -30,6 +31,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import __version__, lab
+from .errors import UserError
 from .paths import check_folder
 from .runtime import Notice, check_device, check_seed
 
@@ -137,17 +139,11 @@ def make_lab_command(name: str):
     return command
 
 
-def has_module(module_name: str) -> bool:
-    return importlib.util.find_spec(module_name) is not None
-
-
 def register_commands() -> None:
     for name in COMMAND_MODULES:
         importlib.import_module(f"attnscale.commands.{name}").register(app)
-    for name in lab.LABS:
-        if not has_module(f"attnscale.lab.{name}"):
-            continue
-        if has_module(f"attnscale.commands.{name}"):
+    for name in lab.LABS:  # a lab with options of its own has a command module; the rest share one
+        if importlib.util.find_spec(f"attnscale.commands.{name}") is not None:
             importlib.import_module(f"attnscale.commands.{name}").register(app)
         else:
             app.command(name)(make_lab_command(name))
@@ -194,8 +190,19 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+def internal_error(error: BaseException) -> None:
+    """A bug, not bad input: say so in one line, then the traceback; exit code 1."""
+    import traceback
+
+    sys.stderr.write(f"attnscale: internal error (a bug in attnscale, not your input): {type(error).__name__}: "
+                     f"{first_line(error)}\n")
+    traceback.print_exception(error, file=sys.stderr)
+    sys.exit(1)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user errors become one line on stderr and exit code 2; no arguments prints the help."""
+    """Entry point: user errors become one line on stderr and exit code 2; any other exception is
+    an internal error (exit code 1, with its traceback); no arguments prints the help."""
     args = sys.argv[1:] if argv is None else list(argv)
     warnings.showwarning = show_notice
     try:
@@ -204,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(error.format_message().replace("\n", " "))
     except FileNotFoundError as error:
         fail(first_line(error) if error.filename is None else describe_os_error(error))
-    except ValueError as error:
+    except UserError as error:
         fail(first_line(error))
     except OSError as error:  # a file or folder that cannot be read or written
         fail(describe_os_error(error))
@@ -215,4 +222,6 @@ def main(argv: list[str] | None = None) -> None:
     except typer.Abort:
         sys.stderr.write("attnscale: aborted\n")
         sys.exit(130)
+    except Exception as error:  # noqa: BLE001 - everything left is a bug, and is reported as one
+        internal_error(error)
     sys.exit(code if isinstance(code, int) else 0)

@@ -21,6 +21,8 @@ import random
 import statistics
 from typing import Callable, Sequence
 
+from .errors import UserError
+
 LEVEL = 0.95                # two-sided level of every interval a verdict quotes
 BOOTSTRAP_RESAMPLES = 2000
 FAMILY_ALPHA = 0.01         # the false-rejection rate of a Monte Carlo test of an exact claim
@@ -28,21 +30,21 @@ FAMILY_ALPHA = 0.01         # the false-rejection rate of a Monte Carlo test of 
 
 def normal_quantile(p: float) -> float:
     if not 0 < p < 1:
-        raise ValueError(f"p must lie in (0, 1), got {p!r}")
+        raise UserError(f"p must lie in (0, 1), got {p!r}")
     return statistics.NormalDist().inv_cdf(p)
 
 
 def z_of(level: float = LEVEL) -> float:
     """The two-sided normal critical value for ``level`` (1.96 at 0.95)."""
     if not 0 < level < 1:
-        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+        raise UserError(f"level must lie in (0, 1), got {level!r}")
     return normal_quantile(0.5 + level / 2)
 
 
 def wilson(successes: int, trials: int, level: float = LEVEL) -> tuple[float, float]:
     """The Wilson score interval of ``successes / trials``; (0, 1) for no trials."""
     if not (isinstance(successes, int) and isinstance(trials, int)) or not 0 <= successes <= trials:
-        raise ValueError(f"need integers 0 <= successes <= trials, got {successes!r} of {trials!r}")
+        raise UserError(f"need integers 0 <= successes <= trials, got {successes!r} of {trials!r}")
     if trials == 0:
         return 0.0, 1.0
     z = z_of(level)
@@ -66,7 +68,7 @@ def bootstrap(sample: Sequence[float], statistic: Callable[[list[float]], float]
     """Percentile bootstrap interval of ``statistic`` over ``sample`` (seeded)."""
     sample = list(sample)
     if not sample:
-        raise ValueError("bootstrap needs at least one value, got none")
+        raise UserError("bootstrap needs at least one value, got none")
     rng = random.Random(seed)
     draws = [statistic(rng.choices(sample, k=len(sample))) for _ in range(resamples)]
     return _percentiles(draws, level)
@@ -79,7 +81,7 @@ def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float],
     samples resampled independently (seeded); a zero denominator gives inf."""
     numerator, denominator = list(numerator), list(denominator)
     if not numerator or not denominator:
-        raise ValueError("bootstrap_ratio needs values in both samples")
+        raise UserError("bootstrap_ratio needs values in both samples")
     rng = random.Random(seed)
     draws = []
     for _ in range(resamples):
@@ -93,9 +95,9 @@ def bonferroni_z(tests: int, alpha: float = FAMILY_ALPHA) -> float:
     """The |z| beyond which one of ``tests`` two-sided normal tests rejects, so that all of them
     together reject a true premise with probability at most ``alpha``."""
     if not isinstance(tests, int) or tests < 1:
-        raise ValueError(f"tests must be an integer >= 1, got {tests!r}")
+        raise UserError(f"tests must be an integer >= 1, got {tests!r}")
     if not 0 < alpha < 1:
-        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+        raise UserError(f"alpha must lie in (0, 1), got {alpha!r}")
     return normal_quantile(1 - alpha / (2 * tests))
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from .errors import UserError
 from .runtime import torch_device
 
 LIMIT_VARIABLE = "ATTNSCALE_MEMORY_LIMIT"
@@ -40,7 +41,7 @@ def format_bytes(count: float) -> str:
     if isinstance(count, bool) or not isinstance(count, (int, float)):
         raise TypeError(f"a byte count must be a number, got {type(count).__name__}")
     if not math.isfinite(count):
-        raise ValueError(f"a byte count must be finite, got {count!r}")
+        raise UserError(f"a byte count must be finite, got {count!r}")
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if count >= size:
             return f"{count / size:.1f} {unit}"
@@ -51,7 +52,7 @@ def parse_bytes(text: str) -> int:
     """'2G' -> 2147483648, '512M', '1000' (bytes); ValueError naming the bad text."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(text), flags=re.IGNORECASE)
     if not match:
-        raise ValueError(f"{LIMIT_VARIABLE}={text!r} is not a size; accepted: bytes, or a number with K, M, G or T "
+        raise UserError(f"{LIMIT_VARIABLE}={text!r} is not a size; accepted: bytes, or a number with K, M, G or T "
                          "(e.g. 2G)")
     return int(float(match.group(1)) * UNITS[match.group(2).upper()])
 
@@ -61,7 +62,7 @@ def tensor_bytes(shape, dtype: torch.dtype = torch.float32) -> int:
     count = 1
     for size in shape:
         if isinstance(size, bool) or operator.index(size) < 0:  # operator.index: TypeError unless an integer
-            raise ValueError(f"a shape holds sizes >= 0, got {size!r}")
+            raise UserError(f"a shape holds sizes >= 0, got {size!r}")
         count *= operator.index(size)
     if not isinstance(dtype, torch.dtype):
         raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
@@ -142,9 +143,9 @@ def require_memory(bytes_needed: int, what: str, shrink_hint: str, device: str |
     the free memory; when the free memory cannot be told, nothing is refused.
     """
     if isinstance(bytes_needed, bool) or not isinstance(bytes_needed, int) or bytes_needed < 0:
-        raise ValueError(f"bytes_needed must be an integer >= 0, got {bytes_needed!r}")
+        raise UserError(f"bytes_needed must be an integer >= 0, got {bytes_needed!r}")
     free = available_bytes(device)
     if free is not None and bytes_needed > USABLE_SHARE * free:
         where = "" if torch_device(device).type == "cpu" else f" on {device}"
-        raise ValueError(f"{what} would need {format_bytes(bytes_needed)}, but only {format_bytes(free)} is "
+        raise UserError(f"{what} would need {format_bytes(bytes_needed)}, but only {format_bytes(free)} is "
                          f"free{where}; {shrink_hint}")

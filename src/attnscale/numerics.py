@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from . import memory, scaling
+from .errors import UserError
 from .runtime import check_seed, torch_device
 from .softmax import check_float, naive_softmax
 
@@ -38,7 +39,7 @@ def parse_dtype(dtype) -> torch.dtype:
         return dtype
     if isinstance(dtype, str) and aliases.get(dtype, dtype) in DTYPES:
         return DTYPES[aliases.get(dtype, dtype)]
-    raise ValueError(f"unknown dtype {dtype!r}; accepted: float16 (fp16), bfloat16 (bf16), float32 (fp32)")
+    raise UserError(f"unknown dtype {dtype!r}; accepted: float16 (fp16), bfloat16 (bf16), float32 (fp32)")
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -85,7 +86,7 @@ def matmul_accumulation(dtype, device="cpu", length: int = 4096, seed: int = 0) 
     device = torch_device(device)
     seed = check_seed(seed)
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        raise ValueError(f"length must be an integer >= 1, got {length!r}")
+        raise UserError(f"length must be an integer >= 1, got {length!r}")
     memory.require_memory(4 * memory.tensor_bytes((8, length), torch.float64), f"the matmul probe of length {length}",
                           "use a shorter length")
     gen = torch.Generator().manual_seed(seed)
@@ -109,17 +110,17 @@ def _check_qk(q, k) -> torch.Size:
     for name, t in (("q", q), ("k", k)):
         check_float(t, name)
         if t.dim() < 2:
-            raise ValueError(f"{name} must have shape (..., T, d_k), got {tuple(t.shape)}")
+            raise UserError(f"{name} must have shape (..., T, d_k), got {tuple(t.shape)}")
         if t.shape[-1] < 1 or t.shape[-2] < 1:
-            raise ValueError(f"{name} must have T >= 1 and d_k >= 1, got shape {tuple(t.shape)}")
+            raise UserError(f"{name} must have T >= 1 and d_k >= 1, got shape {tuple(t.shape)}")
         if not torch.isfinite(t).all():
-            raise ValueError(f"{name} contains NaN or inf; the audit needs finite activations")
+            raise UserError(f"{name} contains NaN or inf; the audit needs finite activations")
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must share d_k (last dimension), got {q.shape[-1]} and {k.shape[-1]}")
+        raise UserError(f"q and k must share d_k (last dimension), got {q.shape[-1]} and {k.shape[-1]}")
     try:
         return torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
     except RuntimeError:
-        raise ValueError(f"leading dimensions of q {tuple(q.shape[:-2])} and k {tuple(k.shape[:-2])} "
+        raise UserError(f"leading dimensions of q {tuple(q.shape[:-2])} and k {tuple(k.shape[:-2])} "
                          "do not broadcast") from None
 
 
@@ -247,7 +248,7 @@ def audit(q: torch.Tensor, k: torch.Tensor, *, scale="sqrt", dtype=torch.float16
     rule = scaling.parse(scale)
     batch_shape = _check_qk(q, k)
     if isinstance(max_locations, bool) or not isinstance(max_locations, int) or max_locations < 0:
-        raise ValueError(f"max_locations must be an integer >= 0, got {max_locations!r}")
+        raise UserError(f"max_locations must be an integer >= 0, got {max_locations!r}")
     seed = check_seed(seed)
     d_k, t_q, t_k = q.shape[-1], q.shape[-2], k.shape[-2]
     factor = float(rule.factor(d_k))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .errors import UserError
+
 
 def _existing_ancestor(path: Path) -> Path:
     """The nearest folder (or file) on the way to ``path`` that exists (``path`` itself if it does)."""
@@ -26,12 +28,12 @@ def check_folder(path, what: str) -> Path:
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise ValueError(f"{what} {str(path)!r} is a file, not a folder; give a folder")
+        raise UserError(f"{what} {str(path)!r} is a file, not a folder; give a folder")
     anchor = _existing_ancestor(path)
     if not anchor.is_dir():
-        raise ValueError(f"{what} {str(path)!r} cannot be created: {str(anchor)!r} is a file, not a folder")
+        raise UserError(f"{what} {str(path)!r} cannot be created: {str(anchor)!r} is a file, not a folder")
     if not os.access(anchor, os.W_OK | os.X_OK):
-        raise ValueError(f"{what} {str(path)!r} is not writable: folder {str(anchor)!r} is read-only")
+        raise UserError(f"{what} {str(path)!r} is not writable: folder {str(anchor)!r} is read-only")
     return path
 
 
@@ -39,8 +41,8 @@ def check_file(path, what: str) -> Path:
     """``path`` as a file the process can create or replace; else ValueError."""
     path = Path(path)
     if path.is_dir():
-        raise ValueError(f"{what} {str(path)!r} is a folder; give a file name (e.g. {str(path / 'name')!r})")
+        raise UserError(f"{what} {str(path)!r} is a folder; give a file name (e.g. {str(path / 'name')!r})")
     if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"{what} {str(path)!r} is read-only")
+        raise UserError(f"{what} {str(path)!r} is read-only")
     check_folder(path.parent, f"the folder of {what}")
     return path

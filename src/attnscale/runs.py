@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import checks
+from .errors import UserError
 from .store import SQLiteTable
 from .train import RunSpec, as_spec, group_specs, run_key, train, train_group
 
@@ -270,6 +271,42 @@ def shut_down(pool: cf.ProcessPoolExecutor, grace: float = POOL_GRACE_SECONDS) -
         manager.join()
 
 
+class KeptPool:
+    """A local worker pool kept across several :func:`execute` calls (a lab's rounds of runs), so
+    that its workers start once: spawning two workers that import torch costs about 5 s a round.
+
+    Use it as a context manager; a broken pool (a worker died) is replaced on the next call.
+    """
+
+    def __init__(self, workers: int | None = None, threads: int | None = None):
+        self.workers = check_options("local", workers)
+        self.threads = threads or max(1, default_workers() // self.workers)
+        self.context = multiprocessing.get_context("spawn")
+        self.pool: cf.ProcessPoolExecutor | None = None
+        self.queue = None
+
+    def get(self) -> tuple[cf.ProcessPoolExecutor, object]:
+        if self.pool is None:
+            self.queue = self.context.Queue()
+            self.pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=self.context,
+                                               initializer=init_worker, initargs=(self.threads, os.getpid(), self.queue))
+        else:
+            for _ in drained(self.queue):  # reports of groups an earlier call finished
+                pass
+        return self.pool, self.queue
+
+    def discard(self) -> None:
+        if self.pool is not None:
+            shut_down(self.pool)
+        self.pool = self.queue = None
+
+    def __enter__(self) -> "KeptPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
+
+
 def ray_run_group(specs: list[dict], checkpoint_dir: str | None = None) -> list[tuple[dict, float]]:
     """run_group inside a Ray worker, on one torch thread (Ray gives each task one CPU)."""
     init_worker(1)
@@ -282,10 +319,10 @@ def default_workers() -> int:
 
 def check_options(executor: str, workers: int | None) -> int:
     if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}; accepted: {', '.join(EXECUTORS)}")
+        raise UserError(f"unknown executor {executor!r}; accepted: {', '.join(EXECUTORS)}")
     workers = default_workers() if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an integer >= 1, got {workers!r}")
+        raise UserError(f"workers must be an integer >= 1, got {workers!r}")
     return workers
 
 
@@ -321,13 +358,14 @@ def plan_groups(todo: dict[str, dict], batch_runs: int, workers: int) -> list[li
 def execute(specs, store=None, *, workers: int | None = None, executor: str = "local", address: str | None = None,
             ray_dir: str | Path | None = None, checkpoint_dir: str | Path | None = None,
             threads: int | None = None, batch_runs: int = DEFAULT_BATCH_RUNS,
-            progress: Progress | None = None) -> dict[str, dict]:
+            progress: Progress | None = None, pool: KeptPool | None = None) -> dict[str, dict]:
     """Run every spec the store lacks; return {key: result} for all of ``specs``.
 
     ``store``: a :class:`RunStore` (a path is accepted too) or None for an in-memory one.
     ``batch_runs``: most runs trained together as one group (1: each run alone).
     ``threads``: torch threads per local worker (default: cores // workers).  Duplicate specs
-    run once.  With one local worker the groups run in this process.
+    run once.  With one local worker the groups run in this process.  ``pool``: a
+    :class:`KeptPool` to run the local groups in (its workers and threads), kept for the next call.
     """
     workers = check_options(executor, workers)
     batch_runs = checks.positive_int("batch_runs", batch_runs)
@@ -368,6 +406,8 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
             _ray_execute(groups, todo, workers, address, ray_dir, ckpt, record)
         elif workers == 1:
             _in_process_execute(groups, todo, ckpt, record, threads, steps_done)
+        elif pool is not None:
+            _kept_execute(groups, todo, pool, ckpt, record, steps_done)
         else:
             _local_execute(groups, todo, workers, ckpt, record, threads, steps_done)
     return {key: store.get(key) for key in wanted}
@@ -391,19 +431,35 @@ def _local_execute(groups: list[list[str]], todo: dict, workers: int, ckpt, reco
         queue = context.Queue()
         try:
             with worker_pool(context, min(workers, len(remaining)), threads, queue) as pool:
-                futures = {pool.submit(run_group, [todo[k] for k in keys], ckpt, index): index
-                           for index, keys in remaining.items()}
-                pending = set(futures)
-                while pending:
-                    done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
-                    _drain(queue, remaining, steps_done)
-                    for future in done:
-                        index = futures[future]
-                        record(remaining[index], future.result(), index)
-                        remaining.pop(index)
+                _run_in_pool(pool, queue, remaining, todo, ckpt, record, steps_done)
             return
         except BrokenProcessPool:
             continue  # a worker died: the groups it and its peers held are run again
+    raise RuntimeError(f"the worker pool broke {MAX_POOL_RESTARTS + 1} times; {len(remaining)} groups not done")
+
+
+def _run_in_pool(pool: cf.ProcessPoolExecutor, queue, remaining: dict[int, list[str]], todo: dict, ckpt, record,
+                 steps_done) -> None:
+    futures = {pool.submit(run_group, [todo[k] for k in keys], ckpt, index): index for index, keys in remaining.items()}
+    pending = set(futures)
+    while pending:
+        done, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+        _drain(queue, remaining, steps_done)
+        for future in done:
+            index = futures[future]
+            record(remaining[index], future.result(), index)
+            remaining.pop(index)
+
+
+def _kept_execute(groups: list[list[str]], todo: dict, kept: KeptPool, ckpt, record, steps_done) -> None:
+    remaining = dict(enumerate(groups))
+    for _attempt in range(MAX_POOL_RESTARTS + 1):
+        pool, queue = kept.get()
+        try:
+            _run_in_pool(pool, queue, remaining, todo, ckpt, record, steps_done)
+            return
+        except BrokenProcessPool:
+            kept.discard()  # a worker died: the groups it and its peers held are run again in a new pool
     raise RuntimeError(f"the worker pool broke {MAX_POOL_RESTARTS + 1} times; {len(remaining)} groups not done")
 
 
@@ -433,7 +489,7 @@ def _ray_execute(groups: list[list[str]], todo: dict, workers: int, address, ray
     try:
         import ray
     except ImportError:
-        raise ValueError(RAY_MISSING) from None
+        raise UserError(RAY_MISSING) from None
     started_here, set_token, reaper = not ray.is_initialized(), False, None
     if started_here:
         if address:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import operator
 
+from .errors import UserError
+
 DEVICES = ("cpu", "cuda")
 MAX_SEED = 2**63 - 1  # torch, numpy and Python's random all take seeds in 0..2^63-1
 
@@ -11,12 +13,12 @@ MAX_SEED = 2**63 - 1  # torch, numpy and Python's random all take seeds in 0..2^
 def check_device(device) -> str:
     """``device`` if it is 'cpu', or 'cuda' with a GPU that torch can use; else ValueError."""
     if device not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; accepted: {', '.join(DEVICES)}")
+        raise UserError(f"unknown device {device!r}; accepted: {', '.join(DEVICES)}")
     if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu")
+            raise UserError("device 'cuda' asked for, but torch sees no CUDA GPU; use --device cpu")
     return device
 
 
@@ -27,11 +29,11 @@ def torch_device(device):
     try:
         parsed = torch.device(device)
     except (RuntimeError, TypeError):
-        raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N") from None
+        raise UserError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N") from None
     if parsed.type not in DEVICES:
-        raise ValueError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N")
+        raise UserError(f"unknown device {device!r}; accepted: cpu, cuda, cuda:N")
     if parsed.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA GPU; use cpu")
+        raise UserError(f"device {device!r} asked for, but torch sees no CUDA GPU; use cpu")
     return parsed
 
 
@@ -42,7 +44,7 @@ def check_seed(seed, name: str = "seed") -> int:
     except TypeError:
         value = None
     if value is None or isinstance(seed, bool) or not 0 <= value <= MAX_SEED:
-        raise ValueError(f"{name} must be an integer from 0 to 2^63-1, got {seed!r}")
+        raise UserError(f"{name} must be an integer from 0 to 2^63-1, got {seed!r}")
     return value
 
 

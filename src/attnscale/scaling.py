@@ -30,6 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .errors import UserError
+
 ACCEPTED_SPECS = "sqrt, inv_d, none, const:C (C > 0), power:A (A a number), learned, qknorm, qknorm:G (G > 0)"
 
 INIT_SCHEMES = {
@@ -75,7 +77,7 @@ class ScaleRule:
         except OverflowError:
             value = math.inf
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"scale {self.spec!r} gives the factor {value:g} at d_k = {d_k}, which is not a finite "
+            raise UserError(f"scale {self.spec!r} gives the factor {value:g} at d_k = {d_k}, which is not a finite "
                              f"number > 0 in float64; choose a smaller |A| in power:A or a smaller constant")
         return value
 
@@ -90,7 +92,7 @@ def check_d_k(d_k) -> int:
     except TypeError:
         value = None
     if value is None or isinstance(d_k, bool) or value < 1:
-        raise ValueError(f"d_k must be an integer >= 1, got {d_k!r}")
+        raise UserError(f"d_k must be an integer >= 1, got {d_k!r}")
     return value
 
 
@@ -98,11 +100,11 @@ def _positive_number(text: str, what: str, spec: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(
+        raise UserError(
             f"bad scale spec {spec!r}: {what} {text!r} is not a number; accepted: {ACCEPTED_SPECS}"
         ) from None
     if not math.isfinite(value) or value <= 0:
-        raise ValueError(
+        raise UserError(
             f"bad scale spec {spec!r}: {what} must be finite and > 0, got {text!r}; accepted: {ACCEPTED_SPECS}"
         )
     return value
@@ -116,7 +118,7 @@ def parse(spec: str | ScaleRule) -> ScaleRule:
     if isinstance(spec, ScaleRule):
         return spec
     if not isinstance(spec, str):
-        raise ValueError(f"scale spec must be a string, got {spec!r}; accepted: {ACCEPTED_SPECS}")
+        raise UserError(f"scale spec must be a string, got {spec!r}; accepted: {ACCEPTED_SPECS}")
     text = spec.strip()
     name, sep, arg = text.partition(":")
     if name in ("sqrt", "inv_d", "none", "learned") and not sep:
@@ -132,13 +134,13 @@ def parse(spec: str | ScaleRule) -> ScaleRule:
         try:
             exponent = float(arg)
         except ValueError:
-            raise ValueError(
+            raise UserError(
                 f"bad scale spec {text!r}: exponent A {arg!r} is not a number; accepted: {ACCEPTED_SPECS}"
             ) from None
         if not math.isfinite(exponent):
-            raise ValueError(f"bad scale spec {text!r}: exponent A must be finite; accepted: {ACCEPTED_SPECS}")
+            raise UserError(f"bad scale spec {text!r}: exponent A must be finite; accepted: {ACCEPTED_SPECS}")
         return ScaleRule(spec=text, exponent=exponent)
-    raise ValueError(f"unknown scale spec {spec!r}; accepted: {ACCEPTED_SPECS}")
+    raise UserError(f"unknown scale spec {spec!r}; accepted: {ACCEPTED_SPECS}")
 
 
 def factor(spec: str | ScaleRule, d_k: int) -> float:
@@ -148,7 +150,7 @@ def factor(spec: str | ScaleRule, d_k: int) -> float:
 
 def check_init(scheme: str) -> str:
     if scheme not in INIT_SCHEMES:
-        raise ValueError(f"unknown init scheme {scheme!r}; accepted: {', '.join(INIT_SCHEMES)}")
+        raise UserError(f"unknown init scheme {scheme!r}; accepted: {', '.join(INIT_SCHEMES)}")
     return scheme
 
 

@@ -19,21 +19,23 @@ from __future__ import annotations
 
 import torch
 
+from .errors import UserError
+
 METHODS = ("naive", "stable", "online")
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def check_method(method: str) -> str:
     if method not in METHODS:
-        raise ValueError(f"unknown softmax method {method!r}; accepted: {', '.join(METHODS)}")
+        raise UserError(f"unknown softmax method {method!r}; accepted: {', '.join(METHODS)}")
     return method
 
 
 def check_float(x: torch.Tensor, name: str = "input") -> None:
     if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        raise UserError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:
-        raise ValueError(f"{name} has dtype {x.dtype}; accepted: float16, bfloat16, float32, float64")
+        raise UserError(f"{name} has dtype {x.dtype}; accepted: float16, bfloat16, float32, float64")
 
 
 def check_mask(mask: torch.Tensor | None, shape: torch.Size, name: str = "mask") -> torch.Tensor | None:
@@ -41,13 +43,13 @@ def check_mask(mask: torch.Tensor | None, shape: torch.Size, name: str = "mask")
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise ValueError(f"{name} must be a bool tensor (True = may attend), got {getattr(mask, 'dtype', type(mask))}")
+        raise UserError(f"{name} must be a bool tensor (True = may attend), got {getattr(mask, 'dtype', type(mask))}")
     try:
         fits = torch.broadcast_shapes(mask.shape, shape) == torch.Size(shape)
     except RuntimeError:
         fits = False
     if not fits:
-        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to {tuple(shape)}")
+        raise UserError(f"{name} of shape {tuple(mask.shape)} does not broadcast to {tuple(shape)}")
     return mask
 
 
@@ -55,7 +57,7 @@ def check_rows(x: torch.Tensor, name: str = "input") -> None:
     """A float tensor of shape (..., n): at least one dimension, the last one over keys."""
     check_float(x, name)
     if x.dim() < 1:
-        raise ValueError(f"{name} must have at least one dimension (..., n), got a 0-d tensor")
+        raise UserError(f"{name} must have at least one dimension (..., n), got a 0-d tensor")
 
 
 def naive_softmax(x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -149,7 +151,7 @@ def online_softmax(
 
 def check_block_size(block_size: int) -> int:
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be an integer >= 1, got {block_size!r}")
+        raise UserError(f"block_size must be an integer >= 1, got {block_size!r}")
     return block_size
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from .errors import UserError
 from .softmax import check_mask, check_rows
 
 # How far a row's sum may be from 1: a few roundings of the dtype (half types store each
@@ -35,12 +36,12 @@ def _check_probs(probs: torch.Tensor) -> torch.Tensor:
     finite = torch.isfinite(probs).all(dim=-1)
     negative = probs < 0
     if negative.any():
-        raise ValueError(f"probs has {int(negative.sum())} negative entries (lowest {float(probs[negative].min()):.4g}); "
+        raise UserError(f"probs has {int(negative.sum())} negative entries (lowest {float(probs[negative].min()):.4g}); "
                          "statistics need probabilities (a softmax output)")
     total = probs.sum(dim=-1, dtype=torch.float64)
     off = finite & (total != 0) & ((total - 1).abs() > SUM_TOLERANCE[probs.dtype])
     if off.any():
-        raise ValueError(f"probs must sum to 1 over each row's valid keys; {int(off.sum())} rows do not (one sums to "
+        raise UserError(f"probs must sum to 1 over each row's valid keys; {int(off.sum())} rows do not (one sums to "
                          f"{float(total[off][0]):.6g}); give softmax outputs, not logits or weights")
     return ~finite | (total == 0)
 
@@ -172,7 +173,7 @@ def summarize(probs: torch.Tensor, mask: torch.Tensor | None = None, saturated_a
     Rows with fewer than two valid keys, or no distribution (see the module docstring), are left out."""
     keep = (n_valid(probs, mask) >= 2) & ~torch.isnan(entropy(probs, mask))
     if not keep.any():
-        raise ValueError("no row has two or more valid keys and a distribution over them; nothing to summarise")
+        raise UserError("no row has two or more valid keys and a distribution over them; nothing to summarise")
     ne = normalized_entropy(probs, mask)[keep]
     mp = max_prob(probs, mask)[keep]
     kl = kl_to_uniform(probs, mask)[keep]

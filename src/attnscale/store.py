@@ -19,6 +19,7 @@ import time
 import urllib.parse
 from pathlib import Path
 
+from .errors import UserError
 from .paths import check_folder
 
 SCHEMA = """
@@ -66,7 +67,7 @@ class SQLiteTable:
         try:
             self._validate()
         except sqlite3.DatabaseError as error:
-            raise ValueError(f"{self._name()} is not a usable SQLite store ({error}); move it away or use "
+            raise UserError(f"{self._name()} is not a usable SQLite store ({error}); move it away or use "
                              "another file") from None
 
     def _read_uri(self) -> str:
@@ -81,16 +82,16 @@ class SQLiteTable:
 
     def _check_location(self) -> None:
         if self.path.is_dir():
-            raise ValueError(f"{self._name()} is a folder, not an SQLite file; give a file path")
+            raise UserError(f"{self._name()} is a folder, not an SQLite file; give a file path")
         if self.readonly:
             if not self.path.exists():
                 raise FileNotFoundError(f"no {self._name()}")
             return
         if self.path.exists() and not os.access(self.path, os.W_OK):
-            raise ValueError(f"{self._name()} is read-only; make it writable or use another file")
+            raise UserError(f"{self._name()} is read-only; make it writable or use another file")
         folder = self.path.parent
         if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-            raise ValueError(f"{self._name()} is in a read-only folder (SQLite writes its journal next to the "
+            raise UserError(f"{self._name()} is in a read-only folder (SQLite writes its journal next to the "
                              "file); use a writable folder")
         check_folder(folder, "store folder")
 
@@ -113,21 +114,21 @@ class SQLiteTable:
         try:
             damage = db.execute("PRAGMA quick_check").fetchone()[0]
             if damage != "ok":
-                raise ValueError(f"{self._name()} is damaged ({damage}); move it away or use another file")
+                raise UserError(f"{self._name()} is damaged ({damage}); move it away or use another file")
             expected = self._expected_columns()
             found = [row[1] for row in db.execute(f"PRAGMA table_info({self.table})")]
             if not found:
                 if self.readonly:
-                    raise ValueError(f"{self._name()} has no {self.table!r} table; it is not this kind of attnscale store")
+                    raise UserError(f"{self._name()} has no {self.table!r} table; it is not this kind of attnscale store")
                 db.execute(self.schema)
             elif sorted(found) != sorted(expected):
-                raise ValueError(f"{self._name()} has a {self.table!r} table with columns {', '.join(found)}; expected "
+                raise UserError(f"{self._name()} has a {self.table!r} table with columns {', '.join(found)}; expected "
                                  f"{', '.join(expected)}")
             label = "key" if "key" in expected else "rowid"
             for column in (c for c in self.json_columns if c in expected):
                 bad = self._first_non_object(db, label, column)
                 if bad is not None:
-                    raise ValueError(f"{self._name()} holds a row that is not a result ({label} {bad[0]!r}: its {column} "
+                    raise UserError(f"{self._name()} holds a row that is not a result ({label} {bad[0]!r}: its {column} "
                                      "is not a JSON object); remove that row or use another file")
             if not self.readonly:
                 db.execute("PRAGMA journal_mode=WAL")

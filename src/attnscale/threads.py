@@ -6,6 +6,8 @@ import contextlib
 
 import torch
 
+from .errors import UserError
+
 
 @contextlib.contextmanager
 def torch_threads(threads: int | None = 1):
@@ -16,7 +18,7 @@ def torch_threads(threads: int | None = 1):
     fast on an idle machine.
     """
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
-        raise ValueError(f"threads must be an integer >= 0 (0: torch's default), got {threads!r}")
+        raise UserError(f"threads must be an integer >= 0 (0: torch's default), got {threads!r}")
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)

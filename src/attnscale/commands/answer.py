@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from ..errors import UserError
+
 
 def register(app: typer.Typer) -> None:
     @app.command("answer")
@@ -17,5 +19,5 @@ def register(app: typer.Typer) -> None:
         from ..answer import LANGS, compose, load_report, render_text
 
         if lang not in LANGS:
-            raise ValueError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
+            raise UserError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
         print(render_text(compose(load_report(report), lang)))

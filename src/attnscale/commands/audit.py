@@ -17,6 +17,7 @@ from pathlib import Path
 import typer
 
 from ..doctor import audit as audit_api
+from ..errors import UserError
 
 
 def parse_backends(text: str) -> tuple[str, ...]:
@@ -26,9 +27,9 @@ def parse_backends(text: str) -> tuple[str, ...]:
     accepted = registered_backends()
     for name in names:
         if name not in accepted:
-            raise ValueError(f"unknown attention backend {name!r}; accepted: {', '.join(accepted)}")
+            raise UserError(f"unknown attention backend {name!r}; accepted: {', '.join(accepted)}")
     if not names:
-        raise ValueError("--backends is empty; accepted: a comma-separated list of " + ", ".join(accepted))
+        raise UserError("--backends is empty; accepted: a comma-separated list of " + ", ".join(accepted))
     return names
 
 
@@ -73,7 +74,7 @@ def print_table(report: dict) -> None:
 
 def write_out(report: dict, out: Path) -> list[str]:
     if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {str(out)!r} is a file; accepted: a folder (created if missing)")
+        raise UserError(f"--out {str(out)!r} is a file; accepted: a folder (created if missing)")
     out.mkdir(parents=True, exist_ok=True)
     target = out / "audit.json"
     tmp = out / ".audit.json.tmp"
@@ -103,9 +104,9 @@ def register(app: typer.Typer) -> None:
 
         chosen = parse_backends(backends)
         if workers < 0:
-            raise ValueError(f"--workers {workers} is negative; accepted: 0 (one per core) or a positive count")
+            raise UserError(f"--workers {workers} is negative; accepted: 0 (one per core) or a positive count")
         if out is not None and out.exists() and not out.is_dir():
-            raise ValueError(f"--out {str(out)!r} is a file; accepted: a folder (created if missing)")
+            raise UserError(f"--out {str(out)!r} is a file; accepted: a folder (created if missing)")
         port = audit_api.load_callable(callable_spec) if callable_spec else None
         if list_families:
             for family in audit_api.families.text_families():

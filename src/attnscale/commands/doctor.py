@@ -8,20 +8,22 @@ from pathlib import Path
 
 import typer
 
+from ..errors import UserError
+
 
 def read_text(text: str | None, text_file: Path | None) -> str | None:
     if text is not None and text_file is not None:
-        raise ValueError("give --text or --text-file, not both")
+        raise UserError("give --text or --text-file, not both")
     if text_file is None:
         return text
     if not text_file.exists():
         raise FileNotFoundError(f"text file {str(text_file)!r} does not exist")
     if not text_file.is_file():
-        raise ValueError(f"text file {str(text_file)!r} is a folder; give a UTF-8 text file")
+        raise UserError(f"text file {str(text_file)!r} is a folder; give a UTF-8 text file")
     try:
         return text_file.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"text file {str(text_file)!r} is not UTF-8 text ({error.reason} at byte {error.start})") from None
+        raise UserError(f"text file {str(text_file)!r} is not UTF-8 text ({error.reason} at byte {error.start})") from None
 
 
 def parse_specs(counterfactual: str) -> tuple[str, ...]:
@@ -130,19 +132,19 @@ def register(app: typer.Typer) -> None:
 
         check_device(device)
         if max_tokens < 2:
-            raise ValueError(f"--max-tokens must be >= 2, got {max_tokens}")
+            raise UserError(f"--max-tokens must be >= 2, got {max_tokens}")
         if threads < 0:
-            raise ValueError(f"--threads must be >= 0 (0: torch's default), got {threads}")
+            raise UserError(f"--threads must be >= 0 (0: torch's default), got {threads}")
         specs = parse_specs(counterfactual)
         for spec in specs:
             if scaling.parse(spec).kind != "fixed":
-                raise ValueError(f"--counterfactual {spec!r} is not a fixed rule; accepted: sqrt, inv_d, none, "
+                raise UserError(f"--counterfactual {spec!r} is not a fixed rule; accepted: sqrt, inv_d, none, "
                                  "const:C, power:A")
         if out is not None:
             check_folder(out, "--out")
         chosen = read_text(text, text_file)
         if chosen is not None and not chosen.strip():
-            raise ValueError("the text is empty; give --text or --text-file with some words")
+            raise UserError("the text is empty; give --text or --text-file with some words")
         check_memory(doctor.check_model_dir(model), max_tokens)
         result = doctor.diagnose(model, doctor.DEFAULT_TEXT if chosen is None else chosen, max_tokens=max_tokens,
                                  probe=probe, counterfactual=specs, device=device,

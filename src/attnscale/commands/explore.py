@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from ..errors import UserError
+
 
 def register(app: typer.Typer) -> None:
     @app.command("explore")
@@ -22,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
         check_file(out, "--out")
         if out.suffix.lower() not in (".html", ".htm"):
-            raise ValueError(f"--out must name an .html file, got {str(out)!r}")
+            raise UserError(f"--out must name an .html file, got {str(out)!r}")
         out.parent.mkdir(parents=True, exist_ok=True)
         write_text(out, render_explorer(__version__))
         print(out.resolve())

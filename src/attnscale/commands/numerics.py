@@ -14,6 +14,8 @@ from pathlib import Path
 
 import typer
 
+from ..errors import UserError
+
 EXPECTED = "tensors named 'q' and 'k' of shape (..., T, d_k)"
 SAFETENSORS_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}  # -> torch dtypes
 
@@ -31,26 +33,26 @@ def load_qk(path: Path):
     if not path.exists():
         raise FileNotFoundError(f"no such file: {str(path)!r} (expected a safetensors file with {EXPECTED})")
     if not path.is_file():
-        raise ValueError(f"{str(path)!r} is a folder; give a safetensors file with {EXPECTED}")
+        raise UserError(f"{str(path)!r} is a folder; give a safetensors file with {EXPECTED}")
     try:
         with safe_open(str(path), framework="pt") as file:
             names = set(file.keys())
             missing = [name for name in ("q", "k") if name not in names]
             if missing:
-                raise ValueError(f"{str(path)!r} has no tensor named {', '.join(map(repr, missing))}; found "
+                raise UserError(f"{str(path)!r} has no tensor named {', '.join(map(repr, missing))}; found "
                                  f"{', '.join(map(repr, sorted(names))) or 'none'}; expected {EXPECTED}")
             sizes = 0
             for name in ("q", "k"):
                 piece = file.get_slice(name)
                 dtype = SAFETENSORS_DTYPES.get(piece.get_dtype())
                 if dtype is None:
-                    raise ValueError(f"tensor {name!r} in {str(path)!r} has dtype {piece.get_dtype()}; accepted: "
+                    raise UserError(f"tensor {name!r} in {str(path)!r} has dtype {piece.get_dtype()}; accepted: "
                                      "F16, BF16, F32, F64")
                 sizes += tensor_bytes(piece.get_shape(), getattr(torch, dtype))
             require_memory(sizes, f"loading q and k from {str(path)!r}", "save fewer tokens or heads")
             return file.get_tensor("q"), file.get_tensor("k")
     except (SafetensorError, OSError) as error:
-        raise ValueError(f"cannot read {str(path)!r} as safetensors ({str(error).splitlines()[0]}); "
+        raise UserError(f"cannot read {str(path)!r} as safetensors ({str(error).splitlines()[0]}); "
                          f"expected {EXPECTED}") from None
 
 

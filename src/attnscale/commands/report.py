@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from .. import lab
+from ..errors import UserError
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +31,7 @@ def register(app: typer.Typer) -> None:
             for name in chosen:
                 lab.load(name)
         if preset not in lab.PRESET_NAMES:
-            raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(lab.PRESET_NAMES)}")
+            raise UserError(f"unknown preset {preset!r}; accepted: {', '.join(lab.PRESET_NAMES)}")
         check_device(device)
         check_seed(seed)
         check_folder(out, "--out")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from ..errors import UserError
+
 DEFAULT_DB = Path("attnscale-runs") / "runs.sqlite"
 BYTES_PER_RUN = 4096  # a grid point held by the sweep: its spec, key and summary row (measured ~1 kB, with margin)
 
@@ -17,13 +19,13 @@ def parse_list(text: str, kind, name: str) -> list:
     """'1e-3,3e-3' -> [0.001, 0.003]; ValueError naming the bad item."""
     items = [x.strip() for x in text.split(",") if x.strip()]
     if not items:
-        raise ValueError(f"--{name} needs at least one value, got {text!r}")
+        raise UserError(f"--{name} needs at least one value, got {text!r}")
     out = []
     for item in items:
         try:
             out.append(kind(item))
         except ValueError:
-            raise ValueError(f"--{name}: {item!r} is not a valid {kind.__name__}; give a comma-separated list") from None
+            raise UserError(f"--{name}: {item!r} is not a valid {kind.__name__}; give a comma-separated list") from None
     return out
 
 
@@ -53,7 +55,7 @@ def summarize_rows(summary, rows: list[dict], db: Path) -> list[dict]:
     try:
         return summary(rows)
     except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError) as error:
-        raise ValueError(f"run store {str(db)!r} holds rows that are not sweep results ({type(error).__name__}: "
+        raise UserError(f"run store {str(db)!r} holds rows that are not sweep results ({type(error).__name__}: "
                          f"{str(error)[:60]}); use another --db") from None
 
 
@@ -145,7 +147,7 @@ def register(app: typer.Typer) -> None:
             print_rows(f"sweep summary: {len(rows)} runs in {db}", summarize_rows(summary, rows, db), limit=200)
             return
         if seeds < 1:
-            raise ValueError(f"--seeds must be >= 1, got {seeds}")
+            raise UserError(f"--seeds must be >= 1, got {seeds}")
         grid = {"rules": parse_list(rules, str, "rules"), "d-heads": parse_list(d_heads, int, "d-heads"),
                 "lrs": parse_list(lrs, float, "lrs"), "layers": parse_list(layers, int, "layers"),
                 "optimisers": parse_list(optimisers, str, "optimisers")}

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import UserError
 from ..memory import require_memory
 from ..threads import torch_threads
 from . import declared as declared_rules
@@ -180,7 +181,7 @@ def backend_pass(model, backend: str, reference_hidden, inputs, units: dict, lay
     if reference_hidden is not None:
         parity = float((hidden - reference_hidden).abs().max() / reference_hidden.abs().max().clamp_min(1e-30))
     if not calls:
-        raise ValueError(f"no {backend} attention call was made")
+        raise UserError(f"no {backend} attention call was made")
     kernels = kernel_results(calls)
     main = None
     if layouts is None:
@@ -214,7 +215,7 @@ def declared_of(model, call, fallback_index: int, model_type: str) -> declared_r
         types = getattr(config, "layer_types", None)
         layer_type = types[index] if isinstance(types, (list, tuple)) and index < len(types) else None
     return declared_rules.declared_for(config, model_type, index, layer_type if isinstance(layer_type, str) else None,
-                                       int(call.query.shape[-1]))
+                                       int(call.query.shape[-1]), declared_rules.source_for(call.module))
 
 
 def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
@@ -262,7 +263,8 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> 
     (:mod:`.legacy`), and the other backends' output against eager."""
     def declared(module, index, d_k):
         config = getattr(module, "config", None) or model.config
-        return declared_rules.declared_for(config, family, layer_index(module, index), None, d_k)
+        return declared_rules.declared_for(config, family, layer_index(module, index), None, d_k,
+                                           declared_rules.source_for(module))
 
     try:
         result.layers = legacy.legacy_rows(model, declared, TOKENS, LONGER_TOKENS, far_position(model.config, TOKENS))
@@ -362,7 +364,7 @@ def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyA
     """Factor, soft cap and key-count dependence of ``attn_fn(q, k, v, mask=None)``, and, with a
     ``reference`` family audit, whether they match what eager measured in its first layer."""
     if not callable(attn_fn):
-        raise ValueError(f"{name} is not callable; accepted: a function attn_fn(q, k, v, mask=None)")
+        raise UserError(f"{name} is not callable; accepted: a function attn_fn(q, k, v, mask=None)")
     with torch_threads(1):
         result = kernel.analyse(kernel.callable_measure(attn_fn, d_k, n_keys=4), d_k).to_dict()
         counts = kernel.key_count_factors(attn_fn, d_k)
@@ -388,16 +390,16 @@ def load_callable(spec: str):
 
     module_name, _, function_name = (spec or "").partition(":")
     if not module_name or not function_name:
-        raise ValueError(f"--callable {spec!r} is not module:function; accepted: e.g. my_kernels:attention")
+        raise UserError(f"--callable {spec!r} is not module:function; accepted: e.g. my_kernels:attention")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise ValueError(f"--callable {spec!r}: cannot import {module_name!r} ({error})") from None
+        raise UserError(f"--callable {spec!r}: cannot import {module_name!r} ({error})") from None
     function = getattr(module, function_name, None)
     if not callable(function):
-        raise ValueError(f"--callable {spec!r}: {module_name} has no callable {function_name!r}")
+        raise UserError(f"--callable {spec!r}: {module_name} has no callable {function_name!r}")
     return function
 
 
@@ -415,7 +417,7 @@ def plan(target: str | None) -> list[tuple[str, str]]:
         return [("folder", str(checked))]
     names = [name.strip() for name in target.split(",") if name.strip()]
     if not names:
-        raise ValueError(f"no family in {target!r}; accepted: comma-separated model types (attnscale audit --list)")
+        raise UserError(f"no family in {target!r}; accepted: comma-separated model types (attnscale audit --list)")
     for name in names:
         families.config_class(name)
     return [("family", name) for name in dict.fromkeys(names)]
@@ -437,13 +439,13 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
                 model = AutoModel.from_pretrained(str(path), attn_implementation="eager", local_files_only=True,
                                                   trust_remote_code=False, use_safetensors=True).eval()
             except (OSError, ValueError, KeyError, TypeError) as error:
-                raise ValueError(f"could not load the model in {str(path)!r}: {families.first_line(error)}") from None
+                raise UserError(f"could not load the model in {str(path)!r}: {families.first_line(error)}") from None
             label = f"{path.name} ({config.model_type}, weights)"
         else:
             try:
                 model = families.build(config, seed, max_parameters=parameters)
             except families.Skip as reason:
-                raise ValueError(f"{str(path)!r}: {reason}") from None
+                raise UserError(f"{str(path)!r}: {reason}") from None
             label = f"{path.name} ({config.model_type}, random init)"
     result = audit_model(model.float(), label, backends, seed)
     result.seconds = time.perf_counter() - start

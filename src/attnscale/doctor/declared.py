@@ -9,8 +9,10 @@ declares shows up as a mismatch, with its own source line next to it.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -22,14 +24,13 @@ class SourceRule:
 
 HEAD_DIM = SourceRule("models/llama/modeling_llama.py", "self.scaling = self.head_dim**-0.5",
                       "the default: factor = head_dim^-0.5, head_dim the width of q.k per head")
-MLA_HEAD_DIM = SourceRule("models/deepseek_v3/modeling_deepseek_v3.py",
-                          "self.qk_head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim",
-                          "latent attention: q.k spans the no-RoPE and the RoPE part")
 T5_NO_SCALING = SourceRule("models/t5/modeling_t5.py", "does not scale the query/key dot product",
                            "T5 and its copies apply no factor (self.scaling = 1.0); the init folds it into W_q")
 QUERY_PRE_ATTN_SCALAR = SourceRule("models/gemma2/modeling_gemma2.py",
                                    "self.scaling = config.query_pre_attn_scalar**-0.5",
                                    "factor = query_pre_attn_scalar^-0.5")
+MPT_SOFTMAX_SCALE = SourceRule("models/mpt/modeling_mpt.py", "self.softmax_scale = config.attn_config.softmax_scale",
+                               "factor = attn_config.softmax_scale (head_dim^-0.5 when it is None)")
 ATTENTION_MULTIPLIER = SourceRule("models/granite/modeling_granite.py", "self.scaling = config.attention_multiplier",
                                   "factor = attention_multiplier")
 SCALE_ATTN_WEIGHTS = SourceRule("models/gpt2/modeling_gpt2.py", "self.scaling = self.head_dim**-0.5",
@@ -38,7 +39,9 @@ INVERSE_LAYER_IDX = SourceRule("models/gpt2/modeling_gpt2.py", "self.scaling /= 
                                "factor divided by layer_idx + 1 if scale_attn_by_inverse_layer_idx")
 YARN_MSCALE_ALL_DIM = SourceRule("models/deepseek_v3/modeling_deepseek_v3.py", "scaling = scaling * mscale * mscale",
                                  "factor times mscale^2, mscale = 0.1 * mscale_all_dim * ln(factor) + 1 (rope_type "
-                                 "not default)")
+                                 "not default), in the families whose attention code has this line (DeepSeek's "
+                                 "and its copies; not, e.g., Ministral 3, whose rope parameters carry mscale_all_dim "
+                                 "too)")
 YARN_GET_MSCALE = SourceRule("models/deepseek_v3/modeling_deepseek_v3.py", "return 0.1 * mscale * math.log(scale) + 1.0",
                              "yarn_get_mscale(scale, mscale) = 0.1 * mscale * ln(scale) + 1 (1 when scale <= 1)")
 YARN_ATTENTION_FACTOR = SourceRule("modeling_rope_utils.py",
@@ -48,8 +51,6 @@ YARN_ATTENTION_FACTOR = SourceRule("modeling_rope_utils.py",
 LONGROPE_ATTENTION_FACTOR = SourceRule("modeling_rope_utils.py",
                                        "attention_factor = math.sqrt(1 + math.log(factor) / math.log(original_max_position_embeddings))",
                                        "LongRoPE's attention factor (when not given)")
-ROPE_SCALES_COS_SIN = SourceRule("models/llama/modeling_llama.py", "cos = emb.cos() * self.attention_scaling",
-                                 "RoPE multiplies cos and sin by the attention factor")
 SOFTCAP = SourceRule("models/gemma2/modeling_gemma2.py", "attn_weights = attn_weights / softcap",
                      "logits = softcap * tanh(factor * q.k / softcap) with softcap = attn_logit_softcapping")
 KEY_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py", "* self.key_multiplier",
@@ -88,6 +89,38 @@ class Declared:
 
     def to_dict(self) -> dict:
         return {**asdict(self), "path_first": self.path(False), "path_last": self.path(True)}
+
+
+@functools.lru_cache(maxsize=None)
+def family_source(model_type: str) -> str:
+    """The text of the family's own modeling files in the installed transformers ('' if none)."""
+    import transformers
+    from transformers.models.auto.configuration_auto import model_type_to_module_name
+
+    folder = Path(transformers.__file__).parent / "models" / model_type_to_module_name(str(model_type))
+    return "".join(path.read_text(encoding="utf-8") for path in sorted(folder.glob("modeling_*.py")))
+
+
+def family_applies_text(model_type: str, rule: SourceRule) -> bool:
+    """Whether the family's own modeling files hold the rule's line."""
+    return rule.quote in family_source(model_type)
+
+
+@functools.lru_cache(maxsize=None)
+def code_of(module_name: str) -> str:
+    """The source of a loaded Python module ('' if it has none)."""
+    import inspect
+    import sys
+
+    try:
+        return inspect.getsource(sys.modules[module_name])
+    except (KeyError, OSError, TypeError):
+        return ""
+
+
+def source_for(module) -> str | None:
+    """The source of the modeling file that defines an attention module's class (None if unknown)."""
+    return code_of(type(module).__module__) or None if module is not None else None
 
 
 def get_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -158,11 +191,18 @@ def rotary_coordinates(config, rope: dict, head_dim: int | None) -> tuple[bool, 
 
 
 def declared_for(config, model_type: str, layer_index: int | None = None, layer_type: str | None = None,
-                 d_k: int | None = None) -> Declared:
+                 d_k: int | None = None, source: str | None = None) -> Declared:
     """The factors ``config`` declares for the attention layer ``layer_index`` (of ``layer_type``).
 
     ``d_k``: the width of q.k per head as the layer computes it (the default rule's
-    1/sqrt(d_k)); without it, the config's head dimension."""
+    1/sqrt(d_k)); without it, the config's head dimension.  ``source``: the text of the modeling
+    file whose code runs the layer (default: the family's modeling files); a rule whose line that
+    code lacks is not applied: a config field the code never reads sets no factor."""
+    code = family_source(model_type) if source is None else source
+
+    def applies(rule: SourceRule) -> bool:
+        return rule.quote in code
+
     head_dim = d_k or head_dim_of(config)
     fields: dict = {"head_dim": head_dim}
     rules = ["HEAD_DIM"]
@@ -173,6 +213,12 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     if isinstance(qpas, (int, float)) and qpas > 0:
         kernel, fields["query_pre_attn_scalar"] = qpas**-0.5, qpas
         rules = ["QUERY_PRE_ATTN_SCALAR"]
+    attn_config = getattr(config, "attn_config", None)
+    softmax_scale = (attn_config.get("softmax_scale") if isinstance(attn_config, dict)
+                     else getattr(attn_config, "softmax_scale", None))
+    if isinstance(softmax_scale, (int, float)) and applies(MPT_SOFTMAX_SCALE):
+        kernel, fields["attn_config.softmax_scale"] = float(softmax_scale), softmax_scale
+        rules = ["MPT_SOFTMAX_SCALE"]
     multiplier = getattr(config, "attention_multiplier", None)
     if isinstance(multiplier, (int, float)):
         kernel, fields["attention_multiplier"] = float(multiplier), multiplier
@@ -186,7 +232,8 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         rules.append("INVERSE_LAYER_IDX")
     rope = rope_parameters_for(config, layer_type)
     mscale_all = rope.get("mscale_all_dim")
-    if rope.get("rope_type", "default") != "default" and mscale_all and kernel is not None:
+    if (rope.get("rope_type", "default") != "default" and mscale_all and kernel is not None
+            and applies(YARN_MSCALE_ALL_DIM)):
         factor = rope.get("factor")
         if factor is not None:
             kernel *= get_mscale(factor, mscale_all) ** 2

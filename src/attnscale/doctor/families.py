@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import UserError
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # The tiny sizes, by standard config field name (a config's attribute_map translates them,
@@ -89,7 +91,7 @@ def config_class(model_type: str):
     try:
         return CONFIG_MAPPING[model_type]
     except KeyError:
-        raise ValueError(f"unknown model family {model_type!r}; accepted: a model_type of the installed transformers "
+        raise UserError(f"unknown model family {model_type!r}; accepted: a model_type of the installed transformers "
                          "(attnscale audit --list shows them)") from None
 
 

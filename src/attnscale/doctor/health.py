@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .. import scaling, stats
+from ..errors import UserError
 from ..runtime import Notice, check_device
 from ..threads import torch_threads
 from .intercept import AttentionCall, final_hidden, model_inputs, run_attention
@@ -50,6 +51,7 @@ DEFAULT_COUNTERFACTUALS = ("inv_d", "none", "const:0.01")
 # ---------------------------------------------------------------------------------------
 # Per-head statistics and flags.
 
+
 def head_stats(probs: torch.Tensor, sink_positions=(0,), mask: torch.Tensor | None = None) -> list[dict]:
     """Statistics and flags for each head of one layer.
 
@@ -57,13 +59,13 @@ def head_stats(probs: torch.Tensor, sink_positions=(0,), mask: torch.Tensor | No
     tokens (special tokens, or the first token); ``mask`` (bool, True = valid key) broadcasts.
     """
     if probs.dim() != 3:
-        raise ValueError(f"probs must have shape (heads, T_q, T_k), got {tuple(probs.shape)}")
+        raise UserError(f"probs must have shape (heads, T_q, T_k), got {tuple(probs.shape)}")
     probs = probs.double()
     t_k = probs.shape[-1]
     sinks = sorted({int(i) for i in sink_positions if 0 <= int(i) < t_k}) or [0]
     keep = stats.n_valid(probs, mask) >= 2  # (H, T_q)
     if not keep.any():
-        raise ValueError("no attention row has two or more valid keys; use a longer text")
+        raise UserError("no attention row has two or more valid keys; use a longer text")
     n_valid = stats.n_valid(probs, mask)
     per_row = {
         "normalized_entropy": stats.normalized_entropy(probs, mask),
@@ -123,7 +125,7 @@ def layer_heads(calls: list[AttentionCall], sink_positions) -> list[dict]:
     rows = []
     for layer, call in enumerate(calls):
         if call.weights is None:
-            raise ValueError(f"attention call {call.name} returned no weights; load the model with eager attention")
+            raise UserError(f"attention call {call.name} returned no weights; load the model with eager attention")
         for row in head_stats(call.weights[0], sink_positions, valid_keys(call)):
             rows.append({"layer": layer, "module": call.name, **row})
     return rows
@@ -188,14 +190,14 @@ def clip_max_tokens(model, tokenizer, max_tokens):
 
 def encode(tokenizer, text: str, max_tokens: int, device="cpu"):
     if not isinstance(text, str) or not text.strip():
-        raise ValueError("text must be a non-empty string")
+        raise UserError("text must be a non-empty string")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
-        raise ValueError(f"max_tokens must be an integer >= 2, got {max_tokens!r}")
+        raise UserError(f"max_tokens must be an integer >= 2, got {max_tokens!r}")
     encoded = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_tokens,
                         return_special_tokens_mask=True)
     ids = encoded["input_ids"].to(device)
     if ids.shape[-1] < 2:
-        raise ValueError(f"text {text[:40]!r} gives {ids.shape[-1]} token; the doctor needs at least 2")
+        raise UserError(f"text {text[:40]!r} gives {ids.shape[-1]} token; the doctor needs at least 2")
     special = [i for i, s in enumerate(encoded["special_tokens_mask"][0].tolist()) if s]
     tokens = tokenizer.convert_ids_to_tokens(ids[0].tolist())
     return ids, tokens, special or [0]
@@ -246,12 +248,12 @@ def diagnose(model_dir=None, text: str = DEFAULT_TEXT, *, max_tokens: int = 128,
         name = str(check_model_dir(model_dir))
     else:
         if tokenizer is None:
-            raise ValueError("diagnose(model=...) needs tokenizer= too")
+            raise UserError("diagnose(model=...) needs tokenizer= too")
         name = getattr(model.config, "name_or_path", "") or type(model).__name__
     specs = tuple(counterfactual or ())
     for spec in specs:
         if scaling.parse(spec).kind != "fixed":
-            raise ValueError(f"counterfactual scale {spec!r} is not a fixed rule; accepted: sqrt, inv_d, none, const:C, power:A")
+            raise UserError(f"counterfactual scale {spec!r} is not a fixed rule; accepted: sqrt, inv_d, none, const:C, power:A")
     max_tokens = clip_max_tokens(model, tokenizer, max_tokens)
     ids, tokens, sinks = encode(tokenizer, text, max_tokens, next(model.parameters()).device)
     inputs = model_inputs(model, ids)

@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from .. import scaling
+from ..errors import UserError
 
 
 @dataclass
@@ -91,12 +92,12 @@ def set_attn_implementation(model, implementation: str) -> None:
             model.set_attn_implementation(implementation)
         except (ValueError, ImportError, KeyError) as error:
             text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ValueError(f"{type(model).__name__} does not accept attn_implementation={implementation!r}: {text}") \
+            raise UserError(f"{type(model).__name__} does not accept attn_implementation={implementation!r}: {text}") \
                 from None
     else:
         model.config._attn_implementation = implementation
     if attn_implementation(model) != implementation:
-        raise ValueError(f"{type(model).__name__} kept attn_implementation={attn_implementation(model)!r} when asked "
+        raise UserError(f"{type(model).__name__} kept attn_implementation={attn_implementation(model)!r} when asked "
                          f"for {implementation!r}")
 
 
@@ -116,7 +117,7 @@ def intercept_attention(model: torch.nn.Module, on_call: Callable[[AttentionCall
     """
     rule = None if scale is None else scaling.parse(scale)
     if rule is not None and rule.kind != "fixed":
-        raise ValueError(f"a counterfactual scale must be a fixed rule (sqrt, inv_d, none, const:C, power:A), got {scale!r}")
+        raise UserError(f"a counterfactual scale must be a fixed rule (sqrt, inv_d, none, const:C, power:A), got {scale!r}")
     names = {id(m): name for name, m in model.named_modules()}
     calls: list[AttentionCall] = []
 
@@ -145,7 +146,7 @@ def intercept_attention(model: torch.nn.Module, on_call: Callable[[AttentionCall
         if backend == "eager":
             modules = _eager_modules(model)
             if not modules:
-                raise ValueError(
+                raise UserError(
                     f"{type(model).__name__} has no transformers eager_attention_forward to probe; supported: models "
                     "whose attention goes through it (BERT, GPT-2, T5, Llama and most others in transformers 5)")
             for py_module in modules:
@@ -155,7 +156,7 @@ def intercept_attention(model: torch.nn.Module, on_call: Callable[[AttentionCall
         else:
             for interface in _interfaces(model):
                 if backend not in interface:
-                    raise ValueError(f"unknown attention backend {backend!r}; accepted: {', '.join(registered_backends())}")
+                    raise UserError(f"unknown attention backend {backend!r}; accepted: {', '.join(registered_backends())}")
                 was_local = backend in interface._local_mapping
                 original = interface[backend]
                 patched.append((interface, backend, original, was_local))
@@ -189,7 +190,7 @@ def run_attention(model, inputs: dict, scale: str | None = None, on_call=None, b
                                               rewrite=rewrite) as calls:
         outputs = model(**inputs)
     if not calls:
-        raise ValueError(f"{type(model).__name__} ran no {backend} attention call; its attention cannot be probed")
+        raise UserError(f"{type(model).__name__} ran no {backend} attention call; its attention cannot be probed")
     return outputs, calls
 
 

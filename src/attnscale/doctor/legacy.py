@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from ..errors import UserError
 from . import paths
 
 HEAD_COUNT_NAMES = ("num_attention_heads", "num_heads", "n_heads", "n_head", "num_attention_heads_per_partition")
@@ -107,10 +108,10 @@ def rows_from_weights(weights: torch.Tensor) -> torch.Tensor:
 def legacy_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -> list[dict]:
     """Layer rows (as audit.layer_rows makes them) with the whole path read from the weights."""
     if getattr(model.config, "is_encoder_decoder", False):
-        raise ValueError("an encoder-decoder without an attention function: its weights cannot be told apart by layer")
+        raise UserError("an encoder-decoder without an attention function: its weights cannot be told apart by layer")
     found = attention_modules(model)
     if not found:
-        raise ValueError("no attention function to intercept and no module with q and k projections")
+        raise UserError("no attention function to intercept and no module with q and k projections")
     units = {id(module): 0.1 * math.sqrt(options[0].q[0].size) for _, module, options in found}
     positions = paths.accepts(model, "position_ids")
     pending = {id(module): (module, list(options)) for _, module, options in found}
@@ -147,5 +148,5 @@ def legacy_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -
                                                                                        "attention)", "cap": None},
                                             "path": summary}}})
     if not rows:
-        raise ValueError("no attention weights came back with output_attentions=True")
+        raise UserError("no attention weights came back with output_attentions=True")
     return rows

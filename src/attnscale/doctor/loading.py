@@ -17,6 +17,8 @@ import json
 import os
 from pathlib import Path
 
+from ..errors import UserError
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # The files whose "auto_map" makes transformers import Python from the model folder.
@@ -57,10 +59,10 @@ def read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{str(path)!r} is not readable JSON ({type(error).__name__}); accepted: a Hugging Face "
+        raise UserError(f"{str(path)!r} is not readable JSON ({type(error).__name__}); accepted: a Hugging Face "
                          "config file") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{str(path)!r} holds {type(data).__name__}, not a JSON object; accepted: a Hugging Face config")
+        raise UserError(f"{str(path)!r} holds {type(data).__name__}, not a JSON object; accepted: a Hugging Face config")
     return data
 
 
@@ -73,7 +75,7 @@ def refuse_code(path: Path) -> None:
         auto_map = read_json(file).get("auto_map")
         if auto_map:
             first = next(iter(auto_map.items())) if isinstance(auto_map, dict) else ("auto_map", auto_map)
-            raise ValueError(
+            raise UserError(
                 f"{str(path)!r} ships its own model code ({name} auto_map {first[0]} -> {first[1]}); attnscale never "
                 "runs code from a model folder: accepted: folders whose model type the installed transformers knows"
             )
@@ -89,7 +91,7 @@ def check_weights(path: Path, required: bool) -> bool:
         return True
     pickles = [name for name in PICKLE_WEIGHTS if (path / name).exists()]
     if pickles:
-        raise ValueError(
+        raise UserError(
             f"{str(path)!r} has weights only as {pickles[0]} (a pickle, which can run code when loaded); attnscale "
             "loads weights only from safetensors: convert them to model.safetensors first"
         )
@@ -104,7 +106,7 @@ def check_model_dir(model_dir) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"model folder {str(path)!r} does not exist; accepted: a local Hugging Face model folder")
     if not path.is_dir() or not (path / "config.json").is_file():
-        raise ValueError(
+        raise UserError(
             f"{str(path)!r} is not a Hugging Face model folder (no config.json); "
             "accepted: a local folder with config.json, weights and a tokenizer"
         )
@@ -126,7 +128,7 @@ def load_config(model_dir):
         try:
             return AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"could not read the config in {str(path)!r}: {_first_line(error)}") from None
+            raise UserError(f"could not read the config in {str(path)!r}: {_first_line(error)}") from None
 
 
 @functools.lru_cache(maxsize=2)
@@ -139,7 +141,7 @@ def _load(path: str, device: str):
             model = AutoModel.from_pretrained(path, attn_implementation="eager", local_files_only=True,
                                               trust_remote_code=False, use_safetensors=True)
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"could not load a model and tokenizer from {path!r}: {_first_line(error)}") from None
+            raise UserError(f"could not load a model and tokenizer from {path!r}: {_first_line(error)}") from None
     return model.to(device).eval(), tokenizer
 
 

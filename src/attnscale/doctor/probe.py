@@ -31,6 +31,7 @@ from typing import Callable
 import torch
 
 from .. import scaling
+from ..errors import UserError
 from ..threads import torch_threads
 from .intercept import AttentionCall, model_inputs, run_attention
 from .loading import quiet_transformers
@@ -150,7 +151,7 @@ def infer_scale(attn_fn: Callable, d_k: int, dtype=torch.float64) -> ScaleEstima
     """
     d_k = scaling.check_d_k(d_k)
     if not callable(attn_fn):
-        raise ValueError(f"attn_fn must be callable as attn_fn(q, k, v, mask=None), got {attn_fn!r}")
+        raise UserError(f"attn_fn must be callable as attn_fn(q, k, v, mask=None), got {attn_fn!r}")
     shape = (1, 1, 2, d_k)
 
     def measure(gap: float) -> torch.Tensor:
@@ -207,9 +208,9 @@ def probe_model(model: torch.nn.Module, n_tokens: int = PROBE_TOKENS) -> ModelPr
     decoder input too) in eval mode, intercepting each eager attention call.
     """
     if not isinstance(model, torch.nn.Module) or not hasattr(model, "config"):
-        raise ValueError(f"probe_model needs a transformers model (nn.Module with .config), got {type(model).__name__}")
+        raise UserError(f"probe_model needs a transformers model (nn.Module with .config), got {type(model).__name__}")
     if isinstance(n_tokens, bool) or not isinstance(n_tokens, int) or n_tokens < 2:
-        raise ValueError(f"n_tokens must be an integer >= 2, got {n_tokens!r}")
+        raise UserError(f"n_tokens must be an integer >= 2, got {n_tokens!r}")
     vocab = getattr(model.config, "vocab_size", None) or 100
     device = next(model.parameters()).device
     input_ids = ((torch.arange(n_tokens) * 7 + 3) % vocab).unsqueeze(0).to(device)

@@ -32,6 +32,8 @@ import dataclasses
 import importlib
 from types import ModuleType
 
+from ..errors import UserError
+
 LABS = ("variance", "saturation", "numerics", "training", "doctor", "audit")
 PRESET_NAMES = ("quick", "full")
 
@@ -48,23 +50,9 @@ class Ticker:
             self.progress(self.done / self.steps, message)
 
 
-def available() -> tuple[str, ...]:
-    """The labs whose module is present in this installation."""
-    found = []
-    for name in LABS:
-        try:
-            importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":
-                raise
-            continue
-        found.append(name)
-    return tuple(found)
-
-
 def load(name: str) -> ModuleType:
     if name not in LABS:
-        raise ValueError(f"unknown lab {name!r}; accepted: {', '.join(LABS)}")
+        raise UserError(f"unknown lab {name!r}; accepted: {', '.join(LABS)}")
     return importlib.import_module(f"{__name__}.{name}")
 
 
@@ -74,7 +62,7 @@ def config_for(name: str, preset: str = "quick", **overrides):
 
     lab = load(name)
     if preset not in lab.PRESETS:
-        raise ValueError(f"unknown preset {preset!r} for lab {name}; accepted: {', '.join(lab.PRESETS)}")
+        raise UserError(f"unknown preset {preset!r} for lab {name}; accepted: {', '.join(lab.PRESETS)}")
     if "seed" in overrides:
         check_seed(overrides["seed"])
     return dataclasses.replace(lab.PRESETS[preset], **overrides)

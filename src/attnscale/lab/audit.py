@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from .. import checks
 from ..doctor import audit as audit_api
+from ..errors import UserError
 from ..plotting import pyplot, save
 
 VERSION = 1
@@ -46,9 +47,9 @@ PRESETS = {"quick": Config(), "full": Config(families=None)}
 
 def check_config(config: Config) -> None:
     if config.device not in ("cpu", "cuda"):
-        raise ValueError(f"unknown device {config.device!r}; accepted: cpu, cuda")
+        raise UserError(f"unknown device {config.device!r}; accepted: cpu, cuda")
     if config.families is not None and not config.families:
-        raise ValueError("families is empty; accepted: a tuple of transformers model types, or None for all")
+        raise UserError("families is empty; accepted: a tuple of transformers model types, or None for all")
 
 
 def compact(result) -> dict:

@@ -22,6 +22,7 @@ from torch import nn
 
 from .. import checks, scaling
 from ..attention import ScaledAttention
+from ..errors import UserError
 
 IGNORE_INDEX = -100  # target positions that carry no loss
 
@@ -96,7 +97,7 @@ class Transformer(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
         if idx.dim() != 2 or idx.shape[1] > self.config.seq_len:
-            raise ValueError(f"expected token ids (B, T) with T <= seq_len={self.config.seq_len}, got {tuple(idx.shape)}")
+            raise UserError(f"expected token ids (B, T) with T <= seq_len={self.config.seq_len}, got {tuple(idx.shape)}")
         positions = torch.arange(idx.shape[1], device=idx.device)
         x = self.tok_emb(idx) + self.pos_emb(positions)
         for block in self.blocks:

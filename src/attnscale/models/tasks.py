@@ -26,6 +26,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import UserError
 from .model import IGNORE_INDEX
 
 TASKS = ("recall", "shakespeare")
@@ -34,7 +35,7 @@ VALIDATION_EVERY = 10  # every tenth play (sorted by file name) is validation te
 
 def check_task(name: str) -> str:
     if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; accepted: {', '.join(TASKS)}")
+        raise UserError(f"unknown task {name!r}; accepted: {', '.join(TASKS)}")
     return name
 
 
@@ -50,9 +51,9 @@ class RecallTask:
 
     def __post_init__(self):
         if not 1 <= self.n_pairs <= self.n_keys:
-            raise ValueError(f"n_pairs must be in 1..n_keys={self.n_keys}, got {self.n_pairs}")
+            raise UserError(f"n_pairs must be in 1..n_keys={self.n_keys}, got {self.n_pairs}")
         if self.n_queries < 1 or self.n_values < 2:
-            raise ValueError(f"need n_queries >= 1 and n_values >= 2, got {self.n_queries}, {self.n_values}")
+            raise UserError(f"need n_queries >= 1 and n_values >= 2, got {self.n_queries}, {self.n_values}")
 
     @property
     def vocab_size(self) -> int:
@@ -118,7 +119,7 @@ class ShakespeareTask:
 
     def __post_init__(self):
         if self.context < 2:
-            raise ValueError(f"context must be >= 2, got {self.context}")
+            raise UserError(f"context must be >= 2, got {self.context}")
 
     @property
     def vocab_size(self) -> int:
@@ -150,5 +151,5 @@ def make_task(name: str, **options):
     known = set(cls.__dataclass_fields__) - {"has_accuracy"}
     unknown = set(options) - known
     if unknown:
-        raise ValueError(f"unknown option(s) {sorted(unknown)} for task {name!r}; accepted: {', '.join(sorted(known))}")
+        raise UserError(f"unknown option(s) {sorted(unknown)} for task {name!r}; accepted: {', '.join(sorted(known))}")
     return cls(**options)

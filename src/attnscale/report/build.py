@@ -1,7 +1,7 @@
 """From labs to report: run (or reuse) every lab, judge, draw, and write the files.
 
 ``run_labs`` runs the experiments through the SQLite store; ``build_report`` turns their
-results into the report.json contract of DESIGN.md and renders report.md and a
+results into the report.json contract (:mod:`.schema`) and renders report.md and a
 self-contained index.html from it.  Files are written to temporary names and renamed, so
 an interrupted run leaves no half-written report.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__, answer, claims, lab
+from ..errors import UserError
 from ..runs import RunStore, default_workers, drained, progress_queue, worker_pool
 from ..paths import check_folder
 from ..runtime import check_device, check_seed
@@ -127,7 +128,7 @@ def check_stored(module, name: str, result: dict, store: Store) -> None:
         module.judge(result)
         module.tables(result)
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as error:
-        raise ValueError(f"the {name} result stored in {str(store.path)!r} is not a result of this lab "
+        raise UserError(f"the {name} result stored in {str(store.path)!r} is not a result of this lab "
                          f"({type(error).__name__}: {str(error).strip()[:80]}); rerun with --fresh") from None
 
 
@@ -151,13 +152,13 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
                  progress: Progress | None = None) -> dict:
     """Run the labs and write report.json, report.md, figures/ and index.html into ``out``."""
     if preset not in lab.PRESET_NAMES:
-        raise ValueError(f"unknown preset {preset!r}; accepted: {', '.join(lab.PRESET_NAMES)}")
+        raise UserError(f"unknown preset {preset!r}; accepted: {', '.join(lab.PRESET_NAMES)}")
     check_device(device)
     check_seed(seed)
-    labs = lab.available() if labs is None else labs
+    labs = lab.LABS if labs is None else labs
     for name in labs:
         if name not in lab.LABS:
-            raise ValueError(f"unknown lab {name!r}; accepted: {', '.join(lab.LABS)}")
+            raise UserError(f"unknown lab {name!r}; accepted: {', '.join(lab.LABS)}")
     out = check_folder(out, "report folder")
     store = Store(store_path or out / "results.sqlite")  # checked (and made) before any lab runs
     out.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,6 @@
 
 from ..claims import PENDING, VERDICTS
 
-NUMBER_OR_NULL = {"type": ["number", "null"]}
-
 CLAIM = {
     "type": "object",
     "required": ["id", "claim", "verdict", "evidence", "experiments", "figures", "numbers"],

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..attention import dense_attention
+from ..errors import UserError
 from ..models import IGNORE_INDEX, Transformer
 
 
@@ -45,7 +46,7 @@ SDPA_UP_TO_D_HEAD = 32  # CPU, 24 runs of d_model 32: at d_head 64 bmm + softmax
 def attention_kernel(kernel: str, d_head: int) -> str:
     """``sdpa`` (torch's fused kernel) or ``math`` (bmm, softmax, bmm); ``auto`` picks by d_head."""
     if kernel not in KERNELS:
-        raise ValueError(f"unknown attention kernel {kernel!r}; accepted: {', '.join(KERNELS)}")
+        raise UserError(f"unknown attention kernel {kernel!r}; accepted: {', '.join(KERNELS)}")
     if kernel == "auto":
         return "sdpa" if d_head <= SDPA_UP_TO_D_HEAD else "math"
     return kernel

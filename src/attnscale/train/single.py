@@ -13,6 +13,7 @@ import torch
 
 from .. import stats
 from ..attention import capture
+from ..errors import UserError
 from ..models import IGNORE_INDEX, ModelConfig, Transformer
 from ..models.tasks import make_task
 from ..memory import require_memory
@@ -139,7 +140,7 @@ def finish(log: dict, status: str, diverged_at: int | None, task) -> dict:
 
 def check_device(spec: RunSpec) -> None:
     if spec.device == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' asked for, but torch sees no CUDA GPU; use device 'cpu'")
+        raise UserError("device 'cuda' asked for, but torch sees no CUDA GPU; use device 'cpu'")
 
 
 def check_memory(spec: RunSpec, runs: int = 1) -> None:

@@ -35,6 +35,7 @@ import torch
 
 from ... import checks, doctor, scaling
 from ...attention import capture
+from ...errors import UserError
 from ...models import ModelConfig, Transformer
 from ...models.tasks import make_task
 from ...runtime import check_device
@@ -77,15 +78,15 @@ PRESETS = {
 def check_config(config: Config) -> None:
     check_device(config.device)
     if config.d_model % config.n_heads:
-        raise ValueError(f"d_model={config.d_model} is not divisible by n_heads={config.n_heads}")
+        raise UserError(f"d_model={config.d_model} is not divisible by n_heads={config.n_heads}")
     if config.too_strong not in config.counterfactual:
-        raise ValueError(f"too_strong={config.too_strong!r} must be one of counterfactual={config.counterfactual}")
+        raise UserError(f"too_strong={config.too_strong!r} must be one of counterfactual={config.counterfactual}")
     for name in ("scratch_steps", "scratch_batch", "scratch_d_head", "scratch_checks"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            raise UserError(f"{name} must be an integer >= 1, got {value!r}")
     if not (math.isfinite(config.scratch_lr) and config.scratch_lr > 0):
-        raise ValueError(f"scratch_lr must be a finite number > 0, got {config.scratch_lr!r}")
+        raise UserError(f"scratch_lr must be a finite number > 0, got {config.scratch_lr!r}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ def small_config(kind: str, config: Config):
     if kind == "llama":
         return LlamaConfig(hidden_size=d, num_attention_heads=h, num_key_value_heads=max(1, h // 2),
                            num_hidden_layers=n, intermediate_size=2 * d, vocab_size=vocab)
-    raise ValueError(f"unknown model kind {kind!r}; accepted: bert, gpt2, t5, llama")
+    raise UserError(f"unknown model kind {kind!r}; accepted: bert, gpt2, t5, llama")
 
 
 def random_model(model_config, seed: int, device: str):

@@ -52,6 +52,7 @@ import torch
 
 from ... import checks, scaling
 from ...attention import attention
+from ...errors import UserError
 from ...peak_memory import peak_tensor_bytes
 from ...numerics import DTYPES, audit, exp_overflow_threshold, matmul_accumulation
 from ...softmax import naive_softmax
@@ -105,21 +106,21 @@ def check_config(config: Config) -> None:
     check_device(config.device)
     for name in config.dtypes:
         if name not in DTYPES:
-            raise ValueError(f"unknown dtype {name!r}; accepted: {', '.join(DTYPES)}")
+            raise UserError(f"unknown dtype {name!r}; accepted: {', '.join(DTYPES)}")
     for d_k in (*config.d_ks, config.claim_d_k):
         scaling.check_d_k(d_k)
     if config.claim_d_k not in config.d_ks:
-        raise ValueError(f"claim_d_k={config.claim_d_k} must be one of d_ks {config.d_ks}")
+        raise UserError(f"claim_d_k={config.claim_d_k} must be one of d_ks {config.d_ks}")
     if not 0 <= config.outlier_features <= min(config.d_ks):
-        raise ValueError(f"outlier_features must be in [0, {min(config.d_ks)}], got {config.outlier_features}")
+        raise UserError(f"outlier_features must be in [0, {min(config.d_ks)}], got {config.outlier_features}")
     checks.fields(config, ints=("grid_tokens", "impl_tokens", "impl_heads", "block_size", "memory_d_k", "memory_block"))
     checks.fields(config, ints=("trained_tokens",), minimum=2)
     if not config.memory_tokens or any(t < 1 for t in config.memory_tokens):
-        raise ValueError(f"memory_tokens must be sequence lengths >= 1, got {config.memory_tokens}")
+        raise UserError(f"memory_tokens must be sequence lengths >= 1, got {config.memory_tokens}")
     if any(s <= 0 for s in config.stds) or any(s <= 0 for s, _ in config.impl_scenarios):
-        raise ValueError("every std must be > 0")
+        raise UserError("every std must be > 0")
     if any(c <= 0 for c in config.clamp_values):
-        raise ValueError(f"clamp values must be > 0, got {config.clamp_values}")
+        raise UserError(f"clamp values must be > 0, got {config.clamp_values}")
 
 
 # ----------------------------------------------------------------------------- drawing

@@ -41,6 +41,7 @@ import torch
 
 from ... import checks, stats
 from ...attention import attention
+from ...errors import UserError
 from ...runtime import check_device
 from ...threads import torch_threads
 from .. import Ticker
@@ -83,15 +84,15 @@ PRESETS = {
 def check_config(config: Config) -> Config:
     for d in config.d_ks:
         if not isinstance(d, int) or d < 1:
-            raise ValueError(f"every d_k must be an integer >= 1, got {d!r}")
+            raise UserError(f"every d_k must be an integer >= 1, got {d!r}")
     for n in config.ns:
         if not isinstance(n, int) or n < 2:
-            raise ValueError(f"every n must be an integer >= 2, got {n!r}")
+            raise UserError(f"every n must be an integer >= 2, got {n!r}")
     for a in config.exponents:
         if not math.isfinite(a):
-            raise ValueError(f"every exponent A must be finite, got {a!r}")
+            raise UserError(f"every exponent A must be finite, got {a!r}")
     if not (config.qk_std > 0 and config.constant > 0):
-        raise ValueError(f"qk_std and constant must be > 0, got {config.qk_std!r}, {config.constant!r}")
+        raise UserError(f"qk_std and constant must be > 0, got {config.qk_std!r}, {config.constant!r}")
     checks.fields(config, ints=("rows", "grad_n", "grad_d_model", "grad_d_v", "deriv_points", "deriv_rows"), minimum=2)
     checks.fields(config, ints=("grad_batch",))
     check_device(config.device)
@@ -139,11 +140,11 @@ def softmax_row_stats(d_k: int, exponent: float = 0.5, n: int = 128, qk_std: flo
     this (d_k, exponent, n) with the lab's seed and rows.
     """
     if not isinstance(d_k, int) or d_k < 1:
-        raise ValueError(f"d_k must be an integer >= 1, got {d_k!r}")
+        raise UserError(f"d_k must be an integer >= 1, got {d_k!r}")
     if not isinstance(n, int) or n < 2:
-        raise ValueError(f"n must be an integer >= 2, got {n!r}")
+        raise UserError(f"n must be an integer >= 2, got {n!r}")
     if not (qk_std > 0 and rows >= 1 and math.isfinite(exponent)):
-        raise ValueError(f"need qk_std > 0, rows >= 1, a finite exponent; got {qk_std!r}, {rows!r}, {exponent!r}")
+        raise UserError(f"need qk_std > 0, rows >= 1, a finite exponent; got {qk_std!r}, {rows!r}, {exponent!r}")
     return row_stats(coef * d_k**-exponent * sample_rows(d_k, n, qk_std, rows, seed))
 
 

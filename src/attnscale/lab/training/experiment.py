@@ -36,8 +36,9 @@ from dataclasses import dataclass
 import torch
 
 from ... import checks, intervals, scaling
+from ...errors import UserError
 from ...models.tasks import RecallTask, load_corpus
-from ...runs import execute, run_key
+from ...runs import KeptPool, execute, run_key
 from ...threads import torch_threads
 from ...train import RunSpec, attention_stats, build_model, build_task
 
@@ -111,23 +112,23 @@ class Config:
         for rule in self.decisive_rules:
             checks.one_of("decisive rule", rule, self.rules)
         if min(self.seed_cap, self.seed_cap_large) < self.seeds:
-            raise ValueError(f"seed_cap and seed_cap_large must be >= seeds ({self.seeds}), got "
+            raise UserError(f"seed_cap and seed_cap_large must be >= seeds ({self.seeds}), got "
                              f"{self.seed_cap}, {self.seed_cap_large}")
         for task in self.tasks + self.t5_tasks:
             checks.one_of("task", task, TASKS)
         if not isinstance(self.deep, bool):
-            raise ValueError(f"deep must be True or False, got {self.deep!r}")
+            raise UserError(f"deep must be True or False, got {self.deep!r}")
         if not self.tasks or "recall" not in self.tasks:
-            raise ValueError(f"tasks must include 'recall' (the deep and t5 runs use it), got {self.tasks!r}")
+            raise UserError(f"tasks must include 'recall' (the deep and t5 runs use it), got {self.tasks!r}")
         if "sqrt" not in self.rules:
-            raise ValueError(f"rules must include the reference 'sqrt', got {self.rules!r}")
+            raise UserError(f"rules must include the reference 'sqrt', got {self.rules!r}")
 
 
 PRESETS = {
     "quick": Config(),
     "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
                    deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3, 9e-3), t5_recall_d_head=256,
-                   decisive_d_heads=(), seed_cap=16, seed_cap_large=8,
+                   decisive_d_heads=(), seed_cap=10, seed_cap_large=8,
                    t5_optimisers=(("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))),
 }
 
@@ -502,12 +503,18 @@ def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict], base
 # --------------------------------------------------------------------------- the lab
 
 def run(config: Config, progress=None, *, store=None, workers: int | None = None, batch_runs: int = 24) -> dict:
-    """Every run of the lab, trained in groups of at most ``batch_runs`` by ``workers`` processes.
+    """Every run of the lab, trained in groups of at most ``batch_runs`` by ``workers`` processes
+    (started once for all the rounds).
 
     ``store``: a :class:`attnscale.runs.RunStore` that keeps every finished group (a killed
     lab resumes where it stopped), or None to keep runs in memory.  Execution options do not
     change the numbers, so they are arguments here, not fields of the config.
     """
+    with KeptPool(workers) as pool:
+        return _run(config, progress, store, workers, batch_runs, pool)
+
+
+def _run(config: Config, progress, store, workers: int | None, batch_runs: int, pool: KeptPool) -> dict:
     rounds = 1 + config.lr_widen
     extension_rounds = max(0, math.ceil(math.log2(max(config.seed_cap, config.seed_cap_large) / config.seeds)))
 
@@ -516,7 +523,7 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
             if progress:
                 progress(min(1.0, (number + done / max(1, total)) / (rounds + extension_rounds + 1)),
                          f"{what}: {message}")
-        return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report)
+        return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report, pool=pool)
 
     stored_before = store.keys() if store is not None else set()
     grid = grid_specs(config)

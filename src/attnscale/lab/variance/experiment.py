@@ -50,6 +50,7 @@ from torch import nn
 
 from ... import checks, stats
 from ...attention import attention
+from ...errors import UserError
 from ...runtime import check_device
 from ...threads import torch_threads
 from .. import Ticker
@@ -114,16 +115,16 @@ PRESETS = {
 def check_config(config: Config) -> Config:
     for d in config.d_ks + config.small_d_ks:
         if not isinstance(d, int) or d < 1:
-            raise ValueError(f"every d_k must be an integer >= 1, got {d!r}")
+            raise UserError(f"every d_k must be an integer >= 1, got {d!r}")
     unknown = [f for f in config.families if f not in FAMILIES]
     if unknown:
-        raise ValueError(f"unknown families {unknown}; accepted: {', '.join(FAMILIES)}")
+        raise UserError(f"unknown families {unknown}; accepted: {', '.join(FAMILIES)}")
     for name in ("samples", "min_samples", "max_elements", "chunk_elements", "d_model", "init_d_model",
                  "init_head_dim", "init_tokens", "ulp_max_dk", "ulp_per_dk", "small_n", "small_rows"):
         if getattr(config, name) < 2:
-            raise ValueError(f"{name} must be >= 2, got {getattr(config, name)!r}")
+            raise UserError(f"{name} must be >= 2, got {getattr(config, name)!r}")
     if config.std_q <= 0 or config.std_k <= 0 or config.noise < 0:
-        raise ValueError(f"std_q, std_k must be > 0 and noise >= 0, got {config.std_q}, {config.std_k}, {config.noise}")
+        raise UserError(f"std_q, std_k must be > 0 and noise >= 0, got {config.std_q}, {config.std_k}, {config.noise}")
     check_device(config.device)
     return config
 

@@ -1,0 +1,14 @@
+"""The one error type for bad input.
+
+:class:`UserError` is raised where attnscale checks what a user gave it (options, spec strings,
+paths, stores, model folders, report files, config values).  It is a ``ValueError``, so code
+that catches ``ValueError`` keeps working; the command line turns it (and only it, with usage
+errors and unreadable or unwritable files) into one line on stderr and exit code 2.  Any other
+exception is a bug in attnscale: the command line says so, prints the traceback, and exits 1.
+"""
+
+from __future__ import annotations
+
+
+class UserError(ValueError):
+    """Bad input that the user can fix; the message names the bad value and what is accepted."""

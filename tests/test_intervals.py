@@ -1,0 +1,70 @@
+"""Intervals against closed forms and simulation: Wilson bounds, the percentile bootstrap, the
+Bonferroni critical value, and where an interval lies against a threshold."""
+
+import math
+import random
+import statistics
+
+import pytest
+
+from attnscale import intervals
+
+Z = intervals.z_of(0.95)
+
+
+def test_z_is_the_normal_quantile():
+    assert Z == pytest.approx(1.959963984540054, abs=1e-12)
+    assert intervals.bonferroni_z(1, 0.05) == pytest.approx(Z, abs=1e-12)
+    assert intervals.bonferroni_z(39, 0.01) == pytest.approx(intervals.normal_quantile(1 - 0.01 / 78))
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 6, 12, 100])
+def test_wilson_at_the_edges_has_closed_forms(n):
+    assert intervals.wilson(0, n) == pytest.approx((0.0, Z * Z / (n + Z * Z)))
+    assert intervals.wilson(n, n) == pytest.approx((n / (n + Z * Z), 1.0))
+
+
+def test_wilson_matches_its_formula_and_covers_the_rate():
+    k, n = 7, 12
+    p = k / n
+    centre = (p + Z * Z / (2 * n)) / (1 + Z * Z / n)
+    half = Z / (1 + Z * Z / n) * math.sqrt(p * (1 - p) / n + Z * Z / (4 * n * n))
+    assert intervals.wilson(k, n) == pytest.approx((centre - half, centre + half))
+    assert intervals.wilson(7, 12) == pytest.approx((0.3196, 0.8067), abs=1e-4)  # a textbook value
+    assert intervals.wilson(0, 0) == (0.0, 1.0)
+
+
+def test_wilson_covers_a_true_rate_about_95_percent_of_the_time():
+    rng = random.Random(0)
+    n, rate, trials = 40, 0.3, 4000
+    covered = 0
+    for _ in range(trials):
+        k = sum(rng.random() < rate for _ in range(n))
+        low, high = intervals.wilson(k, n)
+        covered += low <= rate <= high
+    assert 0.93 <= covered / trials <= 0.97
+
+
+def test_bootstrap_is_seeded_and_brackets_the_statistic():
+    sample = [1.0, 2.0, 2.5, 4.0, 10.0]
+    first = intervals.bootstrap(sample, statistics.median, seed=3)
+    assert first == intervals.bootstrap(sample, statistics.median, seed=3)
+    assert first[0] <= statistics.median(sample) <= first[1]
+    assert intervals.bootstrap([5.0] * 4) == (5.0, 5.0)
+    assert intervals.bootstrap_ratio([6.0] * 3, [2.0] * 5) == (3.0, 3.0)
+    assert intervals.bootstrap_ratio([1.0], [0.0]) == (math.inf, math.inf)
+
+
+def test_side_of_a_threshold():
+    assert intervals.side((0.6, 0.9), 0.5) == intervals.ABOVE
+    assert intervals.side((0.1, 0.4), 0.5) == intervals.BELOW
+    assert intervals.side((0.4, 0.6), 0.5) == intervals.STRADDLES
+
+
+@pytest.mark.parametrize("call", [lambda: intervals.wilson(3, 2), lambda: intervals.wilson(-1, 2),
+                                  lambda: intervals.wilson(1.5, 2), lambda: intervals.bootstrap([]),
+                                  lambda: intervals.bonferroni_z(0), lambda: intervals.bonferroni_z(3, 1.5),
+                                  lambda: intervals.z_of(1.0), lambda: intervals.bootstrap_ratio([], [1.0])])
+def test_bad_input_is_a_value_error(call):
+    with pytest.raises(ValueError):
+        call()
