@@ -156,3 +156,63 @@ def test_cli_answer_errors_are_one_line(tmp_path):
     for args in (["--report", str(tmp_path / "missing")], ["--report", str(tmp_path)]):
         done = subprocess.run([sys.executable, "-m", "attnscale", "answer", *args], capture_output=True, text=True)
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+# --------------------------------------------------------------------------- the 30-second layer
+
+def hanzi(text: str) -> int:
+    return len(re.findall(r"[\u4e00-\u9fff]", text))
+
+
+def short_cases():
+    """Reports that between them take every branch of the 30-second layer."""
+    cases = {"pending": report_from({}), "measured": report_from(MEASURED)}
+    for c05 in (SUPPORTED, PARTLY, REFUTED):
+        for c06 in (SUPPORTED, PARTLY, REFUTED):
+            train = training(c06, 0.05)
+            train["C05"] = Finding(c05, "", train["C05"].numbers)
+            cases[f"inv_d {c05}, none {c06}"] = report_from({**MEASURED, "training": train})
+    far = dict(SATURATION, C06=Finding(SUPPORTED, "", {**SATURATION["C06"].numbers, "max_logit_abs": 110.0}))
+    rough = dict(VARIANCE, C02=Finding(PARTLY, "", VARIANCE["C02"].numbers))
+    cases["far logits, rough variance"] = report_from({**MEASURED, "saturation": far, "variance": rough,
+                                                       "training": training(SUPPORTED, 0.05)})
+    return cases
+
+
+def test_the_30_second_answer_fits_in_30_seconds_in_both_languages():
+    for name, report in short_cases().items():
+        en = " ".join(answer.compose(report, "en")["short"])
+        zh = "".join(answer.compose(report, "zh")["short"])
+        assert len(en.split()) <= answer.SHORT_WORDS, (name, len(en.split()), en)
+        assert hanzi(zh) <= answer.SHORT_HANZI, (name, hanzi(zh), zh)
+
+
+def test_every_catalogue_entry_has_both_languages_and_is_produced_by_some_report(monkeypatch):
+    for entry, words in answer.SHORT.items():
+        assert set(words) == set(answer.LANGS), entry
+        fields = {lang: set(re.findall(r"{(\w+)}", text)) for lang, text in words.items()}
+        assert fields["zh"] <= fields["en"], entry  # the English wording may add grammar (plurals), never numbers
+    used = set()
+    real_word = answer._word
+    monkeypatch.setattr(answer, "_word", lambda entry, lang, **n: used.add(entry) or real_word(entry, lang, **n))
+    for report in short_cases().values():
+        for lang in answer.LANGS:
+            answer.compose(report, lang)
+    nested = {"none.not_100", "tally.untested"}  # worded inside another entry
+    assert used | nested == set(answer.SHORT)
+    text = answer.render_text(answer.compose(report_from(MEASURED | {"training": training(PARTLY, 0.05)}), "en"))
+    assert "(not ±100)" in text and "training stalls in some settings or seeds, not all" in text
+
+
+def test_the_three_layers_print_in_order():
+    report = report_from({**MEASURED, "training": training(PARTLY, 0.05)})
+    for lang, headings in (("en", ["The 30-second answer", "The full answer, as measured", "Follow-up 1:"]),
+                           ("zh", ["30 秒回答", "完整回答（逐条实测）", "追问 1："])):
+        composed = answer.compose(report, lang)
+        text = answer.render_text(composed)
+        places = [text.index(h) for h in headings]
+        assert places == sorted(places), lang
+        assert text.index(composed["short"][0]) < places[1] < text.index(composed["answer"][0])
+    en = answer.compose(report, "en")["short"]
+    assert en[0].startswith("Why sqrt(d_k):") and "within 10.8% up to d_k = 4096" in en[0] and "within 7.7%" in en[0]
+    assert "learned 90%-95% of what sqrt(d_k) learned" in en[1]

@@ -506,6 +506,96 @@ def check_report(report, source: str = "the report") -> dict:
     return report
 
 
+# --------------------------------------------------------------------------- the 30-second layer
+# Each entry is decided once (which case, which numbers) by a function below, then worded from this
+# catalogue, English and Chinese side by side.  The layer must be sayable in half a minute: at most
+# SHORT_WORDS English words, SHORT_HANZI Chinese characters.
+
+SHORT_WORDS, SHORT_HANZI = 110, 220
+SHORT = {
+    "mechanism.holds": {
+        "en": "Why sqrt(d_k): with independent unit-variance components q·k has variance d_k (measured within {err} up "
+              "to d_k = {d_max}), and dividing by sqrt(d_k) keeps the logit std at 1 (within {std_err}) whatever the "
+              "head size.",
+        "zh": "为什么是 sqrt(d_k)：分量独立、方差为 1 时，q·k 的方差是 d_k（d_k 到 {d_max}，实测偏差不超过 {err}），"
+              "除以 sqrt(d_k) 后 logit 的标准差保持为 1（偏差不超过 {std_err}），与头维度无关。"},
+    "mechanism.roughly": {
+        "en": "Why sqrt(d_k): q·k's variance grows about as d_k (measured off by up to {err}), and dividing by sqrt(d_k) "
+              "keeps the logit std near 1 (within {std_err}) whatever the head size.",
+        "zh": "为什么是 sqrt(d_k)：q·k 的方差大约随 d_k 增长（实测偏差可达 {err}），除以 sqrt(d_k) 后 logit 的标准差"
+              "接近 1（偏差不超过 {std_err}），与头维度无关。"},
+    "inv_d.trains": {
+        "en": "Dividing by d_k starts near uniform but is not unusable: trained, it learned {span} of what sqrt(d_k) "
+              "learned.",
+        "zh": "除以 d_k 起初接近均匀分布，但并非不可用：训练后学到 sqrt(d_k) 的 {span}。"},
+    "inv_d.unusable": {
+        "en": "Dividing by d_k starts near uniform and stays unusable: trained, it learned {span} of what sqrt(d_k) "
+              "learned.",
+        "zh": "除以 d_k 起初接近均匀分布，训练后也只学到 sqrt(d_k) 的 {span}，确实不可用。"},
+    "inv_d.mixed": {
+        "en": "Dividing by d_k starts near uniform and trains worse in places: {span} of what sqrt(d_k) learned.",
+        "zh": "除以 d_k 起初接近均匀分布，训练后有些设置更差：学到 sqrt(d_k) 的 {span}。"},
+    "none.stalls": {
+        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and training stalls.",
+        "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，训练停滞。"},
+    "none.sometimes": {
+        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and training stalls in some settings "
+              "or seeds, not all.",
+        "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，部分设置或种子下训练停滞。"},
+    "none.trains": {
+        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, yet training does not stall.",
+        "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，但训练并未停滞。"},
+    "none.not_100": {"en": " (not ±100)", "zh": "（不是 ±100）"},
+    "tally": {
+        "en": "Of the interview answer's {total} claims, {supported} {hold} in full, {partly} {hold_part} in part and "
+              "{refuted} {refuted_be} refuted{untested}.",
+        "zh": "原答案的 {total} 条说法中，{supported} 条成立，{partly} 条部分成立，{refuted} 条不成立{untested}。"},
+    "tally.untested": {"en": "; {n} cannot be tested here", "zh": "，{n} 条此处无法检验"},
+}
+
+
+def _word(entry: str, lang: str, **numbers) -> str:
+    return SHORT[entry][lang].format(**numbers)
+
+
+def short_mechanism(ev: Evidence, lang: str) -> str:
+    if not (ev.has("C02", "max_rel_error", "max_d_k") and ev.has("C04", "max_std_error")):
+        return _pending("C02" if not ev.has("C02", "max_rel_error", "max_d_k") else "C04", lang)
+    entry = "mechanism.holds" if ev.verdict("C02") == SUPPORTED else "mechanism.roughly"
+    return _word(entry, lang, err=_at_most(ev.number("C02", "max_rel_error")), d_max=ev.number("C02", "max_d_k"),
+                 std_err=_at_most(ev.number("C04", "max_std_error")))
+
+
+def short_inv_d(ev: Evidence, lang: str) -> str:
+    progress = ev.family("C05", "inv_d_progress_")
+    trained = ev.lab_verdict("C05", "training")
+    if trained == PENDING or not progress:
+        return _pending("C05", lang, "training")
+    entry = {REFUTED: "inv_d.trains", SUPPORTED: "inv_d.unusable"}.get(trained, "inv_d.mixed")
+    return _word(entry, lang, span=_span(progress.values()))
+
+
+def short_no_scaling(ev: Evidence, lang: str) -> str:
+    logit = ev.number("C06", "max_logit_abs")
+    trained = ev.lab_verdict("C06", "training")
+    if logit is None or trained == PENDING:
+        return _pending("C06", lang, "saturation" if logit is None else "training")
+    entry = {SUPPORTED: "none.stalls", REFUTED: "none.trains"}.get(trained, "none.sometimes")
+    return _word(entry, lang, logit=f"{logit:.0f}", not_100=SHORT["none.not_100"][lang] if logit < 50 else "")
+
+
+def short_tally(ev: Evidence, lang: str) -> str:
+    counts = {v: sum(c["verdict"] == v for c in ev.claims.values()) for v in (*VERDICTS, PENDING)}
+    untested = counts[NOT_TESTABLE]
+    return _word("tally", lang, total=len(ev.claims), supported=counts[SUPPORTED], partly=counts[PARTLY],
+                 refuted=counts[REFUTED], hold="holds" if counts[SUPPORTED] == 1 else "hold",
+                 hold_part="holds" if counts[PARTLY] == 1 else "hold", refuted_be="is" if counts[REFUTED] == 1 else "are",
+                 untested=SHORT["tally.untested"][lang].format(n=untested) if untested else "")
+
+
+SHORT_SENTENCES = (short_mechanism, short_inv_d, short_no_scaling, short_tally)
+
+
 def _sentence(build, ev: Evidence, lang: str) -> str:
     """One sentence; the numbers it reads are checked as they are read (:meth:`Evidence.number`), so
     an exception here is a bug, and is left to say so."""
@@ -513,10 +603,12 @@ def _sentence(build, ev: Evidence, lang: str) -> str:
 
 
 def compose(report: dict, lang: str = "en") -> dict:
-    """The 30-second answer and the three follow-ups, as lists of sentences."""
+    """The interview answer in three layers, as lists of sentences: ``short`` (the 30-second answer),
+    ``answer`` (the full measured answer) and the three ``follow_ups``."""
     if lang not in LANGS:
         raise UserError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
     ev = Evidence(check_report(report))
+    short = [_spaced(_sentence(f, ev, lang), lang) for f in SHORT_SENTENCES]
     answer = [_spaced(_sentence(f, ev, lang), lang)
               for f in (variance, init_premise, sqrt_rule, inv_d_rule, no_scaling, low_precision, balance)]
     follow_ups = [{"question": q, "answer": [_spaced(_sentence(f, ev, lang), lang)]}
@@ -524,14 +616,15 @@ def compose(report: dict, lang: str = "en") -> dict:
     counts = {}
     for claim in report["claims"]:
         counts[claim["verdict"]] = counts.get(claim["verdict"], 0) + 1
-    return {"lang": lang, "answer": answer, "follow_ups": follow_ups, "verdict_counts": counts,
+    return {"lang": lang, "short": short, "answer": answer, "follow_ups": follow_ups, "verdict_counts": counts,
             "preset": report.get("preset"), "seed": report.get("seed")}
 
 
 def render_text(composed: dict) -> str:
     zh = composed["lang"] == "zh"
     join = "".join if zh else " ".join
-    lines = ["30 秒回答" if zh else "The 30-second answer", "", join(composed["answer"]), ""]
+    lines = ["30 秒回答" if zh else "The 30-second answer", "", join(composed["short"]), "",
+             "完整回答（逐条实测）" if zh else "The full answer, as measured", "", join(composed["answer"]), ""]
     for i, item in enumerate(composed["follow_ups"], 1):
         lines += [f"追问 {i}：{item['question']}" if zh else f"Follow-up {i}: {item['question']}", join(item["answer"]), ""]
     if zh:

@@ -45,7 +45,8 @@ def render_markdown(report: dict) -> str:
         "",
     ]
     if report.get("answer"):
-        lines += [f"**The answer, as measured.** {' '.join(report['answer']['en']['answer'])}", ""]
+        lines += [f"**The 30-second answer.** {' '.join(report['answer']['en']['short'])}", "",
+                  f"**The full answer, as measured.** {' '.join(report['answer']['en']['answer'])}", ""]
         lines += [f"- *{item['question']}* {' '.join(item['answer'])}" for item in report["answer"]["en"]["follow_ups"]]
         lines.append("")
     lines += [
