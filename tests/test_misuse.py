@@ -195,6 +195,12 @@ CASES = [
          lambda d: write(d / "r.json", full_report_with_text_numbers())),
     Case("answer-report-folder", ["answer", "--report", "r"], "is a folder",
          lambda d: (d / "r" / "report.json").mkdir(parents=True)),
+    # explain
+    Case("explain-unknown-claim", ["explain", "C99"], "'C99'"),
+    Case("explain-no-claim", ["explain"], "Missing argument 'claim'"),
+    Case("explain-report-missing", ["explain", "C02", "--report", "nowhere"], "nowhere"),
+    Case("explain-report-garbage", ["explain", "C02", "--report", "r.json"], "not a report.json",
+         lambda d: write(d / "r.json", "{garb")),
     # explore
     Case("explore-out-folder", ["explore", "--out", "d"], "is a folder", lambda d: (d / "d").mkdir()),
     Case("explore-out-html-folder", ["explore", "--out", "d.html"], "is a folder", lambda d: (d / "d.html").mkdir()),

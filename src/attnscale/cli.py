@@ -47,7 +47,7 @@ console = Console(markup=False, highlight=False)
 err_console = Console(stderr=True, markup=False, highlight=False)
 
 # Extra command modules under attnscale.commands, each with register(app).
-COMMAND_MODULES = ("report", "explore", "answer")
+COMMAND_MODULES = ("report", "explore", "answer", "explain")
 
 
 def version_callback(value: bool) -> None:

@@ -1,0 +1,21 @@
+"""``attnscale explain CLAIM``: where a claim's verdict comes from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("explain")
+    def explain(
+        claim: str = typer.Argument(..., help="A claim ID, C01..C18."),
+        report: Path = typer.Option(None, help="A report folder or its report.json, for the verdict and figures."),
+    ) -> None:
+        """Show what decides a claim: the labs, judge functions (file and line), thresholds, numbers, the
+        command that reruns it, and the answer sentences it feeds."""
+        from ..answer import load_report
+        from ..explain import explain as explained, render
+
+        print(render(explained(claim, load_report(report) if report is not None else None)))

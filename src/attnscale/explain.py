@@ -1,0 +1,137 @@
+"""Where a claim's verdict comes from, generated from the registry and the code itself.
+
+For a claim ID: its text, the labs that test it (each lab's part), and per lab the experiment
+module, the judge function with its file and line, the helper functions of the verdict module it
+calls (transitively), the named thresholds those functions read (module-level constants, with
+their values), the numbers the finding carries, the command that reruns the lab; then the
+sentences of the interview answer that read the claim, and (from a report, if one is given) the
+verdict and figures.  Nothing here is typed in: a renamed function or a new threshold shows up
+by itself.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+from pathlib import Path
+
+from . import answer, claims
+from .errors import UserError
+
+ROOT = Path(__file__).resolve().parent
+
+
+def where(function) -> str:
+    """'lab/training/verdicts.py:233' for a function of this package."""
+    path = Path(inspect.getsourcefile(function)).resolve()
+    try:
+        path = path.relative_to(ROOT)
+    except ValueError:
+        pass
+    return f"{path}:{inspect.getsourcelines(function)[1]}"
+
+
+def _codes(function) -> list[types.CodeType]:
+    return [function.__code__] + [c for c in function.__code__.co_consts if isinstance(c, types.CodeType)]
+
+
+def functions_called(function, package: str) -> list:
+    """The functions of ``package`` (a lab's modules: its verdicts and its experiment) that
+    ``function`` calls, directly or through each other, in file order."""
+    seen, todo, found = set(), [function], []
+    while todo:
+        current = todo.pop()
+        for code in _codes(current):
+            for name in code.co_names:
+                value = current.__globals__.get(name)
+                if (isinstance(value, types.FunctionType) and value.__module__.startswith(package)
+                        and value not in seen and value is not function):
+                    seen.add(value)
+                    found.append(value)
+                    todo.append(value)
+    return sorted(found, key=lambda f: (f.__module__, f.__code__.co_firstlineno))
+
+
+def is_threshold(value) -> bool:
+    """A named number (or a tuple or table of them) a rule can compare with."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return True
+    if isinstance(value, tuple):
+        return bool(value) and all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in value)
+    return isinstance(value, dict) and bool(value) and all(isinstance(v, (int, float)) for v in value.values())
+
+
+def constants_read(functions) -> dict[str, object]:
+    """The module-level UPPER_CASE thresholds the functions read, with their values."""
+    found = {}
+    for function in functions:
+        for code in _codes(function):
+            for name in code.co_names:
+                if name.isupper() and name in function.__globals__ and is_threshold(function.__globals__[name]):
+                    found[name] = function.__globals__[name]
+    return dict(sorted(found.items()))
+
+
+def answer_sentences(claim_id: str) -> list[str]:
+    """The answer's sentence functions whose code reads this claim."""
+    quoted = f'"{claim_id}"'
+    return [name for name, value in vars(answer).items()
+            if isinstance(value, types.FunctionType) and value.__module__ == answer.__name__
+            and quoted in inspect.getsource(value)]
+
+
+def explain(claim_id: str, report: dict | None = None) -> dict:
+    """Everything that decides one claim's verdict, as data (see the module docstring)."""
+    key = str(claim_id).upper()
+    if key not in claims.BY_ID:
+        raise UserError(f"unknown claim {claim_id!r}; accepted: {', '.join(claims.BY_ID)}")
+    claim = claims.BY_ID[key]
+    labs = []
+    for name in claim.labs:
+        verdicts = importlib.import_module(f"attnscale.lab.{name}.verdicts")
+        judge = getattr(verdicts, f"judge_{key.lower()}")
+        helpers = functions_called(judge, f"attnscale.lab.{name}")
+        labs.append({
+            "lab": name,
+            "part": claim.part(name) if len(claim.labs) > 1 else "the whole claim",
+            "experiment": f"lab/{name}/experiment.py",
+            "judge": {"name": judge.__name__, "where": where(judge), "doc": inspect.getdoc(judge) or ""},
+            "helpers": [{"name": f.__name__, "where": where(f)} for f in helpers],
+            "thresholds": constants_read([judge, *helpers]),
+            "numbers": list(getattr(verdicts, "NUMBER_KEYS", {}).get(key, ())),
+            "reproduce": f"attnscale {name} --preset quick --seed 0",
+        })
+    out = {"id": key, "claim": claim.text, "section": claim.section, "labs": labs,
+           "answer_sentences": answer_sentences(key)}
+    if report is not None:
+        found = next((c for c in report.get("claims", []) if isinstance(c, dict) and c.get("id") == key), None)
+        if found is not None:
+            out["verdict"] = found.get("verdict_line", found.get("verdict"))
+            out["figures"] = list(found.get("figures", []))
+    return out
+
+
+def render(explained: dict) -> str:
+    lines = [f"{explained['id']} (source section {explained['section']}): {explained['claim']}"]
+    if "verdict" in explained:
+        lines.append(f"verdict in the report: {explained['verdict']}")
+    for entry in explained["labs"]:
+        lines += ["", f"[{entry['lab']}] {entry['part']}",
+                  f"  experiment: src/attnscale/{entry['experiment']}",
+                  f"  judge: {entry['judge']['name']} at src/attnscale/{entry['judge']['where']}"]
+        if entry["judge"]["doc"]:
+            lines.append("    " + " ".join(entry["judge"]["doc"].split()))
+        if entry["helpers"]:
+            lines.append("  helpers: " + ", ".join(f"{h['name']} ({h['where']})" for h in entry["helpers"]))
+        if entry["thresholds"]:
+            lines.append("  thresholds: " + ", ".join(f"{k} = {v!r}" for k, v in entry["thresholds"].items()))
+        if entry["numbers"]:
+            lines.append("  numbers: " + ", ".join(entry["numbers"]))
+        lines.append(f"  reproduce: {entry['reproduce']}")
+    if explained.get("figures"):
+        lines += ["", "figures: " + ", ".join(explained["figures"])]
+    lines += ["", "answer sentences that read it: " + (", ".join(explained["answer_sentences"]) or "none")]
+    return "\n".join(lines)

@@ -1,0 +1,58 @@
+"""`attnscale explain`: generated from the registry and the code, so it stays current: every
+claim's judge is found at the file and line where it is defined, every threshold it names is
+the constant the code compares with, and the numbers are the lab's declared ones."""
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+from attnscale import claims, cli, explain
+from attnscale.errors import UserError
+
+PACKAGE = Path(explain.__file__).resolve().parent
+
+
+@pytest.mark.parametrize("claim_id", list(claims.BY_ID))
+def test_every_claim_points_at_its_judges_thresholds_and_numbers(claim_id):
+    found = explain.explain(claim_id)
+    assert [entry["lab"] for entry in found["labs"]] == list(claims.BY_ID[claim_id].labs)
+    for entry in found["labs"]:
+        path, line = entry["judge"]["where"].rsplit(":", 1)
+        source = (PACKAGE / path).read_text().splitlines()
+        assert source[int(line) - 1].startswith(f"def judge_{claim_id.lower()}(")
+        verdicts = importlib.import_module(f"attnscale.lab.{entry['lab']}.verdicts")
+        assert entry["numbers"] == list(verdicts.NUMBER_KEYS[claim_id])
+        experiment = importlib.import_module(f"attnscale.lab.{entry['lab']}.experiment")
+        for name, value in entry["thresholds"].items():
+            assert getattr(verdicts, name, getattr(experiment, name, None)) == value, name
+        for helper in entry["helpers"]:
+            path, line = helper["where"].rsplit(":", 1)
+            assert (PACKAGE / path).read_text().splitlines()[int(line) - 1].startswith(f"def {helper['name']}(")
+        assert entry["reproduce"] == f"attnscale {entry['lab']} --preset quick --seed 0"
+
+
+def test_the_stall_claims_name_the_rates_that_decide_them():
+    training = next(e for e in explain.explain("c06")["labs"] if e["lab"] == "training")
+    assert {"STALL_BELOW", "DECIDED_RATE", "SOLVED_ACC"} <= set(training["thresholds"])
+    assert {"cell_class", "stall_rate", "classify"} <= {h["name"] for h in training["helpers"]}
+    assert {"no_scaling", "short_no_scaling"} <= set(explain.explain("C06")["answer_sentences"])
+
+
+def test_cli_explain_with_a_report_and_bad_ids(tmp_path, capsys):
+    c02 = {"id": "C02", "verdict": "supported", "verdict_line": "supported", "numbers": {},
+           "figures": ["figures/variance_c02.png"]}
+    rest = [{"id": c.id, "verdict": "pending", "numbers": {}} for c in claims.CLAIMS if c.id != "C02"]
+    (tmp_path / "report.json").write_text(json.dumps({"claims": [c02, *rest]}))
+    with pytest.raises(SystemExit) as done:
+        cli.main(["explain", "C02", "--report", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    assert "verdict in the report: supported" in out and "figures/variance_c02.png" in out
+    assert "judge: judge_c02 at src/attnscale/lab/variance/verdicts.py:" in out
+    with pytest.raises(SystemExit) as done:
+        cli.main(["explain", "C19"])
+    assert done.value.code == 2 and capsys.readouterr().err.startswith("attnscale: error: unknown claim 'C19'")
+    with pytest.raises(UserError):
+        explain.explain("nonsense")
