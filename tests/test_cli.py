@@ -75,3 +75,25 @@ def test_user_errors_are_value_errors_and_input_checks_raise_them():
     for call in (lambda: scaling.parse("bogus"), lambda: checks.positive_int("n", 0), lambda: checks.seed(-1)):
         with pytest.raises(UserError):
             call()
+
+
+@pytest.mark.parametrize("env", [{"PYTHONIOENCODING": "latin-1"}, {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0"}])
+def test_a_terminal_that_cannot_show_a_character_gets_a_replacement_not_a_codec_error(env, tmp_path):
+    """The Chinese answer and a table on a latin-1 or ASCII terminal: exit 0, every line printed,
+    characters the terminal cannot show replaced."""
+    import json
+    import os
+
+    from attnscale import claims
+
+    (tmp_path / "report.json").write_text(json.dumps({"preset": "quick", "seed": 0, "claims": claims.evaluate({})}))
+    base = {k: v for k, v in os.environ.items() if k not in ("PYTHONIOENCODING", "LC_ALL", "LANG", "PYTHONUTF8")}
+    done = subprocess.run([sys.executable, "-m", "attnscale", "answer", "--lang", "zh", "--report", str(tmp_path)],
+                          capture_output=True, timeout=120, env={**base, **env})
+    assert done.returncode == 0, done.stderr
+    out = done.stdout.decode("latin-1")
+    assert "?" in out and "C02" in out and "attnscale report" in out  # the pending sentences, degraded
+    assert b"UnicodeEncodeError" not in done.stderr
+    done = subprocess.run([sys.executable, "-m", "attnscale", "explain", "C06"], capture_output=True, timeout=120,
+                          env={**base, **env})
+    assert done.returncode == 0 and b"judge_c06" in done.stdout and b"UnicodeEncodeError" not in done.stderr

@@ -200,11 +200,22 @@ def internal_error(error: BaseException) -> None:
     sys.exit(1)
 
 
+def degrade_output() -> None:
+    """On a terminal that cannot show a character (a latin-1 or ASCII locale), print a replacement
+    for it instead of failing with a codec error after the work is done."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="replace")
+        except (AttributeError, ValueError, OSError):  # not a text stream that can be reconfigured
+            pass
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit code 2; any other exception is
     an internal error (exit code 1, with its traceback); no arguments prints the help."""
     args = sys.argv[1:] if argv is None else list(argv)
     warnings.showwarning = show_notice
+    degrade_output()
     try:
         code = app(args=args or ["--help"], prog_name="attnscale", standalone_mode=False)
     except usage_error_types() as error:
