@@ -471,7 +471,8 @@ def deciding_cells(config: Config, best: dict[tuple, dict]) -> list[tuple[str, s
     return out
 
 
-def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict], baselines: dict) -> list[tuple[str, RunSpec]]:
+def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict],
+                 task_baselines: dict) -> list[tuple[str, RunSpec]]:
     """Seeds for every deciding cell below its cap: twice as many (at most the cap).  sqrt's reference
     cells always get them (each comparison divides by their median gain, and whether they solve the
     task decides whether a cell votes).  Any other cell gets them while its seeds agree on the
@@ -492,7 +493,7 @@ def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict], base
             ref = by_cell.get((task, "sqrt", d, best[(task, "sqrt", d)]["lr"]), []) if (task, "sqrt", d) in best else []
             if not ref:
                 continue
-            outcomes = {classify(progress(r, ref, baselines)) == "stalls" for r in members}
+            outcomes = {classify(progress(r, ref, task_baselines)) == "stalls" for r in members}
         if len(outcomes) > 1:
             continue
         start = config.seed + len(members)
@@ -536,7 +537,7 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
         return [summarise(s, results[run_key(s)], rule) for rule, s in grid]
 
     base = set(seeds_of(config))
-    base_baselines = baselines(config)
+    task_baselines = baselines(config)
 
     def chosen_lrs() -> dict[tuple, dict]:  # on the base seeds only, so added seeds cannot move a choice
         return best_lrs(fold_cells([r for r in summaries() if r["seed"] in base]))
@@ -555,13 +556,13 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
     best = chosen_lrs()
     for number in range(1, extension_rounds + 1):  # seeds where the deciding cells' seeds still all agree
         have = {(rule, run_key(s)) for rule, s in grid}
-        new = [(rule, s) for rule, s in extend_seeds(config, best, summaries(), base_baselines)
+        new = [(rule, s) for rule, s in extend_seeds(config, best, summaries(), task_baselines)
                if (rule, run_key(s)) not in have]
         if not new:
             break
         results.update(train_round([s for _, s in new], rounds + number, f"adding seeds (round {number})"))
         grid += new
-    out = {"config": dataclasses.asdict(config), "baselines": base_baselines}
+    out = {"config": dataclasses.asdict(config), "baselines": task_baselines}
     out["grid"] = summaries()
     for name, specs in extra.items():
         out[name] = [summarise(s, results[run_key(s)]) for s in specs]

@@ -31,8 +31,8 @@ import statistics
 
 from ... import intervals, scaling
 from ...claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
-from .experiment import (LM_MARGIN, SOLVED_ACC, STALL_BELOW, TRAINS_FROM, classify, gain, progress, reference_works,
-                         spread, task_d_heads, tasks_of)
+from .experiment import (LM_MARGIN, SOLVED_ACC, STALL_BELOW, classify, progress, reference_works, spread, task_d_heads,
+                         tasks_of)
 
 DECIDED_RATE = 0.5        # a cell's stall rate decides its class once its interval clears this
 SLOWER_RANGE = (1.5, 4.0)  # C13: "2-3x slower", with slack
