@@ -424,18 +424,9 @@ def _in_process_execute(groups: list[list[str]], todo: dict, ckpt, record, threa
 
 def _local_execute(groups: list[list[str]], todo: dict, workers: int, ckpt, record, threads: int | None,
                    steps_done) -> None:
-    threads = threads or max(1, default_workers() // workers)
-    context = multiprocessing.get_context("spawn")  # fork after torch has started threads can hang
-    remaining = dict(enumerate(groups))
-    for _attempt in range(MAX_POOL_RESTARTS + 1):
-        queue = context.Queue()
-        try:
-            with worker_pool(context, min(workers, len(remaining)), threads, queue) as pool:
-                _run_in_pool(pool, queue, remaining, todo, ckpt, record, steps_done)
-            return
-        except BrokenProcessPool:
-            continue  # a worker died: the groups it and its peers held are run again
-    raise RuntimeError(f"the worker pool broke {MAX_POOL_RESTARTS + 1} times; {len(remaining)} groups not done")
+    """The groups in a pool of its own, started for this call and stopped after it."""
+    with KeptPool(min(workers, len(groups)), threads or max(1, default_workers() // workers)) as kept:
+        _kept_execute(groups, todo, kept, ckpt, record, steps_done)
 
 
 def _run_in_pool(pool: cf.ProcessPoolExecutor, queue, remaining: dict[int, list[str]], todo: dict, ckpt, record,

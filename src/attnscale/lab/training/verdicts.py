@@ -31,10 +31,11 @@ import statistics
 
 from ... import intervals, scaling
 from ...claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
-from .experiment import (LM_MARGIN, SOLVED_ACC, STALL_BELOW, classify, progress, reference_works, spread, task_d_heads,
-                         tasks_of)
+from .experiment import (SOLVED_ACC, STALL_BELOW, accuracy, classify, final_loss, progress, solved, spread,
+                         task_d_heads, tasks_of)
 
 DECIDED_RATE = 0.5        # a cell's stall rate decides its class once its interval clears this
+LM_MARGIN = 0.1           # nats: the reference must end this far below the bigram entropy for an LM cell to vote
 SLOWER_RANGE = (1.5, 4.0)  # C13: "2-3x slower", with slack
 NOT_SLOWER_BELOW = 1.25
 GRAD_DROP = 10.0          # C17: "drops by more than 10x"
@@ -107,14 +108,6 @@ def runs_at(result: dict, task: str, rule: str, d_head: int, lr: float | None) -
                   key=lambda r: r["seed"])
 
 
-def final_loss(run: dict) -> float:
-    return run["final_val_loss"] if run["final_val_loss"] is not None else run["initial_val_loss"]
-
-
-def accuracy(run: dict) -> float:
-    return run["final_val_acc"] if run["final_val_acc"] is not None else 0.0
-
-
 def reference(result: dict, task: str, d_head: int) -> dict:
     """sqrt at its best LR in this cell, and whether it works well enough for the cell to vote."""
     lr = best_lr(result, task, "sqrt", d_head)
@@ -122,9 +115,9 @@ def reference(result: dict, task: str, d_head: int) -> dict:
     if not runs:
         return {"lr": lr, "runs": [], "works": False, "why": "no sqrt runs"}
     if task == "recall":
-        solved = sum(reference_works(r, result["baselines"]) for r in runs)
-        works = solved >= majority_of(len(runs))
-        why = f"sqrt solved recall in {solved} of {len(runs)} seeds"
+        count = sum(solved(r) for r in runs)
+        works = count >= majority_of(len(runs))
+        why = f"sqrt solved recall in {count} of {len(runs)} seeds"
     else:
         bigram = result["baselines"]["shakespeare"]["bigram"]
         median = statistics.median(final_loss(r) for r in runs)
@@ -315,9 +308,9 @@ def deep_rows(result: dict) -> list[dict]:
     for rule, name in FACTORS.items():
         for lr in sorted({r["lr"] for r in result["deep"] if r["rule"] == rule}):
             runs = [r for r in result["deep"] if r["rule"] == rule and r["lr"] == lr]
-            solved = sum(r["status"] == "finished" and accuracy(r) >= SOLVED_ACC for r in runs)
-            rows.append({"factor": name, "rule": rule, "lr": lr, "seeds": len(runs), "solved": solved,
-                         "solved_interval": intervals.wilson(solved, len(runs)),
+            count = sum(r["status"] == "finished" and solved(r) for r in runs)
+            rows.append({"factor": name, "rule": rule, "lr": lr, "seeds": len(runs), "solved": count,
+                         "solved_interval": intervals.wilson(count, len(runs)),
                          "acc": spread([accuracy(r) for r in runs]),
                          "mean_acc": statistics.fmean(accuracy(r) for r in runs),
                          "oscillation": spread([oscillation(r["curve"]["val_loss"]) for r in runs]),
@@ -418,7 +411,7 @@ def t5_rows(result: dict) -> list[dict]:
             if task == "recall":
                 row["acc_sqrt_unit"] = spread([accuracy(r) for r in ref])
                 row["acc_none_t5"] = spread([accuracy(r) for r in t5])
-                row["none_t5_solved"] = sum(accuracy(r) >= SOLVED_ACC for r in t5)
+                row["none_t5_solved"] = sum(solved(r) for r in t5)
                 row["seeds"] = len(t5)
                 row["equivalent"] = (abs(row["acc_sqrt_unit"]["median"] - row["acc_none_t5"]["median"]) <= EQUIVALENT_ACC
                                      and trained < EQUIVALENT_LOGITS)
