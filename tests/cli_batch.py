@@ -10,9 +10,10 @@ case starts from the same untouched parent, so no state leaks from one case to t
 
     python tests/cli_batch.py < cases.json > results.json
 
-cases.json: ``[{"args": [...], "cwd": "...", "env": {}, "stdin": "", "timeout": 120, "unprivileged": false}, ...]``
-(``unprivileged``: give up the capabilities that let root ignore file permissions first,
-so that read-only files are read-only even when the tests run as root; Linux only);
+cases.json: ``[{"args": [...], "cwd": "...", "env": {}, "stdin": "", "timeout": 120, "unprivileged": false,
+"file_size_limit": 0}, ...]`` (``unprivileged``: give up the capabilities that let root ignore file
+permissions first, so that read-only files are read-only even when the tests run as root; Linux
+only; ``file_size_limit``: no file may grow past this many bytes, as on a nearly full disk);
 results.json: ``[{"code": int, "stdout": str, "stderr": str, "timed_out": bool, "seconds": float}, ...]``.
 POSIX only (os.fork).
 """
@@ -68,6 +69,13 @@ def child(case: dict, stdin, stdout, stderr) -> None:
             except (OSError, AttributeError):
                 code = CANNOT_DROP
                 return
+        if case.get("file_size_limit"):
+            # a nearly full disk, as one process sees it: a write past this many bytes of any file fails
+            # with EFBIG (SIGXFSZ ignored, as a full disk sends no signal)
+            import resource
+
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (case["file_size_limit"], case["file_size_limit"]))
         os.environ.update(case.get("env", {}))
         os.chdir(case["cwd"])
         for fd, file in ((0, stdin), (1, stdout), (2, stderr)):

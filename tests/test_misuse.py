@@ -87,11 +87,11 @@ def runs_schema() -> str:
 
 
 def results_store(path: Path, result='{"x": 1}', readonly=False, key="k") -> Path:
-    return table_file(path, results_schema(), [(key, "variance", "{}", result, 1.0, 0.0)], readonly)
+    return table_file(path, results_schema(), [(key, "variance", "{}", result, 1.0, 0.0, None)], readonly)
 
 
 def runs_store(path: Path, result='{"status": "finished"}', readonly=False) -> Path:
-    return table_file(path, runs_schema(), [("k", "{}", "finished", result, 1.0, 0.0)], readonly)
+    return table_file(path, runs_schema(), [("k", "{}", "finished", result, 1.0, 0.0, None)], readonly)
 
 
 def truncated(path: Path) -> None:
@@ -107,8 +107,28 @@ def foreign_variance_result(folder: Path) -> None:
 
     config = lab.config_for("variance", "quick", seed=0, device="cpu")
     key, text = config_key("variance", lab.load("variance").VERSION, config)
-    table_file(folder / "r" / "results.sqlite", results_schema(), [(key, "variance", text, '{"not": "a result"}', 1.0, 0.0)],
+    table_file(folder / "r" / "results.sqlite", results_schema(), [(key, "variance", text, '{"not": "a result"}', 1.0, 0.0,
+                                                                    None)],
                wal=True)
+
+
+def edited_store(path: Path, table: str) -> None:
+    """A store written by attnscale, then one number of its row set to NaN by hand."""
+    from attnscale.runs import RunStore
+    from attnscale.store import Store
+
+    if table == "results":
+        Store(path).put("k", "variance", "{}", {"x": [1.5, 2.5]}, 1.0)
+    else:
+        RunStore(path).put("k", {"lr": 0.001}, {"status": "finished", "final_val_loss": 1.5}, 1.0)
+    import gc
+
+    gc.collect()  # the store's own connections are closed
+    db = sqlite3.connect(path)
+    db.execute(f"UPDATE {table} SET result = replace(result, '1.5', 'NaN')")
+    db.commit()
+    db.execute("PRAGMA journal_mode=DELETE")  # the file alone holds the store: reading it changes nothing
+    db.close()
 
 
 def read_only_folder(path: Path) -> None:
@@ -141,6 +161,79 @@ def model_folder(path: Path, config: str | None) -> None:
     path.mkdir(parents=True)
     if config is not None:
         write(path / "config.json", config)
+
+
+# ----------------------------------------------------------------------------- malformed model folders
+
+TINY_BERT = {"model_type": "bert", "hidden_size": 8, "num_attention_heads": 2, "num_hidden_layers": 1,
+             "intermediate_size": 16, "vocab_size": 50, "max_position_embeddings": 32}
+
+
+def tiny_folder(path: Path, weights: bytes | None = None, **config) -> Path:
+    """A model folder with a tiny BERT config (fields overridden by ``config``) and, if given,
+    ``model.safetensors`` holding exactly ``weights``."""
+    model_folder(path, json.dumps({**TINY_BERT, **config}))
+    if weights is not None:
+        write(path / "model.safetensors", weights)
+    return path
+
+
+def safetensors_bytes(header: dict, data: bytes = b"", claimed: int | None = None) -> bytes:
+    raw = json.dumps(header).encode()
+    return (len(raw) if claimed is None else claimed).to_bytes(8, "little") + raw + data
+
+
+def lying_shape(path: Path) -> None:
+    tiny_folder(path, safetensors_bytes({"w": {"dtype": "F32", "shape": [1000], "data_offsets": [0, 16]}}, bytes(16)))
+
+
+def link_out(path: Path) -> None:
+    tiny_folder(path)
+    (path / "model.safetensors").symlink_to("/etc/passwd")
+
+
+def pickle_index(path: Path) -> None:
+    tiny_folder(path, safetensors_bytes({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}, bytes(8)))
+    write(path / "model.safetensors.index.json", json.dumps({"weight_map": {"w": "evil.bin"}}))
+    write(path / "evil.bin", b"\x80\x04K\x01.")
+
+
+def no_tokenizer(path: Path) -> None:
+    from transformers import AutoModel, BertConfig
+
+    model = AutoModel.from_config(BertConfig(**{k: v for k, v in TINY_BERT.items() if k != "model_type"}))
+    model.save_pretrained(path)
+
+
+def folder_cases(command: str, extra=()) -> list:
+    """The same malformed folders, for diagnose and for audit."""
+    c = command
+    return [
+        Case(f"{c}-weights-empty", [c, "m", *extra], "not a valid safetensors", lambda d: tiny_folder(d / "m", b"")),
+        Case(f"{c}-weights-garbage", [c, "m", *extra], "not a valid safetensors",
+             lambda d: tiny_folder(d / "m", random.Random(1).randbytes(3000))),
+        Case(f"{c}-weights-truncated", [c, "m", *extra], "not a valid safetensors",
+             lambda d: tiny_folder(d / "m", safetensors_bytes({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}},
+                                                              bytes(7)))),
+        Case(f"{c}-weights-header-huge", [c, "m", *extra], "1,099,511,627,776",
+             lambda d: tiny_folder(d / "m", safetensors_bytes({}, claimed=2**40))),
+        Case(f"{c}-weights-lying-shape", [c, "m", *extra], "does not fit", lambda d: lying_shape(d / "m")),
+        Case(f"{c}-weights-link-out", [c, "m", *extra], "outside the model folder", lambda d: link_out(d / "m")),
+        Case(f"{c}-config-hidden-text", [c, "m", *extra], "hidden_size is '8'", lambda d: tiny_folder(d / "m", hidden_size="8")),
+        Case(f"{c}-config-heads-zero", [c, "m", *extra], "num_attention_heads is 0",
+             lambda d: tiny_folder(d / "m", num_attention_heads=0)),
+        Case(f"{c}-config-heads-negative", [c, "m", *extra], "num_attention_heads is -2",
+             lambda d: tiny_folder(d / "m", num_attention_heads=-2)),
+        Case(f"{c}-config-layers-float", [c, "m", *extra], "num_hidden_layers is 1.5",
+             lambda d: tiny_folder(d / "m", num_hidden_layers=1.5)),
+        Case(f"{c}-config-nested", [c, "m", *extra], "not readable JSON",
+             lambda d: model_folder(d / "m", "[" * 100_000 + "]" * 100_000)),
+        Case(f"{c}-pickle-index", [c, "m", *extra], "'evil.bin'", lambda d: pickle_index(d / "m")),
+    ]
+
+
+def callable_module(folder: Path, body: str) -> None:
+    write(folder / "port.py", body)
 
 
 # ----------------------------------------------------------------------------- the table
@@ -318,6 +411,72 @@ CASES = [
     Case("diagnose-cuda", ["diagnose", "--device", "cuda"], "no CUDA GPU"),
     Case("diagnose-device", ["diagnose", "--device", "tpu"], "'tpu'"),
     Case("diagnose-memory", ["diagnose"], "would need", env={"ATTNSCALE_MEMORY_LIMIT": "1M"}),
+    # malformed model folders (diagnose and audit), unbounded work
+    *folder_cases("diagnose", SMALL),
+    *folder_cases("audit"),
+    Case("diagnose-no-tokenizer", ["diagnose", "m", *SMALL], "no tokenizer", lambda d: no_tokenizer(d / "m")),
+    Case("audit-config-pad-token", ["audit", "m"], "cannot be built", lambda d: tiny_folder(d / "m", pad_token_id=500)),
+    Case("audit-config-billion-layers", ["audit", "m"], "would need",
+         lambda d: tiny_folder(d / "m", num_hidden_layers=10**9)),
+    Case("diagnose-text-file-huge", ["diagnose", "--text-file", "t.txt"], "MiB",
+         lambda d: os.truncate(write(d / "t.txt", "a"), 90 * 2**20)),
+    Case("answer-nested", ["answer", "--report", "r.json"], "nested", lambda d: write(d / "r.json", "[" * 100_000)),
+    # options that do not apply, empty paths, unbounded numbers
+    Case("numerics-scale-without-file", ["numerics", "--scale", "bogus"], "only with --from-file"),
+    Case("numerics-dtype-without-file", ["numerics", "--dtype", "int8"], "only with --from-file"),
+    Case("numerics-preset-with-file", ["numerics", "--from-file", "qk", "--preset", "full"], "--preset"),
+    Case("numerics-figures-with-file", ["numerics", "--from-file", "qk", "--figures", "f"], "--figures"),
+    Case("report-out-empty", ["report", "--out", ""], "empty"),
+    Case("variance-figures-empty", ["variance", "--figures", ""], "empty"),
+    Case("explore-out-empty", ["explore", "--out", ""], "empty"),
+    Case("diagnose-out-empty", ["diagnose", "--out", ""], "empty"),
+    Case("audit-out-empty", ["audit", "llama", "--out", ""], "empty"),
+    Case("sweep-db-empty", ["sweep", "--db", ""], "empty"),
+    Case("train-checkpoint-empty", ["train", "--checkpoint", ""], "empty"),
+    Case("audit-head-dim-zero", ["audit", "--head-dim", "0"], "--head-dim"),
+    Case("audit-head-dim-negative", ["audit", "--head-dim", "-8"], "-8"),
+    Case("audit-seed-negative", ["audit", "--seed", "-1"], "-1"),
+    Case("audit-seed-huge", ["audit", "--seed", str(10**23)], str(10**23)),
+    Case("audit-workers-huge", ["audit", "--workers", "100000"], "100000"),
+    Case("diagnose-threads-huge", ["diagnose", "--threads", "1000000"], "1000000"),
+    Case("report-preset-case", ["report", "--preset", "Quick"], "'Quick'"),
+    # checks before the work: names inside --out, the run store
+    Case("report-figures-is-file", ["report", "--out", "r", "--labs", "variance"], "is a file",
+         lambda d: write(d / "r" / "figures", "x")),
+    Case("report-json-is-folder", ["report", "--out", "r", "--labs", "variance"], "is a folder",
+         lambda d: (d / "r" / "report.json").mkdir(parents=True)),
+    Case("report-run-store-garbage", ["report", "--out", "r", "--labs", "variance,training"], "runs.sqlite",
+         lambda d: garbage(d / "r" / "runs.sqlite")),
+    Case("report-run-store-folder", ["report", "--out", "r", "--labs", "variance,training"], "is a folder",
+         lambda d: (d / "r" / "runs.sqlite").mkdir(parents=True)),
+    Case("report-run-store-read-only", ["report", "--out", "r", "--labs", "variance,training"], "read-only",
+         lambda d: runs_store(d / "r" / "runs.sqlite", readonly=True), unprivileged=True),
+    Case("diagnose-out-json-folder", ["diagnose", "--out", "o"], "is a folder",
+         lambda d: (d / "o" / "diagnosis.json").mkdir(parents=True)),
+    Case("audit-out-json-folder", ["audit", "llama", "--out", "o"], "is a folder",
+         lambda d: (d / "o" / "audit.json").mkdir(parents=True)),
+    # stored rows edited by hand
+    Case("report-store-row-edited", ["report", "--out", "r", "--labs", "variance"], "changed after attnscale wrote it",
+         lambda d: edited_store(d / "r" / "results.sqlite", "results")),
+    Case("sweep-summary-row-edited", ["sweep", "--summary", "--db", "r.sqlite"], "changed after attnscale wrote it",
+         lambda d: edited_store(d / "r.sqlite", "runs")),
+    # audit --callable, checked before any family is audited
+    Case("callable-syntax-error", ["audit", "--callable", "port:attn"], "SyntaxError",
+         lambda d: callable_module(d, "def attn(q, k, v:\n")),
+    Case("callable-raises", ["audit", "--callable", "port:attn"], "ZeroDivisionError",
+         lambda d: callable_module(d, "def attn(q, k, v, mask=None):\n    return 1 / 0\n")),
+    Case("callable-returns-none", ["audit", "--callable", "port:attn"], "returned NoneType",
+         lambda d: callable_module(d, "def attn(q, k, v, mask=None):\n    return None\n")),
+    Case("callable-wrong-shape", ["audit", "--callable", "port:attn"], "returned shape (1, 1, 2)",
+         lambda d: callable_module(d, "def attn(q, k, v, mask=None):\n    return q.sum(-1)\n")),
+    Case("callable-wrong-arguments", ["audit", "--callable", "port:attn"], "cannot be called as f(q, k, v)",
+         lambda d: callable_module(d, "def attn(q, k):\n    return q\n")),
+    Case("callable-recurses", ["audit", "--callable", "port:attn"], "RecursionError",
+         lambda d: callable_module(d, "def attn(q, k, v, mask=None):\n    return attn(q, k, v)\n")),
+    Case("callable-nan", ["audit", "--callable", "port:attn"], "NaN",
+         lambda d: callable_module(d, "def attn(q, k, v, mask=None):\n    return q * float('nan')\n")),
+    Case("callable-import-raises", ["audit", "--callable", "port:attn"], "cannot import",
+         lambda d: callable_module(d, "raise RuntimeError('no GPU here')\n")),
 ]
 
 
@@ -343,7 +502,7 @@ def read_only_run_store(folder: Path) -> None:
     result = {"status": "finished", "initial_val_loss": 3.0, "final_val_loss": 1.0, "final_val_acc": 0.5,
               "chance_acc": 0.0625}
     path = table_file(folder / "ro" / "r.sqlite", runs_schema(),
-                      [("k", json.dumps(spec), "finished", json.dumps(result), 1.0, 0.0)], readonly=True, wal=True)
+                      [("k", json.dumps(spec), "finished", json.dumps(result), 1.0, 0.0, None)], readonly=True, wal=True)
     path.parent.chmod(0o555)
 
 
@@ -394,6 +553,45 @@ def test_bad_invocation_gives_one_line_exit_2_and_leaves_nothing(case, outcomes)
     assert len(lines) == 1 and lines[0].startswith("attnscale: error: "), result["stderr"]
     assert case.needle in lines[0], lines[0]
     assert snapshot(folder) == before, sorted(set(snapshot(folder)) ^ set(before))
+
+
+# ----------------------------------------------------------------------------- a nearly full disk
+#
+# Each command runs with a limit on how far any file may grow (RLIMIT_FSIZE, as a full disk
+# looks to one process).  The write that crosses it fails; the command must say so in one line
+# naming the path, and leave no temporary file and no part of its output behind.
+
+FULL_DISK = [  # (case, limit in bytes, outputs that must not exist afterwards)
+    (Case("explore", ["explore", "--out", "e.html"], "e.html"), 5_000, ["e.html"]),
+    (Case("report", ["report", "--out", "r", "--labs", "variance"], "could not write the report into 'r'"), 150_000,
+     ["r/report.json", "r/report.md", "r/index.html", "r/figures/variance_c02.png"]),
+    (Case("diagnose", ["diagnose", "--out", "o", *SMALL], "diagnosis.json"), 8_000, ["o/diagnosis.json"]),
+    (Case("checkpoint", ["train", "--steps", "1", "--log-every", "1", "--batch-size", "4", "--checkpoint", "c"],
+          "could not write"), 8_000, []),
+]
+
+
+@pytest.fixture(scope="module")
+def full_disk(tmp_path_factory):
+    root = tmp_path_factory.mktemp("full-disk")
+    jobs = []
+    for case, limit, _ in FULL_DISK:
+        (root / case.id).mkdir()
+        jobs.append({"args": case.args, "cwd": str(root / case.id), "env": {}, "timeout": 300, "file_size_limit": limit})
+    return {case.id: (root / case.id, result) for (case, *_), result in zip(FULL_DISK, run_batch(jobs))}
+
+
+@pytest.mark.parametrize("case, limit, outputs", FULL_DISK, ids=[case.id for case, *_ in FULL_DISK])
+def test_a_full_disk_gives_one_line_and_leaves_no_partial_output(case, limit, outputs, full_disk):
+    folder, result = full_disk[case.id]
+    lines = result["stderr"].splitlines()
+    assert "Traceback" not in result["stderr"], result["stderr"][-2000:]
+    assert result["code"] == 2 and len(lines) == 1 and lines[0].startswith("attnscale: error: "), result["stderr"]
+    assert case.needle in lines[0], lines[0]
+    left = [str(p.relative_to(folder)) for p in folder.rglob("*")]
+    assert not [name for name in left if ".tmp" in name], left
+    assert not [name for name in outputs if (folder / name).exists()], left
+    assert not list(folder.rglob("*.safetensors")), left
 
 
 # ----------------------------------------------------------------------------- what is not an error

@@ -32,7 +32,7 @@ def rollback_store(path, result: str) -> None:
     """A results store with a rollback journal: the file alone holds it (no -wal file beside it)."""
     db = sqlite3.connect(path)
     db.execute(SCHEMA)
-    db.execute("INSERT INTO results VALUES ('k', 'variance', '{}', ?, 1.0, 0.0)", (result,))
+    db.execute("INSERT INTO results VALUES ('k', 'variance', '{}', ?, 1.0, 0.0, NULL)", (result,))
     db.commit()
     db.close()
     assert not os.path.exists(f"{path}-wal")
@@ -115,3 +115,33 @@ def test_read_only_opening_needs_an_existing_store_of_its_kind(tmp_path):
 def test_opening_a_new_store_creates_it_and_its_folder(tmp_path):
     Store(tmp_path / "a" / "b" / "s.sqlite").put("k", "variance", "{}", {"x": 1}, 1.0)
     assert Store(tmp_path / "a" / "b" / "s.sqlite").get("k") == ({"x": 1}, 1.0)
+
+
+@pytest.mark.parametrize("cls", STORES)
+def test_a_row_edited_after_it_was_written_is_refused_naming_it(cls, tmp_path):
+    """A hand-edited number (NaN where the lab wrote a value) no longer matches the row's digest."""
+    filled_store(tmp_path / "s.sqlite", cls)
+    table = "results" if cls is Store else "runs"
+    db = sqlite3.connect(tmp_path / "s.sqlite")
+    db.execute(f"UPDATE {table} SET result = replace(result, '[0, 1,', '[NaN, 1,')")
+    db.commit()
+    db.close()
+    for readonly in (False, True):
+        with pytest.raises(ValueError, match=r"key 'k' was changed after attnscale wrote it"):
+            cls(tmp_path / "s.sqlite", readonly=readonly)
+
+
+@pytest.mark.parametrize("cls", STORES)
+def test_a_store_written_before_rows_had_digests_is_read_and_upgraded(cls, tmp_path):
+    old_schema = cls.schema.replace(",\n    digest TEXT", "")
+    db = sqlite3.connect(tmp_path / "s.sqlite")
+    db.execute(old_schema)
+    row = ("k", "variance", "{}", '{"x": 1}', 1.0, 0.0) if cls is Store else ("k", "{}", "finished", '{"status": "finished"}', 1.0, 0.0)
+    db.execute(f"INSERT INTO {'results' if cls is Store else 'runs'} VALUES (?, ?, ?, ?, ?, ?)", row)
+    db.commit()
+    db.close()
+    store = cls(tmp_path / "s.sqlite")
+    assert store.get("k") is not None
+    columns = [r[1] for r in sqlite3.connect(tmp_path / "s.sqlite").execute(
+        f"PRAGMA table_info({'results' if cls is Store else 'runs'})")]
+    assert columns[-1] == "digest"

@@ -636,6 +636,9 @@ def render_text(composed: dict) -> str:
     return "\n".join(lines)
 
 
+REPORT_BYTES_LIMIT = 256 * 2**20
+
+
 def load_report(path: str | Path) -> dict:
     """report.json from a report folder or the file itself; FileNotFoundError / ValueError name what is wrong."""
     path = Path(path)
@@ -645,9 +648,14 @@ def load_report(path: str | Path) -> dict:
         raise FileNotFoundError(f"no report at {str(path)!r}; run `attnscale report` first (or pass --report)")
     if not path.is_file():
         raise UserError(f"{str(path)!r} is a folder, not a report.json")
+    if path.stat().st_size > REPORT_BYTES_LIMIT:
+        raise UserError(f"{str(path)!r} has {path.stat().st_size / 2**20:.0f} MiB; a report.json has a few, at most "
+                        f"{REPORT_BYTES_LIMIT // 2**20} MiB accepted")
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"{str(path)!r} is not a report.json: {error}") from None
+    except RecursionError:
+        raise UserError(f"{str(path)!r} is not a report.json: its JSON is nested too deeply to read") from None
     return check_report(report, repr(str(path)))
 

@@ -31,6 +31,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import __version__, lab
+from .commands import options
 from .errors import UserError
 from .paths import check_folder
 from .runtime import Notice, check_device, check_seed
@@ -126,14 +127,9 @@ def run_lab_command(name: str, preset: str, seed: int, device: str, as_json: boo
 
 
 def make_lab_command(name: str):
-    def command(
-        preset: str = typer.Option("quick", help="quick or full."),
-        seed: int = typer.Option(0, help="Random seed; same seed, same numbers."),
-        device: str = typer.Option("cpu", help="cpu or cuda."),
-        as_json: bool = typer.Option(False, "--json", help="Print the full result as JSON."),
-        figures: Path = typer.Option(None, help="Also draw the lab's figures into this folder."),
-    ) -> None:
-        run_lab_command(name, preset, seed, device, as_json, figures)
+    def command(preset: options.Preset = "quick", seed: options.Seed = 0, device: options.Device = "cpu",
+                as_json: options.Json = False, figures: options.Figures = None) -> None:
+        run_lab_command(name, options.preset_name(preset), seed, device, as_json, figures)
 
     command.__doc__ = f"Run the {name} lab and print its measurements and findings."
     return command

@@ -1,14 +1,17 @@
-"""Checks of the places a command will write to, made before any work starts.
+"""The places a command writes to: checked before any work starts, written atomically.
 
 A command that would fail only when it saves (an ``--out`` that is a file, a folder that is
 not writable) checks its paths first, so that the user gets one clear line at once and no
-computed result is thrown away.  Nothing here creates anything.
+computed result is thrown away.  The checks create nothing.  :func:`write_atomic` then
+writes each output through a temporary file in the same folder, renamed into place: a
+kill or a full disk leaves the old file or none, never half of one, and no temporary file.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Callable
 
 from .errors import UserError
 
@@ -26,6 +29,8 @@ def check_folder(path, what: str) -> Path:
 
     ``what`` names the path in the message, e.g. "--out" or "report folder".
     """
+    if isinstance(path, str) and not path.strip():
+        raise UserError(f"{what} is empty ({path!r}); give a folder")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise UserError(f"{what} {str(path)!r} is a file, not a folder; give a folder")
@@ -39,6 +44,8 @@ def check_folder(path, what: str) -> Path:
 
 def check_file(path, what: str) -> Path:
     """``path`` as a file the process can create or replace; else ValueError."""
+    if isinstance(path, str) and not path.strip():
+        raise UserError(f"{what} is empty ({path!r}); give a file name")
     path = Path(path)
     if path.is_dir():
         raise UserError(f"{what} {str(path)!r} is a folder; give a file name (e.g. {str(path / 'name')!r})")
@@ -46,3 +53,51 @@ def check_file(path, what: str) -> Path:
         raise UserError(f"{what} {str(path)!r} is read-only")
     check_folder(path.parent, f"the folder of {what}")
     return path
+
+
+def check_outputs(folder: Path, files: tuple[str, ...] = (), folders: tuple[str, ...] = ()) -> None:
+    """The names a command will write inside ``folder``: each file name must not be a folder
+    and each folder name not a file, and what exists must be writable."""
+    for name in files:
+        path = Path(folder) / name
+        if path.is_dir():
+            raise UserError(f"{str(path)!r} is a folder, but the output {name!r} is written there as a file; "
+                            "move it away or give another folder")
+        if path.exists() and not os.access(path, os.W_OK):
+            raise UserError(f"{str(path)!r} is read-only; the output {name!r} cannot replace it")
+    for name in folders:
+        path = Path(folder) / name
+        if path.exists() and not path.is_dir():
+            raise UserError(f"{str(path)!r} is a file, but the outputs go into a folder {name!r} there; "
+                            "move it away or give another folder")
+        if path.is_dir() and not os.access(path, os.W_OK | os.X_OK):
+            raise UserError(f"{str(path)!r} is read-only; the outputs {name!r} cannot be written there")
+
+
+def temporary_name(path: Path) -> Path:
+    """A hidden name beside ``path`` for this process, keeping the suffix (writers pick the format by it)."""
+    return path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+
+
+def write_atomic(path, write: Callable[[Path], object], disk_errors: tuple[type[BaseException], ...] = ()) -> Path:
+    """``write(tmp)`` writes the whole output to a temporary file beside ``path``, which is then
+    renamed to ``path``.  On any failure the temporary file is removed; a failure of the disk
+    (full, read-only, too large: an OSError, or one of ``disk_errors``, which a writer such as
+    safetensors raises in its place) is a UserError naming ``path``."""
+    path = Path(path)
+    tmp = temporary_name(path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except (OSError, *disk_errors) as error:
+        tmp.unlink(missing_ok=True)
+        reason = getattr(error, "strerror", None) or (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise UserError(f"could not write {str(path)!r}: {reason}; nothing was left there") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text_atomic(path, text: str) -> Path:
+    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""Matplotlib for the labs' figures: the file-only Agg backend, and one way to save."""
+"""Matplotlib for the labs' figures: the file-only Agg backend, and one way to save (atomically)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,18 @@ def pyplot():
     return plt
 
 
+def save_to(fig, path, dpi: int | None = None) -> None:
+    """Write the figure to ``path`` atomically (a kill or a full disk leaves no partial PNG) and close it."""
+    from .paths import write_atomic
+
+    try:
+        write_atomic(Path(path), lambda tmp: fig.savefig(tmp, dpi=dpi or "figure"))
+    finally:
+        pyplot().close(fig)
+
+
 def save(fig, outdir, name: str, dpi: int = 100) -> str:
     """Lay out, write ``outdir/name``, close the figure (so none pile up); returns ``name``."""
     fig.tight_layout()
-    fig.savefig(Path(outdir) / name, dpi=dpi)
-    pyplot().close(fig)
+    save_to(fig, Path(outdir) / name, dpi)
     return name

@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 
 from . import checks
 from .errors import UserError
-from .store import SQLiteTable
+from .store import SQLiteTable, row_digest
 from .train import RunSpec, as_spec, group_specs, run_key, train, train_group
 
 EXECUTORS = ("local", "ray")
@@ -56,7 +56,8 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL,
     result TEXT NOT NULL,
     seconds REAL NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    digest TEXT
 )
 """
 
@@ -80,6 +81,7 @@ class RunStore(SQLiteTable):
     """
 
     schema = SCHEMA
+    digest_columns = ("key", "spec", "status", "result")
 
     def __init__(self, path: str | Path, since: float | None = None, readonly: bool = False):
         super().__init__(path, readonly=readonly)
@@ -101,15 +103,18 @@ class RunStore(SQLiteTable):
             with db:
                 # A run stored before ``since`` is replaced; one stored since is kept as it is.
                 db.executemany(
-                    "INSERT INTO runs (key, spec, status, result, seconds, created) VALUES (?, ?, ?, ?, ?, ?) "
+                    "INSERT INTO runs (key, spec, status, result, seconds, created, digest) VALUES (?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT(key) DO UPDATE SET spec = excluded.spec, status = excluded.status, "
-                    "result = excluded.result, seconds = excluded.seconds, created = excluded.created "
-                    "WHERE runs.created < ?",
-                    [(key, json.dumps(spec, sort_keys=True), result["status"], json.dumps(result), seconds, now,
-                      self.since) for key, spec, result, seconds in rows],
+                    "result = excluded.result, seconds = excluded.seconds, created = excluded.created, "
+                    "digest = excluded.digest WHERE runs.created < ?",
+                    [self._row(key, spec, result, seconds, now) for key, spec, result, seconds in rows],
                 )
         finally:
             db.close()
+
+    def _row(self, key: str, spec: dict, result: dict, seconds: float, now: float) -> tuple:
+        texts = (key, json.dumps(spec, sort_keys=True), result["status"], json.dumps(result))
+        return (*texts, seconds, now, row_digest(*texts), self.since)
 
     def get(self, key: str) -> dict | None:
         with self._connect() as db:
@@ -151,12 +156,17 @@ class MemoryStore:
 
 def save_checkpoint(spec: dict, model, checkpoint_dir: str) -> None:
     """The run's final weights to ``<checkpoint_dir>/<key>.safetensors`` (its spec in the metadata)."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
+
+    from .paths import write_atomic
 
     folder = Path(checkpoint_dir)
     folder.mkdir(parents=True, exist_ok=True)
     tensors = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
-    save_file(tensors, str(folder / f"{run_key(spec)}.safetensors"), metadata={"spec": json.dumps(spec)})
+    write_atomic(folder / f"{run_key(spec)}.safetensors",
+                 lambda tmp: save_file(tensors, str(tmp), metadata={"spec": json.dumps(spec)}),
+                 disk_errors=(SafetensorError,))
 
 
 def run_one(spec: dict, checkpoint_dir: str | None = None) -> tuple[dict, float]:

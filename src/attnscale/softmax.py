@@ -36,6 +36,8 @@ def check_float(x: torch.Tensor, name: str = "input") -> None:
         raise UserError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:
         raise UserError(f"{name} has dtype {x.dtype}; accepted: float16, bfloat16, float32, float64")
+    if x.is_meta:
+        raise UserError(f"{name} is on the meta device (a shape without values); accepted: a tensor on cpu or cuda")
 
 
 def check_mask(mask: torch.Tensor | None, shape: torch.Size, name: str = "mask") -> torch.Tensor | None:

@@ -103,8 +103,19 @@ def softmax_jacobian(probs: torch.Tensor) -> torch.Tensor:
     """d softmax / d logits = diag(p) - p p^T, shape (..., n, n) (the plain formula: zeros
     for an all-zero row, NaN where a row has NaN)."""
     check_rows(probs, "probs")
+    _require_jacobians(probs, copies=2)
     _check_probs(probs)
     return torch.diag_embed(probs) - probs.unsqueeze(-1) * probs.unsqueeze(-2)
+
+
+def _require_jacobians(probs: torch.Tensor, copies: int) -> None:
+    """The (..., n, n) Jacobians of every row must fit in memory (300,000 keys would be 720 GB)."""
+    from .memory import require_memory
+
+    n = probs.shape[-1]
+    rows = probs.numel() // max(n, 1)
+    require_memory(copies * rows * n * n * 8, f"the softmax Jacobians of {rows} rows of {n} keys ({n} x {n} each)",
+                   "use fewer keys or jacobian_frobenius / jacobian_diagonal, which form no matrix", probs.device)
 
 
 def jacobian_frobenius(probs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -130,6 +141,8 @@ def _frobenius(probs: torch.Tensor) -> torch.Tensor:
 
 def jacobian_spectral(probs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
     """Largest eigenvalue of diag(p) - p p^T (symmetric, positive semi-definite)."""
+    check_rows(probs, "probs")
+    _require_jacobians(probs, copies=3)  # the matrix, its float64 copy and the eigensolver's workspace
     return _per_row(probs, mask, lambda p, m: _spectral(p))
 
 

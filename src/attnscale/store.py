@@ -29,9 +29,16 @@ CREATE TABLE IF NOT EXISTS results (
     config TEXT NOT NULL,
     result TEXT NOT NULL,
     seconds REAL NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    digest TEXT
 )
 """
+
+
+def row_digest(*texts: str) -> str:
+    """The digest a row is written with, over its key and JSON columns: a row edited by hand
+    afterwards (a number set to NaN, a list emptied) no longer matches it and is refused."""
+    return hashlib.sha256("\0".join(texts).encode()).hexdigest()[:32]
 
 
 def config_key(kind: str, version: int, config) -> tuple[str, str]:
@@ -55,6 +62,7 @@ class SQLiteTable:
 
     schema = SCHEMA
     json_columns = ("config", "spec", "result")  # those of them that the table has hold JSON objects
+    digest_columns = ("key", "kind", "config", "result")  # what a row's digest covers, in this order
 
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
@@ -69,6 +77,17 @@ class SQLiteTable:
         except sqlite3.DatabaseError as error:
             raise UserError(f"{self._name()} is not a usable SQLite store ({error}); move it away or use "
                              "another file") from None
+
+    @classmethod
+    def check(cls, path: str | Path) -> None:
+        """Every check of opening ``path`` for writing, creating nothing: a command that opens two
+        stores checks both before it makes either."""
+        probe = cls.__new__(cls)
+        probe.path, probe.readonly = Path(path), False
+        probe.table = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", cls.schema).group(1)
+        probe._check_location()
+        if probe.path.exists():
+            cls(path, readonly=True)
 
     def _read_uri(self) -> str:
         """Read-only opening: a read-write connection where the file and folder allow it (so that
@@ -121,6 +140,10 @@ class SQLiteTable:
                 if self.readonly:
                     raise UserError(f"{self._name()} has no {self.table!r} table; it is not this kind of attnscale store")
                 db.execute(self.schema)
+            elif sorted(found + ["digest"]) == sorted(expected):
+                # written before rows carried a digest: its rows are read as they are, new rows get one
+                if not self.readonly:
+                    db.execute(f"ALTER TABLE {self.table} ADD COLUMN digest TEXT")
             elif sorted(found) != sorted(expected):
                 raise UserError(f"{self._name()} has a {self.table!r} table with columns {', '.join(found)}; expected "
                                  f"{', '.join(expected)}")
@@ -130,11 +153,20 @@ class SQLiteTable:
                 if bad is not None:
                     raise UserError(f"{self._name()} holds a row that is not a result ({label} {bad[0]!r}: its {column} "
                                      "is not a JSON object); remove that row or use another file")
+            if "digest" in found:
+                self._check_digests(db)
             if not self.readonly:
                 db.execute("PRAGMA journal_mode=WAL")
             db.commit()
         finally:
             db.close()
+
+    def _check_digests(self, db: sqlite3.Connection) -> None:
+        columns = ", ".join(self.digest_columns)
+        for *texts, digest in db.execute(f"SELECT {columns}, digest FROM {self.table} WHERE digest IS NOT NULL"):
+            if row_digest(*map(str, texts)) != digest:
+                raise UserError(f"{self._name()}: the row of key {texts[0]!r} was changed after attnscale wrote it (it "
+                                "no longer matches its digest); remove that row, or the file, to have it recomputed")
 
     def _first_non_object(self, db: sqlite3.Connection, label: str, column: str):
         """The label of the first row whose ``column`` is not a JSON object, or None.
@@ -150,7 +182,7 @@ class SQLiteTable:
             try:
                 if not isinstance(json.loads(text), dict):
                     return row_label
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):
                 return row_label
         return None
 
@@ -179,8 +211,9 @@ class Store(SQLiteTable):
         payload = json.dumps(result, allow_nan=True)
         with self._connect() as db:
             db.execute(
-                "INSERT OR REPLACE INTO results (key, kind, config, result, seconds, created) VALUES (?, ?, ?, ?, ?, ?)",
-                (key, kind, config_text, payload, seconds, time.time()),
+                "INSERT OR REPLACE INTO results (key, kind, config, result, seconds, created, digest) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (key, kind, config_text, payload, seconds, time.time(), row_digest(key, kind, config_text, payload)),
             )
 
     def keys(self, kind: str | None = None) -> list[str]:

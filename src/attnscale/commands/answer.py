@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 from ..errors import UserError
+from . import options
 
 
 def register(app: typer.Typer) -> None:
     @app.command("answer")
     def answer(
         lang: str = typer.Option("en", help="en or zh."),
-        report: Path = typer.Option(Path("attnscale-report"), help="A report folder or its report.json."),
+        report: Annotated[Path, options.path_option("A report folder or its report.json.")] = Path("attnscale-report"),
     ) -> None:
         """Print the 30-second answer and its three follow-ups as the measured evidence says them."""
         from ..answer import LANGS, compose, load_report, render_text

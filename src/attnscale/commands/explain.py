@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
+
+from . import options
 
 
 def register(app: typer.Typer) -> None:
     @app.command("explain")
     def explain(
         claim: str = typer.Argument(..., help="A claim ID, C01..C18."),
-        report: Path = typer.Option(None, help="A report folder or its report.json, for the verdict and figures."),
+        report: Annotated[Optional[Path], options.path_option(
+            "A report folder or its report.json, for the verdict and figures.")] = None,
     ) -> None:
         """Show what decides a claim: the labs, judge functions (file and line), thresholds, numbers, the
         command that reruns it, and the answer sentences it feeds."""

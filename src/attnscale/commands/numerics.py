@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 from ..errors import UserError
+from . import options
 
 EXPECTED = "tensors named 'q' and 'k' of shape (..., T, d_k)"
 SAFETENSORS_DTYPES = {"F16": "float16", "BF16": "bfloat16", "F32": "float32", "F64": "float64"}  # -> torch dtypes
@@ -90,23 +92,37 @@ def _pair(error: dict) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("numerics")
     def numerics(
-        preset: str = typer.Option("quick", help="quick or full."),
-        seed: int = typer.Option(0, help="Random seed; same seed, same numbers."),
-        device: str = typer.Option("cpu", help="cpu or cuda."),
+        preset: Annotated[Optional[options.PresetName], typer.Option(help="The lab's preset: quick (default) or "
+                                                                          "full; not with --from-file.")] = None,
+        seed: options.Seed = 0,
+        device: options.Device = "cpu",
         as_json: bool = typer.Option(False, "--json", help="Print the full result (or the audit) as JSON."),
-        figures: Path = typer.Option(None, help="Also draw the lab's figures into this folder."),
-        from_file: Path = typer.Option(None, "--from-file",
-                                       help="Audit your own activations instead: a safetensors file with tensors "
-                                            "'q' and 'k' of shape (..., T, d_k)."),
-        scale: str = typer.Option("sqrt", help="With --from-file: the scale rule (sqrt, none, inv_d, const:C, ...)."),
-        dtype: str = typer.Option("float16", help="With --from-file: float16, bfloat16 or float32."),
+        figures: Annotated[Optional[Path], options.path_option("Also draw the lab's figures into this folder; not "
+                                                               "with --from-file.")] = None,
+        from_file: Annotated[Optional[Path], options.path_option(
+            "Audit your own activations instead: a safetensors file with tensors 'q' and 'k' of shape (..., T, d_k).",
+            "--from-file")] = None,
+        scale: str = typer.Option(None, help="With --from-file: the scale rule (sqrt, none, inv_d, const:C, ...); "
+                                             "default sqrt.", show_default=False),
+        dtype: str = typer.Option(None, help="With --from-file: float16 (default), bfloat16 or float32.",
+                                  show_default=False),
     ) -> None:
         """Run the numerics lab (FP16/BF16 overflow, error, clamp; C11, C12), or audit q, k from a file."""
         from ..cli import run_lab_command
 
         if from_file is None:
-            run_lab_command("numerics", preset, seed, device, as_json, figures)
+            for name, value in (("--scale", scale), ("--dtype", dtype)):
+                if value is not None:
+                    raise UserError(f"{name} {value!r} applies only with --from-file (the lab runs its own rules "
+                                    "and dtypes); give --from-file FILE or drop it")
+            run_lab_command("numerics", options.preset_name(preset or "quick"), seed, device, as_json, figures)
             return
+        for name, value in (("--preset", preset), ("--figures", figures)):
+            if value is not None:
+                raise UserError(f"{name} {str(options.preset_name(value))!r} does not apply with --from-file (the audit "
+                                "of a file has no preset and no figures); drop it")
+        scale = "sqrt" if scale is None else scale
+        dtype = "float16" if dtype is None else dtype
         from .. import scaling
         from ..numerics import audit, parse_dtype
         from ..runtime import check_seed

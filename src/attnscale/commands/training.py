@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Annotated, Optional
 
 import typer
 
 from ..errors import UserError
+from . import options
 
 DEFAULT_DB = Path("attnscale-runs") / "runs.sqlite"
+Checkpoint = Annotated[Optional[Path], options.path_option("Save the final weights (safetensors) into this folder.")]
 BYTES_PER_RUN = 4096  # a grid point held by the sweep: its spec, key and summary row (measured ~1 kB, with margin)
 
 
@@ -59,120 +62,141 @@ def summarize_rows(summary, rows: list[dict], db: Path) -> list[dict]:
                          f"{str(error)[:60]}); use another --db") from None
 
 
+def train(
+    task: str = typer.Option("recall", help="recall (multi-query associative recall) or shakespeare (char LM)."),
+    rule: str = typer.Option("sqrt", help="Scale spec: sqrt, inv_d, none, const:C, power:A, learned, qknorm."),
+    init: str = typer.Option("unit", help="Q/K/V init: torch, unit, t5, mup."),
+    d_head: int = typer.Option(16, help="Head dimension d_k."),
+    layers: int = typer.Option(2, help="Number of Transformer blocks."),
+    lr: float = typer.Option(3e-3, help="Peak learning rate."),
+    optimiser: str = typer.Option("adamw", help="adamw, sgd or adafactor."),
+    steps: int = typer.Option(300, help="Training steps."),
+    seed: options.Seed = 0,
+    d_model: int = typer.Option(32, help="Model width."),
+    heads: int = typer.Option(1, help="Attention heads per layer."),
+    batch_size: int = typer.Option(64, help="Sequences per step."),
+    log_every: int = typer.Option(10, help="Log every k steps."),
+    device: options.Device = "cpu",
+    checkpoint: Checkpoint = None,
+    as_json: bool = typer.Option(False, "--json", help="Print the whole result as JSON."),
+) -> None:
+    """Train one model and print its log (a NaN/inf loss is reported as 'diverged at step k')."""
+    import dataclasses
+
+    from .. import scaling
+    from ..paths import check_folder
+    from ..runs import run_key, run_one
+    from ..train import RunSpec
+
+    spec = RunSpec(task=task, rule=rule, init=init, d_head=d_head, n_layers=layers, lr=lr, optimiser=optimiser,
+                   steps=steps, seed=seed, d_model=d_model, n_heads=heads, batch_size=batch_size,
+                   log_every=log_every, device=device)
+    scaling.factor(rule, d_head)  # a factor that overflows at this d_head fails here, not in the model
+    if checkpoint is not None:
+        check_folder(checkpoint, "--checkpoint")
+    result, seconds = run_one(dataclasses.asdict(spec), None if checkpoint is None else str(checkpoint))
+    if as_json:
+        sys.stdout.write(json.dumps({"spec": dataclasses.asdict(spec), "result": result}, indent=1) + "\n")
+        return
+    from ..cli import console
+
+    print_run(result)
+    if checkpoint is not None:
+        console.print(f"checkpoint: {checkpoint / (run_key(spec) + '.safetensors')}")
+    console.print(f"took {seconds:.1f} s")
+
+
+def sweep(
+    ctx: typer.Context,
+    task: str = typer.Option("recall", help="recall or shakespeare."),
+    rules: str = typer.Option("sqrt,inv_d,none", help="Comma-separated scale specs."),
+    d_heads: str = typer.Option("16,64,256", help="Comma-separated head dimensions."),
+    lrs: str = typer.Option("1e-3,3e-3,1e-2", help="Comma-separated learning rates."),
+    seeds: int = typer.Option(1, callback=options.within(1), help="Seeds per grid point (0, 1, ...)."),
+    layers: str = typer.Option("2", help="Comma-separated numbers of layers."),
+    optimisers: str = typer.Option("adamw", help="Comma-separated optimisers: adamw, sgd, adafactor."),
+    init: str = typer.Option("unit", help="Q/K/V init scheme."),
+    steps: int = typer.Option(250, help="Training steps per run."),
+    d_model: int = typer.Option(32, help="Model width."),
+    log_every: int = typer.Option(10, help="Log every k steps."),
+    device: options.Device = "cpu",
+    workers: int = typer.Option(None, help="Worker processes (default: the number of cores)."),
+    executor: str = typer.Option("local", help="local (process pool) or ray."),
+    batch_runs: int = typer.Option(24, help="Most runs of one shape trained together as one program (1: one at a "
+                                            "time; fewer where a group would outgrow the CPU cache)."),
+    address: str = typer.Option(None, help="Ray cluster address (default: start a local Ray)."),
+    db: Annotated[Path, options.path_option("SQLite file of finished runs (reruns skip them).")] = DEFAULT_DB,
+    checkpoint: Annotated[Optional[Path], options.path_option(
+        "Save each run's final weights (safetensors) into this folder.")] = None,
+    summary_only: bool = typer.Option(False, "--summary", help="Print the summary of the runs in --db; run nothing."),
+) -> None:
+    """Run a grid of training runs (skipping those already in --db) and print a summary with LR sensitivity."""
+    if summary_only:
+        options.refuse_given(ctx, allowed=("db", "summary_only"), why="--summary only reads --db")
+        print_summary(db)
+        return
+    specs = grid_specs(task, rules, d_heads, lrs, seeds, layers, optimisers, init, steps, d_model, log_every, device)
+    run_grid(specs, db, checkpoint, workers, executor, address, batch_runs)
+
+
+def print_summary(db: Path) -> None:
+    from ..cli import print_rows
+    from ..runs import RunStore, summary
+
+    if not db.exists():
+        raise FileNotFoundError(f"no run store at {str(db)!r}; run a sweep first or pass --db")
+    rows = RunStore(db, readonly=True).rows()
+    print_rows(f"sweep summary: {len(rows)} runs in {db}", summarize_rows(summary, rows, db), limit=200)
+
+
+def grid_specs(task, rules, d_heads, lrs, seeds, layers, optimisers, init, steps, d_model, log_every, device) -> list:
+    """The sweep's RunSpecs, every list parsed and the grid's size and factors checked first."""
+    from .. import scaling
+    from ..memory import require_memory
+    from ..train import RunSpec
+
+    grid = {"rules": parse_list(rules, str, "rules"), "d-heads": parse_list(d_heads, int, "d-heads"),
+            "lrs": parse_list(lrs, float, "lrs"), "layers": parse_list(layers, int, "layers"),
+            "optimisers": parse_list(optimisers, str, "optimisers")}
+    runs = seeds
+    for values in grid.values():
+        runs *= len(values)
+    require_memory(runs * BYTES_PER_RUN, f"a sweep grid of {runs} runs", "use fewer seeds or fewer values")
+    specs = [RunSpec(task=task, rule=r, init=init, d_head=d, n_layers=n, lr=lr, optimiser=o, steps=steps, seed=s,
+                     d_model=d_model, log_every=log_every, device=device)
+             for r in grid["rules"] for d in grid["d-heads"] for lr in grid["lrs"] for n in grid["layers"]
+             for o in grid["optimisers"] for s in range(seeds)]
+    for rule in grid["rules"]:
+        for d_head in grid["d-heads"]:
+            scaling.factor(rule, d_head)  # a factor that overflows fails here, not in a worker
+    return specs
+
+
+def run_grid(specs: list, db: Path, checkpoint: Path | None, workers, executor: str, address, batch_runs: int) -> None:
+    from ..cli import print_rows, progress_bar
+    from ..paths import check_folder
+    from ..runs import RunStore, check_options, execute, plan_groups, run_key, spec_dict, summary
+    from ..runs import check_memory as runs_check_memory
+
+    pool_size = check_options(executor, workers)
+    if checkpoint is not None:
+        check_folder(checkpoint, "--checkpoint")
+    todo = {run_key(s): spec_dict(s) for s in specs}
+    runs_check_memory(plan_groups(todo, batch_runs, pool_size), todo, pool_size if executor == "local" else 1)
+    store = RunStore(db)
+    with progress_bar() as bar:
+        job = bar.add_task("sweep", total=len(specs), note="")
+        execute(specs, store, workers=workers, executor=executor, address=address,
+                ray_dir=db.parent / "ray", checkpoint_dir=checkpoint, batch_runs=batch_runs,
+                progress=lambda done, total, msg: bar.update(job, completed=done, note=msg))
+    keys = {run_key(s) for s in specs}
+    rows = [row for row in store.rows() if row["key"] in keys]
+    print_rows(f"sweep summary: {len(rows)} runs (store: {db})", summarize_rows(summary, rows, db), limit=200)
+
+
 def register(app: typer.Typer) -> None:
     from ..cli import make_lab_command
 
     app.command("training")(make_lab_command("training"))
-
-    @app.command("train")
-    def train(
-        task: str = typer.Option("recall", help="recall (multi-query associative recall) or shakespeare (char LM)."),
-        rule: str = typer.Option("sqrt", help="Scale spec: sqrt, inv_d, none, const:C, power:A, learned, qknorm."),
-        init: str = typer.Option("unit", help="Q/K/V init: torch, unit, t5, mup."),
-        d_head: int = typer.Option(16, help="Head dimension d_k."),
-        layers: int = typer.Option(2, help="Number of Transformer blocks."),
-        lr: float = typer.Option(3e-3, help="Peak learning rate."),
-        optimiser: str = typer.Option("adamw", help="adamw, sgd or adafactor."),
-        steps: int = typer.Option(300, help="Training steps."),
-        seed: int = typer.Option(0, help="Seed of the init and the batches."),
-        d_model: int = typer.Option(32, help="Model width."),
-        heads: int = typer.Option(1, help="Attention heads per layer."),
-        batch_size: int = typer.Option(64, help="Sequences per step."),
-        log_every: int = typer.Option(10, help="Log every k steps."),
-        device: str = typer.Option("cpu", help="cpu or cuda."),
-        checkpoint: Path = typer.Option(None, help="Save the final weights (safetensors) into this folder."),
-        as_json: bool = typer.Option(False, "--json", help="Print the whole result as JSON."),
-    ) -> None:
-        """Train one model and print its log (a NaN/inf loss is reported as 'diverged at step k')."""
-        from .. import scaling
-        from ..paths import check_folder
-        from ..train import RunSpec
-        from ..runs import run_key, run_one
-        from ..runtime import check_seed
-
-        spec = RunSpec(task=task, rule=rule, init=init, d_head=d_head, n_layers=layers, lr=lr, optimiser=optimiser,
-                       steps=steps, seed=check_seed(seed, "--seed"), d_model=d_model, n_heads=heads,
-                       batch_size=batch_size, log_every=log_every, device=device)
-        scaling.factor(rule, d_head)  # a factor that overflows at this d_head fails here, not in the model
-        if checkpoint is not None:
-            check_folder(checkpoint, "--checkpoint")
-        import dataclasses
-
-        result, seconds = run_one(dataclasses.asdict(spec), None if checkpoint is None else str(checkpoint))
-        if as_json:
-            sys.stdout.write(json.dumps({"spec": dataclasses.asdict(spec), "result": result}, indent=1) + "\n")
-            return
-        from ..cli import console
-
-        print_run(result)
-        if checkpoint is not None:
-            console.print(f"checkpoint: {checkpoint / (run_key(spec) + '.safetensors')}")
-        console.print(f"took {seconds:.1f} s")
-
-    @app.command("sweep")
-    def sweep(
-        task: str = typer.Option("recall", help="recall or shakespeare."),
-        rules: str = typer.Option("sqrt,inv_d,none", help="Comma-separated scale specs."),
-        d_heads: str = typer.Option("16,64,256", help="Comma-separated head dimensions."),
-        lrs: str = typer.Option("1e-3,3e-3,1e-2", help="Comma-separated learning rates."),
-        seeds: int = typer.Option(1, help="Seeds per grid point (0, 1, ...)."),
-        layers: str = typer.Option("2", help="Comma-separated numbers of layers."),
-        optimisers: str = typer.Option("adamw", help="Comma-separated optimisers: adamw, sgd, adafactor."),
-        init: str = typer.Option("unit", help="Q/K/V init scheme."),
-        steps: int = typer.Option(250, help="Training steps per run."),
-        d_model: int = typer.Option(32, help="Model width."),
-        log_every: int = typer.Option(10, help="Log every k steps."),
-        device: str = typer.Option("cpu", help="cpu or cuda."),
-        workers: int = typer.Option(None, help="Worker processes (default: the number of cores)."),
-        executor: str = typer.Option("local", help="local (process pool) or ray."),
-        batch_runs: int = typer.Option(24, help="Most runs of one shape trained together as one program (1: one at a time; fewer where a group would outgrow the CPU cache)."),
-        address: str = typer.Option(None, help="Ray cluster address (default: start a local Ray)."),
-        db: Path = typer.Option(DEFAULT_DB, help="SQLite file of finished runs (reruns skip them)."),
-        checkpoint: Path = typer.Option(None, help="Save each run's final weights (safetensors) into this folder."),
-        summary_only: bool = typer.Option(False, "--summary", help="Print the summary of the runs in --db; run nothing."),
-    ) -> None:
-        """Run a grid of training runs (skipping those already in --db) and print a summary with LR sensitivity."""
-        from .. import scaling
-        from ..cli import console, print_rows, progress_bar
-        from ..memory import require_memory
-        from ..paths import check_folder
-        from ..runs import RunStore, check_options, execute, plan_groups, run_key, spec_dict, summary
-        from ..runs import check_memory as runs_check_memory
-        from ..train import RunSpec
-
-        if summary_only:
-            if not db.exists():
-                raise FileNotFoundError(f"no run store at {str(db)!r}; run a sweep first or pass --db")
-            rows = RunStore(db, readonly=True).rows()
-            print_rows(f"sweep summary: {len(rows)} runs in {db}", summarize_rows(summary, rows, db), limit=200)
-            return
-        if seeds < 1:
-            raise UserError(f"--seeds must be >= 1, got {seeds}")
-        grid = {"rules": parse_list(rules, str, "rules"), "d-heads": parse_list(d_heads, int, "d-heads"),
-                "lrs": parse_list(lrs, float, "lrs"), "layers": parse_list(layers, int, "layers"),
-                "optimisers": parse_list(optimisers, str, "optimisers")}
-        runs = seeds
-        for values in grid.values():
-            runs *= len(values)
-        require_memory(runs * BYTES_PER_RUN, f"a sweep grid of {runs} runs", "use fewer seeds or fewer values")
-        pool_size = check_options(executor, workers)
-        specs = [RunSpec(task=task, rule=r, init=init, d_head=d, n_layers=n, lr=lr, optimiser=o, steps=steps, seed=s,
-                         d_model=d_model, log_every=log_every, device=device)
-                 for r in grid["rules"] for d in grid["d-heads"] for lr in grid["lrs"] for n in grid["layers"]
-                 for o in grid["optimisers"] for s in range(seeds)]
-        for rule in grid["rules"]:
-            for d_head in grid["d-heads"]:
-                scaling.factor(rule, d_head)  # a factor that overflows fails here, not in a worker
-        if checkpoint is not None:
-            check_folder(checkpoint, "--checkpoint")
-        todo = {run_key(s): spec_dict(s) for s in specs}
-        runs_check_memory(plan_groups(todo, batch_runs, pool_size), todo, pool_size if executor == "local" else 1)
-        store = RunStore(db)
-        with progress_bar() as bar:
-            job = bar.add_task("sweep", total=len(specs), note="")
-            execute(specs, store, workers=workers, executor=executor, address=address,
-                    ray_dir=db.parent / "ray", checkpoint_dir=checkpoint, batch_runs=batch_runs,
-                    progress=lambda done, total, msg: bar.update(job, completed=done, note=msg))
-        keys = {run_key(s) for s in specs}
-        rows = [row for row in store.rows() if row["key"] in keys]
-        print_rows(f"sweep summary: {len(rows)} runs (store: {db})", summarize_rows(summary, rows, db), limit=200)
+    app.command("train")(train)
+    app.command("sweep")(sweep)

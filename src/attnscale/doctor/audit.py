@@ -34,7 +34,8 @@ from ..memory import require_memory
 from ..threads import torch_threads
 from . import declared as declared_rules
 from . import families, kernel, legacy, paths
-from .loading import check_model_dir, check_weights, load_config, quiet_transformers
+from .loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config, quiet_transformers,
+                      read_json)
 from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, agree, caps_differ, family_row,
                        judge_family)
 from .intercept import (final_hidden, intercept_attention, model_inputs, run_attention, set_attn_implementation,
@@ -365,9 +366,12 @@ def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyA
     ``reference`` family audit, whether they match what eager measured in its first layer."""
     if not callable(attn_fn):
         raise UserError(f"{name} is not callable; accepted: a function attn_fn(q, k, v, mask=None)")
-    with torch_threads(1):
-        result = kernel.analyse(kernel.callable_measure(attn_fn, d_k, n_keys=4), d_k).to_dict()
-        counts = kernel.key_count_factors(attn_fn, d_k)
+    try:
+        with torch_threads(1), torch.no_grad():
+            result = kernel.analyse(kernel.callable_measure(attn_fn, d_k, n_keys=4), d_k).to_dict()
+            counts = kernel.key_count_factors(attn_fn, d_k)
+    except Exception as error:  # noqa: BLE001 - the user's function failed on one of the designed inputs
+        raise UserError(f"{name} failed on the audit's inputs (d_k {d_k}): {families.first_line(error)}") from None
     audit = CallableAudit(name, d_k, result, {str(n): f for n, f in counts.items()})
     finite = [f for f in counts.values() if math.isfinite(f)]
     if len(finite) > 1 and (max(finite) - min(finite)) > DEPENDENCE_TOL * abs(finite[0]):
@@ -395,12 +399,42 @@ def load_callable(spec: str):
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise UserError(f"--callable {spec!r}: cannot import {module_name!r} ({error})") from None
+    except Exception as error:  # noqa: BLE001 - the user's module: a SyntaxError or any error it raises on import
+        raise UserError(f"--callable {spec!r}: cannot import {module_name!r} ({families.first_line(error)})") from None
     function = getattr(module, function_name, None)
     if not callable(function):
         raise UserError(f"--callable {spec!r}: {module_name} has no callable {function_name!r}")
     return function
+
+
+def check_callable(attn_fn, spec: str, d_k: int) -> None:
+    """Before any family is audited: ``attn_fn`` takes (q, k, v), and one call on a tiny input
+    returns a finite tensor of q's shape (or a tuple that starts with one)."""
+    import inspect
+
+    try:
+        inspect.signature(attn_fn).bind(None, None, None)
+    except TypeError as error:
+        raise UserError(f"--callable {spec!r} cannot be called as f(q, k, v): {error}") from None
+    except ValueError:
+        pass  # a builtin without a signature: the call below decides
+    q, k, v = (torch.randn(1, 1, 2, d_k, dtype=torch.float64, generator=torch.Generator().manual_seed(i))
+               for i in range(3))
+    shape = tuple(q.shape)
+    try:
+        with torch.no_grad():
+            out = attn_fn(q, k, v)
+    except Exception as error:  # noqa: BLE001 - the user's function, whatever it raises
+        raise UserError(f"--callable {spec!r} raised {families.first_line(error)} on q, k, v of shape {shape}") from None
+    out = out[0] if isinstance(out, (tuple, list)) and out else out
+    if not isinstance(out, torch.Tensor):
+        raise UserError(f"--callable {spec!r} returned {type(out).__name__} on q, k, v of shape {shape}; accepted: "
+                        "a tensor of q's shape (or a tuple that starts with one)")
+    if tuple(out.shape) != shape:
+        raise UserError(f"--callable {spec!r} returned shape {tuple(out.shape)} for q, k, v of shape {shape}; "
+                        "accepted: the output of attention, of q's shape")
+    if not torch.isfinite(out).all():
+        raise UserError(f"--callable {spec!r} returned NaN or inf on finite q, k, v of shape {shape}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -429,8 +463,14 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
 
     start = time.perf_counter()
     path = check_model_dir(folder)
+    require_memory(estimated_bytes(read_json(path / "config.json")), f"building the model of {str(path)!r} from its "
+                   "config.json", "audit a config with fewer or smaller layers")
     config = load_config(path)
-    parameters = families.count_parameters(config)
+    try:
+        parameters = families.count_parameters(config)
+    except BUILD_ERRORS as error:
+        raise UserError(f"the config in {str(path)!r} cannot be built by the installed transformers: "
+                        f"{families.first_line(error)}") from None
     require_memory(parameters * 4 * 3, f"auditing {str(path)!r} ({parameters:,} parameters)",
                    "audit a smaller model or a config with fewer layers")
     with quiet_transformers():
@@ -438,7 +478,7 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
             try:
                 model = AutoModel.from_pretrained(str(path), attn_implementation="eager", local_files_only=True,
                                                   trust_remote_code=False, use_safetensors=True).eval()
-            except (OSError, ValueError, KeyError, TypeError) as error:
+            except BUILD_ERRORS as error:
                 raise UserError(f"could not load the model in {str(path)!r}: {families.first_line(error)}") from None
             label = f"{path.name} ({config.model_type}, weights)"
         else:

@@ -188,11 +188,17 @@ def clip_max_tokens(model, tokenizer, max_tokens):
     return max_tokens
 
 
+CHARS_PER_TOKEN_BOUND = 100
+
+
 def encode(tokenizer, text: str, max_tokens: int, device="cpu"):
     if not isinstance(text, str) or not text.strip():
         raise UserError("text must be a non-empty string")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 2:
         raise UserError(f"max_tokens must be an integer >= 2, got {max_tokens!r}")
+    # Only the first max_tokens tokens are kept, but a tokenizer reads the whole text first: cut it
+    # to a length no max_tokens tokens exceed in practice, or a 90 MB file takes gigabytes.
+    text = text[: max_tokens * CHARS_PER_TOKEN_BOUND]
     encoded = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_tokens,
                         return_special_tokens_mask=True)
     ids = encoded["input_ids"].to(device)

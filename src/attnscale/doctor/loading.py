@@ -25,6 +25,24 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CODE_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
 PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack",
                   "model.ckpt.index")
+# Files that hold a tokenizer's vocabulary: without one, transformers tokenizes every word as [UNK].
+VOCABULARY_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "spiece.model", "tokenizer.model",
+                    "sentencepiece.bpe.model", "sentencepiece.model", "tokenizer.tiktoken")
+# Config fields that size the model: each, when set, a whole number >= 1 (a string or a 0 ends in a
+# ZeroDivisionError or an invalid-shape error deep inside transformers).
+SIZE_FIELDS = ("hidden_size", "num_attention_heads", "num_hidden_layers", "num_key_value_heads", "head_dim",
+               "intermediate_size", "vocab_size", "max_position_embeddings", "n_embd", "n_head", "n_layer",
+               "n_positions", "n_inner", "d_model", "d_kv", "d_ff", "num_heads", "num_layers", "encoder_layers",
+               "decoder_layers", "encoder_attention_heads", "decoder_attention_heads", "encoder_ffn_dim",
+               "decoder_ffn_dim")
+SUB_CONFIGS = ("text_config", "vision_config", "audio_config", "encoder", "decoder")
+# What transformers raises when a folder's config or weights cannot make a model: a field it
+# rejects (ValueError), a pad_token_id outside the vocabulary (AssertionError in nn.Embedding), a
+# shape that does not divide (RuntimeError, ZeroDivisionError), a file it cannot read (OSError).
+BUILD_ERRORS = (OSError, ValueError, KeyError, TypeError, AssertionError, RuntimeError, ArithmeticError, IndexError)
+SAFETENSORS_DTYPES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
+                      "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+MAX_HEADER_BYTES = 100 * 2**20  # the safetensors format's own limit on its JSON header
 
 
 def default_model_path() -> Path:
@@ -58,7 +76,7 @@ def quiet_transformers():
 def read_json(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise UserError(f"{str(path)!r} is not readable JSON ({type(error).__name__}); accepted: a Hugging Face "
                          "config file") from None
     if not isinstance(data, dict):
@@ -85,9 +103,71 @@ def safetensors_files(path: Path) -> list[Path]:
     return sorted(path.glob("*.safetensors"))
 
 
+def _bad_weights(file: Path, what: str) -> UserError:
+    return UserError(f"{str(file)!r} is not a valid safetensors file: {what}; accepted: a complete safetensors "
+                     "file (re-download or re-save it)")
+
+
+def check_safetensors(file: Path) -> None:
+    """The file's header is read and checked against its size, without loading a tensor: every
+    tensor's dtype, shape and byte range must fit the file (a truncated, empty, garbage or lying
+    file is refused here, before transformers or safetensors see it)."""
+    import math
+    import struct
+
+    size = file.stat().st_size
+    if size < 8:
+        raise _bad_weights(file, f"{size} bytes, shorter than its 8-byte header length")
+    with file.open("rb") as handle:
+        (header_length,) = struct.unpack("<Q", handle.read(8))
+        if header_length > min(size - 8, MAX_HEADER_BYTES):
+            raise _bad_weights(file, f"its header claims {header_length:,} bytes, the file has {size:,}")
+        raw = handle.read(header_length)
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise _bad_weights(file, "its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise _bad_weights(file, "its header is not a JSON object")
+    data_bytes = size - 8 - header_length
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        if not isinstance(entry, dict) or entry.get("dtype") not in SAFETENSORS_DTYPES:
+            raise _bad_weights(file, f"tensor {name!r} has no known dtype")
+        shape, offsets = entry.get("shape"), entry.get("data_offsets")
+        if not (isinstance(shape, list) and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
+            raise _bad_weights(file, f"tensor {name!r} has shape {shape!r}")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(n, int) for n in offsets)
+                and 0 <= offsets[0] <= offsets[1] <= data_bytes):
+            raise _bad_weights(file, f"tensor {name!r} lies at bytes {offsets!r}, outside the {data_bytes:,} data bytes")
+        if offsets[1] - offsets[0] != math.prod(shape) * SAFETENSORS_DTYPES[entry["dtype"]]:
+            raise _bad_weights(file, f"tensor {name!r} of shape {shape} and dtype {entry['dtype']} does not fit "
+                                     f"its {offsets[1] - offsets[0]:,} bytes")
+
+
+def check_index(path: Path) -> None:
+    """Every file a ``*.safetensors.index.json`` maps a weight to must be a safetensors file in the
+    folder: transformers hands any other file (``evil.bin``) to torch.load, a pickle."""
+    for index in sorted(path.glob("*.index.json")):
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise UserError(f"{str(index)!r} has no weight_map object; accepted: a safetensors index")
+        for weight, name in weight_map.items():
+            if not (isinstance(name, str) and name.endswith(".safetensors") and Path(name).name == name):
+                raise UserError(f"{str(index)!r} maps {weight!r} to {name!r}; attnscale loads weights only from "
+                                "safetensors files in the model folder")
+            if not (path / name).is_file():
+                raise UserError(f"{str(index)!r} maps {weight!r} to {name!r}, which is not in the folder")
+
+
 def check_weights(path: Path, required: bool) -> bool:
-    """True when the folder has safetensors weights; refuses pickle-only folders."""
+    """True when the folder has safetensors weights, each one checked; refuses pickle-only folders
+    and indexes that name anything but the folder's safetensors files."""
+    check_index(path)
     if safetensors_files(path):
+        for file in safetensors_files(path):
+            check_safetensors(file)
         return True
     pickles = [name for name in PICKLE_WEIGHTS if (path / name).exists()]
     if pickles:
@@ -110,8 +190,66 @@ def check_model_dir(model_dir) -> Path:
             f"{str(path)!r} is not a Hugging Face model folder (no config.json); "
             "accepted: a local folder with config.json, weights and a tokenizer"
         )
+    refuse_symlinks_out(path)
     refuse_code(path)
+    check_config_sizes(read_json(path / "config.json"), path / "config.json")
     return path
+
+
+def _inside(target: Path, folder: Path) -> bool:
+    return target == folder or folder in target.parents
+
+
+def refuse_symlinks_out(path: Path) -> None:
+    """Refuse a file in the folder that is a link to somewhere else (``model.safetensors`` ->
+    /etc/passwd).  A Hugging Face cache snapshot (``snapshots/REV/FILE`` -> ``../../blobs/HASH``) is a
+    folder of such links by design, so its own ``blobs`` folder counts as inside."""
+    folder = path.resolve()
+    allowed = [folder]
+    if path.absolute().parent.name == "snapshots":
+        allowed.append((path.absolute().parent.parent / "blobs").resolve())
+    for entry in sorted(path.iterdir()):
+        if entry.is_symlink() and not any(_inside(entry.resolve(), root) for root in allowed):
+            raise UserError(f"{str(entry)!r} is a link to {str(entry.resolve())!r}, outside the model folder; "
+                            "accepted: files inside the folder (copy the file in)")
+
+
+def check_config_sizes(config: dict, file: Path, prefix: str = "") -> None:
+    """The fields that size the model are whole numbers >= 1 where they are set."""
+    for key in SIZE_FIELDS:
+        value = config.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise UserError(f"{str(file)!r}: {prefix}{key} is {value!r}; accepted: a whole number >= 1")
+    for key in SUB_CONFIGS:
+        if isinstance(config.get(key), dict):
+            check_config_sizes(config[key], file, f"{prefix}{key}.")
+
+
+LAYER_OVERHEAD_BYTES = 200_000  # Python objects of one layer's modules, built even on the meta device
+
+
+def _size(config: dict, *keys: str) -> int:
+    return next((config[k] for k in keys if isinstance(config.get(k), int) and not isinstance(config[k], bool)), 0)
+
+
+def estimated_bytes(config: dict) -> int:
+    """About what building the model from a raw config.json takes, from its size fields alone
+    (fp32 weights three times over, and each layer's modules): checked before transformers
+    builds anything, so that a config of 10**9 layers is refused at once."""
+    layers = _size(config, "num_hidden_layers", "n_layer", "num_layers") or (
+        _size(config, "encoder_layers") + _size(config, "decoder_layers"))
+    hidden = _size(config, "hidden_size", "n_embd", "d_model")
+    inner = _size(config, "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim") or 4 * hidden
+    parameters = layers * (4 * hidden * hidden + 3 * hidden * inner) + _size(config, "vocab_size") * hidden
+    total = 3 * 4 * parameters + layers * LAYER_OVERHEAD_BYTES
+    return total + sum(estimated_bytes(config[k]) for k in SUB_CONFIGS if isinstance(config.get(k), dict))
+
+
+def check_tokenizer(path: Path) -> None:
+    """A folder must carry a vocabulary to be run on a text."""
+    if not any((path / name).is_file() for name in VOCABULARY_FILES):
+        raise UserError(f"{str(path)!r} has no tokenizer (none of {', '.join(VOCABULARY_FILES)}); the text would "
+                        "be read as [UNK] tokens: accepted: a folder saved with its tokenizer")
 
 
 def _first_line(error: BaseException) -> str:
@@ -127,7 +265,7 @@ def load_config(model_dir):
     with quiet_transformers():
         try:
             return AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except BUILD_ERRORS as error:
             raise UserError(f"could not read the config in {str(path)!r}: {_first_line(error)}") from None
 
 
@@ -140,7 +278,7 @@ def _load(path: str, device: str):
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
             model = AutoModel.from_pretrained(path, attn_implementation="eager", local_files_only=True,
                                               trust_remote_code=False, use_safetensors=True)
-        except (OSError, ValueError, KeyError, TypeError) as error:
+        except BUILD_ERRORS as error:
             raise UserError(f"could not load a model and tokenizer from {path!r}: {_first_line(error)}") from None
     return model.to(device).eval(), tokenizer
 
@@ -150,4 +288,5 @@ def load_model(model_dir=None, device: str = "cpu"):
     same folder is loaded once per process; do not change the returned model's weights."""
     path = check_model_dir(model_dir)
     check_weights(path, required=False)
+    check_tokenizer(path)
     return _load(str(path.resolve()), device)

@@ -9,12 +9,14 @@ an interrupted run leaves no half-written report.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import datetime as dt
 import inspect
 import json
 import math
 import multiprocessing
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -22,7 +24,7 @@ from typing import Callable
 from .. import __version__, answer, claims, lab
 from ..errors import UserError
 from ..runs import RunStore, default_workers, drained, progress_queue, worker_pool
-from ..paths import check_folder
+from ..paths import check_folder, check_outputs
 from ..runtime import check_device, check_seed
 from ..store import Store, config_key
 from ..threads import torch_threads
@@ -32,7 +34,7 @@ Progress = Callable[[str, float, str], None]
 
 
 def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str, ...], fresh: bool = False,
-             progress: Progress | None = None) -> dict[str, dict]:
+             progress: Progress | None = None, run_store: RunStore | None = None) -> dict[str, dict]:
     """Run each lab's preset (or read it from the store); returns {lab: {result, seconds, cached, config}}.
 
     With more than one core, the labs that run in this process alone (all but the training
@@ -64,7 +66,7 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
         if name in outcomes:
             result, seconds = outcomes[name]
         else:
-            result, seconds = _run_here(name, module, config, store, fresh, progress)
+            result, seconds = _run_here(name, module, config, store, fresh, progress, run_store)
         if progress:
             progress(name, 1.0, f"done in {seconds:.1f} s")
         store.put(key, name, config_text, result, seconds)
@@ -77,13 +79,14 @@ def _trains(module) -> bool:
     return "store" in inspect.signature(module.run).parameters
 
 
-def _run_here(name: str, module, config, store: Store, fresh: bool, progress: Progress | None) -> tuple[dict, float]:
+def _run_here(name: str, module, config, store: Store, fresh: bool, progress: Progress | None,
+              run_store: RunStore | None = None) -> tuple[dict, float]:
     start = time.perf_counter()
     options = {}
     if _trains(module):
         # Labs made of many training runs keep each finished group beside the results: a killed
         # report resumes where it stopped.
-        options["store"] = RunStore(store.path.with_name("runs.sqlite"), since=time.time() if fresh else None)
+        options["store"] = run_store or RunStore(store.path.with_name("runs.sqlite"), since=time.time() if fresh else None)
     result = module.run(config, progress=(lambda f, m: progress(name, f, m)) if progress else None, **options)
     return result, time.perf_counter() - start
 
@@ -160,15 +163,67 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
         if name not in lab.LABS:
             raise UserError(f"unknown lab {name!r}; accepted: {', '.join(lab.LABS)}")
     out = check_folder(out, "report folder")
-    store = Store(store_path or out / "results.sqlite")  # checked (and made) before any lab runs
+    check_outputs(out, files=REPORT_FILES + ("results.sqlite", "runs.sqlite"), folders=("figures",))
+    # Both stores are checked before either is made, and made before any lab runs.  Labs made of
+    # many training runs keep each finished group in runs.sqlite beside the results: a killed
+    # report resumes where it stopped.
+    store_path = Path(store_path or out / "results.sqlite")
+    trains = any(_trains(lab.load(name)) for name in labs)
+    Store.check(store_path)
+    if trains:
+        RunStore.check(store_path.with_name("runs.sqlite"))
+    store = Store(store_path)
+    run_store = RunStore(store_path.with_name("runs.sqlite"), since=time.time() if fresh else None) if trains else None
     out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc)
     start = time.perf_counter()
-    runs = run_labs(preset, seed, device, store, labs, fresh, progress)
+    runs = run_labs(preset, seed, device, store, labs, fresh, progress, run_store)
+    with staged(out) as staging:
+        report = _assemble(runs, preset, seed, device, started, start, staging / "figures")
+        for name, text in (("report.json", json.dumps(report, indent=1, ensure_ascii=False)),
+                           ("report.md", render_markdown(report)), ("index.html", render_html(report, staging))):
+            (staging / name).write_text(text, encoding="utf-8")
+    report["seconds"] = round(time.perf_counter() - start, 2)
+    return report
 
+
+REPORT_FILES = ("report.json", "report.md", "index.html")
+
+
+@contextlib.contextmanager
+def staged(out: Path):
+    """A hidden folder inside ``out`` that the report's files and figures are written into; when
+    all are written they are renamed into place (figures first, index.html last), so a failure
+    (a full disk, a kill) leaves the previous report as it was and no figure of a report that
+    was not written.  On any failure the folder is removed; a disk's error names ``out``."""
+    staging = out / f".report.{os.getpid()}.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        (staging / "figures").mkdir(parents=True)
+        yield staging
+    except (OSError, UserError) as error:
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, UserError) and not str(error).startswith("could not write"):
+            raise
+        reason = getattr(error, "strerror", None) or "the disk refused a write"
+        raise UserError(f"could not write the report into {str(out)!r}: {reason}; the folder was left as it "
+                        "was") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    try:
+        (out / "figures").mkdir(exist_ok=True)
+        for figure in sorted((staging / "figures").iterdir()):
+            os.replace(figure, out / "figures" / figure.name)
+        for name in REPORT_FILES:
+            os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _assemble(runs: dict, preset: str, seed: int, device: str, started, start: float, figure_dir: Path) -> dict:
+    """The report.json contract from the labs' results; the figures are drawn into ``figure_dir``."""
     findings, figures, tables = {}, {}, {}
-    figure_dir = out / "figures"
-    figure_dir.mkdir(exist_ok=True)
     for name, run in runs.items():
         module = lab.load(name)
         findings[name] = module.judge(run["result"])
@@ -197,15 +252,5 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
     }
     report = _clean(report)
     report["answer"] = {lang: answer.compose(report, lang) for lang in answer.LANGS}
-    write_text(out / "report.json", json.dumps(report, indent=1, ensure_ascii=False))
-    write_text(out / "report.md", render_markdown(report))
-    write_text(out / "index.html", render_html(report, out))
-    report["seconds"] = round(time.perf_counter() - start, 2)
     return report
 
-
-def write_text(path: Path, text: str) -> None:
-    """Write to a temporary name, then rename: readers never see half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ...plotting import pyplot
+from ...plotting import pyplot, save_to
 from .experiment import HIST_EDGES
 from .verdicts import FIRES_SHARE
 
@@ -38,8 +38,7 @@ def figure_c14(result: dict, path) -> None:
     bar.set_xlabel("share of heads over-smoothed", fontsize=7)
     bar.tick_params(labelsize=6)
     fig.suptitle("C14: normalised entropy per head (1 = uniform, every key 1/n)", fontsize=9)
-    fig.savefig(path)
-    plt.close(fig)
+    save_to(fig, path)
 
 
 def figure_c14_training(result: dict, path) -> None:
@@ -57,8 +56,7 @@ def figure_c14_training(result: dict, path) -> None:
     flagged.legend(fontsize=7)
     fig.suptitle(f"C14: the 1/n flag while training on recall (d_head {result['scratch']['runs'][0]['d_head']})",
                  fontsize=9)
-    fig.savefig(path)
-    plt.close(fig)
+    save_to(fig, path)
 
 
 def figure_c13(result: dict, path) -> None:
@@ -81,8 +79,7 @@ def figure_c13(result: dict, path) -> None:
     ax.set_title(f"C13: factor measured in transformers {result['transformers_version']} (d_k = {d_k})", fontsize=9)
     ax.legend(fontsize=6, loc="lower left")
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_to(fig, path)
 
 
 def figure_c10(result: dict, path) -> None:
@@ -98,8 +95,7 @@ def figure_c10(result: dict, path) -> None:
     ax.set_title("C10: T5 (no factor, folded init) vs BERT of the same size", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_to(fig, path)
 
 
 def figure_counterfactual(result: dict, path) -> None:
@@ -115,8 +111,7 @@ def figure_counterfactual(result: dict, path) -> None:
     ax.set_title(f"{result['pretrained']['model_type']} with its factor replaced", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    save_to(fig, path)
 
 
 def figures(result: dict, outdir) -> dict[str, list[str]]:
