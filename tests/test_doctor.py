@@ -283,6 +283,9 @@ def test_bad_model_folders(tmp_path):
     with pytest.raises(ValueError, match="not a Hugging Face model folder"):
         doctor.diagnose(tmp_path)
     (tmp_path / "config.json").write_text("{\"model_type\": \"no-such-model\"}")
+    with pytest.raises(ValueError, match="has no tokenizer"):
+        doctor.diagnose(tmp_path)
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\nword\n")
     with pytest.raises(ValueError, match="could not load"):
         doctor.diagnose(tmp_path)
     with pytest.raises(ValueError, match="fixed rule"):

@@ -185,11 +185,40 @@ def test_result_is_json_and_figures_exist(result, tmp_path):
 
 
 def _edit(result, match, **values):
+    """The result with ``values`` set in the matching rows, each known exactly (its interval a point),
+    unless the edit gives the interval itself (``key_ci``)."""
     res = copy.deepcopy(result)
     for row in res["sweep"]:
         if all(row.get(k) == v for k, v in match.items()):
             row.update(values)
+            for key, value in values.items():
+                if f"{key}_ci" in row and f"{key}_ci" not in values:
+                    row[f"{key}_ci"] = [value, value]
     return res
+
+
+def test_a_part_whose_interval_straddles_its_threshold_is_undecided(result):
+    """An interval across a threshold can make a verdict partly, never flip it to either end."""
+    ok = _edit(result, {"rule": "sqrt"}, logit_std=1.0, share_within_3=0.99, saturated_share=0.0)
+    straddles = _edit(ok, {"rule": "sqrt"}, saturated_share=0.0, saturated_share_ci=[0.0, 0.015])
+    assert saturation.judge_c04(straddles).verdict == claims.PARTLY
+    assert "saturated rows undecided" in saturation.judge_c04(straddles).evidence
+    bad = _edit(ok, {"rule": "sqrt"}, logit_std=2.0, share_within_3=0.5, saturated_share=0.5)
+    assert saturation.judge_c04(_edit(bad, {"rule": "sqrt"}, saturated_share=0.5,
+                                      saturated_share_ci=[0.005, 0.6])).verdict == claims.PARTLY
+
+
+def test_row_intervals_cover_the_true_share_and_std():
+    """On rows drawn exactly as the lab draws them, the 95% intervals contain the population values
+    (std 1 under sqrt with unit-variance q and k; share of |logit| <= 3 from the normal law at large d_k)."""
+    import math as m
+
+    logits = saturation.sample_rows(4096, 64, 1.0, 2048, seed=3) / 64
+    row = saturation.row_stats(logits)
+    low, high = row["logit_std_ci"]
+    assert low <= 1.0 <= high and high - low < 0.05
+    share = m.erf(3 / m.sqrt(2))
+    assert row["share_within_3_ci"][0] <= share <= row["share_within_3_ci"][1]
 
 
 def test_judge_gives_every_claim(result):

@@ -5,7 +5,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnscale import stats
+from attnscale import numerics, stats
+from attnscale.attention import attention
 
 
 def random_probs(rows, n, seed=0, temperature=1.0):
@@ -172,3 +173,22 @@ def test_summarize_leaves_out_rows_without_a_distribution():
     probs[2] = float("nan")
     probs[3] = 0.0
     assert stats.summarize(probs) == whole
+
+
+def test_jacobians_too_large_for_memory_are_refused_before_any_allocation(monkeypatch):
+    """300,000 keys would need 300,000^2 float64 entries per row (720 GB): refused, naming the size."""
+    monkeypatch.setenv("ATTNSCALE_MEMORY_LIMIT", "1G")
+    probs = torch.full((1, 300_000), 1 / 300_000)
+    for function in (stats.jacobian_spectral, stats.softmax_jacobian):
+        with pytest.raises(ValueError, match="300000 keys"):
+            function(probs)
+
+
+def test_meta_tensors_are_refused_by_name():
+    meta = torch.empty(2, 4, 8, device="meta")
+    with pytest.raises(ValueError, match="q is on the meta device"):
+        attention(meta, meta, meta)
+    with pytest.raises(ValueError, match="meta device"):
+        numerics.audit(meta, meta)
+    with pytest.raises(ValueError, match="meta device"):
+        stats.entropy(meta.softmax(-1))

@@ -173,8 +173,9 @@ def test_findings_carry_exactly_the_declared_numbers(result):
     assert claims.undeclared_numbers(variance.NUMBER_KEYS, variance.judge(result)) == []
 
 
-def _init_rows(variances):
-    return {"init": [{"init": f"s{i}", "fan_in": 4, "fan_out": 4, "mean": 0.0, "var": v, "closed_form_var": v}
+def _init_rows(variances, half_width=0.005):
+    return {"init": [{"init": f"s{i}", "fan_in": 4, "fan_out": 4, "mean": 0.0, "var": v, "closed_form_var": v,
+                      "mean_ci": [-0.001, 0.001], "var_ci": [v - half_width, v + half_width]}
                      for i, v in enumerate(variances)]}
 
 
@@ -182,6 +183,9 @@ def test_c01_rule():
     assert variance.judge_c01(_init_rows([1.0, 1.05])).verdict == claims.SUPPORTED
     assert variance.judge_c01(_init_rows([1.0, 1 / 3])).verdict == claims.PARTLY
     assert variance.judge_c01(_init_rows([0.5, 1 / 3])).verdict == claims.REFUTED
+    # a variance whose interval reaches across 1.1 is undecided: partly, not supported
+    assert variance.judge_c01(_init_rows([1.0, 1.09], half_width=0.03)).verdict == claims.PARTLY
+    assert variance.judge_c01(_init_rows([0.5, 1.12], half_width=0.03)).verdict == claims.PARTLY
 
 
 def _dot_rows(ratio, in_ci=True, se_frac=0.01, families=variance.INDEPENDENT_UNIT, tail=0.0027, band=0.003, abs3=0.7):
@@ -249,10 +253,13 @@ def test_c08_rule(result):
     assert variance.judge_c08(res).verdict == claims.REFUTED
 
 
-def _small(tv2, tv_big):
+def _small(tv2, tv_big, half_width=0.002):
     base = {"n": 128, "entropy_sqrt": 0.9, "entropy_none": 0.8, "output_rms_diff": 0.1}
-    return {"small_dk": [{**base, "d_k": 1, "tv_distance": 0.0}, {**base, "d_k": 2, "tv_distance": tv2},
-                         {**base, "d_k": 64, "tv_distance": tv_big}]}
+
+    def row(d_k, tv):
+        return {**base, "d_k": d_k, "tv_distance": tv, "tv_distance_ci": [tv - half_width, tv + half_width]}
+
+    return {"small_dk": [row(1, 0.0), row(2, tv2), row(64, tv_big)]}
 
 
 def test_c15_rule():
@@ -261,6 +268,7 @@ def test_c15_rule():
     assert variance.judge_c15(_small(0.13, 0.8)).verdict == claims.PARTLY
     assert variance.judge_c15(_small(0.08, 0.1)).verdict == claims.PARTLY
     assert variance.judge_c15(_small(0.3, 0.5)).verdict == claims.REFUTED
+    assert variance.judge_c15(_small(0.1, 0.8, half_width=0.02)).verdict == claims.PARTLY  # straddles 0.1
     assert variance.judge_c15({"small_dk": _small(0.1, 0.1)["small_dk"][:2]}).verdict == claims.NOT_TESTABLE
 
 

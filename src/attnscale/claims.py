@@ -160,6 +160,17 @@ def claims_of_lab(lab: str) -> tuple[str, ...]:
     return tuple(claim.id for claim in CLAIMS if lab in claim.labs)
 
 
+def verdict_of_parts(parts) -> str:
+    """Supported if every part holds, refuted if none does, partly otherwise: a part left undecided
+    by its interval (None) can only make a verdict partly, never flip it between the two ends."""
+    parts = list(parts)
+    if parts and all(p is True for p in parts):
+        return SUPPORTED
+    if parts and all(p is False for p in parts):
+        return REFUTED
+    return PARTLY
+
+
 def combine(findings: dict[str, Finding], labs: tuple[str, ...] | None = None) -> str:
     """One verdict from several labs' findings on the same claim (``labs``: the labs the claim
     names; by default those that reported).

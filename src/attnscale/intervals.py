@@ -7,9 +7,12 @@
   seeded generator (same seed, same interval);
 * :func:`bonferroni_z`: the critical |z| of m two-sided tests whose family-wise false-rejection
   rate is at most ``alpha``;
+* :func:`mean_interval`: the normal interval of a mean over independent rows;
 * :func:`side`: where an interval lies against a threshold ("above", "below" or "straddles"),
   the one question a rule asks of it: a rule decides a part of a claim only where the interval
-  clears the threshold.
+  clears the threshold; :func:`at_least`, :func:`at_most` and :func:`inside` ask it as a part
+  of a claim (True, False, or None where the interval straddles), and :func:`every` folds the
+  parts of "at every setting".
 
 Pure Python: these run on a few dozen numbers.
 """
@@ -101,6 +104,16 @@ def bonferroni_z(tests: int, alpha: float = FAMILY_ALPHA) -> float:
     return normal_quantile(1 - alpha / (2 * tests))
 
 
+def mean_interval(sample, level: float = LEVEL) -> tuple[float, float]:
+    """mean +- z * std / sqrt(n) of a sample of independent values (a list or a 1-d tensor)."""
+    values = [float(v) for v in sample]
+    if len(values) < 2:
+        raise UserError(f"need at least two values for the interval of a mean, got {len(values)}")
+    mean = statistics.fmean(values)
+    half = z_of(level) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean - half, mean + half
+
+
 ABOVE, BELOW, STRADDLES = "above", "below", "straddles"
 
 
@@ -113,6 +126,35 @@ def side(interval: tuple[float, float], threshold: float) -> str:
     if high < threshold:
         return BELOW
     return STRADDLES
+
+
+def at_least(interval: tuple[float, float], threshold: float) -> bool | None:
+    """The part "value >= threshold": True if the whole interval is, False if none of it is, None
+    (undecided) where it straddles."""
+    return {ABOVE: True, BELOW: False}.get(side(interval, threshold))
+
+
+def at_most(interval: tuple[float, float], threshold: float) -> bool | None:
+    """The part "value <= threshold", decided the same way."""
+    low, high = interval
+    return True if high <= threshold else False if low > threshold else None
+
+
+def inside(interval: tuple[float, float], low: float, high: float) -> bool | None:
+    """The part "low <= value <= high": True if the interval lies inside the band, False if it lies
+    wholly outside, None otherwise."""
+    if interval[0] >= low and interval[1] <= high:
+        return True
+    if interval[1] < low or interval[0] > high:
+        return False
+    return None
+
+
+def every(parts) -> bool | None:
+    """A part that must hold at every setting: False if it fails at one, True if it holds at all,
+    None (undecided) otherwise."""
+    parts = list(parts)
+    return False if False in parts else True if all(p is True for p in parts) else None
 
 
 def fmt_interval(interval: tuple[float, float], digits: int = 2, percent: bool = False) -> str:

@@ -39,14 +39,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import checks, stats
+from ... import checks, intervals, stats
 from ...attention import attention
 from ...errors import UserError
 from ...runtime import check_device
 from ...threads import torch_threads
 from .. import Ticker
 
-VERSION = 2
+VERSION = 3  # 3: 95% intervals of the voting numbers (row_intervals)
 
 RULE_EXPONENTS = {"none": 0.0, "sqrt": 0.5, "inv_d": 1.0}
 DERIV_NS = (2, 4, 8, 16, 32, 64, 128)  # C16: keys per row for the derivative of sqrt-scaled logits
@@ -62,7 +62,7 @@ class Config:
     ns: tuple[int, ...] = (16, 128, 1024)
     exponents: tuple[float, ...] = tuple(i / 8 for i in range(13))  # 0, 0.125, ..., 1.5
     constant: float = 0.125        # the const:C rule (1/sqrt(64): right at d_k = 64 only)
-    rows: int = 256                # R rows per (d_k, n)
+    rows: int = 1024               # R rows per (d_k, n): enough that a 1% share of saturated rows is decided
     qk_std: float = 1.0            # std of each q and k component
     grad_n: int = 128              # tokens in the gradient experiment
     grad_batch: int = 2
@@ -126,7 +126,26 @@ def row_stats(logits: torch.Tensor) -> dict:
     summary["logit_std"] = float(logits.pow(2).mean().sqrt())  # RMS about 0, the population std
     summary["logit_max_abs"] = float(moments["max_abs"].mean())
     summary["share_within_3"] = float((logits.abs() <= 3).to(torch.float64).mean())
+    summary.update(row_intervals(logits, probs, moments["max_abs"]))
     return summary
+
+
+def row_intervals(logits: torch.Tensor, probs: torch.Tensor, max_abs: torch.Tensor) -> dict:
+    """95% intervals of the numbers the verdicts compare with a threshold, with the row as the
+    independent unit (the logits of one row share |q|): the normal interval of a mean over rows,
+    and Wilson intervals of the shares of saturated and near-uniform rows."""
+    rows = logits.shape[0]
+    square_lo, square_hi = intervals.mean_interval(logits.double().pow(2).mean(dim=-1))
+    saturated = int((stats.max_prob(probs) > 0.99).sum())
+    uniform = int((stats.kl_to_uniform(probs) < 0.01).sum())
+    return {
+        "logit_std_ci": [math.sqrt(max(square_lo, 0.0)), math.sqrt(square_hi)],
+        "logit_max_abs_ci": list(intervals.mean_interval(max_abs.double())),
+        "share_within_3_ci": list(intervals.mean_interval((logits.abs() <= 3).double().mean(dim=-1))),
+        "normalized_entropy_ci": list(intervals.mean_interval(stats.normalized_entropy(probs).double())),
+        "saturated_share_ci": list(intervals.wilson(saturated, rows)),
+        "uniform_share_ci": list(intervals.wilson(uniform, rows)),
+    }
 
 
 def softmax_row_stats(d_k: int, exponent: float = 0.5, n: int = 128, qk_std: float = 1.0, seed: int = 0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ... import claims
+from ... import claims, intervals
 from ...claims import Finding
 from .experiment import DIAG_RANGE, P_RANGE
 
@@ -30,9 +30,33 @@ def reference_n(result: dict) -> int:
     return 128 if 128 in ns else ns[len(ns) // 2]
 
 
+# C04: the logits under sqrt
+STD_BAND = (0.9, 1.1)       # logit std within 10% of 1
+WITHIN_3_SHARE = 0.95       # at least this share of logits in [-3, 3]
+SATURATED = 0.01            # at most this share of saturated rows (max p > 0.99) at every d_k and n
+# C05: inv_d near uniform
+NEAR_UNIFORM_ENTROPY = 0.99
+NEAR_UNIFORM_ROWS = 0.5     # at least this share of rows within KL 0.01 of uniform
+FLAT_ENTROPY = 0.95         # below this, not near uniform at all
+# C06: no scaling
+LOGITS_AROUND_100 = 50.0    # mean max |logit| at least this: "around +-100"
+ONE_HOT_ROWS = 0.5          # at least this share of rows saturated: "near one-hot"
+GRADIENT_NEAR_0 = 0.1       # the gradient to W_q below this fraction of sqrt's
+
+
+def ci(row: dict, key: str) -> tuple[float, float]:
+    """A row's 95% interval of ``key``."""
+    return tuple(row[f"{key}_ci"])
+
+
+def decided(part: bool | None, text: str) -> str:
+    return f"{text} {'holds' if part else 'fails' if part is False else 'undecided (its interval straddles the threshold)'}"
+
+
 def judge_c04(result: dict) -> Finding:
-    """Three parts under sqrt: logit std within 10% of 1 at every d_k (n = 128); >= 95% of logits in
-    [-3, 3] at every d_k; saturated rows (max p > 0.99) <= 1% at every d_k and n."""
+    """Three parts under sqrt, each decided only where every setting's 95% interval clears its
+    threshold: logit std within STD_BAND at every d_k (n = 128); at least WITHIN_3_SHARE of logits in
+    [-3, 3] at every d_k; at most SATURATED saturated rows at every d_k and n."""
     n = reference_n(result)
     rows = pick(result["sweep"], rule="sqrt", n=n)
     every = pick(result["sweep"], rule="sqrt")
@@ -41,48 +65,67 @@ def judge_c04(result: dict) -> Finding:
     std_err = max(abs(r["logit_std"] - 1) for r in rows)
     within = min(r["share_within_3"] for r in rows)
     saturated = max(r["saturated_share"] for r in every)
-    none_sat = pick(result["sweep"], rule="none", n=n)
-    parts = [std_err <= 0.1, within >= 0.95, saturated <= 0.01]
-    verdict = claims.SUPPORTED if all(parts) else claims.PARTLY if any(parts) else claims.REFUTED
+    parts = [intervals.every(intervals.inside(ci(r, "logit_std"), *STD_BAND) for r in rows),
+             intervals.every(intervals.at_least(ci(r, "share_within_3"), WITHIN_3_SHARE) for r in rows),
+             intervals.every(intervals.at_most(ci(r, "saturated_share"), SATURATED) for r in every)]
+    verdict = claims.verdict_of_parts(parts)
+    worst_std = max(rows, key=lambda r: abs(r["logit_std"] - 1))
+    least_within = min(rows, key=lambda r: r["share_within_3"])
+    most_saturated = max(every, key=lambda r: ci(r, "saturated_share")[1])
     big = rows[-1]
+    none_sat = pick(result["sweep"], rule="none", n=n)
     none_text = (f" Without the factor, the same rows at d_k = {none_sat[-1]['d_k']} are saturated in "
                  f"{none_sat[-1]['saturated_share']:.0%} of cases." if none_sat else "")
     evidence = (f"With q and k components of variance {result['config']['qk_std'] ** 2:g} and the 1/sqrt(d_k) factor, "
-                f"the logit std stays within {std_err:.1%} of 1 for d_k = {rows[0]['d_k']}..{big['d_k']} (n = {n}); "
-                f"at least {within:.1%} of logits lie in [-3, 3] (least at d_k = 1, where q.k is a product of two "
-                f"normals); at most {saturated:.1%} of rows are saturated (max p > 0.99) at any d_k and n, and the mean "
-                f"Jacobian Frobenius norm is {big['jacobian_frobenius']:.3f} at d_k = {big['d_k']}.{none_text} "
-                f"Variance 1 needs unit-variance q and k components, which PyTorch's default init does not give (C01). "
-                f"Rule: supported if std within 10% of 1 at every d_k, >= 95% of logits in [-3, 3], and <= 1% "
-                f"saturated rows; partly if some of these hold; refuted if none.")
+                f"the logit std stays within {std_err:.1%} of 1 for d_k = {rows[0]['d_k']}..{big['d_k']} (n = {n}; "
+                f"farthest at d_k = {worst_std['d_k']}: {worst_std['logit_std']:.3f} "
+                f"{intervals.fmt_interval(ci(worst_std, 'logit_std'), 3)}); at least {within:.1%} of logits lie in "
+                f"[-3, 3] (least at d_k = {least_within['d_k']}: "
+                f"{intervals.fmt_interval(ci(least_within, 'share_within_3'), 3)}; at d_k = 1 q.k is a product of two "
+                f"normals); at most {saturated:.1%} of rows are saturated (max p > 0.99) at any d_k and n (the largest "
+                f"upper bound: {ci(most_saturated, 'saturated_share')[1]:.2%} of {most_saturated['rows']} rows at d_k = "
+                f"{most_saturated['d_k']}, n = {most_saturated['n']}), and the mean Jacobian Frobenius norm is "
+                f"{big['jacobian_frobenius']:.3f} at d_k = {big['d_k']}.{none_text} Variance 1 needs unit-variance q "
+                f"and k components, which PyTorch's default init does not give (C01). Parts: "
+                + "; ".join(decided(p, t) for p, t in zip(parts, ("the std", "the share in [-3, 3]", "the saturated rows")))
+                + f". Rule, on 95% intervals over rows: supported if at every d_k the std lies within "
+                f"{STD_BAND[0]:g}-{STD_BAND[1]:g}, at least {WITHIN_3_SHARE:.0%} of logits lie in [-3, 3], and at "
+                f"most {SATURATED:.0%} of rows are saturated at every d_k and n; refuted if none of these holds; "
+                f"partly otherwise (a part whose interval straddles its threshold is undecided).")
     return Finding(verdict, evidence, {"max_std_error": std_err, "min_share_within_3": within,
                                        "max_saturated_share": saturated})
 
 
 def judge_c05(result: dict) -> Finding:
-    """Saturation half: inv_d at d_k in {64, 128} (n = 128): near uniform if mean normalised entropy
-    >= 0.99 and >= 50% of rows within KL 0.01 of uniform (supported); entropy >= 0.95 only: partly."""
+    """Saturation half: inv_d at d_k in {64, 128} (n = 128), on 95% intervals: near uniform if the
+    mean normalised entropy >= NEAR_UNIFORM_ENTROPY and >= NEAR_UNIFORM_ROWS of rows are within KL
+    0.01 of uniform (supported); refuted if the entropy lies below FLAT_ENTROPY; partly otherwise."""
     n = reference_n(result)
     rows = [r for r in pick(result["sweep"], rule="inv_d", n=n) if r["d_k"] in (64, 128)]
     if not rows:
         return Finding(claims.NOT_TESTABLE, "needs inv_d (A = 1) at d_k = 64 or 128.")
     ent = min(r["normalized_entropy"] for r in rows)
     uni = min(r["uniform_share"] for r in rows)
-    if ent >= 0.99 and uni >= 0.5:
+    near = intervals.every(intervals.at_least(ci(r, "normalized_entropy"), NEAR_UNIFORM_ENTROPY) for r in rows)
+    most_rows = intervals.every(intervals.at_least(ci(r, "uniform_share"), NEAR_UNIFORM_ROWS) for r in rows)
+    flat = intervals.every(intervals.at_least(ci(r, "normalized_entropy"), FLAT_ENTROPY) for r in rows)
+    if near and most_rows:
         verdict = claims.SUPPORTED
-    elif ent >= 0.95:
-        verdict = claims.PARTLY
-    else:
+    elif flat is False:
         verdict = claims.REFUTED
-    desc = "; ".join(f"d_k = {r['d_k']}: logit std {r['logit_std']:.3f}, normalised entropy {r['normalized_entropy']:.4f}, "
-                     f"max p {r['max_prob']:.4f} (uniform: {1 / n:.4f}), {r['uniform_share']:.0%} of rows within KL 0.01 "
-                     f"of uniform" for r in rows)
+    else:
+        verdict = claims.PARTLY
+    desc = "; ".join(f"d_k = {r['d_k']}: logit std {r['logit_std']:.3f}, normalised entropy {r['normalized_entropy']:.4f} "
+                     f"{intervals.fmt_interval(ci(r, 'normalized_entropy'), 4)}, max p {r['max_prob']:.4f} (uniform: "
+                     f"{1 / n:.4f}), {r['uniform_share']:.0%} {intervals.fmt_interval(ci(r, 'uniform_share'), percent=True)} "
+                     f"of rows within KL 0.01 of uniform" for r in rows)
     sqrt_rows = [r for r in pick(result["sweep"], rule="sqrt", n=n) if r["d_k"] in (64, 128)]
     sqrt_text = f" Under sqrt the same rows have normalised entropy {sqrt_rows[0]['normalized_entropy']:.3f}." if sqrt_rows else ""
     evidence = (f"At initialisation (unit-variance q, k components), dividing by d_k with n = {n} keys: {desc}.{sqrt_text} "
                 f"So the softmax starts near uniform; whether training grows q and k to compensate, and whether the "
-                f"model is 'unusable', is the training lab's half. Rule: supported if the mean normalised entropy "
-                f">= 0.99 and >= 50% of rows are within KL 0.01 of uniform, partly if only the entropy >= 0.95.")
+                f"model is 'unusable', is the training lab's half. Rule, on 95% intervals over rows: supported if the "
+                f"mean normalised entropy >= {NEAR_UNIFORM_ENTROPY:g} and >= {NEAR_UNIFORM_ROWS:.0%} of rows are within "
+                f"KL 0.01 of uniform, refuted if the entropy lies below {FLAT_ENTROPY:g}, partly otherwise.")
     return Finding(verdict, evidence, {"min_normalized_entropy": ent, "min_uniform_share": uni})
 
 
@@ -111,8 +154,10 @@ def judge_c06(result: dict) -> Finding:
     saturated = min(r["saturated_share"] for r in rows)
     ratio = max(grads[("none", r["d_k"])]["grad_wq_output"] / grads[("sqrt", r["d_k"])]["grad_wq_output"] for r in rows)
     ratio_p = max(grads[("none", r["d_k"])]["grad_wq_probs"] / grads[("sqrt", r["d_k"])]["grad_wq_probs"] for r in rows)
-    parts = [max_abs >= 50, saturated >= 0.5, ratio <= 0.1]
-    verdict = claims.SUPPORTED if all(parts) else claims.REFUTED if not any(parts) else claims.PARTLY
+    parts = [intervals.every(intervals.at_least(ci(r, "logit_max_abs"), LOGITS_AROUND_100) for r in rows),
+             intervals.every(intervals.at_least(ci(r, "saturated_share"), ONE_HOT_ROWS) for r in rows),
+             ratio <= GRADIENT_NEAR_0]
+    verdict = claims.verdict_of_parts(parts)
     all_none = pick(result["sweep"], rule="none", n=n)
     reach = _dk_reaching(all_none, "logit_max_abs", 100)
     half_sat = _dk_reaching(all_none, "saturated_share", 0.5)
@@ -120,16 +165,20 @@ def judge_c06(result: dict) -> Finding:
     big_dk = max(r["d_k"] for r in big_g)
     big_ratio = (pick(big_g, rule="none", d_k=big_dk)[0]["grad_wq_output"]
                  / pick(big_g, rule="sqrt", d_k=big_dk)[0]["grad_wq_output"])
-    desc = "; ".join(f"d_k = {r['d_k']}: logit std {r['logit_std']:.1f}, mean max |logit| {r['logit_max_abs']:.1f}, "
-                     f"max p {r['max_prob']:.3f}, {r['saturated_share']:.0%} of rows saturated" for r in rows)
+    desc = "; ".join(f"d_k = {r['d_k']}: logit std {r['logit_std']:.1f}, mean max |logit| {r['logit_max_abs']:.1f} "
+                     f"{intervals.fmt_interval(ci(r, 'logit_max_abs'), 3)}, max p {r['max_prob']:.3f}, "
+                     f"{r['saturated_share']:.0%} {intervals.fmt_interval(ci(r, 'saturated_share'), percent=True)} of rows "
+                     f"saturated" for r in rows)
     evidence = (f"Unscaled, n = {n} keys, unit-variance q and k: {desc}. The gradient reaching W_q is at most "
                 f"{ratio:.2f}x the sqrt rule's (loss on the output; {ratio_p:.2f}x for a loss on the probabilities); at "
                 f"d_k = {big_dk} it is {big_ratio:.3f}x. The mean max |logit| reaches 100 only at d_k "
                 f"{'~ %.0f' % reach if reach else 'beyond the grid'}, and half of the rows are saturated from d_k "
-                f"{'~ %.0f' % half_sat if half_sat else 'beyond the grid'}. Rule, at d_k = 64 and 128: (i) 'around "
-                f"+-100' if the mean max |logit| >= 50, (ii) 'near one-hot' if >= 50% of rows have max p > 0.99, "
-                f"(iii) 'gradient near 0' if below 1/10 of the sqrt rule's; supported if all hold, refuted if none, "
-                f"partly otherwise. Whether training stalls is the training lab's half.")
+                f"{'~ %.0f' % half_sat if half_sat else 'beyond the grid'}. Rule, at d_k = 64 and 128, on 95% intervals over rows: "
+                f"(i) 'around +-100' if the mean max |logit| >= {LOGITS_AROUND_100:g}, (ii) 'near one-hot' if "
+                f">= {ONE_HOT_ROWS:.0%} of rows have max p > 0.99, (iii) 'gradient near 0' if below "
+                f"{GRADIENT_NEAR_0:g} of the sqrt rule's; supported if all hold, refuted if none, partly otherwise "
+                f"(a part whose interval straddles its threshold is undecided). Whether training stalls is the "
+                f"training lab's half.")
     return Finding(verdict, evidence, {"max_logit_abs": max_abs, "min_saturated_share": saturated,
                                        "grad_ratio_none_sqrt": ratio, "grad_ratio_probs": ratio_p,
                                        "dk_logits_reach_100": reach})

@@ -48,14 +48,14 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ... import checks, stats
+from ... import checks, intervals, stats
 from ...attention import attention
 from ...errors import UserError
 from ...runtime import check_device
 from ...threads import torch_threads
 from .. import Ticker
 
-VERSION = 1
+VERSION = 2  # 2: 95% intervals of the C01 and C15 numbers
 
 FAMILIES = {
     "gaussian": "q_i, k_i ~ N(0, 1)",
@@ -324,8 +324,12 @@ def measure_inits(config: Config) -> list[dict]:
         weight, bias = init_projection(name, fan_in, fan_out, stable_seed(config.seed, name))
         x = torch.randn(config.init_tokens, fan_in, generator=generator(config, "init", name))
         q = (x @ weight.T + bias).double()
+        # tokens are the independent unit (the components of one token share its input x)
+        per_token_square = (q - q.mean()).pow(2).mean(dim=-1)
         rows.append({"init": name, "fan_in": fan_in, "fan_out": weight.shape[0], "tokens": config.init_tokens,
                      "mean": float(q.mean()), "var": float(q.var()), "closed_form_var": closed,
+                     "mean_ci": list(intervals.mean_interval(q.mean(dim=-1))),
+                     "var_ci": list(intervals.mean_interval(per_token_square)),
                      "component_var_min": float(q.var(dim=0).min()), "component_var_max": float(q.var(dim=0).max())})
     return rows
 
@@ -404,6 +408,7 @@ def measure_small_dk(config: Config) -> list[dict]:
             "max_p_sqrt": float(stats.max_prob(p_s).mean()),
             "max_p_none": float(stats.max_prob(p_n).mean()),
             "tv_distance": float(0.5 * (p_s - p_n).abs().sum(-1).mean()),
+            "tv_distance_ci": list(intervals.mean_interval(0.5 * (p_s - p_n).abs().sum(-1).double())),
             # v has unit variance per component, so this RMS is in units of v's std
             "output_rms_diff": float((out_s - out_n).pow(2).mean().sqrt()),
         })

@@ -19,6 +19,10 @@ LARGE_LIKELY = 0.5
 # C15: "differs little" at d_k = 2: rows at most this far apart in total variation, and at most this
 # fraction of the distance at the largest d_k measured.
 SMALL_TV, SMALL_TV_RATIO = 0.1, 0.25
+# C01: q components "mean 0, variance 1": |mean| at most this, variance within this of 1
+MEAN_NEAR_0, VAR_NEAR_1 = 0.05, 0.1
+# C03: the spread is right if at least this share lies within +-3 sqrt(d_k) and the std is within this of sqrt(d_k)
+BAND_SHARE, STD_RATIO_TOLERANCE = 0.99, 0.1
 # C02: a rejected Var = d_k is 'partly' right while every row's interval reaches within this of d_k
 RATIO_TOLERANCE = 0.25
 
@@ -36,20 +40,42 @@ def family_rows(result: dict, family: str) -> list[dict]:
     return [r for r in result["dot"] if r["family"] == family]
 
 
+def init_holds(row: dict) -> bool | None:
+    """One setting's 'mean 0, variance 1', on its 95% intervals over tokens."""
+    mean = intervals.inside(tuple(row["mean_ci"]), -MEAN_NEAR_0, MEAN_NEAR_0)
+    var = intervals.inside(tuple(row["var_ci"]), 1 - VAR_NEAR_1, 1 + VAR_NEAR_1)
+    return False if False in (mean, var) else True if (mean and var) else None
+
+
 def judge_c01(result: dict) -> Finding:
-    """Supported if every setting gives |mean| <= 0.05 and variance within 10% of 1; partly if some do."""
+    """Per setting, on 95% intervals over tokens: holds if |mean| <= MEAN_NEAR_0 and the variance lies
+    within VAR_NEAR_1 of 1, fails if either interval lies wholly outside.  Supported if every setting
+    holds, refuted if none does, partly otherwise."""
     rows = result["init"]
-    ok = [r for r in rows if abs(r["mean"]) <= 0.05 and abs(r["var"] - 1) <= 0.1]
-    verdict = claims.SUPPORTED if len(ok) == len(rows) else claims.PARTLY if ok else claims.REFUTED
+    decided = [init_holds(r) for r in rows]
+    verdict = (claims.SUPPORTED if all(d is True for d in decided) else
+               claims.REFUTED if all(d is False for d in decided) else claims.PARTLY)
     parts = "; ".join(f"{r['init']} ({r['fan_in']}->{r['fan_out']}): mean {r['mean']:.3f}, variance "
-                      f"{r['var']:.3f} (closed form {r['closed_form_var']:.3f})" for r in rows)
-    evidence = (f"q components for unit-variance input: {parts}. Rule: supported if every setting has |mean| <= 0.05 "
-                f"and variance within 10% of 1, partly if some do. Variance 1 needs fan_in = fan_out under Xavier "
+                      f"{r['var']:.3f} {intervals.fmt_interval(r['var_ci'], 3)} (closed form {r['closed_form_var']:.3f}): "
+                      f"{'holds' if d else 'fails' if d is False else 'undecided'}" for r, d in zip(rows, decided))
+    evidence = (f"q components for unit-variance input: {parts}. Rule, on 95% intervals over tokens: a setting holds if "
+                f"|mean| <= {MEAN_NEAR_0:g} and the variance lies within {VAR_NEAR_1:.0%} of 1; supported if every "
+                f"setting holds, refuted if none does, partly otherwise. Variance 1 needs fan_in = fan_out under Xavier "
                 f"(2 fan_in / (fan_in + fan_out)); PyTorch's default nn.Linear init gives 1/3 + 1/(3 fan_in), "
                 f"so unscaled q.k then has std sqrt(d_k)/3, not sqrt(d_k).")
     numbers = {f"var[{r['init']}]": r["var"] for r in rows}
     numbers.update({f"closed_form_var[{r['init']}]": r["closed_form_var"] for r in rows})
     return Finding(verdict, evidence, numbers)
+
+
+def share_ci(row: dict, key: str) -> tuple[float, float]:
+    """The Wilson interval of a share of a row's independent samples."""
+    return intervals.wilson(round(row[key] * row["samples"]), row["samples"])
+
+
+def std_ratio_ci(row: dict) -> tuple[float, float]:
+    """std / sqrt(d_k), from the row's interval of the variance."""
+    return (math.sqrt(max(row["var_lo"], 0.0) / row["d_k"]), math.sqrt(max(row["var_hi"], 0.0) / row["d_k"]))
 
 
 def var_z(row: dict) -> float:
@@ -102,42 +128,55 @@ def judge_c02(result: dict) -> Finding:
 
 
 def judge_c03(result: dict) -> Finding:
-    """Spread part (required): at d_k 64 and 128 (gaussian), >= 99% within +-3 sqrt(d_k) and
-    std/sqrt(d_k) within 10% of 1.  'Extreme values likely', two readings: statistically, more
-    than TAIL_LIKELY of q.k beyond 3 std in some family; for a softmax, at least LARGE_LIKELY of
-    the unscaled q.k beyond +-SOFTMAX_LARGE.  Spread off: refuted; spread right and the softmax
-    reading holds: supported; spread right otherwise: partly."""
+    """Spread part (required): at d_k 64 and 128 (gaussian), at least BAND_SHARE within +-3 sqrt(d_k)
+    and std/sqrt(d_k) within STD_RATIO_TOLERANCE of 1.  'Extreme values likely', two readings:
+    statistically, more than TAIL_LIKELY of q.k beyond 3 std in some family; for a softmax, at least
+    LARGE_LIKELY of the unscaled q.k beyond +-SOFTMAX_LARGE.  Every part is decided on its 95%
+    interval (Wilson for shares of the samples).  Spread off: refuted; spread right and the softmax
+    reading holds: supported; otherwise partly (a straddling part is undecided)."""
     rows = [r for r in family_rows(result, "gaussian") if r["d_k"] in (64, 128)]
     if not rows:
         return Finding(claims.NOT_TESTABLE, "d_k = 64 and 128 were not sampled for the gaussian family.")
     within = min(1 - r["beyond_3sqrt_dk"] for r in rows)
     std_ratio = max(abs(r["std"] / math.sqrt(r["d_k"]) - 1) for r in rows)
-    spread_ok = within >= 0.99 and std_ratio <= 0.1
+    band = intervals.every(intervals.at_most(share_ci(r, "beyond_3sqrt_dk"), 1 - BAND_SHARE) for r in rows)
+    std_ok = intervals.every(intervals.inside(std_ratio_ci(r), 1 - STD_RATIO_TOLERANCE, 1 + STD_RATIO_TOLERANCE)
+                             for r in rows)
+    spread = False if False in (band, std_ok) else True if (band and std_ok) else None
     at = [r for r in result["dot"] if r["d_k"] in (64, 128)]
     tail = max(r["beyond_3std"] for r in at)
     large = min(r["beyond_abs3"] for r in rows)
-    statistical, for_softmax = tail > TAIL_LIKELY, large >= LARGE_LIKELY
-    if not spread_ok:
+    tails = [share_ci(r, "beyond_3std") for r in at]  # "more than TAIL_LIKELY" in some family
+    statistical = (True if any(low > TAIL_LIKELY for low, _ in tails) else
+                   False if all(high <= TAIL_LIKELY for _, high in tails) else None)
+    for_softmax = intervals.every(intervals.at_least(share_ci(r, "beyond_abs3"), LARGE_LIKELY) for r in rows)
+    if spread is False:
         verdict = claims.REFUTED
-    elif for_softmax:
+    elif spread and for_softmax:
         verdict = claims.SUPPORTED
     else:
         verdict = claims.PARTLY
     # std sqrt(d_k) puts half of q.k beyond +-3 once 3 / sqrt(d_k) <= 0.674, the median of |Z|
     half_from = math.ceil((SOFTMAX_LARGE / 0.6744897501960817) ** 2)
     holds = [name for name, ok in (("the statistical reading", statistical), ("the softmax reading", for_softmax)) if ok]
-    evidence = (f"Unscaled, at d_k = 64 and 128 (gaussian), {within:.2%} of q.k fall within +-3 sqrt(d_k) and "
-                f"std/sqrt(d_k) is within {std_ratio:.1%} of 1: the spread is {'right' if spread_ok else 'off'}. "
-                f"'Extreme values are likely', read statistically (many values beyond 3 std): at most {tail:.2%} of "
-                f"q.k lie beyond 3 std in any of the {len({r['family'] for r in at})} families (Gaussian: "
-                f"{GAUSS_BEYOND_3:.2%}), so {'that holds' if statistical else 'such values are rare, not likely'}. "
+    undecided = [name for name, ok in (("the spread", spread), ("the statistical reading", statistical),
+                                       ("the softmax reading", for_softmax)) if ok is None]
+    worst_tail = max(at, key=lambda r: r["beyond_3std"])
+    evidence = (f"Unscaled, at d_k = 64 and 128 (gaussian, {rows[0]['samples']:,} samples each), {within:.2%} of q.k fall "
+                f"within +-3 sqrt(d_k) and std/sqrt(d_k) is within {std_ratio:.1%} of 1: the spread is "
+                f"{'right' if spread else 'off' if spread is False else 'undecided'}. 'Extreme values are likely', read "
+                f"statistically (many values beyond 3 std): at most {tail:.2%} "
+                f"{intervals.fmt_interval(share_ci(worst_tail, 'beyond_3std'), 2)} of q.k lie beyond 3 std in any of "
+                f"the {len({r['family'] for r in at})} families (Gaussian: {GAUSS_BEYOND_3:.2%}), so "
+                f"{'that holds' if statistical else 'such values are rare, not likely' if statistical is False else 'that is undecided'}. "
                 f"Read as values that are large for a softmax: {large:.0%} of the unscaled q.k have |q.k| > "
                 f"{SOFTMAX_LARGE:g}, outside the range where the softmax gradient is not saturated (C04); with std "
                 f"sqrt(d_k) that is the majority from d_k = {half_from} on. Which reading holds: "
-                f"{' and '.join(holds) or 'neither'}. Rule: refuted if the spread is off (< 99% within the band or "
-                f"std off by > 10%); supported if the spread holds and at least {LARGE_LIKELY:.0%} of q.k lie beyond "
-                f"+-{SOFTMAX_LARGE:g} (the softmax reading); partly if only the spread holds or only the statistical "
-                f"reading (more than {TAIL_LIKELY:.0%} beyond 3 std) does.")
+                f"{' and '.join(holds) or 'neither'}" + (f" (undecided: {', '.join(undecided)})" if undecided else "")
+                + f". Rule, on 95% intervals: refuted if the spread is off (less than {BAND_SHARE:.0%} within the band "
+                f"or the std off by more than {STD_RATIO_TOLERANCE:.0%}); supported if the spread holds and at least "
+                f"{LARGE_LIKELY:.0%} of q.k lie beyond +-{SOFTMAX_LARGE:g} (the softmax reading); partly if only the "
+                f"spread holds or only the statistical reading (more than {TAIL_LIKELY:.0%} beyond 3 std) does.")
     return Finding(verdict, evidence, {"share_within_band": within, "max_std_ratio_error": std_ratio,
                                        "max_share_beyond_3std": tail, "share_abs_above_3": large})
 
@@ -177,17 +216,20 @@ def judge_c15(result: dict) -> Finding:
     if 2 not in rows or max(rows) < 16:
         return Finding(claims.NOT_TESTABLE, "needs d_k = 2 and a d_k >= 16 to compare with.")
     two, big = rows[2], rows[max(rows)]
-    absolute = two["tv_distance"] <= SMALL_TV
-    relative = two["tv_distance"] <= SMALL_TV_RATIO * big["tv_distance"]
-    verdict = claims.SUPPORTED if absolute and relative else claims.PARTLY if absolute or relative else claims.REFUTED
+    absolute = intervals.at_most(tuple(two["tv_distance_ci"]), SMALL_TV)
+    relative = intervals.at_most(tuple(two["tv_distance_ci"]), SMALL_TV_RATIO * big["tv_distance_ci"][0])
+    if relative is not True and two["tv_distance_ci"][0] <= SMALL_TV_RATIO * big["tv_distance_ci"][1]:
+        relative = None  # the two intervals overlap around the ratio: undecided
+    verdict = claims.verdict_of_parts([absolute, relative])
     one = rows.get(1)
     one_text = (f"At d_k = 1 the factor is 1: the TV distance is {one['tv_distance']:.3g}. " if one else "")
     evidence = (f"{one_text}At d_k = 2 (n = {two['n']} keys) the rows with and without 1/sqrt(2) are {two['tv_distance']:.3f} "
-                f"apart in total variation (normalised entropy {two['entropy_sqrt']:.3f} vs {two['entropy_none']:.3f}, "
+                f"{intervals.fmt_interval(two['tv_distance_ci'], 3)} apart in total variation (normalised entropy {two['entropy_sqrt']:.3f} vs {two['entropy_none']:.3f}, "
                 f"output RMS difference {two['output_rms_diff']:.3f} std of v); at d_k = {big['d_k']} the same comparison gives "
                 f"{big['tv_distance']:.3f} (entropy {big['entropy_sqrt']:.3f} vs {big['entropy_none']:.3f}). "
-                f"Rule: 'differs little' means TV <= 0.1 and <= 1/4 of the TV at the largest d_k; supported if both "
-                f"hold, partly if one, refuted if neither.")
+                f"Rule, on 95% intervals over rows: 'differs little' means TV <= {SMALL_TV:g} and <= {SMALL_TV_RATIO:g} "
+                f"of the TV at the largest d_k; supported if both hold, refuted if neither, partly otherwise (a part "
+                f"whose interval straddles its threshold is undecided).")
     return Finding(verdict, evidence, {"tv_dk2": two["tv_distance"], "tv_dk_large": big["tv_distance"],
                                        "dk_large": big["d_k"], "entropy_dk2_sqrt": two["entropy_sqrt"],
                                        "entropy_dk2_none": two["entropy_none"]})
