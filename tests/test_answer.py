@@ -91,7 +91,7 @@ def test_reading_an_undeclared_number_fails():
 
 def test_sentences_quote_the_measured_numbers():
     text = answer.render_text(answer.compose(report_from(MEASURED), "en"))
-    assert "about ±32, well short of the seed's ±100 (rows reach that only from d_k ≈ 1208)" in text
+    assert "about ±32, well short of the interview answer's ±100 (rows reach that only from d_k ≈ 1208)" in text
     assert "15x the sqrt rule's" in text and "at least 97.6% of the logits" in text and "98%" not in text
     assert "Xavier on a square matrix (1.00) gives q components of variance about 1" in text
     assert "but PyTorch's default nn.Linear (0.33) and Xavier on a per-head projection (1.80) do not" in text
@@ -111,7 +111,7 @@ def test_no_fixed_comparison_survives_other_numbers():
     wide["C11"] = Finding(SUPPORTED, "", {**NUMERICS["C11"].numbers, "max_abs_logit_unit_std_sqrt": 31.0,
                                           "real_code_nonfinite": 0.02})
     text = answer.render_text(answer.compose(report_from({**MEASURED, "saturation": extreme, "numerics": wide}), "en"))
-    assert "as extreme as the seed's ±100" in text and "near zero" in text and "not ±100" not in text
+    assert "as extreme as the interview answer's ±100" in text and "near zero" in text and "not ±100" not in text
     assert "do reach ±30" in text and "produced inf or NaN" in text and "no inf" not in text
 
 

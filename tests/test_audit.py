@@ -136,6 +136,22 @@ def test_t5_applies_no_factor():
             assert entry["path"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
 
 
+@pytest.mark.parametrize("family, rule, factor_of_d_k", [
+    ("gemma3n_text", "UNIT_SCALING", lambda d: 1.0),      # QK-norm; query_pre_attn_scalar is never read
+    ("zamba2", "HALF_HEAD_DIM", lambda d: (d / 2) ** -0.5),
+    ("inkling_text", "INVERSE_HEAD_DIM", lambda d: 1.0 / d),
+])
+def test_factors_set_in_the_layer_code_are_declared_as_the_code_computes_them(family, rule, factor_of_d_k):
+    """The declared factor comes from the attention class's own lines (its file can hold other
+    attention classes with other factors), and agrees with what eager measures."""
+    result = audit.audit_family(family, ("eager",))
+    assert result.verdict == "ok", result.findings
+    for row in result.layers:
+        assert rule in row["declared"]["rules"]
+        assert row["declared"]["kernel"] == pytest.approx(factor_of_d_k(row["d_k"]))
+        assert row["backends"]["eager"]["kernel"]["factor"] == pytest.approx(factor_of_d_k(row["d_k"]), rel=FACTOR_REL)
+
+
 def test_gpt_neo_applies_no_factor_and_is_a_mismatch():
     """GPT-Neo computes attention inline, with no factor: read from its attention weights."""
     result = audit.audit_family("gpt_neo", ("eager",))
@@ -150,6 +166,8 @@ def test_position_temperatures_are_seen():
     sequence index in its no-RoPE layer; Ministral 3 scales q with the position ids."""
     llama4 = verdicts.family_row(audit.audit_family("llama4_text", ("eager",)), ("eager",))
     assert "query index" in llama4["position dependence"]
+    # the temperature depends on the query index alone: row i of a longer sequence has the same one
+    assert "length" not in llama4["position dependence"]
     ministral = verdicts.family_row(audit.audit_family("ministral3", ("eager",)), ("eager",))
     assert "position ids" in ministral["position dependence"]
 

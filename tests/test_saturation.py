@@ -281,7 +281,7 @@ def _c16_edit(result, n, **values):
 
 
 def _c16_where_the_ranges_hold(r):
-    """The measurement kept to the key counts where the seed's ranges hold."""
+    """The measurement kept to the key counts where the source's ranges hold."""
     edited = copy.deepcopy(r)
     edited["derivative_in_use"] = {n: u for n, u in r["derivative_in_use"].items()
                                    if u["share_p_in_5_95"] >= 0.5 and u["share_diag_in_5_25"] >= 0.5}
@@ -291,7 +291,7 @@ def _c16_where_the_ranges_hold(r):
 C16_CASES = {
     # near 0 at 100, and the ranges hold at every key count measured
     claims.SUPPORTED: _c16_where_the_ranges_hold,
-    # the measurement as it is: the ranges hold with 2 keys and fail at 128, a narrower claim than the seed's
+    # the measurement as it is: the ranges hold with 2 keys and fail at 128, a narrower claim than the source's
     claims.PARTLY: lambda r: r,
     claims.REFUTED: lambda r: _c16_edit({**r, "derivative": {n: {**c, "at_100": {**c["at_100"], "diag": 0.1}}
                                                              for n, c in r["derivative"].items()}},

@@ -247,10 +247,10 @@ def no_scaling(ev: Evidence, lang: str) -> str:
     trained = ev.lab_verdict("C06", "training")
     if lang == "en":
         if max_logit >= 50:
-            size = f"about ±{max_logit:.0f}, as extreme as the seed's ±100 suggests"
+            size = f"about ±{max_logit:.0f}, as extreme as the interview answer's ±100 suggests"
         else:
             reach = f"rows reach that only from d_k ≈ {dk100:.0f}" if dk100 else "no d_k measured reaches it"
-            size = f"about ±{max_logit:.0f}, well short of the seed's ±100 ({reach})"
+            size = f"about ±{max_logit:.0f}, well short of the interview answer's ±100 ({reach})"
         if grad <= 0.1:
             gradient = f"and the gradient reaching W_q is {grad:.2g}x the sqrt rule's: near zero"
         elif grad >= 1:
@@ -400,7 +400,7 @@ def gradients(ev: Evidence, lang: str) -> str:
     near_zero = at100 < 1e-10
     if lang == "en":
         text = (f"The softmax Jacobian is diag(p) - p p^T; with one input at 100 its entries are below {at100:.0e}"
-                f"{', near 0' if near_zero else ''}. The seed's 'p between 0.05 and 0.95, derivative 0.05-0.25' "
+                f"{', near 0' if near_zero else ''}. The interview answer's 'p between 0.05 and 0.95, derivative 0.05-0.25' "
                 f"describes a softmax over a few keys: with sqrt-scaled logits {_pct(small)} of p_i lie in [0.05, 0.95] "
                 f"for {small_n} keys" + (f", and most do up to {up_to} keys" if up_to and up_to > small_n else "")
                 + f", but {_pct(large)} for {large_n} keys, where every p_i is small (the p_i sum to 1, so beyond "

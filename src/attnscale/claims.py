@@ -1,6 +1,6 @@
 """The claims registry: claim ID -> text -> the labs that test it -> a computed verdict.
 
-The 18 claims come from the seed (an interview answer, in Chinese).  Each lab module in
+The 18 claims come from the source (an interview answer, in Chinese).  Each lab module in
 :mod:`attnscale.lab` has a ``judge(result)`` function that turns its own measured results
 into :class:`Finding` objects, one per claim it tests, by a rule written in code next to
 the experiment.  A claim tested by several labs gets one finding from each, and each lab
@@ -106,7 +106,7 @@ CLAIMS: tuple[Claim, ...] = (
           "改为除以 sqrt(256)=16 后恢复稳定。",
           ("training",)),
     Claim("C10", "2.3, 4.3",
-          "T5 has no explicit scaling: it folds the factor into the initialisation of Q/K (the seed says both "
+          "T5 has no explicit scaling: it folds the factor into the initialisation of Q/K (the interview answer says both "
           "\"variance 1/sqrt(d_k)\" and \"variance 1/d_k\"); this is mathematically equivalent and cheaper on TPUs.",
           "他们将缩放因子融入 Q 和 K 的初始化：Q 和 K 的权重初始化方差设为 1/d_k，这样点积的方差自动为 1，无需显式缩放……"
           "本质数学等价，只是工程优化。",

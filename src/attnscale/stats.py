@@ -153,7 +153,7 @@ def _spectral(probs: torch.Tensor) -> torch.Tensor:
 
 
 def jacobian_diagonal(probs: torch.Tensor) -> torch.Tensor:
-    """p_i (1 - p_i): the diagonal of the softmax Jacobian, the seed's 'derivative'."""
+    """p_i (1 - p_i): the diagonal of the softmax Jacobian, the source's 'derivative'."""
     check_rows(probs, "probs")
     _check_probs(probs)
     return probs * (1 - probs)

@@ -55,6 +55,14 @@ SOFTCAP = SourceRule("models/gemma2/modeling_gemma2.py", "attn_weights = attn_we
                      "logits = softcap * tanh(factor * q.k / softcap) with softcap = attn_logit_softcapping")
 KEY_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py", "* self.key_multiplier",
                             "keys times key_multiplier before the product")
+UNIT_SCALING = SourceRule("models/gemma3n/modeling_gemma3n.py", "self.scaling = 1.0",
+                         "the layer's code sets factor 1 and no config field changes it (Gemma 3n: q and k are "
+                         "normalised, QK-norm)")
+INVERSE_HEAD_DIM = SourceRule("models/inkling/modeling_inkling.py", "self.scaling = 1.0 / self.head_dim",
+                              "factor = 1/head_dim: q and k are RMS-normalised per head (Inkling)")
+HALF_HEAD_DIM = SourceRule("models/zamba2/modeling_zamba2.py", "self.scaling = (self.head_dim / 2) ** -0.5",
+                           "factor = (head_dim / 2)^-0.5: the shared block's heads see the input embedding "
+                           "concatenated to the hidden state, twice the width")
 TEMPERATURE_TUNING = SourceRule("models/llama4/modeling_llama4.py",
                                 "torch.log1p(torch.floor((positions.float() + 1.0) / self.floor_scale)) * self.attn_scale + 1.0",
                                 "layers without RoPE scale q by log1p(floor((i + 1) / floor_scale)) * attn_scale + 1 "
@@ -118,9 +126,29 @@ def code_of(module_name: str) -> str:
         return ""
 
 
+@functools.lru_cache(maxsize=None)
+def class_code(cls) -> str:
+    """The source of a transformers class and of the transformers classes it inherits from: where
+    an attention layer's own lines are (its file can hold other attention classes, an audio
+    tower's, with other factors)."""
+    import inspect
+
+    parts = []
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("transformers."):
+            try:
+                parts.append(inspect.getsource(klass))
+            except (OSError, TypeError):
+                continue
+    return "".join(parts)
+
+
 def source_for(module) -> str | None:
-    """The source of the modeling file that defines an attention module's class (None if unknown)."""
-    return code_of(type(module).__module__) or None if module is not None else None
+    """The source of an attention module's class (and the classes it inherits from); where that is
+    unknown, its modeling file's; None if neither is."""
+    if module is None:
+        return None
+    return class_code(type(module)) or code_of(type(module).__module__) or None
 
 
 def get_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -203,14 +231,24 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     def applies(rule: SourceRule) -> bool:
         return rule.quote in code
 
+    def has_line(rule: SourceRule) -> bool:
+        """The quote as a whole statement ("self.scaling = 1.0", not a prefix of "... = 1.0 / d")."""
+        return any(line.split("#")[0].strip() == rule.quote for line in code.splitlines())
+
     head_dim = d_k or head_dim_of(config)
     fields: dict = {"head_dim": head_dim}
     rules = ["HEAD_DIM"]
     kernel = head_dim**-0.5 if head_dim else None
     if model_type in T5_FAMILIES:
         kernel, rules = 1.0, ["T5_NO_SCALING"]
+    elif has_line(UNIT_SCALING) and not applies(HEAD_DIM):
+        kernel, rules = 1.0, ["UNIT_SCALING"]
+    if applies(HALF_HEAD_DIM) and head_dim:
+        kernel, rules = (head_dim / 2) ** -0.5, ["HALF_HEAD_DIM"]
+    if has_line(INVERSE_HEAD_DIM) and head_dim:
+        kernel, rules = 1.0 / head_dim, ["INVERSE_HEAD_DIM"]
     qpas = getattr(config, "query_pre_attn_scalar", None)
-    if isinstance(qpas, (int, float)) and qpas > 0:
+    if isinstance(qpas, (int, float)) and qpas > 0 and applies(QUERY_PRE_ATTN_SCALAR):
         kernel, fields["query_pre_attn_scalar"] = qpas**-0.5, qpas
         rules = ["QUERY_PRE_ATTN_SCALAR"]
     attn_config = getattr(config, "attn_config", None)

@@ -40,7 +40,11 @@ TINY = {
 # Families whose config needs more than the tiny sizes to be consistent.
 FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "llama4_text": {"num_hidden_layers": 4},  # every 4th layer has no RoPE (and the temperature)
-               "bamba": {"attn_layer_indices": [1]}}  # no attention layer by default
+               "bamba": {"attn_layer_indices": [1]},  # no attention layer by default
+               # the last num_kv_shared_layers reuse the keys and values of an earlier layer of their type
+               "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
+                                "layer_types": ["sliding_attention", "full_attention"] * 2},
+               "zamba2": {"layers_block_type": ["linear_attention", "hybrid"]}}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})
@@ -120,11 +124,23 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
     return kwargs
 
 
+def optional_sub_configs(cls, sub_configs: dict) -> set[str]:
+    """The sub-configs with a tower's name that a default config of ``cls`` leaves unset: parts of
+    the family the base model does without (ESM's folding head), not towers of a composite."""
+    if not dataclasses.is_dataclass(cls):
+        return set()
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    return {name for name in sub_configs if name in defaults and defaults[name] is None
+            and any(word in name for word in MULTIMODAL_WORDS)}
+
+
 def tiny_config(model_type: str, hybrid: bool = True, **overrides):
     """The family's config at the tiny sizes (``overrides`` win; ``hybrid=False`` keeps the
     recurrent layers' own sizes); raises Skip with a reason."""
     cls = config_class(model_type)
     sub_configs = dict(getattr(cls, "sub_configs", {}) or {})
+    optional = optional_sub_configs(cls, sub_configs)  # ESM's esmfold_config: None unless asked for
+    sub_configs = {name: sub for name, sub in sub_configs.items() if name not in optional}
     multimodal = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
     if multimodal:
         raise Skip(f"multimodal composite ({', '.join(sub_configs)}); its text model is audited as its own family "

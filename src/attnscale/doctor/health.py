@@ -7,7 +7,7 @@ probability, KL to uniform, and the share of attention on the first/special toke
 head gets flags from stated thresholds (see :data:`THRESHOLDS`):
 
 * ``over-smoothed``: most rows near uniform, KL(p || uniform) < 0.05 nats, i.e. an
-  effective support above e^-0.05 = 95% of the keys (the seed's "every token gets about
+  effective support above e^-0.05 = 95% of the keys (the source's "every token gets about
   1/n");
 * ``saturated``: most rows with max p > 0.99;
 * ``sink``: more than half of the attention on the sink tokens (the special tokens, or the

@@ -263,6 +263,21 @@ def path_form(ratio_q: float, ratio_k: float, factor: float) -> str:
     return "non-linear"
 
 
+def length_change(longer: torch.Tensor | None, unit: float, per_query: list[float]) -> dict:
+    """How far the factor moves when the sequence is longer, query row by query row: a factor that
+    depends on the row alone (Llama 4's temperature at index i) is the same at row i of either
+    length, so it is not read as a length dependence, as medians over 8 and over 24 rows would."""
+    if longer is None:
+        return {"length_change": None}
+    step = longer[1] - longer[0]
+    changes = []
+    for t in range(min(step.shape[0], len(per_query))):
+        at_longer, here = median(step[t] / unit), per_query[t]
+        if at_longer == at_longer and here == here and here != 0:
+            changes.append(abs(at_longer - here) / abs(here))
+    return {"length_change": max(changes) if changes else None}
+
+
 def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, positions: bool) -> dict:
     """The whole path's numbers for one attention call from its log-ratio rows per design:
     ``rows`` (len(DESIGNS), T_q, H), ``longer`` (2, T2, H); ``positions``: the model took the
@@ -282,6 +297,7 @@ def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, posi
     if form == "linear" and query_spread > QUERY_SPREAD_TOL:
         form = "varies with the query position"
     return {
+        **length_change(longer, unit, per_query),
         "factor": factor,
         "factor_last": factor_last,
         "ratio_q": ratio_q,

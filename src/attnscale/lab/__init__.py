@@ -24,6 +24,11 @@
     keyed by claim ID (or by the lab's name for figures that belong to no single claim).
 
 Data flows one way: config -> run -> result -> judge/tables/figures.
+
+:data:`REGISTRY` names every lab with what the report must know of it before importing it:
+whether its ``run`` takes a run store (``run(config, progress, store=RunStore)``: a lab of many
+training runs, each kept in runs.sqlite, with worker processes of its own) and the claims it
+judges.
 """
 
 from __future__ import annotations
@@ -34,8 +39,30 @@ from types import ModuleType
 
 from ..errors import UserError
 
-LABS = ("variance", "saturation", "numerics", "training", "doctor", "audit")
 PRESET_NAMES = ("quick", "full")
+
+
+@dataclasses.dataclass(frozen=True)
+class Lab:
+    """One lab: its module is ``attnscale.lab.<name>`` (see the protocol above)."""
+
+    name: str
+    claims: tuple[str, ...]        # the claims its judge() gives findings for
+    uses_run_store: bool = False   # run() takes store=RunStore and has worker processes of its own
+
+    def module(self) -> ModuleType:
+        return importlib.import_module(f"{__name__}.{self.name}")
+
+
+REGISTRY = {lab.name: lab for lab in (
+    Lab("variance", ("C01", "C02", "C03", "C08", "C15")),
+    Lab("saturation", ("C04", "C05", "C06", "C16", "C18")),
+    Lab("numerics", ("C11", "C12")),
+    Lab("training", ("C05", "C06", "C07", "C09", "C10", "C13", "C17", "C18"), uses_run_store=True),
+    Lab("doctor", ("C10", "C13", "C14")),
+    Lab("audit", ()),  # no claim: its findings are its tables
+)}
+LABS = tuple(REGISTRY)
 
 
 class Ticker:
@@ -51,9 +78,9 @@ class Ticker:
 
 
 def load(name: str) -> ModuleType:
-    if name not in LABS:
+    if name not in REGISTRY:
         raise UserError(f"unknown lab {name!r}; accepted: {', '.join(LABS)}")
-    return importlib.import_module(f"{__name__}.{name}")
+    return REGISTRY[name].module()
 
 
 def config_for(name: str, preset: str = "quick", **overrides):

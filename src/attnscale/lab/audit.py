@@ -9,7 +9,7 @@ soft caps, QK-norm, latent attention, a factor set by a config field, inline att
 and the families whose factor the full audit found to differ from their config); the
 full preset audits every decoder and encoder family, as ``attnscale audit`` does.
 
-It tests no claim of the seed (C10 and C13 are the doctor lab's): its section of the
+It tests no claim of the source (C10 and C13 are the doctor lab's): its section of the
 report lists the mismatches and backend disagreements it found, each with the source
 line of the family that sets its factor.
 """
@@ -24,7 +24,7 @@ from ..errors import UserError
 from ..plotting import pyplot, save
 
 VERSION = 1
-NUMBER_KEYS: dict[str, tuple[str, ...]] = {}  # the audit tests no claim of the seed, so its findings carry no numbers
+NUMBER_KEYS: dict[str, tuple[str, ...]] = {}  # the audit tests no claim of the source, so its findings carry no numbers
 
 # A representative subset for the quick preset (about 15 s on 2 cores).
 QUICK_FAMILIES = ("bert", "gpt2", "t5", "llama", "gemma2", "granite", "qwen3", "deepseek_v3", "gpt_neo", "ministral3",
@@ -89,7 +89,7 @@ def run(config: Config, progress=None) -> dict:
 
 
 def judge(result: dict) -> dict:
-    """The audit tests no claim of the seed; its findings are listed in its tables."""
+    """The audit tests no claim of the interview answer; its findings are listed in its tables."""
     return {}
 
 

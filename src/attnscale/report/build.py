@@ -11,7 +11,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import contextlib
 import datetime as dt
-import inspect
 import json
 import math
 import multiprocessing
@@ -58,7 +57,7 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
     if progress:
         for name in todo:
             progress(name, 0.0, "waiting")  # one bar per lab, in the labs' order
-    alone = [name for name, (module, *_) in todo.items() if not _trains(module)]
+    alone = [name for name in todo if not lab.REGISTRY[name].uses_run_store]
     side_by_side = len(alone) > 1 and default_workers() > 1
     outcomes = _run_side_by_side({name: todo[name][1] for name in alone}, progress) if side_by_side else {}
     # the labs done side by side are stored before the training lab starts: a crash there keeps them
@@ -74,16 +73,11 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
     return {name: runs[name] for name in labs}
 
 
-def _trains(module) -> bool:
-    """A lab made of many training runs: its ``run`` takes a run store and has worker processes of its own."""
-    return "store" in inspect.signature(module.run).parameters
-
-
 def _run_here(name: str, module, config, store: Store, fresh: bool, progress: Progress | None,
               run_store: RunStore | None = None) -> tuple[dict, float]:
     start = time.perf_counter()
     options = {}
-    if _trains(module):
+    if lab.REGISTRY[name].uses_run_store:
         # Labs made of many training runs keep each finished group beside the results: a killed
         # report resumes where it stopped.
         options["store"] = run_store or RunStore(store.path.with_name("runs.sqlite"), since=time.time() if fresh else None)
@@ -168,7 +162,7 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
     # many training runs keep each finished group in runs.sqlite beside the results: a killed
     # report resumes where it stopped.
     store_path = Path(store_path or out / "results.sqlite")
-    trains = any(_trains(lab.load(name)) for name in labs)
+    trains = any(lab.REGISTRY[name].uses_run_store for name in labs)
     Store.check(store_path)
     if trains:
         RunStore.check(store_path.with_name("runs.sqlite"))

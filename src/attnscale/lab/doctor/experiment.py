@@ -1,4 +1,4 @@
-"""The doctor lab's experiment: claims about real code (C10, C13) and the seed's 1/n diagnostic (C14).
+"""The doctor lab's experiment: claims about real code (C10, C13) and the source's 1/n diagnostic (C14).
 
 Everything here runs the installed ``transformers`` code; nothing is downloaded.
 

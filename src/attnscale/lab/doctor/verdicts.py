@@ -57,7 +57,7 @@ def judge_c10(result: dict) -> Finding:
             f"std(W_q)/std(W_k) = {t5['wq_wk_std_ratio']:.3g} vs 1/sqrt(d_kv) = {d_k**-0.5:.3g}, i.e. the extra 1/d_kv "
             f"sits in the variance of W_q alone, not 'Q and K at 1/d_k' nor '1/sqrt(d_k)'. Rule: no scaling (factor "
             f"within 2% of 1) and unit-scale logits at init (std in [{low}, {high}]) -> the structural part holds; "
-            f"the seed's two variance statements cannot both be right, equivalence beyond initialisation is the "
+            f"the interview answer's two variance statements cannot both be right, equivalence beyond initialisation is the "
             f"training lab's question and TPU cost is not testable here, so at most partly supported.")
     if not no_scaling:
         return Finding(REFUTED, text + " T5 does scale explicitly.", numbers)

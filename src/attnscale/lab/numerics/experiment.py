@@ -74,7 +74,7 @@ class Config:
     outlier_gain: float = 10.0           # how much larger those channels are
     grid_tokens: int = 256               # queries = keys per draw in the logit-range grid
     claim_d_k: int = 128
-    claimed_range: float = 30.0          # the seed's "[-30, 30]"
+    claimed_range: float = 30.0          # the source's "[-30, 30]"
     impl_tokens: int = 256
     impl_heads: int = 2
     impl_scenarios: tuple[tuple[float, bool], ...] = ((1.0, False), (4.0, False), (16.0, False), (1.0, True),

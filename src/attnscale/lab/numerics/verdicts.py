@@ -131,7 +131,7 @@ def judge_c11(result: dict) -> claims.Finding:
     outlier_text = (f" With {result['outliers']['features']} outlier features x{result['outliers']['gain']:g} at "
                     f"unit std the largest is +-{onset_out['max_abs_logit_unit_sqrt']:.3g}." if onset_out else "")
     evidence = (
-        f"Range: for independent unit-variance q and k (the seed's own premise) at d_k = {d_k} the largest |logit| "
+        f"Range: for independent unit-variance q and k (the interview answer's own premise) at d_k = {d_k} the largest |logit| "
         f"after 1/sqrt(d_k) is {unit:.3g} over {result['grid_pairs']} pairs (+-{claimed:g} needs q, k of std "
         f"{onset['std_for_claimed_range']:.3g}).{outlier_text} A trained model is another matter: in "
         f"{trained['model']} (d_k = {trained['d_k']}, {trained['tokens']} tokens of real text) q and k have component "
@@ -268,7 +268,7 @@ def judge_c12(result: dict) -> claims.Finding:
         "supported if the online (FlashAttention-2) softmax never gives a non-finite output, some clamp value "
         f"removes every non-finite output at a mean KL(exact || clamped) <= {KL_CHEAP} nats where the logits reach "
         "the claimed range, and the tiling prevents 'the large matrix' from overflowing in one of the two readings "
-        "of the seed's 溢出: numeric overflow (tiling without max subtraction stays finite) or memory (dense "
+        "of the interview answer's 溢出: numeric overflow (tiling without max subtraction stays finite) or memory (dense "
         f"attention needs >= {MEMORY_SAVED:g}x the tiled peak at the longest sequence measured); refuted if "
         "neither online nor any clamp removes the overflow; partly otherwise. "
         f"Measured worst non-finite shares: naive {naive:.3g}; naive with 1/sqrt(d_k) {naive_sqrt:.3g} (clean in "

@@ -65,7 +65,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
         axes[1].plot(c["x"], c["diag"], label=f"n = {key}")
         axes[2].plot(c["x"], c["frobenius"], label=f"n = {key}")
     for ax, (lo, hi) in zip(axes[:2], ((0.05, 0.95), (0.05, 0.25))):
-        ax.axhspan(lo, hi, color="grey", alpha=0.15, label="seed's range")
+        ax.axhspan(lo, hi, color="grey", alpha=0.15, label="the interview answer's range")
     axes[0].set(xlabel="logit x (others fixed)", ylabel="p_x", title="probability")
     axes[1].set(xlabel="logit x", ylabel="p_x (1 - p_x)", title="diagonal derivative")
     axes[2].set(xlabel="logit x", ylabel="||diag(p) - p p^T||_F", title="full Jacobian")

@@ -5,11 +5,11 @@ rule's best rate is inside what was tried.
 The seed (section 6) proposes it: train the same model dividing QK^T by sqrt(d_k), by d_k
 and not at all, and compare.  What runs (see :class:`Config`):
 
-* the grid: rules ``sqrt``, ``inv_d``, ``none``, ``const:0.125`` (the seed's "divide by 8",
+* the grid: rules ``sqrt``, ``inv_d``, ``none``, ``const:0.125`` (the source's "divide by 8",
   right for d_k = 64 only) x d_head x a learning-rate grid x seeds, on two tasks:
   multi-query associative recall (attention must find one position among many) and
   character-level Shakespeare.  Q/K/V use the ``unit`` init (q and k components of variance
-  1, the seed's assumption).  On recall each rule starts from sqrt's learning-rate grid
+  1, the source's assumption).  On recall each rule starts from sqrt's learning-rate grid
   moved by whole x3 steps toward where its factor suggests (:func:`start_shift`); on
   Shakespeare every rule starts from one grid (see :func:`initial_lrs`).  While a rule's best
   rate (by the median over seeds) sits at an edge of its grid, the grid grows by one x3 step
@@ -429,7 +429,7 @@ def widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int]) ->
 
 def fill_reference_rates(config: Config, best: dict[tuple, dict]) -> list[tuple[str, RunSpec]]:
     """New specs for every (task, rule, d_head) whose grid lacks sqrt's best LR there: each rule
-    is also read at sqrt's rate (the seed's claims swap the factor in a working recipe)."""
+    is also read at sqrt's rate (the source's claims swap the factor in a working recipe)."""
     new = []
     for (task, rule, d_head), info in best.items():
         reference = best.get((task, "sqrt", d_head))
@@ -576,7 +576,7 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
 
 @torch.no_grad()
 def seed_variant_logit_std(config: Config) -> dict:
-    """Step-0 logit std of the seed's other reading of T5 (W_q variance 1/(d_model sqrt(d_k)), no scale)
+    """Step-0 logit std of the source's other reading of T5 (W_q variance 1/(d_model sqrt(d_k)), no scale)
     next to sqrt + unit init: same seed, so the only difference is W_q's scale."""
     spec = base_spec(config, "shakespeare", rule="sqrt", init="unit", d_head=config.t5_lm_d_head, seed=config.seed)
     task = build_task(spec)

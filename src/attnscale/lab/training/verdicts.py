@@ -442,7 +442,7 @@ def judge_c10(result: dict) -> Finding:
         parts.append(text + (" (equivalent)" if r["equivalent"] else " (not equivalent)"))
     evidence = (
         f"Folding the factor into W_q's init (W_q std (d_model d_k)^-1/2, no scale) against sqrt with the unit init, "
-        f"same seeds, medians [min-max]: {'; '.join(parts)}. The seed's other reading (W_q variance "
+        f"same seeds, medians [min-max]: {'; '.join(parts)}. The interview answer's other reading (W_q variance "
         f"1/(d_model sqrt(d_k)), no scale) gives a step-0 logit std {ratio:.2f}x the sqrt model's at d_k "
         f"{variant['d_head']} (d_k^(1/4) = {variant['d_head'] ** 0.25:.2f}), so only the 1/d_k-variance reading is "
         f"equivalent at init. Rule: the same logits at init (gap below {EQUAL_AT_INIT:g}) and, under every optimiser, "

@@ -1,6 +1,6 @@
 """The variance lab: how big is q.k, and what does each scale rule leave of it?
 
-Claims C01, C02, C03, C08 and C15 of the seed, by Monte Carlo against closed forms.
+Claims C01, C02, C03, C08 and C15 of the source, by Monte Carlo against closed forms.
 
 * :mod:`.experiment`: the config, Var(q.k) streamed across d_k and distributions against the
   closed forms, what common initialisations give, x * (1/sqrt(d_k)) vs x / sqrt(d_k) bitwise,

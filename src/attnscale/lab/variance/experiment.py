@@ -1,6 +1,6 @@
 """The variance lab's experiment: how big is q.k, and what does each scale rule leave of it?
 
-Claims C01, C02, C03, C08 and C15 of the seed, by Monte Carlo against closed forms.
+Claims C01, C02, C03, C08 and C15 of the source, by Monte Carlo against closed forms.
 
 1. **Var(q.k) across d_k and distributions (C02, C03).**  For d_k = 1, 2, 4, ..., 4096 and
    q, k drawn from each family in :data:`FAMILIES`, the dot product q.k is sampled in
@@ -14,7 +14,7 @@ Claims C01, C02, C03, C08 and C15 of the seed, by Monte Carlo against closed for
    The ``correlated`` family (k = q + noise) breaks independence: there the exact moments
    are E = d_k, Var = d_k (2 + sigma^2), not what the independent formula says.  Each row
    also gives the std left after each scale rule (none, sqrt, inv_d) and three tail
-   shares: beyond 3 (closed-form) standard deviations (Gaussian: 0.27%), beyond the seed's
+   shares: beyond 3 (closed-form) standard deviations (Gaussian: 0.27%), beyond the source's
    band +-3 sqrt(d_k), and |q.k| > 3 (outside the softmax input range C04 calls healthy).
 
 2. **What common initialisations give (C01).**  Unit-variance input x through a q
