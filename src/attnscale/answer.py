@@ -22,6 +22,8 @@ from .errors import UserError
 from .lab.numerics import KL_CHEAP, MEMORY_SAVED, WRONG_OUTPUT
 from .lab.training.verdicts import EQUIVALENT_LOGITS  # the C10 rule's threshold on the trained logit std gap
 from .lab.variance import SMALL_TV, SMALL_TV_RATIO
+from .lab.saturation import verdicts as saturation_rules  # C06: "around +-100", "gradient near 0"
+from .lab.variance import verdicts as variance_rules  # C01: "variance 1"
 
 LANGS = ("en", "zh")
 
@@ -172,7 +174,7 @@ def init_premise(ev: Evidence, lang: str) -> str:
     i = 0 if lang == "en" else 1
     shown = {key: (f"{names[0]} ({ev.number('C01', key):.2f})" if lang == "en" else
                    f"{names[1]}（{ev.number('C01', key):.2f}）") for key, names in INIT_NAMES.items()}
-    near = [shown[key] for key in INIT_NAMES if abs(ev.number("C01", key) - 1) <= 0.1]
+    near = [shown[key] for key in INIT_NAMES if abs(ev.number("C01", key) - 1) <= variance_rules.VAR_NEAR_1]
     off = [shown[key] for key in INIT_NAMES if abs(ev.number("C01", key) - 1) > 0.1]
     if lang == "en":
         if not off:
@@ -246,12 +248,12 @@ def no_scaling(ev: Evidence, lang: str) -> str:
     progress = ev.family("C06", "none_progress_")
     trained = ev.lab_verdict("C06", "training")
     if lang == "en":
-        if max_logit >= 50:
+        if max_logit >= saturation_rules.LOGITS_AROUND_100:
             size = f"about ±{max_logit:.0f}, as extreme as the interview answer's ±100 suggests"
         else:
             reach = f"rows reach that only from d_k ≈ {dk100:.0f}" if dk100 else "no d_k measured reaches it"
             size = f"about ±{max_logit:.0f}, well short of the interview answer's ±100 ({reach})"
-        if grad <= 0.1:
+        if grad <= saturation_rules.GRADIENT_NEAR_0:
             gradient = f"and the gradient reaching W_q is {grad:.2g}x the sqrt rule's: near zero"
         elif grad >= 1:
             gradient = f"yet the gradient reaching W_q is {grad:.0f}x the sqrt rule's, not near zero"
@@ -265,12 +267,12 @@ def no_scaling(ev: Evidence, lang: str) -> str:
             trained, "training stalls in some settings or seeds, not in all")
         return text + (f" Trained at d_head {_d_heads(progress)}, {verb}: it learned {_span(progress.values())} of "
                        f"what 1/sqrt(d_k) learned.")
-    if max_logit >= 50:
+    if max_logit >= saturation_rules.LOGITS_AROUND_100:
         size = f"约 ±{max_logit:.0f}，和原答案说的 ±100 一样极端"
     else:
         reach = f"要到 d_k ≈ {dk100:.0f} 才会到 100" if dk100 else "实测的 d_k 都达不到"
         size = f"约 ±{max_logit:.0f}，远没有原答案说的 ±100（{reach}）"
-    if grad <= 0.1:
+    if grad <= saturation_rules.GRADIENT_NEAR_0:
         gradient = f"传到 W_q 的梯度只有 sqrt 规则的 {grad:.2g} 倍，接近 0"
     elif grad >= 1:
         gradient = f"但传到 W_q 的梯度是 sqrt 规则的 {grad:.0f} 倍，并不接近 0"

@@ -207,6 +207,16 @@ class Store(SQLiteTable):
             row = db.execute("SELECT result, seconds FROM results WHERE key = ?", (key,)).fetchone()
         return (json.loads(row[0]), row[1]) if row else None
 
+    def has_digest(self, key: str) -> bool:
+        """Whether the row was written with a digest (by this attnscale; checked when the store was
+        opened), as opposed to a row of an older store or one inserted by hand."""
+        with contextlib.closing(self._connect()) as db:
+            columns = [row[1] for row in db.execute("PRAGMA table_info(results)")]
+            if "digest" not in columns:
+                return False
+            row = db.execute("SELECT digest FROM results WHERE key = ?", (key,)).fetchone()
+        return bool(row and row[0])
+
     def put(self, key: str, kind: str, config_text: str, result: dict, seconds: float) -> None:
         payload = json.dumps(result, allow_nan=True)
         with self._connect() as db:
