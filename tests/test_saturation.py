@@ -275,9 +275,22 @@ def test_c06_rule(result):
 
 
 def _c16_edit(result, n, **values):
+    """Values set at n keys, each known exactly (its interval a point)."""
     res = copy.deepcopy(result)
-    res["derivative_in_use"][str(n)].update(values)
+    row = res["derivative_in_use"][str(n)]
+    row.update(values)
+    for key, value in values.items():
+        if f"{key}_ci" in row:
+            row[f"{key}_ci"] = [value, value]
     return res
+
+
+def test_c16_a_share_whose_interval_straddles_half_is_undecided(result):
+    up_to = saturation.judge_c16(result).numbers["holds_up_to_n"]
+    edited = copy.deepcopy(result)
+    edited["derivative_in_use"][str(up_to)]["share_p_in_5_95_ci"] = [0.45, 0.55]
+    finding = saturation.judge_c16(edited)
+    assert finding.verdict == claims.PARTLY and f"at n = {up_to} the share's interval straddles" in finding.evidence
 
 
 def _c16_where_the_ranges_hold(r):

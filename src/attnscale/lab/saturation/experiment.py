@@ -46,7 +46,7 @@ from ...runtime import check_device
 from ...threads import torch_threads
 from .. import Ticker
 
-VERSION = 3  # 3: 95% intervals of the voting numbers (row_intervals)
+VERSION = 4  # 3: 95% intervals of the voting numbers (row_intervals); 4: and of C16's shares
 
 RULE_EXPONENTS = {"none": 0.0, "sqrt": 0.5, "inv_d": 1.0}
 DERIV_NS = (2, 4, 8, 16, 32, 64, 128)  # C16: keys per row for the derivative of sqrt-scaled logits
@@ -312,6 +312,11 @@ def derivative_in_use(config: Config, d_k: int = 64) -> dict:
             "p_quantiles": torch.quantile(p, q).tolist(),
             "diag_quantiles": torch.quantile(diag, q).tolist(),
             "share_diag_in_5_25": float(((diag >= DIAG_RANGE[0]) & (diag <= DIAG_RANGE[1])).to(torch.float64).mean()),
+            # over rows, the independent unit (the p_i of a row sum to 1)
+            "share_p_in_5_95_ci": list(intervals.mean_interval(
+                ((probs >= P_RANGE[0]) & (probs <= P_RANGE[1])).double().mean(dim=-1))),
+            "share_diag_in_5_25_ci": list(intervals.mean_interval(
+                ((probs * (1 - probs) >= DIAG_RANGE[0]) & (probs * (1 - probs) <= DIAG_RANGE[1])).double().mean(dim=-1))),
             "diagonal_share_of_jacobian": float((diag_sq / jac_sq).mean()),
         }
     return out

@@ -184,6 +184,16 @@ def judge_c06(result: dict) -> Finding:
                                        "dk_logits_reach_100": reach})
 
 
+IN_RANGE_SHARE = 0.5  # C16's ranges hold at n keys if at least half of p_i (and of p_i(1 - p_i)) lie in them
+
+
+def range_holds(row: dict) -> bool | None:
+    """Both of C16's ranges at one key count, on 95% intervals over rows."""
+    parts = [intervals.at_least(ci(row, "share_p_in_5_95"), IN_RANGE_SHARE),
+             intervals.at_least(ci(row, "share_diag_in_5_25"), IN_RANGE_SHARE)]
+    return False if False in parts else True if all(parts) else None
+
+
 def judge_c16(result: dict) -> Finding:
     """(i) near 0 for an extreme input: every Jacobian entry < 1e-10 at 100, n = 2 and 128.  (ii) the
     claimed ranges, judged where they can hold: for sqrt-scaled logits with the fewest keys measured
@@ -194,21 +204,23 @@ def judge_c16(result: dict) -> Finding:
     at100 = max(max(c["at_100"]["diag"], c["at_100"]["max_off_diag"]) for c in curves.values())
     extreme_ok = at100 < 1e-10
     ns = sorted(int(n) for n in used)
-    holds = {n: used[str(n)]["share_p_in_5_95"] >= 0.5 and used[str(n)]["share_diag_in_5_25"] >= 0.5 for n in ns}
+    holds = {n: range_holds(used[str(n)]) for n in ns}
     small, large = used[str(ns[0])], used[str(ns[-1])]
     range_ok = holds[ns[0]]
     up_to = None
     for n in ns:
-        if not holds[n]:
+        if holds[n] is not True:
             break
         up_to = n
+    undecided_at = next((n for n in ns if holds[n] is None), None)
     possible = round(2 / P_RANGE[0])  # 1 / 0.05 = 20 values can reach 0.05: half of 40 keys
     parts = [extreme_ok, range_ok]
     scope = (f"for up to {up_to} keys only; not at {ns[-1]}" if range_ok and up_to is not None and up_to < ns[-1]
              else None)
     # a range that holds for fewer keys than the claim's (unqualified) softmax narrows it: partly
-    verdict = (claims.SUPPORTED if all(parts) and scope is None else claims.REFUTED if not any(parts)
-               else claims.PARTLY)
+    verdict = claims.verdict_of_parts(parts)
+    if verdict == claims.SUPPORTED and scope is not None:
+        verdict = claims.PARTLY
     c2, c128 = curves["2"], curves["128"]
     by_n = ", ".join(f"n = {n}: {used[str(n)]['share_p_in_5_95']:.0%}" for n in ns)
     evidence = (f"The diagonal of the softmax Jacobian is p_i(1 - p_i) (autograd agrees to "
@@ -226,13 +238,16 @@ def judge_c16(result: dict) -> Finding:
                 f"{possible} keys fewer than half can, whatever the logits. So the interview answer's ranges describe a softmax "
                 f"over a few keys: measured, they hold "
                 + (f"up to n = {up_to}" if up_to is not None else "for no n measured")
+                + (f" (at n = {undecided_at} the share's interval straddles {IN_RANGE_SHARE:.0%}: undecided there)"
+                   if undecided_at is not None else "")
                 + f" and fail for realistic n (n = {large['n']}: {large['share_p_in_5_95']:.1%} of p_i in range, "
                 f"median p_i {large['p_quantiles'][1]:.4f}, 95th percentile of p_i(1 - p_i) "
                 f"{large['diag_quantiles'][2]:.4f}). Rule: (i) the derivative at 100 is below 1e-10; (ii) with "
-                f"{small['n']} keys, >= 50% of p_i lie in [{P_RANGE[0]}, {P_RANGE[1]}] and >= 50% of p_i(1 - p_i) in "
-                f"[{DIAG_RANGE[0]}, {DIAG_RANGE[1]}]; supported if both hold at every n measured, partly if both hold "
-                f"only up to some n (the claim names no n, so a range that fails at realistic n narrows it) or if one "
-                f"holds, refuted if neither.")
+                f"{small['n']} keys, >= {IN_RANGE_SHARE:.0%} of p_i lie in [{P_RANGE[0]}, {P_RANGE[1]}] and >= "
+                f"{IN_RANGE_SHARE:.0%} of p_i(1 - p_i) in [{DIAG_RANGE[0]}, {DIAG_RANGE[1]}], on 95% intervals over "
+                f"rows; supported if both hold at every n measured, partly if both hold only up to some n (the claim "
+                f"names no n, so a range that fails at realistic n narrows it), if one holds or if a part's interval "
+                f"straddles its threshold, refuted if neither holds.")
     return Finding(verdict, evidence, {
         "max_entry_at_100": at100, "small_n": small["n"], "large_n": large["n"],
         "share_p_in_range_small_n": small["share_p_in_5_95"], "share_diag_in_range_small_n": small["share_diag_in_5_25"],
