@@ -413,3 +413,17 @@ def test_killing_the_audit_leaves_no_worker(tmp_path):
     parent.wait()
     time.sleep(10)
     assert [pid for pid in workers if running(pid)] == []
+
+
+def test_an_audio_folder_says_what_input_it_takes(tmp_path, capsys):
+    """A Whisper folder is not fed token ids: the audit names the input it takes instead of failing."""
+    config = {"model_type": "whisper", "d_model": 32, "encoder_layers": 1, "decoder_layers": 1,
+              "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
+              "vocab_size": 100, "num_mel_bins": 8, "max_source_positions": 16, "max_target_positions": 16,
+              "pad_token_id": 1, "bos_token_id": 2, "eos_token_id": 3, "decoder_start_token_id": 2}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    code, out, _ = run_cli(["audit", str(tmp_path), "--json"], capsys)
+    family = json.loads(out)["families"][0]
+    assert code == 0 and family["verdict"] == "not measured"
+    assert family["findings"] == ["takes input_features (audio features, e.g. log-mel frames), not token ids; "
+                                  "the audit feeds token ids only"]

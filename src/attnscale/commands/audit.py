@@ -56,8 +56,8 @@ def print_table(report: dict) -> None:
     for row in report["rows"]:
         table.add_row(*(str(row[c]) for c in columns))
     console.print(table)
-    findings = [(r["family"], f) for r in report["families"] if r["verdict"] in ("mismatch", "backend disagreement")
-                for f in r["findings"][:3]]
+    shown = {"mismatch": 3, "backend disagreement": 3, "not measured": 1}  # findings printed per family
+    findings = [(r["family"], f) for r in report["families"] for f in r["findings"][:shown.get(r["verdict"], 0)]]
     for family, finding in findings:
         console.print(f"{family}: {finding}", markup=False, highlight=False)
     skipped = [r for r in report["families"] if r["status"] == "skipped"]

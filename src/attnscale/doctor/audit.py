@@ -219,6 +219,10 @@ def declared_of(model, call, fallback_index: int, model_type: str) -> declared_r
                                        int(call.query.shape[-1]), declared_rules.source_for(call.module))
 
 
+INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_values": "raw audio samples",
+               "pixel_values": "images"}
+
+
 def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
                 model_type: str | None = None) -> FamilyAudit:
     """Audit one model (eval mode, CPU) under ``backends`` (eager always runs first); ``family``
@@ -226,6 +230,15 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     start = time.perf_counter()
     model_type = model_type or getattr(model.config, "model_type", family)
     result = FamilyAudit(family, type(model).__name__)
+    takes = getattr(model, "main_input_name", "input_ids")
+    if takes != "input_ids":
+        # an audio or vision encoder: say what it takes instead of failing on token ids
+        result.backends["eager"] = {"accepted": False, "parity": None,
+                                    "reason": f"takes {takes} ({INPUT_KINDS.get(takes, 'not token ids')}), not token "
+                                              "ids; the audit feeds token ids only"}
+        judge_family(result, backends)
+        result.seconds = time.perf_counter() - start
+        return result
     order = ["eager", *[b for b in backends if b != "eager"]]
     vocab = getattr(model.config, "vocab_size", None) or 100
     ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
