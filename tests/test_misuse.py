@@ -232,8 +232,9 @@ def folder_cases(command: str, extra=()) -> list:
     ]
 
 
-def callable_module(folder: Path, body: str) -> None:
-    write(folder / "port.py", body)
+def port_case(case_id: str, needle: str, source: str) -> Case:
+    """``audit --callable port:attn`` with ``source`` as port.py."""
+    return Case(case_id, ["audit", "--callable", "port:attn"], needle, lambda d: write(d / "port.py", source))
 
 
 # ----------------------------------------------------------------------------- the table
@@ -461,22 +462,14 @@ CASES = [
     Case("sweep-summary-row-edited", ["sweep", "--summary", "--db", "r.sqlite"], "changed after attnscale wrote it",
          lambda d: edited_store(d / "r.sqlite", "runs")),
     # audit --callable, checked before any family is audited
-    Case("callable-syntax-error", ["audit", "--callable", "port:attn"], "SyntaxError",
-         lambda d: callable_module(d, "def attn(q, k, v:\n")),
-    Case("callable-raises", ["audit", "--callable", "port:attn"], "ZeroDivisionError",
-         lambda d: callable_module(d, "def attn(q, k, v, mask=None):\n    return 1 / 0\n")),
-    Case("callable-returns-none", ["audit", "--callable", "port:attn"], "returned NoneType",
-         lambda d: callable_module(d, "def attn(q, k, v, mask=None):\n    return None\n")),
-    Case("callable-wrong-shape", ["audit", "--callable", "port:attn"], "returned shape (1, 1, 2)",
-         lambda d: callable_module(d, "def attn(q, k, v, mask=None):\n    return q.sum(-1)\n")),
-    Case("callable-wrong-arguments", ["audit", "--callable", "port:attn"], "cannot be called as f(q, k, v)",
-         lambda d: callable_module(d, "def attn(q, k):\n    return q\n")),
-    Case("callable-recurses", ["audit", "--callable", "port:attn"], "RecursionError",
-         lambda d: callable_module(d, "def attn(q, k, v, mask=None):\n    return attn(q, k, v)\n")),
-    Case("callable-nan", ["audit", "--callable", "port:attn"], "NaN",
-         lambda d: callable_module(d, "def attn(q, k, v, mask=None):\n    return q * float('nan')\n")),
-    Case("callable-import-raises", ["audit", "--callable", "port:attn"], "cannot import",
-         lambda d: callable_module(d, "raise RuntimeError('no GPU here')\n")),
+    port_case("callable-syntax-error", "SyntaxError", "def attn(q, k, v:\n"),
+    port_case("callable-raises", "ZeroDivisionError", "def attn(q, k, v, mask=None):\n    return 1 / 0\n"),
+    port_case("callable-returns-none", "returned NoneType", "def attn(q, k, v, mask=None):\n    return None\n"),
+    port_case("callable-wrong-shape", "returned shape (1, 1, 2)", "def attn(q, k, v, mask=None):\n    return q.sum(-1)\n"),
+    port_case("callable-wrong-arguments", "cannot be called as f(q, k, v)", "def attn(q, k):\n    return q\n"),
+    port_case("callable-recurses", "RecursionError", "def attn(q, k, v, mask=None):\n    return attn(q, k, v)\n"),
+    port_case("callable-nan", "NaN", "def attn(q, k, v, mask=None):\n    return q * float('nan')\n"),
+    port_case("callable-import-raises", "cannot import", "raise RuntimeError('no GPU here')\n"),
 ]
 
 
