@@ -128,10 +128,12 @@ def code_of(module_name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def class_code(cls) -> str:
-    """The source of a transformers class and of the transformers classes it inherits from: where
-    an attention layer's own lines are (its file can hold other attention classes, an audio
-    tower's, with other factors)."""
+    """The source of a transformers class, of the transformers classes it inherits from and of the
+    module functions they call by name: where an attention layer's own lines are (its file can
+    hold other attention classes, an audio tower's, with other factors)."""
     import inspect
+
+    import sys
 
     parts = []
     for klass in cls.__mro__:
@@ -140,7 +142,19 @@ def class_code(cls) -> str:
                 parts.append(inspect.getsource(klass))
             except (OSError, TypeError):
                 continue
-    return "".join(parts)
+    code = "".join(parts)
+    # and the module's functions the class calls by name (DeepSeek's yarn_apply_mscale sets the factor)
+    for klass in cls.__mro__:
+        module = sys.modules.get(klass.__module__)
+        if module is None or not klass.__module__.startswith("transformers."):
+            continue
+        for name, function in vars(module).items():
+            if inspect.isfunction(function) and function.__module__ == klass.__module__ and f"{name}(" in code:
+                try:
+                    parts.append(inspect.getsource(function))
+                except (OSError, TypeError):
+                    continue
+    return "".join(dict.fromkeys(parts))
 
 
 def source_for(module) -> str | None:
