@@ -12,3 +12,12 @@ from __future__ import annotations
 
 class UserError(ValueError):
     """Bad input that the user can fix; the message names the bad value and what is accepted."""
+
+
+class WriteError(UserError):
+    """An output that could not be written (a full disk, a read-only or too-large file); the
+    message names the path, ``reason`` says why, and nothing was left there."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from .errors import UserError
+from .errors import UserError, WriteError
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -83,7 +83,7 @@ def write_atomic(path, write: Callable[[Path], object], disk_errors: tuple[type[
     """``write(tmp)`` writes the whole output to a temporary file beside ``path``, which is then
     renamed to ``path``.  On any failure the temporary file is removed; a failure of the disk
     (full, read-only, too large: an OSError, or one of ``disk_errors``, which a writer such as
-    safetensors raises in its place) is a UserError naming ``path``."""
+    safetensors raises in its place) is a WriteError naming ``path``."""
     path = Path(path)
     tmp = temporary_name(path)
     try:
@@ -92,7 +92,7 @@ def write_atomic(path, write: Callable[[Path], object], disk_errors: tuple[type[
     except (OSError, *disk_errors) as error:
         tmp.unlink(missing_ok=True)
         reason = getattr(error, "strerror", None) or (str(error).strip().splitlines() or [type(error).__name__])[0]
-        raise UserError(f"could not write {str(path)!r}: {reason}; nothing was left there") from None
+        raise WriteError(f"could not write {str(path)!r}: {reason}; nothing was left there", reason) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

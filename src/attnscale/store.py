@@ -67,7 +67,8 @@ class SQLiteTable:
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
         self.readonly = readonly
-        self.table = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", self.schema).group(1)
+        self.table = self.table_name()
+        self.digests = False  # whether the table has the digest column (set when it is checked)
         self._check_location()
         self._uri = self._read_uri() if readonly else None
         if not readonly:
@@ -83,11 +84,14 @@ class SQLiteTable:
         """Every check of opening ``path`` for writing, creating nothing: a command that opens two
         stores checks both before it makes either."""
         probe = cls.__new__(cls)
-        probe.path, probe.readonly = Path(path), False
-        probe.table = re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", cls.schema).group(1)
+        probe.path, probe.readonly, probe.table = Path(path), False, cls.table_name()
         probe._check_location()
         if probe.path.exists():
             cls(path, readonly=True)
+
+    @classmethod
+    def table_name(cls) -> str:
+        return re.search(r"CREATE TABLE IF NOT EXISTS (\w+)", cls.schema).group(1)
 
     def _read_uri(self) -> str:
         """Read-only opening: a read-write connection where the file and folder allow it (so that
@@ -144,6 +148,7 @@ class SQLiteTable:
                 # written before rows carried a digest: its rows are read as they are, new rows get one
                 if not self.readonly:
                     db.execute(f"ALTER TABLE {self.table} ADD COLUMN digest TEXT")
+                    found.append("digest")
             elif sorted(found) != sorted(expected):
                 raise UserError(f"{self._name()} has a {self.table!r} table with columns {', '.join(found)}; expected "
                                  f"{', '.join(expected)}")
@@ -153,7 +158,8 @@ class SQLiteTable:
                 if bad is not None:
                     raise UserError(f"{self._name()} holds a row that is not a result ({label} {bad[0]!r}: its {column} "
                                      "is not a JSON object); remove that row or use another file")
-            if "digest" in found:
+            self.digests = not found or "digest" in found  # a table just made has the column
+            if self.digests:
                 self._check_digests(db)
             if not self.readonly:
                 db.execute("PRAGMA journal_mode=WAL")
@@ -210,10 +216,9 @@ class Store(SQLiteTable):
     def has_digest(self, key: str) -> bool:
         """Whether the row was written with a digest (by this attnscale; checked when the store was
         opened), as opposed to a row of an older store or one inserted by hand."""
+        if not self.digests:
+            return False
         with contextlib.closing(self._connect()) as db:
-            columns = [row[1] for row in db.execute("PRAGMA table_info(results)")]
-            if "digest" not in columns:
-                return False
             row = db.execute("SELECT digest FROM results WHERE key = ?", (key,)).fetchone()
         return bool(row and row[0])
 

@@ -38,17 +38,13 @@ def parse_specs(counterfactual: str) -> tuple[str, ...]:
     return tuple(spec.strip() for spec in counterfactual.split(",") if spec.strip())
 
 
-def first_int(config: dict, *keys: str) -> int | None:
-    values = [config.get(key) for key in keys]
-    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
-
-
 def check_memory(model_dir: Path, max_tokens: int) -> None:
     """Refuse a model whose weights and attention maps would not fit in memory, before loading it.
 
     Weights: the size of the folder's weight files.  Attention: (layers x heads) maps of
     T x T float32 numbers kept for the heatmaps, times 3 for the forward pass in flight,
     with T = max_tokens clipped to the model's positions (as read from config.json)."""
+    from ..doctor.loading import first_int
     from ..memory import require_memory
 
     weights = sum(f.stat().st_size for f in model_dir.iterdir()

@@ -92,8 +92,8 @@ def _pair(error: dict) -> str:
 def register(app: typer.Typer) -> None:
     @app.command("numerics")
     def numerics(
-        preset: Annotated[Optional[options.PresetName], typer.Option(help="The lab's preset: quick (default) or "
-                                                                          "full; not with --from-file.")] = None,
+        ctx: typer.Context,
+        preset: options.Preset = "quick",
         seed: options.Seed = 0,
         device: options.Device = "cpu",
         as_json: bool = typer.Option(False, "--json", help="Print the full result (or the audit) as JSON."),
@@ -102,27 +102,19 @@ def register(app: typer.Typer) -> None:
         from_file: Annotated[Optional[Path], options.path_option(
             "Audit your own activations instead: a safetensors file with tensors 'q' and 'k' of shape (..., T, d_k).",
             "--from-file")] = None,
-        scale: str = typer.Option(None, help="With --from-file: the scale rule (sqrt, none, inv_d, const:C, ...); "
-                                             "default sqrt.", show_default=False),
-        dtype: str = typer.Option(None, help="With --from-file: float16 (default), bfloat16 or float32.",
-                                  show_default=False),
+        scale: str = typer.Option("sqrt", help="With --from-file: the scale rule (sqrt, none, inv_d, const:C, ...)."),
+        dtype: str = typer.Option("float16", help="With --from-file: float16, bfloat16 or float32."),
     ) -> None:
         """Run the numerics lab (FP16/BF16 overflow, error, clamp; C11, C12), or audit q, k from a file."""
         from ..cli import run_lab_command
 
         if from_file is None:
-            for name, value in (("--scale", scale), ("--dtype", dtype)):
-                if value is not None:
-                    raise UserError(f"{name} {value!r} applies only with --from-file (the lab runs its own rules "
-                                    "and dtypes); give --from-file FILE or drop it")
-            run_lab_command("numerics", options.preset_name(preset or "quick"), seed, device, as_json, figures)
+            options.refuse_given(ctx, "--scale and --dtype apply only with --from-file (the lab runs its own rules "
+                                      "and dtypes)", refused=("scale", "dtype"))
+            run_lab_command("numerics", options.preset_name(preset), seed, device, as_json, figures)
             return
-        for name, value in (("--preset", preset), ("--figures", figures)):
-            if value is not None:
-                raise UserError(f"{name} {str(options.preset_name(value))!r} does not apply with --from-file (the audit "
-                                "of a file has no preset and no figures); drop it")
-        scale = "sqrt" if scale is None else scale
-        dtype = "float16" if dtype is None else dtype
+        options.refuse_given(ctx, "the audit of a file (--from-file) has no preset and no figures",
+                             refused=("preset", "figures"))
         from .. import scaling
         from ..numerics import audit, parse_dtype
         from ..runtime import check_seed

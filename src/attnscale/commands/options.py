@@ -43,9 +43,8 @@ def within(low: int, high: int | None = None):
     return check
 
 
-def path_option(help_text: str, *names: str, default_shown: str | None = None):
-    return typer.Option(*names, help=help_text, parser=path_value, metavar="PATH",
-                        show_default=default_shown if default_shown is not None else True)
+def path_option(help_text: str, *names: str):
+    return typer.Option(*names, help=help_text, parser=path_value, metavar="PATH")
 
 
 Preset = Annotated[PresetName, typer.Option(help="The lab's preset: quick or full.")]
@@ -67,10 +66,18 @@ def given(ctx: typer.Context) -> list[str]:
             if getattr(ctx.get_parameter_source(name), "name", "") in ("COMMANDLINE", "ENVIRONMENT")]
 
 
-def refuse_given(ctx: typer.Context, allowed: tuple[str, ...], why: str) -> None:
-    """Refuse an option that does not apply in this mode instead of ignoring it."""
+def flag(ctx: typer.Context, name: str) -> str:
+    """The option as the user types it (``as_json`` -> ``--json``)."""
+    param = next((p for p in ctx.command.params if p.name == name), None)
+    return max(param.opts, key=len) if param is not None and param.opts else f"--{name.replace('_', '-')}"
+
+
+def refuse_given(ctx: typer.Context, why: str, allowed: tuple[str, ...] | None = None,
+                 refused: tuple[str, ...] = ()) -> None:
+    """Refuse an option that does not apply in this mode instead of ignoring it: any given option
+    outside ``allowed`` (when given), and any given option in ``refused``."""
     from ..errors import UserError
 
     for name in given(ctx):
-        if name not in allowed:
-            raise UserError(f"--{name.replace('_', '-')} does not apply here: {why}; drop it")
+        if (allowed is not None and name not in allowed) or name in refused:
+            raise UserError(f"{flag(ctx, name)} does not apply here: {why}; drop it")

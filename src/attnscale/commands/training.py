@@ -132,7 +132,7 @@ def sweep(
 ) -> None:
     """Run a grid of training runs (skipping those already in --db) and print a summary with LR sensitivity."""
     if summary_only:
-        options.refuse_given(ctx, allowed=("db", "summary_only"), why="--summary only reads --db")
+        options.refuse_given(ctx, "--summary only reads --db", allowed=("db", "summary_only"))
         print_summary(db)
         return
     specs = grid_specs(task, rules, d_heads, lrs, seeds, layers, optimisers, init, steps, d_model, log_every, device)

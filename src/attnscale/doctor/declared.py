@@ -132,29 +132,20 @@ def class_code(cls) -> str:
     module functions they call by name: where an attention layer's own lines are (its file can
     hold other attention classes, an audio tower's, with other factors)."""
     import inspect
-
     import sys
 
-    parts = []
-    for klass in cls.__mro__:
-        if klass.__module__.startswith("transformers."):
-            try:
-                parts.append(inspect.getsource(klass))
-            except (OSError, TypeError):
-                continue
-    code = "".join(parts)
-    # and the module's functions the class calls by name (DeepSeek's yarn_apply_mscale sets the factor)
-    for klass in cls.__mro__:
-        module = sys.modules.get(klass.__module__)
-        if module is None or not klass.__module__.startswith("transformers."):
-            continue
-        for name, function in vars(module).items():
-            if inspect.isfunction(function) and function.__module__ == klass.__module__ and f"{name}(" in code:
-                try:
-                    parts.append(inspect.getsource(function))
-                except (OSError, TypeError):
-                    continue
-    return "".join(dict.fromkeys(parts))
+    def source(obj) -> str:
+        try:
+            return inspect.getsource(obj)
+        except (OSError, TypeError):
+            return ""
+
+    classes = [klass for klass in cls.__mro__ if klass.__module__.startswith("transformers.")]
+    code = "".join(source(klass) for klass in classes)
+    # and the module functions the classes call by name (DeepSeek's yarn_apply_mscale sets the factor)
+    functions = {function for klass in classes for name, function in vars(sys.modules[klass.__module__]).items()
+                 if inspect.isfunction(function) and function.__module__ == klass.__module__ and f"{name}(" in code}
+    return code + "".join(source(function) for function in sorted(functions, key=lambda f: f.__qualname__))
 
 
 def source_for(module) -> str | None:

@@ -165,9 +165,10 @@ def check_weights(path: Path, required: bool) -> bool:
     """True when the folder has safetensors weights, each one checked; refuses pickle-only folders
     and indexes that name anything but the folder's safetensors files."""
     check_index(path)
-    if safetensors_files(path):
-        for file in safetensors_files(path):
-            check_safetensors(file)
+    files = safetensors_files(path)
+    for file in files:
+        check_safetensors(file)
+    if files:
         return True
     pickles = [name for name in PICKLE_WEIGHTS if (path / name).exists()]
     if pickles:
@@ -196,10 +197,6 @@ def check_model_dir(model_dir) -> Path:
     return path
 
 
-def _inside(target: Path, folder: Path) -> bool:
-    return target == folder or folder in target.parents
-
-
 def refuse_symlinks_out(path: Path) -> None:
     """Refuse a file in the folder that is a link to somewhere else (``model.safetensors`` ->
     /etc/passwd).  A Hugging Face cache snapshot (``snapshots/REV/FILE`` -> ``../../blobs/HASH``) is a
@@ -209,7 +206,7 @@ def refuse_symlinks_out(path: Path) -> None:
     if path.absolute().parent.name == "snapshots":
         allowed.append((path.absolute().parent.parent / "blobs").resolve())
     for entry in sorted(path.iterdir()):
-        if entry.is_symlink() and not any(_inside(entry.resolve(), root) for root in allowed):
+        if entry.is_symlink() and not any(entry.resolve().is_relative_to(root) for root in allowed):
             raise UserError(f"{str(entry)!r} is a link to {str(entry.resolve())!r}, outside the model folder; "
                             "accepted: files inside the folder (copy the file in)")
 
@@ -228,19 +225,21 @@ def check_config_sizes(config: dict, file: Path, prefix: str = "") -> None:
 LAYER_OVERHEAD_BYTES = 200_000  # Python objects of one layer's modules, built even on the meta device
 
 
-def _size(config: dict, *keys: str) -> int:
-    return next((config[k] for k in keys if isinstance(config.get(k), int) and not isinstance(config[k], bool)), 0)
+def first_int(config: dict, *keys: str) -> int | None:
+    """The first of ``keys`` that ``config`` sets to a whole number >= 1, or None."""
+    values = [config.get(key) for key in keys]
+    return next((v for v in values if isinstance(v, int) and not isinstance(v, bool) and v > 0), None)
 
 
 def estimated_bytes(config: dict) -> int:
     """About what building the model from a raw config.json takes, from its size fields alone
     (fp32 weights three times over, and each layer's modules): checked before transformers
     builds anything, so that a config of 10**9 layers is refused at once."""
-    layers = _size(config, "num_hidden_layers", "n_layer", "num_layers") or (
-        _size(config, "encoder_layers") + _size(config, "decoder_layers"))
-    hidden = _size(config, "hidden_size", "n_embd", "d_model")
-    inner = _size(config, "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim") or 4 * hidden
-    parameters = layers * (4 * hidden * hidden + 3 * hidden * inner) + _size(config, "vocab_size") * hidden
+    layers = first_int(config, "num_hidden_layers", "n_layer", "num_layers") or (
+        (first_int(config, "encoder_layers") or 0) + (first_int(config, "decoder_layers") or 0))
+    hidden = first_int(config, "hidden_size", "n_embd", "d_model") or 0
+    inner = first_int(config, "intermediate_size", "n_inner", "d_ff", "encoder_ffn_dim") or 4 * hidden
+    parameters = layers * (4 * hidden * hidden + 3 * hidden * inner) + (first_int(config, "vocab_size") or 0) * hidden
     total = 3 * 4 * parameters + layers * LAYER_OVERHEAD_BYTES
     return total + sum(estimated_bytes(config[k]) for k in SUB_CONFIGS if isinstance(config.get(k), dict))
 

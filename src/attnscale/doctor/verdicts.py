@@ -159,11 +159,8 @@ def dependence(rows: list[dict]) -> str:
             found.append("query index")
         if path.get("factor_far") is not None and relative(path["factor_far"], base) > DEPENDENCE_TOL:
             found.append("position ids")
-        if path.get("length_change") is not None:
-            if path["length_change"] > DEPENDENCE_TOL:  # row by row: a row-only factor is not a length one
-                found.append("length")
-        elif path.get("factor_longer") is not None and relative(path["factor_longer"], base) > DEPENDENCE_TOL:
-            found.append("length")
+        if path.get("length_change") is not None and path["length_change"] > DEPENDENCE_TOL:
+            found.append("length")  # row by row: a factor of the query row alone is not a length one
     return ", ".join(dict.fromkeys(found)) or ("none" if rows else "-")
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__, answer, claims, lab
-from ..errors import UserError
+from ..errors import UserError, WriteError
 from ..runs import RunStore, default_workers, drained, progress_queue, worker_pool
 from ..paths import check_folder, check_outputs
 from ..runtime import check_device, check_seed
@@ -79,11 +79,14 @@ def _run_here(name: str, module, config, store: Store, fresh: bool, progress: Pr
     start = time.perf_counter()
     options = {}
     if lab.REGISTRY[name].uses_run_store:
-        # Labs made of many training runs keep each finished group beside the results: a killed
-        # report resumes where it stopped.
-        options["store"] = run_store or RunStore(store.path.with_name("runs.sqlite"), since=time.time() if fresh else None)
+        options["store"] = run_store or run_store_beside(store.path, fresh)
     result = module.run(config, progress=(lambda f, m: progress(name, f, m)) if progress else None, **options)
     return result, time.perf_counter() - start
+
+
+def run_store_beside(results_path: Path, fresh: bool) -> RunStore:
+    """runs.sqlite next to the results store; with ``fresh``, it sees only runs stored from now on."""
+    return RunStore(results_path.with_name("runs.sqlite"), since=time.time() if fresh else None)
 
 
 def _run_side_by_side(configs: dict, progress: Progress | None) -> dict[str, tuple[dict, float]]:
@@ -170,7 +173,7 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
     if trains:
         RunStore.check(store_path.with_name("runs.sqlite"))
     store = Store(store_path)
-    run_store = RunStore(store_path.with_name("runs.sqlite"), since=time.time() if fresh else None) if trains else None
+    run_store = run_store_beside(store_path, fresh) if trains else None
     out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc)
     start = time.perf_counter()
@@ -198,13 +201,11 @@ def staged(out: Path):
     try:
         (staging / "figures").mkdir(parents=True)
         yield staging
-    except (OSError, UserError) as error:
+    except (OSError, WriteError) as error:
         shutil.rmtree(staging, ignore_errors=True)
-        if isinstance(error, UserError) and not str(error).startswith("could not write"):
-            raise
-        reason = getattr(error, "strerror", None) or "the disk refused a write"
-        raise UserError(f"could not write the report into {str(out)!r}: {reason}; the folder was left as it "
-                        "was") from None
+        reason = getattr(error, "reason", None) or getattr(error, "strerror", None) or "the disk refused a write"
+        raise WriteError(f"could not write the report into {str(out)!r}: {reason}; the folder was left as it "
+                         "was", reason) from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -126,18 +126,18 @@ def row_stats(logits: torch.Tensor) -> dict:
     summary["logit_std"] = float(logits.pow(2).mean().sqrt())  # RMS about 0, the population std
     summary["logit_max_abs"] = float(moments["max_abs"].mean())
     summary["share_within_3"] = float((logits.abs() <= 3).to(torch.float64).mean())
-    summary.update(row_intervals(logits, probs, moments["max_abs"]))
+    summary.update(row_intervals(logits, probs, moments["max_abs"], summary))
     return summary
 
 
-def row_intervals(logits: torch.Tensor, probs: torch.Tensor, max_abs: torch.Tensor) -> dict:
+def row_intervals(logits: torch.Tensor, probs: torch.Tensor, max_abs: torch.Tensor, summary: dict) -> dict:
     """95% intervals of the numbers the verdicts compare with a threshold, with the row as the
     independent unit (the logits of one row share |q|): the normal interval of a mean over rows,
-    and Wilson intervals of the shares of saturated and near-uniform rows."""
-    rows = logits.shape[0]
+    and Wilson intervals of the shares of saturated and near-uniform rows (counted from
+    ``summary``, stats.summarize's shares of its ``rows``)."""
+    rows = summary["rows"]
     square_lo, square_hi = intervals.mean_interval(logits.double().pow(2).mean(dim=-1))
-    saturated = int((stats.max_prob(probs) > 0.99).sum())
-    uniform = int((stats.kl_to_uniform(probs) < 0.01).sum())
+    saturated, uniform = (round(summary[key] * rows) for key in ("saturated_share", "uniform_share"))
     return {
         "logit_std_ci": [math.sqrt(max(square_lo, 0.0)), math.sqrt(square_hi)],
         "logit_max_abs_ci": list(intervals.mean_interval(max_abs.double())),
@@ -300,10 +300,11 @@ def derivative_in_use(config: Config, d_k: int = 64) -> dict:
     for n in DERIV_NS:
         logits = sample_rows(d_k, n, config.qk_std, config.deriv_rows, config.seed, config.device) * d_k**-0.5
         probs = torch.softmax(logits.double(), dim=-1)
-        diag = stats.jacobian_diagonal(probs).flatten()
+        row_diag = stats.jacobian_diagonal(probs)  # (rows, n)
+        diag = row_diag.flatten()
         p = probs.flatten()
         jac_sq = stats.jacobian_frobenius(probs).pow(2)
-        diag_sq = stats.jacobian_diagonal(probs).pow(2).sum(-1)
+        diag_sq = row_diag.pow(2).sum(-1)
         q = torch.tensor([0.05, 0.5, 0.95], dtype=torch.float64)
         out[str(n)] = {
             "n": n, "d_k": d_k,
@@ -316,7 +317,7 @@ def derivative_in_use(config: Config, d_k: int = 64) -> dict:
             "share_p_in_5_95_ci": list(intervals.mean_interval(
                 ((probs >= P_RANGE[0]) & (probs <= P_RANGE[1])).double().mean(dim=-1))),
             "share_diag_in_5_25_ci": list(intervals.mean_interval(
-                ((probs * (1 - probs) >= DIAG_RANGE[0]) & (probs * (1 - probs) <= DIAG_RANGE[1])).double().mean(dim=-1))),
+                ((row_diag >= DIAG_RANGE[0]) & (row_diag <= DIAG_RANGE[1])).double().mean(dim=-1))),
             "diagonal_share_of_jacobian": float((diag_sq / jac_sq).mean()),
         }
     return out

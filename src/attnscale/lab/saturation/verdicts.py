@@ -191,7 +191,7 @@ def range_holds(row: dict) -> bool | None:
     """Both of C16's ranges at one key count, on 95% intervals over rows."""
     parts = [intervals.at_least(ci(row, "share_p_in_5_95"), IN_RANGE_SHARE),
              intervals.at_least(ci(row, "share_diag_in_5_25"), IN_RANGE_SHARE)]
-    return False if False in parts else True if all(parts) else None
+    return intervals.every(parts)
 
 
 def judge_c16(result: dict) -> Finding:

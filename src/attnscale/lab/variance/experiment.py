@@ -401,14 +401,15 @@ def measure_small_dk(config: Config) -> list[dict]:
         out_s, p_s = attention(q, k, v, scale="sqrt", impl="stable", return_weights=True)
         out_n, p_n = attention(q, k, v, scale="none", impl="stable", return_weights=True)
         p_s, p_n = p_s[:, 0], p_n[:, 0]
+        row_tv = 0.5 * (p_s - p_n).abs().sum(-1)
         rows.append({
             "d_k": d_k, "n": n, "rows": r,
             "entropy_sqrt": float(stats.normalized_entropy(p_s).mean()),
             "entropy_none": float(stats.normalized_entropy(p_n).mean()),
             "max_p_sqrt": float(stats.max_prob(p_s).mean()),
             "max_p_none": float(stats.max_prob(p_n).mean()),
-            "tv_distance": float(0.5 * (p_s - p_n).abs().sum(-1).mean()),
-            "tv_distance_ci": list(intervals.mean_interval(0.5 * (p_s - p_n).abs().sum(-1).double())),
+            "tv_distance": float(row_tv.mean()),
+            "tv_distance_ci": list(intervals.mean_interval(row_tv.double())),
             # v has unit variance per component, so this RMS is in units of v's std
             "output_rms_diff": float((out_s - out_n).pow(2).mean().sqrt()),
         })

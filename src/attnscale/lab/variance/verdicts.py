@@ -44,7 +44,7 @@ def init_holds(row: dict) -> bool | None:
     """One setting's 'mean 0, variance 1', on its 95% intervals over tokens."""
     mean = intervals.inside(tuple(row["mean_ci"]), -MEAN_NEAR_0, MEAN_NEAR_0)
     var = intervals.inside(tuple(row["var_ci"]), 1 - VAR_NEAR_1, 1 + VAR_NEAR_1)
-    return False if False in (mean, var) else True if (mean and var) else None
+    return intervals.every((mean, var))
 
 
 def judge_c01(result: dict) -> Finding:
@@ -53,8 +53,7 @@ def judge_c01(result: dict) -> Finding:
     holds, refuted if none does, partly otherwise."""
     rows = result["init"]
     decided = [init_holds(r) for r in rows]
-    verdict = (claims.SUPPORTED if all(d is True for d in decided) else
-               claims.REFUTED if all(d is False for d in decided) else claims.PARTLY)
+    verdict = claims.verdict_of_parts(decided)
     parts = "; ".join(f"{r['init']} ({r['fan_in']}->{r['fan_out']}): mean {r['mean']:.3f}, variance "
                       f"{r['var']:.3f} {intervals.fmt_interval(r['var_ci'], 3)} (closed form {r['closed_form_var']:.3f}): "
                       f"{'holds' if d else 'fails' if d is False else 'undecided'}" for r, d in zip(rows, decided))
@@ -142,7 +141,7 @@ def judge_c03(result: dict) -> Finding:
     band = intervals.every(intervals.at_most(share_ci(r, "beyond_3sqrt_dk"), 1 - BAND_SHARE) for r in rows)
     std_ok = intervals.every(intervals.inside(std_ratio_ci(r), 1 - STD_RATIO_TOLERANCE, 1 + STD_RATIO_TOLERANCE)
                              for r in rows)
-    spread = False if False in (band, std_ok) else True if (band and std_ok) else None
+    spread = intervals.every((band, std_ok))
     at = [r for r in result["dot"] if r["d_k"] in (64, 128)]
     tail = max(r["beyond_3std"] for r in at)
     large = min(r["beyond_abs3"] for r in rows)
