@@ -70,7 +70,8 @@ def tables(result: dict) -> dict[str, list[dict]]:
             for reading in READINGS for r in speed_rows(result, reading)],
         "8 layers, d_head 256, recall: factor 1/8 vs 1/16 (C09)": [
             {k: (spread_text(v) if isinstance(v, dict) else intervals.fmt_interval(v, percent=True)
-                 if k == "solved_interval" else v) for k, v in r.items()} for r in deep_rows(result)],
+                 if k == "solved_interval" else v) for k, v in r.items() if k != "oscillations"}
+            for r in deep_rows(result)],
         "T5 folding: none + t5 init vs sqrt + unit init (C10)": [
             {k: (spread_text(v) if isinstance(v, dict) else v) for k, v in r.items()} for r in t5_rows(result)],
         "coord check: attention logits per layer vs d_head (medians over seeds)": coord_rows(result),

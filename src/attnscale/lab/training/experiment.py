@@ -14,7 +14,9 @@ and not at all, and compare.  What runs (see :class:`Config`):
   Shakespeare every rule starts from one grid (see :func:`initial_lrs`).  While a rule's best
   rate (by the median over seeds) sits at an edge of its grid, the grid grows by one x3 step
   on that side, up to ``lr_widen`` times.
-* deep (full preset): an 8-layer model at d_head 256 on recall, factor 1/8 vs 1/16 -> C09.
+* deep (full preset): an 8-layer model at d_head 256 on recall, factor 1/8 vs 1/16 -> C09.  Each
+  factor's grid widens like the others', and each factor's best cell gets added seeds, up to
+  ``deep_seed_cap`` (a seed escapes the copy plateau or not: the solve rate is what is read).
 * t5: rule ``none`` + ``t5`` init (the factor folded into W_q) vs ``sqrt`` + ``unit`` init,
   same seeds, under AdamW, SGD and Adafactor, on recall -> C10.
 * a fixed rule whose factor equals sqrt's at a d_head (``const:0.125`` at d_head 64) is the
@@ -42,7 +44,7 @@ from ...runs import KeptPool, execute, run_key
 from ...threads import torch_threads
 from ...train import RunSpec, attention_stats, build_model, build_task
 
-VERSION = 5
+VERSION = 6
 TASKS = ("recall", "shakespeare")
 SOLVED_ACC = 0.9          # recall: validation accuracy that counts as solved
 STALL_BELOW = 0.2         # progress below this: the seed stalls (learned under a fifth of what sqrt learned)
@@ -82,6 +84,7 @@ class Config:
     deep_d_head: int = 256
     deep_lrs: tuple[float, ...] = (3e-3,)
     deep_steps: int = 200
+    deep_seed_cap: int = 10
     t5_recall_d_head: int = 16
     t5_tasks: tuple[str, ...] = ("recall",)
     t5_lm_d_head: int = 64
@@ -98,21 +101,26 @@ class Config:
     seed_cap: int = 8
     seed_cap_large: int = 6
     large_d_head: int = 256
+    # Shakespeare's progress is a loss drop, continuous and far from the stall threshold in every cell
+    # measured (0.83-1.1 of sqrt's at seed 0, full preset, 10 seeds a cell): its cells stop at this many
+    lm_seed_cap: int = 8
 
     def __post_init__(self):
         checks.fields(self, ints=("seeds", "d_model", "n_heads", "n_layers", "log_every", "recall_pairs", "recall_values",
                                   "recall_steps", "recall_batch", "lm_context", "lm_steps", "lm_batch",
-                                  "deep_layers", "deep_d_head", "deep_steps", "t5_recall_d_head", "t5_lm_d_head",
-                                  "seed_cap", "seed_cap_large", "large_d_head"),
+                                  "deep_layers", "deep_d_head", "deep_steps", "deep_seed_cap", "t5_recall_d_head", "t5_lm_d_head",
+                                  "seed_cap", "seed_cap_large", "large_d_head", "lm_seed_cap"),
                       non_negative=("lr_widen",), int_tuples=("d_heads", "lm_d_heads"),
                       float_tuples=("recall_lrs", "lm_lrs", "deep_lrs"))
         if self.decisive_d_heads:
             checks.fields(self, int_tuples=("decisive_d_heads",), float_tuples=("decisive_lrs", "decisive_sqrt_lrs"))
         for rule in self.decisive_rules:
             checks.one_of("decisive rule", rule, self.rules)
-        if min(self.seed_cap, self.seed_cap_large) < self.seeds:
-            raise UserError(f"seed_cap and seed_cap_large must be >= seeds ({self.seeds}), got "
-                             f"{self.seed_cap}, {self.seed_cap_large}")
+        caps = {"seed_cap": self.seed_cap, "seed_cap_large": self.seed_cap_large, "lm_seed_cap": self.lm_seed_cap,
+                "deep_seed_cap": self.deep_seed_cap}
+        for name, cap in caps.items():
+            if cap < self.seeds:
+                raise UserError(f"{name} must be >= seeds ({self.seeds}), got {cap}")
         for task in self.tasks + self.t5_tasks:
             checks.one_of("task", task, TASKS)
         if not isinstance(self.deep, bool):
@@ -126,8 +134,8 @@ class Config:
 PRESETS = {
     "quick": Config(),
     "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
-                   deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3, 9e-3), t5_recall_d_head=256,
-                   decisive_d_heads=(), seed_cap=10, seed_cap_large=8,
+                   deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256,
+                   decisive_d_heads=(), seed_cap=10, seed_cap_large=8, lm_seed_cap=5,
                    t5_optimisers=(("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))),
 }
 
@@ -163,7 +171,9 @@ def seeds_of(config: Config) -> range:
     return range(config.seed, config.seed + config.seeds)
 
 
-def seed_cap(config: Config, d_head: int) -> int:
+def seed_cap(config: Config, task: str, d_head: int) -> int:
+    if task != "recall":
+        return config.lm_seed_cap
     return config.seed_cap_large if d_head >= config.large_d_head else config.seed_cap
 
 
@@ -238,13 +248,47 @@ def grid_specs(config: Config) -> list[tuple[str, RunSpec]]:
             for spec in cell_specs(config, task, rule, d, lr)]
 
 
+DEEP_FACTORS = ("const:0.125", "const:0.0625")  # 1/8 (right for d_k = 64) and 1/16 (= 1/sqrt(256))
+
+
+def deep_spec(config: Config, rule: str, lr: float, seed: int) -> RunSpec:
+    return base_spec(config, "recall", rule=rule, d_head=config.deep_d_head, n_layers=config.deep_layers, lr=lr,
+                     steps=config.deep_steps, seed=seed)
+
+
 def deep_specs(config: Config) -> list[RunSpec]:
-    """C09: factor 1/8 (right for d_k = 64) vs 1/16 (= 1/sqrt(256)) at d_head 256, 8 layers, on recall."""
+    """C09's first round: both factors at d_head 256, 8 layers, on recall, over ``deep_lrs`` and the base seeds."""
     if not config.deep:
         return []
-    return [base_spec(config, "recall", rule=rule, d_head=config.deep_d_head, n_layers=config.deep_layers, lr=lr,
-                      steps=config.deep_steps, seed=s)
-            for rule in ("const:0.125", "const:0.0625") for lr in config.deep_lrs for s in seeds_of(config)]
+    return [deep_spec(config, rule, lr_value(lr), s) for rule in DEEP_FACTORS for lr in config.deep_lrs
+            for s in seeds_of(config)]
+
+
+def deep_widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int]) -> list[RunSpec]:
+    """A factor whose best rate sits at an edge of its grid gets one x3 step on that side (up to
+    ``lr_widen`` times), as every grid cell does."""
+    new = []
+    for (_, rule, _), info in best.items():
+        if info["at_edge"] is None or widened.get(rule, 0) >= config.lr_widen:
+            continue
+        widened[rule] = widened.get(rule, 0) + 1
+        sides = {"low": [info["grid"][0] / LR_STEP], "high": [info["grid"][-1] * LR_STEP],
+                 "both": [info["grid"][0] / LR_STEP, info["grid"][-1] * LR_STEP]}[info["at_edge"]]
+        new += [deep_spec(config, rule, lr_value(lr), s) for lr in sides for s in seeds_of(config)]
+    return new
+
+
+def deep_extend(config: Config, best: dict[tuple, dict], runs: list[dict]) -> list[RunSpec]:
+    """Seeds for each factor's best cell, twice as many per round up to ``deep_seed_cap``: whether a
+    seed escapes the plateau is close to a coin flip at this depth, so the rate needs them."""
+    new = []
+    for (_, rule, _), info in best.items():
+        have = sum(r["rule"] == rule and r["lr"] == info["lr"] for r in runs)
+        if have < config.deep_seed_cap:
+            start = config.seed + have
+            new += [deep_spec(config, rule, info["lr"], s)
+                    for s in range(start, config.seed + min(config.deep_seed_cap, 2 * have))]
+    return new
 
 
 def t5_specs(config: Config) -> list[RunSpec]:
@@ -487,7 +531,7 @@ def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict],
     new = []
     for task, rule, d, lr in deciding_cells(config, best):
         members = by_cell.get((task, rule, d, lr), [])
-        cap = seed_cap(config, d)
+        cap = seed_cap(config, task, d)
         if not members or len(members) >= cap:
             continue
         if rule != "sqrt":  # the reference always gets seeds; any other cell while its seeds agree
@@ -515,7 +559,8 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
 
 def _run(config: Config, progress, store, workers: int | None, batch_runs: int, pool: KeptPool) -> dict:
     rounds = 1 + config.lr_widen
-    extension_rounds = max(0, math.ceil(math.log2(max(config.seed_cap, config.seed_cap_large) / config.seeds)))
+    caps = (config.seed_cap, config.seed_cap_large) + ((config.deep_seed_cap,) if config.deep else ())
+    extension_rounds = max(0, math.ceil(math.log2(max(caps) / config.seeds)))
 
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
         def report(done, total, message):
@@ -526,44 +571,57 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
 
     stored_before = store.keys() if store is not None else set()
     grid = grid_specs(config)
-    extra = {"deep": deep_specs(config), "t5": t5_specs(config)}
-    first = [s for _, s in grid] + [s for specs in extra.values() for s in specs]
-    results = train_round(first, 0, "grid, deep and t5 runs" if config.deep else "grid and t5 runs")
+    deep, t5 = deep_specs(config), t5_specs(config)
+    results = train_round([s for _, s in grid] + deep + t5, 0,
+                          "grid, deep and t5 runs" if config.deep else "grid and t5 runs")
     widened: dict[tuple, int] = {}
+    deep_widened: dict[str, int] = {}
 
     def summaries() -> list[dict]:
         return [summarise(s, results[run_key(s)], rule) for rule, s in grid]
 
+    def deep_summaries() -> list[dict]:
+        return [summarise(s, results[run_key(s)]) for s in deep]
+
     base = set(seeds_of(config))
     task_baselines = baselines(config)
 
-    def chosen_lrs() -> dict[tuple, dict]:  # on the base seeds only, so added seeds cannot move a choice
-        return best_lrs(fold_cells([r for r in summaries() if r["seed"] in base]))
+    def chosen_lrs(rows: list[dict]) -> dict[tuple, dict]:  # on the base seeds only, so added seeds cannot move a choice
+        return best_lrs(fold_cells([r for r in rows if r["seed"] in base]))
+
+    def unseen(specs: list[RunSpec]) -> list[RunSpec]:
+        keys = {run_key(s) for s in deep}
+        return list({run_key(s): s for s in specs if run_key(s) not in keys}.values())
 
     for number in range(1, rounds + 1):  # one more round than widenings: sqrt's rate may move in the last
-        best = chosen_lrs()
+        best = chosen_lrs(summaries())
         new = widen(config, best, widened) if number < rounds else []
         have = {(rule, run_key(s)) for rule, s in grid}
         # a widening step can land on sqrt's rate: such a cell is added once
         new = list({(rule, run_key(s)): (rule, s) for rule, s in new + fill_reference_rates(config, best)
                     if (rule, run_key(s)) not in have}.values())
-        if not new:
+        new_deep = unseen(deep_widen(config, chosen_lrs(deep_summaries()), deep_widened)) if number < rounds else []
+        if not new and not new_deep:
             break
-        results.update(train_round([s for _, s in new], number, f"widening the LR grids (round {number})"))
+        results.update(train_round([s for _, s in new] + new_deep, number, f"widening the LR grids (round {number})"))
         grid += new
-    best = chosen_lrs()
+        deep += new_deep
+    best = chosen_lrs(summaries())
+    deep_best = chosen_lrs(deep_summaries())
     for number in range(1, extension_rounds + 1):  # seeds where the deciding cells' seeds still all agree
         have = {(rule, run_key(s)) for rule, s in grid}
         new = [(rule, s) for rule, s in extend_seeds(config, best, summaries(), task_baselines)
                if (rule, run_key(s)) not in have]
-        if not new:
+        new_deep = unseen(deep_extend(config, deep_best, deep_summaries()))
+        if not new and not new_deep:
             break
-        results.update(train_round([s for _, s in new], rounds + number, f"adding seeds (round {number})"))
+        results.update(train_round([s for _, s in new] + new_deep, rounds + number, f"adding seeds (round {number})"))
         grid += new
+        deep += new_deep
     out = {"config": dataclasses.asdict(config), "baselines": task_baselines}
     out["grid"] = summaries()
-    for name, specs in extra.items():
-        out[name] = [summarise(s, results[run_key(s)]) for s in specs]
+    out["deep"] = deep_summaries()
+    out["t5"] = [summarise(s, results[run_key(s)]) for s in t5]
     out["cells"] = fold_cells(out["grid"])
     out["best_lr"] = [{"task": t, "rule": r, "d_head": d, **info, "widened": widened.get((t, r, d), 0)}
                       for (t, r, d), info in sorted(best.items())]
