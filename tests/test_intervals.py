@@ -68,3 +68,19 @@ def test_side_of_a_threshold():
 def test_bad_input_is_a_value_error(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_mean_interval_of_a_tensor_equals_that_of_its_values_and_covers_the_mean():
+    import torch
+
+    sample = torch.randn(4096, generator=torch.Generator().manual_seed(5)) * 2.0 + 1.0
+    from_tensor = intervals.mean_interval(sample)
+    from_list = intervals.mean_interval(sample.tolist())
+    assert from_tensor == pytest.approx(from_list, rel=1e-12)
+    half = intervals.z_of() * 2.0 / math.sqrt(4096)  # the closed form with the true std
+    assert from_tensor[1] - from_tensor[0] == pytest.approx(2 * half, rel=0.05)
+    assert from_tensor[0] < 1.0 < from_tensor[1]
+    assert intervals.mean_interval(sample.view(64, 64)) == from_tensor  # any shape, flattened
+    for few in (torch.tensor([1.0]), torch.tensor([]), [2.0], []):
+        with pytest.raises(ValueError, match="at least two values"):
+            intervals.mean_interval(few)

@@ -192,3 +192,26 @@ def test_meta_tensors_are_refused_by_name():
         numerics.audit(meta, meta)
     with pytest.raises(ValueError, match="meta device"):
         stats.entropy(meta.softmax(-1))
+
+
+@pytest.mark.parametrize("width", [0, 1, 4])
+def test_row_table_equals_each_statistic_alone(width):
+    """row_table checks the rows once and gives, bit for bit, what each function gives alone: with a
+    mask, a fully masked row, an all-zero row, a NaN row and a one-key row among normal ones."""
+    probs = random_probs(6, width, seed=3) if width else torch.zeros(6, 0)
+    mask = torch.ones(6, width, dtype=torch.bool)
+    if width == 4:
+        mask[0, 2] = False
+        probs[0] = probs[0].masked_fill(~mask[0], 0.0) / probs[0].masked_fill(~mask[0], 0.0).sum()
+        mask[1] = False
+        probs[2] = 0.0
+        probs[3, 1] = float("nan")
+        mask[4, 1:] = False
+        probs[4] = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    table = stats.row_table(probs, mask)
+    for name in ROW_STATS[:-1]:
+        assert torch.equal(table[name].isnan(), getattr(stats, name)(probs, mask).isnan()), name
+        assert torch.equal(table[name].nan_to_num(7.0), getattr(stats, name)(probs, mask).nan_to_num(7.0)), name
+    assert torch.equal(table["n_valid"], stats.n_valid(probs, mask))
+    if width == 4:
+        assert stats.summarize(probs, mask, table=table) == stats.summarize(probs, mask)

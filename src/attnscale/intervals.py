@@ -105,12 +105,21 @@ def bonferroni_z(tests: int, alpha: float = FAMILY_ALPHA) -> float:
 
 
 def mean_interval(sample, level: float = LEVEL) -> tuple[float, float]:
-    """mean +- z * std / sqrt(n) of a sample of independent values (a list or a 1-d tensor)."""
-    values = [float(v) for v in sample]
-    if len(values) < 2:
-        raise UserError(f"need at least two values for the interval of a mean, got {len(values)}")
-    mean = statistics.fmean(values)
-    half = z_of(level) * statistics.stdev(values) / math.sqrt(len(values))
+    """mean +- z * std / sqrt(n) of a sample of independent values (a list, or a tensor of any
+    shape, reduced in float64 without a round trip through Python floats)."""
+    if hasattr(sample, "double") and hasattr(sample, "numel"):
+        values = sample.detach().double().flatten()
+        count = values.numel()
+        mean = float(values.mean()) if count else math.nan
+        spread = float(values.std()) if count >= 2 else math.nan
+    else:
+        values = [float(v) for v in sample]
+        count = len(values)
+        mean = statistics.fmean(values) if count else math.nan
+        spread = statistics.stdev(values) if count >= 2 else math.nan
+    if count < 2:
+        raise UserError(f"need at least two values for the interval of a mean, got {count}")
+    half = z_of(level) * spread / math.sqrt(count)
     return mean - half, mean + half
 
 

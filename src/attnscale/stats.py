@@ -179,25 +179,48 @@ def logit_moments(logits: torch.Tensor, mask: torch.Tensor | None = None) -> dic
     return {"mean": mean, "std": var.sqrt(), "max_abs": max_abs}
 
 
+def row_table(probs: torch.Tensor, mask: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Every per-row statistic at once, from one check of the rows: ``entropy``,
+    ``normalized_entropy``, ``effective_support``, ``max_prob``, ``kl_to_uniform``,
+    ``jacobian_frobenius`` and ``n_valid``, each of shape (...,), with the same values (and NaN
+    conventions) as the functions of the same names."""
+    prepared, prepared_mask, undefined = _prepare(probs, mask)
+    valid = n_valid(probs, mask)
+    if prepared.shape[-1] == 0:
+        nan = torch.full(prepared.shape[:-1], float("nan"), dtype=prepared.dtype, device=prepared.device)
+        h, top, frobenius = nan, nan.clone(), nan.clone()
+    else:
+        h = (-torch.xlogy(prepared, prepared).sum(dim=-1)).masked_fill(undefined, float("nan"))
+        top = prepared.amax(dim=-1).masked_fill(undefined, float("nan"))
+        frobenius = _frobenius(prepared).masked_fill(undefined, float("nan"))
+    log_n = torch.log(valid)
+    return {"entropy": h,
+            "normalized_entropy": torch.where(log_n > 0, h / log_n.clamp_min(1e-30), torch.full_like(h, float("nan"))),
+            "effective_support": torch.exp(h), "max_prob": top, "kl_to_uniform": log_n - h,
+            "jacobian_frobenius": frobenius, "n_valid": valid}
+
+
 def summarize(probs: torch.Tensor, mask: torch.Tensor | None = None, saturated_at: float = 0.99,
-              uniform_kl_below: float = 0.01) -> dict[str, float]:
+              uniform_kl_below: float = 0.01, table: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
     """Means over all rows of the main statistics, plus the shares of saturated
     (max p > ``saturated_at``) and near-uniform (KL to uniform < ``uniform_kl_below``) rows.
-    Rows with fewer than two valid keys, or no distribution (see the module docstring), are left out."""
-    keep = (n_valid(probs, mask) >= 2) & ~torch.isnan(entropy(probs, mask))
+    Rows with fewer than two valid keys, or no distribution (see the module docstring), are left out.
+    ``table``: :func:`row_table` of the same probs and mask, where the caller has it already."""
+    table = row_table(probs, mask) if table is None else table
+    keep = (table["n_valid"] >= 2) & ~torch.isnan(table["entropy"])
     if not keep.any():
         raise UserError("no row has two or more valid keys and a distribution over them; nothing to summarise")
-    ne = normalized_entropy(probs, mask)[keep]
-    mp = max_prob(probs, mask)[keep]
-    kl = kl_to_uniform(probs, mask)[keep]
+    mp = table["max_prob"][keep]
+    kl = table["kl_to_uniform"][keep]
     return {
-        "normalized_entropy": float(ne.mean()),
-        "effective_support": float(effective_support(probs, mask)[keep].mean()),
+        "normalized_entropy": float(table["normalized_entropy"][keep].mean()),
+        "effective_support": float(table["effective_support"][keep].mean()),
         "max_prob": float(mp.mean()),
         "kl_to_uniform": float(kl.mean()),
-        "jacobian_frobenius": float(jacobian_frobenius(probs, mask)[keep].mean()),
+        "jacobian_frobenius": float(table["jacobian_frobenius"][keep].mean()),
         "saturated_share": float((mp > saturated_at).to(torch.float64).mean()),
         "uniform_share": float((kl < uniform_kl_below).to(torch.float64).mean()),
         "rows": int(keep.sum()),
     }
+
 
