@@ -427,3 +427,40 @@ def test_an_audio_folder_says_what_input_it_takes(tmp_path, capsys):
     assert code == 0 and family["verdict"] == "not measured"
     assert family["findings"] == ["takes input_features (audio features, e.g. log-mel frames), not token ids; "
                                   "the audit feeds token ids only"]
+
+
+# ---------------------------------------------------------------------------------------
+# Attention sinks (GPT-OSS's learned per-head logits that take mass and give no value).
+
+def test_sink_logits_are_measured_and_a_backend_that_drops_them_is_flagged():
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    def plain_without_sinks(module, query, key, value, attention_mask, s_aux=None, **kwargs):
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+
+    model = audit.tiny_model("gpt_oss", 0, {})
+    for layer in model.layers:  # per-head sink logits the probe must recover
+        with torch.no_grad():
+            layer.self_attn.sinks.copy_(torch.linspace(-1.0, 2.0, layer.self_attn.sinks.numel()))
+    AttentionInterface.register("plain_without_sinks", plain_without_sinks)
+    try:
+        result = audit.audit_model(model, "gpt_oss", ("eager", "plain_without_sinks"))
+    finally:
+        AttentionInterface._global_mapping.pop("plain_without_sinks")
+    heads = torch.linspace(-1.0, 2.0, model.config.num_attention_heads)
+    for row in result.layers:
+        sink = row["backends"]["eager"]["kernel"]["sink"]
+        assert sink["present"] and sink["sink_logit"] == pytest.approx(float(heads.median()), abs=1e-6)
+        # at a causal row with one visible key and the largest sink, the key keeps 1 / (1 + e^2)
+        assert sink["min_key_mass"] == pytest.approx(1 / (1 + math.exp(2.0)), rel=1e-6)
+        assert not row["backends"]["plain_without_sinks"]["kernel"]["sink"]["present"]
+    assert result.verdict == "backend disagreement"
+    assert any("eager gives attention mass to a sink, plain_without_sinks does not" in f for f in result.findings)
+    assert verdicts.family_row(result, ("eager",))["sinks"].startswith("sink logit ")
+
+
+def test_a_family_without_sinks_says_none():
+    result = audit.audit_family("llama", ("eager", "sdpa"))
+    assert all(not row["backends"][b]["kernel"]["sink"]["present"] for row in result.layers for b in ("eager", "sdpa"))
+    assert verdicts.family_row(result, ("eager", "sdpa"))["sinks"] == "none"

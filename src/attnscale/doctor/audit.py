@@ -81,6 +81,7 @@ def kernel_results(calls) -> list[dict]:
         if key not in cache:
             try:
                 cache[key] = kernel.analyse(kernel.call_measure(call), call.query.shape[-1]).to_dict()
+                cache[key]["sink"] = kernel.sink_probe(call).to_dict()
             except (RuntimeError, ValueError, TypeError, IndexError) as error:
                 cache[key] = {"factor": float("nan"), "nonlinearity": "not measurable", "cap": None,
                               "error": families.first_line(error)}

@@ -13,7 +13,11 @@ callable (a port of an attention kernel).
   read where it has fallen below 0.9 and the cap solved from the exact tanh difference; a
   second offset must give the same cap within 5%, or the non-linearity is named but not a
   tanh cap;
-* dependence on the number of keys n: the factor at n = 2, 8, 64 (log-n scaling shows).
+* dependence on the number of keys n: the factor at n = 2, 8, 64 (log-n scaling shows);
+* attention sinks (learned logits that take probability mass and give no value, as GPT-OSS's
+  ``sinks``): with every q.k = 0, value 0 reads key 0 alone and value 1 reads every key, so
+  a row's output holds p_0 and the mass m of all real keys.  Without a sink m = 1; with one,
+  the sink holds 1 - m, and its logit relative to key 0's is log((1 - m) / p_0).
 """
 
 from __future__ import annotations
@@ -133,6 +137,56 @@ def analyse(measure: Measure, d_k: int) -> KernelResult:
                             rough.rows)
     return KernelResult(factor, d_k, rough.linear, "non-linear" if finite else "not measurable", None, None, ratios,
                         rough.spread, rough.rows)
+
+
+SINK_MASS_TOL = {torch.float64: 1e-9, torch.float32: 1e-5}  # real keys' mass below 1 - this: a sink (else 1e-2)
+
+
+@dataclass
+class SinkResult:
+    """The mass the real keys keep at equal logits (1 without a sink) and the sink's logit
+    relative to key 0's, over the rows that can read both (None where there is no sink)."""
+
+    present: bool
+    min_key_mass: float | None
+    sink_logit: float | None
+    rows: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def sink_probe(call, dtype=None) -> SinkResult:
+    """Whether a recorded AttentionCall's function gives probability mass to something that is
+    not a key (needs d_v >= 2: one value reads key 0, the other every key)."""
+    shapes = [(1, *t.shape[1:]) for t in (call.query, call.key, call.value)]
+    if shapes[2][-1] < 2 or shapes[1][-2] < 1:
+        return SinkResult(False, None, None, 0)
+    work = dtype or (torch.float64 if call.query.dtype == torch.float32 else call.query.dtype)
+    q = torch.zeros(shapes[0], dtype=work, device=call.query.device)
+    q[..., 0] = 1.0
+    k = torch.zeros(shapes[1], dtype=work, device=call.query.device)
+    v = torch.zeros(shapes[2], dtype=work, device=call.query.device)
+    v[..., 0, 0] = 1.0
+    v[..., 1] = 1.0
+    try:
+        out = call.call(q, k, v)
+    except RuntimeError:
+        if work == call.query.dtype:
+            raise
+        return sink_probe(call, call.query.dtype)
+    out = (out[0] if isinstance(out, (tuple, list)) else out).double()
+    first, mass = out[..., 0].flatten(), out[..., 1].flatten()
+    readable = torch.isfinite(first) & torch.isfinite(mass) & (first > 0) & (mass > 0)
+    first, mass = first[readable], mass[readable]
+    if not mass.numel():
+        return SinkResult(False, None, None, 0)
+    tol = SINK_MASS_TOL.get(work, 1e-2)
+    sunk = mass < 1 - tol
+    if not sunk.any():
+        return SinkResult(False, float(mass.min()), None, int(mass.numel()))
+    logits = torch.log((1 - mass[sunk]) / first[sunk])
+    return SinkResult(True, float(mass.min()), float(logits.median()), int(mass.numel()))
 
 
 def _split(out, count: int) -> list:

@@ -77,6 +77,11 @@ def backend_findings(row: dict, backend: str) -> list[str]:
             found.append(f"{row['name']}: {backend} {what} factor {value:.6g}, eager {reference:.6g}")
     if caps_differ(other["kernel"].get("cap"), eager["kernel"].get("cap")):
         found.append(f"{row['name']}: {backend} soft cap {other['kernel'].get('cap')}, eager {eager['kernel'].get('cap')}")
+    sinks = [entry["kernel"].get("sink") for entry in (eager, other)]
+    if all(sinks) and sinks[0]["rows"] and sinks[1]["rows"] and sinks[0]["present"] != sinks[1]["present"]:
+        has, lacks = (backend, "eager") if sinks[1]["present"] else ("eager", backend)
+        found.append(f"{row['name']}: {has} gives attention mass to a sink, {lacks} does not (the keys' mass at equal "
+                     f"logits: {backend} {fmt(sinks[1]['min_key_mass'])}, eager {fmt(sinks[0]['min_key_mass'])})")
     if eager.get("path") and other.get("path"):
         seen = [i for i, (a, b) in enumerate(zip(eager["path"]["per_query"], other["path"]["per_query"]))
                 if (a == a) != (b == b)]
@@ -181,6 +186,21 @@ def nonlinearity(rows: list[dict]) -> str:
     return ", ".join(dict.fromkeys(found)) or ("linear" if rows else "-")
 
 
+def sinks(rows: list[dict]) -> str:
+    """The eager attention sinks: the sink logit relative to a key's at q.k = 0 (its range over
+    layers), "none" where every readable layer gives all its mass to the keys."""
+    logits, read = [], False
+    for row in rows:
+        sink = row["backends"]["eager"]["kernel"].get("sink")
+        if sink and sink["rows"]:
+            read = True
+            if sink["present"]:
+                logits.append(sink["sink_logit"])
+    if logits:
+        return f"sink logit {span(logits)}"
+    return "none" if read else "-"
+
+
 def family_row(result, backends) -> dict:
     """family, declared factor, measured per backend, non-linearity, position dependence, verdict."""
     rows = result.layers
@@ -196,7 +216,7 @@ def family_row(result, backends) -> dict:
             row[backend] = span([judged_factor(r["backends"][backend]) for r in rows if backend in r["backends"]])
             if row[backend] == "-" and info.get("parity") is not None:
                 row[backend] = f"parity {info['parity']:.2g}"
-    row.update({"non-linearity": nonlinearity(rows), "position dependence": dependence(rows),
+    row.update({"non-linearity": nonlinearity(rows), "sinks": sinks(rows), "position dependence": dependence(rows),
                 "verdict": result.verdict if result.status == "audited" else "skipped",
                 "seconds": round(result.seconds, 2)})
     return row

@@ -23,7 +23,7 @@ from ..doctor import audit as audit_api
 from ..errors import UserError
 from ..plotting import pyplot, save
 
-VERSION = 2  # 2: factors declared from the attention class's own code; gemma3n_text, zamba2 built; length row by row
+VERSION = 3  # 2: factors declared from the attention class's own code; gemma3n_text, zamba2 built; length row by row; 3: sinks
 NUMBER_KEYS: dict[str, tuple[str, ...]] = {}  # the audit tests no claim of the source, so its findings carry no numbers
 
 # A representative subset for the quick preset (about 15 s on 2 cores).
@@ -60,6 +60,7 @@ def compact(result) -> dict:
             "name": row["name"], "d_k": row["d_k"], "declared": row["declared"]["path_first"],
             "declared_rules": row["declared"]["rules"],
             "measured": {backend: {"kernel": entry["kernel"].get("factor"), "cap": entry["kernel"].get("cap"),
+                                   "sink_logit": (entry["kernel"].get("sink") or {}).get("sink_logit"),
                                    "path": (entry.get("path") or {}).get("factor"),
                                    "form": (entry.get("path") or {}).get("form")}
                          for backend, entry in row["backends"].items()},
