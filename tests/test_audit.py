@@ -457,10 +457,38 @@ def test_sink_logits_are_measured_and_a_backend_that_drops_them_is_flagged():
         assert not row["backends"]["plain_without_sinks"]["kernel"]["sink"]["present"]
     assert result.verdict == "backend disagreement"
     assert any("eager gives attention mass to a sink, plain_without_sinks does not" in f for f in result.findings)
-    assert verdicts.family_row(result, ("eager",))["sinks"].startswith("sink logit ")
+    assert verdicts.family_row(result, ("eager",))["other mechanisms"].startswith("sink logit ")
 
 
 def test_a_family_without_sinks_says_none():
     result = audit.audit_family("llama", ("eager", "sdpa"))
     assert all(not row["backends"][b]["kernel"]["sink"]["present"] for row in result.layers for b in ("eager", "sdpa"))
-    assert verdicts.family_row(result, ("eager", "sdpa"))["sinks"] == "none"
+    assert verdicts.family_row(result, ("eager", "sdpa"))["other mechanisms"] == "none"
+
+
+# ---------------------------------------------------------------------------------------
+# Mechanisms outside the factor, named (and measured around where they would hide the factor).
+
+def test_an_input_multiplier_outside_the_factor_is_named():
+    result = audit.audit_family("falcon_h1", ("eager",), attention_in_multiplier=0.5)
+    row = verdicts.family_row(result, ("eager",))
+    assert result.verdict == "ok" and row["eager"] == "0.25"  # the factor on the q and k that reach the product
+    assert "attention input x0.5" in row["other mechanisms"] and "x0.25" in row["other mechanisms"]
+    assert "ATTENTION_IN_MULTIPLIER" in result.layers[0]["declared"]["rules"]
+    plain = verdicts.family_row(audit.audit_family("falcon_h1", ("eager",)), ("eager",))
+    assert "attention input" not in plain["other mechanisms"]  # the default 1 changes nothing
+
+
+@pytest.mark.parametrize("family, overrides, factor", [
+    ("mpt", {"attn_config": {"clip_qkv": 0.5, "softmax_scale": 0.05}}, 0.05),  # fused Wqkv, inline attention
+    ("olmo", {"clip_qkv": 0.3}, 0.25),
+])
+def test_clipped_q_k_v_are_measured_inside_the_clip_and_named(family, overrides, factor):
+    """A clip of q, k and v would flatten the designs (doubling q changes nothing: "q normalised");
+    the designs stay inside it, so the factor is measured, and the clip is named."""
+    result = audit.audit_family(family, ("eager",), **overrides)
+    row = verdicts.family_row(result, ("eager",))
+    assert result.verdict == "ok", result.findings
+    assert float(row["eager"]) == pytest.approx(factor, rel=FACTOR_REL) and row["non-linearity"] == "linear"
+    clip = overrides.get("clip_qkv") or overrides["attn_config"]["clip_qkv"]
+    assert f"clipped at +-{clip:g}" in row["other mechanisms"]

@@ -49,7 +49,7 @@ def print_table(report: dict) -> None:
 
     console = terminal if terminal.is_terminal and terminal.width >= 132 else Console(width=160, highlight=False)
     table = Table(title=f"scale audit: transformers {report['transformers']}, backends {', '.join(report['backends'])}")
-    columns = ["family", "declared", *report["backends"], "non-linearity", "sinks", "position dependence", "verdict", "seconds"]
+    columns = ["family", "declared", *report["backends"], "non-linearity", "other mechanisms", "position dependence", "verdict", "seconds"]
     for column in columns:
         table.add_column(HEADERS.get(column, column), no_wrap=column in ("family", "verdict"),
                          justify="right" if column in ("declared", "seconds", *report["backends"]) else "left")

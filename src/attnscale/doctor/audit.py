@@ -168,7 +168,7 @@ def path_results(model, backend: str, calls, layouts: dict, units: dict, main=No
         if rows is None:
             out.append(None)
             continue
-        summary = paths.summarize(rows, units[key], rows_of("longer", index, key), positions)
+        summary = paths.summarize(rows, paths.logit_unit(units, key), rows_of("longer", index, key), positions)
         summary["layout"] = layouts[key].name
         out.append(summary)
     return out
@@ -190,7 +190,7 @@ def backend_pass(model, backend: str, reference_hidden, inputs, units: dict, lay
         for call, result in zip(calls, kernels):
             factor = result.get("factor")
             scale = abs(factor) if factor and math.isfinite(factor) else call.query.shape[-1] ** -0.5
-            units.setdefault(id(call.module), 0.1 / scale)
+            units.setdefault(id(call.module), min(0.1 / scale, units.get("clip", math.inf) / 4))
         layouts, main = choose_layouts(model, backend, calls, units)
     return calls, hidden, parity, kernels, path_results(model, backend, calls, layouts, units, main), layouts
 
@@ -244,7 +244,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     vocab = getattr(model.config, "vocab_size", None) or 100
     ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
     inputs = model_inputs(model, ids, torch.ones_like(ids))
-    units: dict = {}
+    units = paths.inside_clip({}, declared_rules.clip_of(model.config))
     layouts, reference, measured = None, None, {}
     with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
         torch.manual_seed(seed)

@@ -67,6 +67,15 @@ TEMPERATURE_TUNING = SourceRule("models/llama4/modeling_llama4.py",
                                 "torch.log1p(torch.floor((positions.float() + 1.0) / self.floor_scale)) * self.attn_scale + 1.0",
                                 "layers without RoPE scale q by log1p(floor((i + 1) / floor_scale)) * attn_scale + 1 "
                                 "at sequence index i")
+# Mechanisms outside the factor: they change the logits of real inputs, not the factor the whole
+# path applies to the q and k that reach the product (named next to the measured factor).
+ATTENTION_IN_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py",
+                                     "hidden_states=hidden_states * self.attention_in_multiplier",
+                                     "the attention layer's input times attention_in_multiplier m: q, k and v of a "
+                                     "given hidden state scale by m, q.k by m^2, before the factor")
+CLIP_QKV = SourceRule("models/mpt/modeling_mpt.py", "mixed_qkv = mixed_qkv.clamp(min=-self.clip_qkv, max=self.clip_qkv)",
+                      "q, k and v clamped to [-clip_qkv, clip_qkv] after the projections (MPT, DBRX, OLMo, OLMoE): "
+                      "|q.k| at most d_k clip^2, the path linear only inside the clip")
 RULES = {name: rule for name, rule in globals().items() if isinstance(rule, SourceRule)}
 
 # Families whose modeling file states T5's convention (each is a copy of T5's attention).
@@ -87,6 +96,7 @@ class Declared:
     position: str | None  # declared dependence on position or length
     rules: list[str] = field(default_factory=list)
     fields: dict = field(default_factory=dict)
+    outside: list[str] = field(default_factory=list)  # mechanisms outside the factor, named
 
     def path(self, last: bool) -> float | None:
         """The factor the whole path should apply along the first (or last) coordinate."""
@@ -301,8 +311,35 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         fields.update(attn_temperature_tuning=True, floor_scale=getattr(config, "floor_scale", None),
                       attn_scale=getattr(config, "attn_scale", None))
         rules.append("TEMPERATURE_TUNING")
+    outside = outside_the_factor(config, model_type, code, fields, rules)
     return Declared(head_dim, kernel, gain**2, float(key_multiplier) if isinstance(key_multiplier, (int, float)) else 1.0,
-                    first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields)
+                    first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
+                    outside)
+
+
+def clip_of(config) -> float | None:
+    attn_config = getattr(config, "attn_config", None)
+    value = (attn_config.get("clip_qkv") if isinstance(attn_config, dict) else getattr(attn_config, "clip_qkv", None))
+    value = getattr(config, "clip_qkv", None) if value is None else value
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def outside_the_factor(config, model_type: str, code: str, fields: dict, rules: list[str]) -> list[str]:
+    """The config fields that change the logits outside the factor, where the code reads them."""
+    found = []
+    multiplier = getattr(config, "attention_in_multiplier", None)
+    if (isinstance(multiplier, (int, float)) and multiplier != 1
+            and family_applies_text(model_type, ATTENTION_IN_MULTIPLIER)):
+        fields["attention_in_multiplier"] = multiplier
+        rules.append("ATTENTION_IN_MULTIPLIER")
+        found.append(f"attention input x{multiplier:g} (attention_in_multiplier, read from the code: q.k of a given "
+                     f"hidden state x{multiplier**2:.4g})")
+    clip = clip_of(config)
+    if clip is not None and "clip_qkv" in code and ".clamp" in code:
+        fields["clip_qkv"] = clip
+        rules.append("CLIP_QKV")
+        found.append(f"q, k, v clipped at +-{clip:g} (clip_qkv, read from the code; the designs stay inside it)")
+    return found
 
 
 def scaling_lines(model) -> list[str]:

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import UserError
 from . import paths
+from .declared import clip_of
 
 HEAD_COUNT_NAMES = ("num_attention_heads", "num_heads", "n_heads", "n_head", "num_attention_heads_per_partition")
 
@@ -112,7 +113,8 @@ def legacy_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -
     found = attention_modules(model)
     if not found:
         raise UserError("no attention function to intercept and no module with q and k projections")
-    units = {id(module): 0.1 * math.sqrt(options[0].q[0].size) for _, module, options in found}
+    units = paths.inside_clip({id(module): 0.1 * math.sqrt(options[0].q[0].size) for _, module, options in found},
+                              clip_of(model.config))
     positions = paths.accepts(model, "position_ids")
     pending = {id(module): (module, list(options)) for _, module, options in found}
     chosen, main_rows = {}, {}
@@ -125,7 +127,7 @@ def legacy_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -
         for key, (module, layout) in trial.items():
             if key in main:
                 rows = rows_from_weights(main[key])
-                if layout.name.startswith("separate") or plausible(paths.summarize(rows, units[key], None, positions)):
+                if layout.name.startswith("separate") or plausible(paths.summarize(rows, paths.logit_unit(units, key), None, positions)):
                     chosen[key], main_rows[key] = (module, layout), rows
                     pending.pop(key)
         pending = {key: item for key, item in pending.items() if item[1]}
@@ -139,7 +141,7 @@ def legacy_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -
         if key not in chosen:
             continue
         layout = chosen[key][1]
-        summary = paths.summarize(main_rows[key], units[key],
+        summary = paths.summarize(main_rows[key], paths.logit_unit(units, key),
                                   rows_from_weights(longer[key]) if key in longer else None, positions)
         summary["layout"] = layout.name
         d = layout.q[0].size

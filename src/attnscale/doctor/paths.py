@@ -130,13 +130,13 @@ DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0), Design(1, 2, False, 0
 LENGTH_DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0))  # the factor again, at another length
 
 
-def head_vectors(designs, tokens: int, dim: int, gap_unit: float, role: str, dtype) -> torch.Tensor:
-    """(B, T, dim) designed q (every token) or k (tokens 0 and 1) per design."""
+def head_vectors(designs, tokens: int, dim: int, gap_unit: float, role: str, dtype, q_unit: float = 1.0) -> torch.Tensor:
+    """(B, T, dim) designed q (every token, m q_unit) or k (tokens 0 and 1) per design."""
     out = torch.zeros(len(designs), tokens, dim, dtype=dtype)
     for b, design in enumerate(designs):
         coordinate = dim - 1 if design.last else 0
         if role == "q":
-            out[b, :, coordinate] = design.q_scale
+            out[b, :, coordinate] = design.q_scale * q_unit
         else:
             out[b, 0, coordinate] = design.gap * gap_unit / 2
             out[b, 1, coordinate] = -design.gap * gap_unit / 2
@@ -164,15 +164,34 @@ def write_hook(writes: list[tuple[Block, torch.Tensor]]):
 
 def install(layouts: dict, units: dict, designs, tokens: int, dtype) -> list:
     """Hooks that write the designs into every chosen layout; returns their handles.
-    ``layouts`` and ``units`` map an attention module's id to its Layout and gap unit G."""
+    ``layouts`` and ``units`` map an attention module's id to its Layout and gap unit G;
+    ``units["q"]``, where given, is the unit of the designed q (see :func:`logit_unit`)."""
     writes: dict[int, tuple[torch.nn.Module, list]] = {}
     for key, layout in layouts.items():
         for role, blocks in (("q", layout.q), ("k", layout.k)):
             dim = max(b.first + b.size for b in blocks)
-            vectors = head_vectors(designs, tokens, dim, units[key], role, dtype)
+            vectors = head_vectors(designs, tokens, dim, units[key], role, dtype, units.get("q", 1.0))
             for block in blocks:
                 writes.setdefault(id(block.module), (block.module, []))[1].append((block, vectors))
     return [module.register_forward_hook(write_hook(pairs)) for module, pairs in writes.values()]
+
+
+def logit_unit(units: dict, key: int) -> float:
+    """q.k_0 - q.k_1 of the design with m = 1 and gap 1: G times the q unit.  The q unit is 1 unless
+    the model clips q, k and v (clip_qkv): then q, k stay well inside the clip (<= clip / 2), so
+    that the designed vectors reach the product unchanged."""
+    return units[key] * units.get("q", 1.0)
+
+
+def inside_clip(units: dict, clip: float | None) -> dict:
+    """Designs that a clip of q, k and v (clip_qkv) leaves alone: the q unit clip / 4 (so |q| <= clip / 2)
+    and every gap unit G at most clip / 4 (|k| <= G), also for modules added later (``units["clip"]``)."""
+    if clip is not None:
+        units.update(clip=clip, q=min(1.0, clip / 4))
+        for key, gap in units.items():
+            if isinstance(key, int):
+                units[key] = min(gap, clip / 4)
+    return units
 
 
 def accepts(model, name: str) -> bool:

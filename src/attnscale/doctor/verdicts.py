@@ -108,8 +108,10 @@ def judge_family(result: FamilyAudit, backends) -> None:
         eager = result.backends.get("eager", {})
         forms = sorted({row["backends"]["eager"]["path"]["form"] for row in result.layers
                         if row["backends"]["eager"].get("path")})
+        named = list(dict.fromkeys(n for row in result.layers for n in row["declared"].get("outside", [])))
+        why = f" ({'; '.join(named)}: the designed q and k do not reach the product unchanged)" if named else ""
         result.verdict = "not measured"
-        result.findings = [f"whole path: {', '.join(forms)}" if forms and eager.get("accepted") else
+        result.findings = [f"whole path: {', '.join(forms)}{why}" if forms and eager.get("accepted") else
                            eager.get("reason") or "no attention call could be read"]
         return
     mismatches = [f for row in readable for f in layer_findings(row, "eager")]
@@ -186,19 +188,21 @@ def nonlinearity(rows: list[dict]) -> str:
     return ", ".join(dict.fromkeys(found)) or ("linear" if rows else "-")
 
 
-def sinks(rows: list[dict]) -> str:
-    """The eager attention sinks: the sink logit relative to a key's at q.k = 0 (its range over
-    layers), "none" where every readable layer gives all its mass to the keys."""
-    logits, read = [], False
+def other_mechanisms(rows: list[dict]) -> str:
+    """What changes the logits outside the factor: the eager attention sinks (the sink logit
+    relative to a key's at q.k = 0, its range over layers) and the mechanisms the config declares
+    outside the factor (an input multiplier, q/k/v clipping); "none" where the layers were read
+    and have none."""
+    logits, read, named = [], False, []
     for row in rows:
         sink = row["backends"]["eager"]["kernel"].get("sink")
         if sink and sink["rows"]:
             read = True
             if sink["present"]:
                 logits.append(sink["sink_logit"])
-    if logits:
-        return f"sink logit {span(logits)}"
-    return "none" if read else "-"
+        named += row["declared"].get("outside", [])
+    found = ([f"sink logit {span(logits)}"] if logits else []) + list(dict.fromkeys(named))
+    return ", ".join(found) or ("none" if read else "-")
 
 
 def family_row(result, backends) -> dict:
@@ -216,7 +220,7 @@ def family_row(result, backends) -> dict:
             row[backend] = span([judged_factor(r["backends"][backend]) for r in rows if backend in r["backends"]])
             if row[backend] == "-" and info.get("parity") is not None:
                 row[backend] = f"parity {info['parity']:.2g}"
-    row.update({"non-linearity": nonlinearity(rows), "sinks": sinks(rows), "position dependence": dependence(rows),
+    row.update({"non-linearity": nonlinearity(rows), "other mechanisms": other_mechanisms(rows), "position dependence": dependence(rows),
                 "verdict": result.verdict if result.status == "audited" else "skipped",
                 "seconds": round(result.seconds, 2)})
     return row
