@@ -492,3 +492,17 @@ def test_clipped_q_k_v_are_measured_inside_the_clip_and_named(family, overrides,
     assert float(row["eager"]) == pytest.approx(factor, rel=FACTOR_REL) and row["non-linearity"] == "linear"
     clip = overrides.get("clip_qkv") or overrides["attn_config"]["clip_qkv"]
     assert f"clipped at +-{clip:g}" in row["other mechanisms"]
+
+
+def test_a_layer_whose_whole_path_cannot_be_driven_says_so_and_reads_its_own_inputs():
+    """Inkling's keys pass a short convolution over positions before the product: the designed keys
+    cannot be written, so nothing is claimed about the whole path (not "linear", not "none"), the
+    reason is named, and QK-norm is read from the layer's own q and k (RMS-normalised per head)."""
+    result = audit.audit_family("inkling_text", ("eager",))
+    row = verdicts.family_row(result, ("eager",))
+    assert all(layer["backends"]["eager"]["path"] is None for layer in result.layers)
+    assert "convolution over positions (k_sconv.conv1d)" in row["non-linearity"]
+    assert row["non-linearity"].startswith("QK-norm (from the layer's own q and k)")
+    assert row["position dependence"] == "not measured (no whole path read)"
+    llama = verdicts.family_row(audit.audit_family("llama", ("eager",)), ("eager",))
+    assert (llama["non-linearity"], llama["position dependence"]) == ("linear", "none")

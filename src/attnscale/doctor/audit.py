@@ -305,13 +305,41 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> 
             set_attn_implementation(model, previous)
 
 
+def why_no_path(module) -> str:
+    """Why the whole path of an attention module could not be driven, as far as its children say."""
+    convolutions = [name for name, child in module.named_modules() if isinstance(child, torch.nn.Conv1d)]
+    if convolutions:
+        return (f"a convolution over positions ({convolutions[0]}) sits between the projections and the product, "
+                "so designed keys do not reach it as written")
+    return "no q/k projection layout passed the check on what reaches the attention function"
+
+
+NORMALISED_SPREAD = 1e-3  # per-vector norms of q (or k) this close across tokens: normalised
+
+
+def input_norms(call) -> dict:
+    """What the layer's own q and k show where the whole path cannot be driven: whether every
+    q (and k) vector has one norm per head (QK-norm), and how the q norm moves with the row."""
+    out = {}
+    for role, tensor in (("q", call.query), ("k", call.key)):
+        norms = tensor.detach().double().norm(dim=-1)  # (B, H, T)
+        centre = norms.median(dim=-1).values.clamp_min(1e-300)
+        spread = float(((norms.amax(dim=-1) - norms.amin(dim=-1)) / centre).max()) if norms.shape[-1] > 1 else 0.0
+        out[f"{role}_norm_spread"] = spread
+    out["normalised"] = [role for role in ("q", "k") if out[f"{role}_norm_spread"] <= NORMALISED_SPREAD]
+    return out
+
+
 def layer_rows(model, family: str, measured: dict) -> list[dict]:
-    calls = measured["eager"][0]
+    calls, _, wholes = measured["eager"]
     rows = []
     for index, call in enumerate(calls):
         declared = declared_of(model, call, index, family)
         row = {"name": call.name, "layer": layer_index(call.module, index), "d_k": int(call.query.shape[-1]),
                "declared": declared.to_dict(), "backends": {}}
+        if wholes[index] is None:
+            row["path_missing"] = why_no_path(call.module)
+            row["inputs"] = input_norms(call)
         for backend, (b_calls, kernels, wholes) in measured.items():
             if index < len(b_calls) and b_calls[index].module is call.module:
                 row["backends"][backend] = {"kernel": kernels[index], "path": wholes[index]}

@@ -168,7 +168,11 @@ def dependence(rows: list[dict]) -> str:
             found.append("position ids")
         if path.get("length_change") is not None and path["length_change"] > DEPENDENCE_TOL:
             found.append("length")  # row by row: a factor of the query row alone is not a length one
-    return ", ".join(dict.fromkeys(found)) or ("none" if rows else "-")
+    read = sum(bool(row["backends"]["eager"].get("path")) for row in rows)
+    if rows and not read:
+        return "not measured (no whole path read)"
+    text = ", ".join(dict.fromkeys(found)) or ("none" if rows else "-")
+    return text if read == len(rows) else f"{text} ({read} of {len(rows)} layers' whole path read)"
 
 
 def nonlinearity(rows: list[dict]) -> str:
@@ -185,7 +189,15 @@ def nonlinearity(rows: list[dict]) -> str:
             found.append(path["form"] if path["form"] != "q and k normalised" else "QK-norm")
         elif path and path.get("form_last") not in (None, "linear", "not readable", path["form"]):
             found.append(f"{path['form_last']} (last coordinate)")
-    return ", ".join(dict.fromkeys(found)) or ("linear" if rows else "-")
+    for row in rows:
+        normalised = (row.get("inputs") or {}).get("normalised", [])
+        if normalised:
+            found.append("QK-norm (from the layer's own q and k)" if len(normalised) == 2 else
+                         f"{normalised[0]} normalised (from the layer's own {normalised[0]})")
+    text = ", ".join(dict.fromkeys(found)) or ("linear" if rows else "-")
+    if rows and not any(row["backends"]["eager"].get("path") for row in rows):
+        return f"{text} (attention function only: {rows[0].get('path_missing', 'no whole path read')})"
+    return text
 
 
 def other_mechanisms(rows: list[dict]) -> str:
