@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnscale.doctor import audit, declared, kernel, verdicts
+from attnscale.doctor import audit, declared, families, kernel, verdicts
 from attnscale.lab import audit as lab
 
 TRANSFORMERS = Path(__import__("transformers").__file__).parent
@@ -425,8 +425,8 @@ def test_an_audio_folder_says_what_input_it_takes(tmp_path, capsys):
     code, out, _ = run_cli(["audit", str(tmp_path), "--json"], capsys)
     family = json.loads(out)["families"][0]
     assert code == 0 and family["verdict"] == "not measured"
-    assert family["findings"] == ["takes input_features (audio features, e.g. log-mel frames), not token ids; "
-                                  "the audit feeds token ids only"]
+    assert family["findings"] == ["takes input_features (audio features, e.g. log-mel frames); the audit feeds "
+                                  "token ids and images only"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -506,3 +506,47 @@ def test_a_layer_whose_whole_path_cannot_be_driven_says_so_and_reads_its_own_inp
     assert row["position dependence"] == "not measured (no whole path read)"
     llama = verdicts.family_row(audit.audit_family("llama", ("eager",)), ("eager",))
     assert (llama["non-linearity"], llama["position dependence"]) == ("linear", "none")
+
+
+# ---------------------------------------------------------------------------------------
+# Coverage: every model type with a base model, vision encoders fed an image.
+
+def test_every_base_model_type_is_listed():
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    listed = [name for _, name in audit.plan(None)]
+    assert len(listed) == len(set(listed)) >= 400
+    assert set(MODEL_MAPPING_NAMES) <= set(listed)
+    assert {family.model_type for family in families.text_families()} <= set(listed)
+
+
+@pytest.mark.parametrize("family", ["vit", "dinov2", "siglip_vision_model", "clip_vision_model", "vit_mae"])
+def test_vision_encoders_are_audited_from_an_image(family):
+    """A 32 x 32 image in 8 x 8 patches: every backend measured, the factor the source states
+    (head_dim^-0.5 = 0.25 at head dim 16); ViT-MAE masks patches at random, with the same draws
+    under every backend, so the outputs agree."""
+    result = audit.audit_family(family, ("eager", "sdpa"))
+    row = verdicts.family_row(result, ("eager", "sdpa"))
+    assert result.status == "audited" and result.verdict == "ok", result.findings
+    assert row["eager"] == row["sdpa"] == row["declared"] == "0.25"
+    assert all(layer["backends"]["eager"]["path"]["form"] == "linear" for layer in result.layers)
+
+
+def test_skips_name_what_the_family_lacks():
+    no_attention = audit.audit_family("resnet", ("eager",))
+    assert no_attention.status == "skipped" and no_attention.reason.startswith("no attention module")
+    composite = audit.audit_family("llava", ("eager",))
+    assert composite.reason == ("a composite of other families (vision_config: clip_vision_model, audited as its own "
+                                "family; text_config: llama, audited as its own family)")
+    towers = audit.audit_family("align", ("eager",)).reason
+    assert towers.startswith("multimodal composite (vision_config: align_vision_model, no base model of its own; ")
+    audio = audit.audit_family("whisper", ("eager",))
+    assert "takes input_features" in audio.reason
+
+
+def test_a_query_scaled_before_rope_is_declared():
+    """ESM multiplies q by head_dim^-0.5 before RoPE and passes factor 1 to the attention function."""
+    result = audit.audit_family("esm", ("eager", "sdpa"))
+    assert result.verdict == "ok", result.findings
+    assert "QUERY_PRESCALE" in result.layers[0]["declared"]["rules"]
+    assert verdicts.family_row(result, ("eager",))["eager"] == "0.25"

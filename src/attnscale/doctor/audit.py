@@ -89,6 +89,12 @@ def kernel_results(calls) -> list[dict]:
     return out
 
 
+def probe_tokens(model, calls) -> int:
+    """The sequence length of the designed passes: TOKENS for token ids; for images, the length the
+    first attention call sees (patches, and a class token where the family has one)."""
+    return TOKENS if paths.main_input(model) == "input_ids" else int(calls[0].query.shape[-2])
+
+
 def choose_layouts(model, backend: str, calls, units: dict) -> tuple[dict, list | None]:
     """The first candidate layout per attention module that passes the check on what reaches
     the attention function (modules with none are left out), and the designed calls of the
@@ -101,7 +107,7 @@ def choose_layouts(model, backend: str, calls, units: dict) -> tuple[dict, list 
     while pending:
         trial = {key: options.pop(0) for key, options in pending.items()}
         try:
-            designed = designed_calls(model, backend, trial, units, paths.DESIGNS, TOKENS, vocab)
+            designed = designed_calls(model, backend, trial, units, paths.DESIGNS, probe_tokens(model, calls), vocab)
         except (RuntimeError, ValueError, IndexError, TypeError):
             designed = []
         checked = {}
@@ -147,7 +153,10 @@ def path_results(model, backend: str, calls, layouts: dict, units: dict, main=No
         return [None] * len(calls)
     vocab = getattr(model.config, "vocab_size", None) or 100
     runs = {"main": main}
-    for name, designs, tokens in (("main", paths.DESIGNS, TOKENS), ("longer", paths.LENGTH_DESIGNS, LONGER_TOKENS)):
+    plan = [("main", paths.DESIGNS, probe_tokens(model, calls))]
+    if paths.main_input(model) == "input_ids":  # an image has one length at its size
+        plan.append(("longer", paths.LENGTH_DESIGNS, LONGER_TOKENS))
+    for name, designs, tokens in plan:
         if runs.get(name) is not None:
             continue
         try:
@@ -157,7 +166,7 @@ def path_results(model, backend: str, calls, layouts: dict, units: dict, main=No
     positions = paths.accepts(model, "position_ids")
 
     def rows_of(name, index, key):
-        run = runs[name]
+        run = runs.get(name)
         ok = run is not None and index < len(run) and id(run[index].module) == key
         return paths.log_ratios(run[index].output) if ok else None
 
@@ -222,6 +231,16 @@ def declared_of(model, call, fallback_index: int, model_type: str) -> declared_r
 
 INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_values": "raw audio samples",
                "pixel_values": "images"}
+FED = ("input_ids", "pixel_values")  # what the audit feeds: token ids, or a 32 x 32 image
+
+
+def first_inputs(model) -> dict:
+    """The real pass's inputs: TOKENS token ids (and their mask), or one image."""
+    if paths.main_input(model) == "pixel_values":
+        return {"pixel_values": paths.pixel_values(model.config, 1)}
+    vocab = getattr(model.config, "vocab_size", None) or 100
+    ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
+    return model_inputs(model, ids, torch.ones_like(ids))
 
 
 def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
@@ -231,24 +250,22 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     start = time.perf_counter()
     model_type = model_type or getattr(model.config, "model_type", family)
     result = FamilyAudit(family, type(model).__name__)
-    takes = getattr(model, "main_input_name", "input_ids")
-    if takes != "input_ids":
-        # an audio or vision encoder: say what it takes instead of failing on token ids
+    takes = paths.main_input(model)
+    if takes not in FED:
+        # an audio encoder: say what it takes instead of failing on token ids
         result.backends["eager"] = {"accepted": False, "parity": None,
-                                    "reason": f"takes {takes} ({INPUT_KINDS.get(takes, 'not token ids')}), not token "
-                                              "ids; the audit feeds token ids only"}
+                                    "reason": f"takes {takes} ({INPUT_KINDS.get(takes, 'not token ids')}); the audit "
+                                              "feeds token ids and images only"}
         judge_family(result, backends)
         result.seconds = time.perf_counter() - start
         return result
     order = ["eager", *[b for b in backends if b != "eager"]]
-    vocab = getattr(model.config, "vocab_size", None) or 100
-    ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
-    inputs = model_inputs(model, ids, torch.ones_like(ids))
+    inputs = first_inputs(model)
     units = paths.inside_clip({}, declared_rules.clip_of(model.config))
     layouts, reference, measured = None, None, {}
     with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
-        torch.manual_seed(seed)
         for backend in order:
+            torch.manual_seed(seed)  # every backend sees the same random draws (ViT-MAE masks patches at random)
             try:
                 calls, hidden, parity, kernels, wholes, layouts = backend_pass(model, backend, reference, inputs,
                                                                               units, layouts)
@@ -374,12 +391,12 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
         try:
             config = families.tiny_config(model_type, **{**change, **overrides})
             model = families.build(config, seed)
-            main_input = getattr(model, "main_input_name", "input_ids")
-            if main_input != "input_ids":
-                raise families.Skip(f"takes {main_input}, not token ids", final=True)
-            ids = torch.arange(3, 3 + TOKENS).unsqueeze(0) % (getattr(config, "vocab_size", 100) or 100)
+            main_input = paths.main_input(model)
+            if main_input not in FED:
+                raise families.Skip(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the audit "
+                                    "feeds token ids and images only", final=True)
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
-                model(**model_inputs(model, ids, torch.ones_like(ids)))
+                model(**first_inputs(model))
             return model
         except families.Skip as reason:
             refusal = refusal or reason
@@ -485,7 +502,7 @@ def check_callable(attn_fn, spec: str, d_k: int) -> None:
 def plan(target: str | None) -> list[tuple[str, str]]:
     """What to audit: ("family", model_type) or ("folder", path) items, checked before anything runs."""
     if target is None:
-        return [("family", family.model_type) for family in families.text_families()]
+        return [("family", family.model_type) for family in families.all_families()]
     path = Path(target).expanduser()
     if path.is_dir() or "/" in target or target.startswith("."):
         checked = check_model_dir(path)

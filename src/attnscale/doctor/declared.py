@@ -55,6 +55,9 @@ SOFTCAP = SourceRule("models/gemma2/modeling_gemma2.py", "attn_weights = attn_we
                      "logits = softcap * tanh(factor * q.k / softcap) with softcap = attn_logit_softcapping")
 KEY_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py", "* self.key_multiplier",
                             "keys times key_multiplier before the product")
+QUERY_PRESCALE = SourceRule("models/esm/modeling_esm.py", "query_layer = query_layer * self.attention_head_size**-0.5",
+                            "q times head_dim^-0.5 before RoPE, and the attention function's factor 1 (ESM): the whole "
+                            "path applies head_dim^-0.5")
 UNIT_SCALING = SourceRule("models/gemma3n/modeling_gemma3n.py", "self.scaling = 1.0",
                          "the layer's code sets factor 1 and no config field changes it (Gemma 3n: q and k are "
                          "normalised, QK-norm)")
@@ -301,6 +304,11 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     if isinstance(key_multiplier, (int, float)):
         fields["key_multiplier"] = key_multiplier
         rules.append("KEY_MULTIPLIER")
+    else:
+        key_multiplier = None
+    if applies(QUERY_PRESCALE) and head_dim:
+        key_multiplier = (1.0 if key_multiplier is None else key_multiplier) * head_dim**-0.5
+        rules.append("QUERY_PRESCALE")
     cap = getattr(config, "attn_logit_softcapping", None)
     if isinstance(cap, (int, float)):
         fields["attn_logit_softcapping"] = cap

@@ -44,7 +44,8 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # the last num_kv_shared_layers reuse the keys and values of an earlier layer of their type
                "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
                                 "layer_types": ["sliding_attention", "full_attention"] * 2},
-               "zamba2": {"layers_block_type": ["linear_attention", "hybrid"]}}
+               "zamba2": {"layers_block_type": ["linear_attention", "hybrid"]},
+               "esm": {"pad_token_id": 1}}  # its attention mask is input_ids != pad_token_id (None by default)
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})
@@ -55,6 +56,8 @@ TINY_HYBRID = {"mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16, "mamb
                "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
                "shared_expert_intermediate_size": 32, "moe_shared_expert_intermediate_size": 32, "n_groups": 1,
                "mamba_n_groups": 1}
+# Vision encoders: a 32 x 32 image in 8 x 8 patches (16 patches, and a class token where the family has one).
+VISION_TINY = {"image_size": 32, "patch_size": 8}
 MAX_PARAMETERS = 5_000_000  # a "tiny" build above this is refused (a config ignored the tiny sizes)
 MULTIMODAL_WORDS = ("vision", "audio", "speech", "image", "vq", "patcher", "projector", "acoustic", "semantic",
                     "depth", "timestamp", "esmfold")
@@ -89,6 +92,17 @@ def text_families() -> list[Family]:
     return [Family(name, tuple(kinds[name])) for name in sorted(kinds)]
 
 
+def all_families() -> list[Family]:
+    """The text families (:func:`text_families`) and every other model type with a base model
+    class (vision and audio encoders, composites, models without attention): each is audited
+    or skipped with what it lacks."""
+    from transformers.models.auto import modeling_auto
+
+    text = {family.model_type: family for family in text_families()}
+    others = [Family(name, ("base",)) for name in modeling_auto.MODEL_MAPPING_NAMES if name not in text]
+    return sorted([*text.values(), *others], key=lambda family: family.model_type)
+
+
 def config_class(model_type: str):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
@@ -113,6 +127,8 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
             kwargs.setdefault(name, value)
         elif attribute_map.get(name) in names:
             kwargs.setdefault(attribute_map[name], value)
+    if set(VISION_TINY) <= names:
+        kwargs.update(VISION_TINY)
     defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
     vocab = kwargs.get("vocab_size", TINY["vocab_size"])
     for token in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
@@ -126,12 +142,32 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
 
 def optional_sub_configs(cls, sub_configs: dict) -> set[str]:
     """The sub-configs with a tower's name that a default config of ``cls`` leaves unset: parts of
-    the family the base model does without (ESM's folding head), not towers of a composite."""
+    the family the base model may do without (ESM's folding head, Moshi's audio codec); a composite
+    whose towers then keep their own sizes is refused by the parameter bound, with its towers named."""
     if not dataclasses.is_dataclass(cls):
         return set()
     defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     return {name for name in sub_configs if name in defaults and defaults[name] is None
             and any(word in name for word in MULTIMODAL_WORDS)}
+
+
+def towers(cls, sub_configs: dict) -> str:
+    """The towers of a composite, each with its model type, and whether it is audited on its own."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    try:
+        built = cls()
+    except Exception:  # noqa: BLE001 - a config that needs arguments: name the sub-configs alone
+        return ", ".join(sub_configs)
+    parts = []
+    for name in sub_configs:
+        model_type = getattr(getattr(built, name, None), "model_type", None)
+        if not model_type:
+            parts.append(name)
+        else:
+            own = "audited as its own family" if model_type in MODEL_MAPPING_NAMES else "no base model of its own"
+            parts.append(f"{name}: {model_type}, {own}")
+    return "; ".join(parts)
 
 
 def tiny_config(model_type: str, hybrid: bool = True, **overrides):
@@ -143,14 +179,13 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
     sub_configs = {name: sub for name, sub in sub_configs.items() if name not in optional}
     multimodal = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
     if multimodal:
-        raise Skip(f"multimodal composite ({', '.join(sub_configs)}); its text model is audited as its own family "
-                   "where transformers registers one", final=True)
+        raise Skip(f"multimodal composite ({towers(cls, sub_configs)})", final=True)
     kwargs = tiny_kwargs(cls, {**FAMILY_TINY.get(model_type, {}), **(overrides or {})})
     for name, sub_cls in sub_configs.items():
         if name in kwargs:
             continue
         if getattr(sub_cls, "__name__", "") == "AutoConfig":
-            raise Skip(f"a wrapper around two other families ({', '.join(sub_configs)}), each audited on its own",
+            raise Skip(f"a composite of other families ({towers(cls, dict(getattr(cls, 'sub_configs', {}) or {}))})",
                        final=True)
         try:
             kwargs[name] = sub_cls(**tiny_kwargs(sub_cls))
@@ -182,11 +217,14 @@ def first_line(error: BaseException) -> str:
 
 
 def count_parameters(config) -> int:
-    """Parameters of the model ``config`` builds, counted on the meta device (nothing allocated)."""
+    """Parameters of the model ``config`` builds, counted on the meta device (nothing allocated);
+    raises Skip (final) for a model with no attention module at all (a CNN, a state-space model)."""
     from transformers import AutoModel
 
     with torch.device("meta"):
         model = AutoModel.from_config(config, trust_remote_code=False)
+    if not any("attention" in type(module).__name__.lower() for module in model.modules()):
+        raise Skip(f"no attention module ({type(model).__name__} has no module whose class is an attention)")
     return sum(p.numel() for p in model.parameters())
 
 
@@ -204,10 +242,17 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
     with quiet_transformers():
         try:
             parameters = count_parameters(config)
+        except Skip:
+            raise
         except Exception as error:  # noqa: BLE001 - a family transformers cannot build: skipped with the reason
             raise Skip(f"cannot be built from its config: {first_line(error)}",
                        final="Unrecognized configuration class" in str(error)) from None
         if parameters > max_parameters:
+            sub_configs = dict(getattr(type(config), "sub_configs", {}) or {})
+            tower_names = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
+            if tower_names:
+                raise Skip(f"multimodal composite ({towers(type(config), sub_configs)}): "
+                           f"{parameters:,} parameters at the tiny sizes, its towers keep their own", final=True)
             raise Skip(f"{parameters:,} parameters at the tiny sizes (more than {max_parameters:,}): the config "
                        "ignores them", final=True)
         with torch.random.fork_rng(devices=[]):

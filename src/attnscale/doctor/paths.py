@@ -201,8 +201,24 @@ def accepts(model, name: str) -> bool:
         return False
 
 
+def main_input(model) -> str:
+    return getattr(model, "main_input_name", "input_ids") or "input_ids"
+
+
+def pixel_values(config, batch: int) -> torch.Tensor:
+    """A fixed image batch at the config's size (the path probe overwrites q, k and v, so only
+    its shape matters; the kernel probe reads the real call's shapes)."""
+    size = getattr(config, "image_size", 32)
+    height, width = (size, size) if isinstance(size, int) else tuple(size)[:2]
+    channels = getattr(config, "num_channels", 3) or 3
+    generator = torch.Generator().manual_seed(0)
+    return torch.randn(1, channels, height, width, generator=generator).repeat(batch, 1, 1, 1)
+
+
 def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> dict:
     count = len(designs)
+    if main_input(model) == "pixel_values":
+        return {"pixel_values": pixel_values(model.config, count)}
     ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
     inputs = {"input_ids": ids, "attention_mask": torch.ones(count, tokens, dtype=torch.long)}
     if accepts(model, "position_ids"):
