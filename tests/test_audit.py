@@ -415,8 +415,8 @@ def test_killing_the_audit_leaves_no_worker(tmp_path):
     assert [pid for pid in workers if running(pid)] == []
 
 
-def test_an_audio_folder_says_what_input_it_takes(tmp_path, capsys):
-    """A Whisper folder is not fed token ids: the audit names the input it takes instead of failing."""
+def test_an_audio_folder_is_fed_features(tmp_path, capsys):
+    """A Whisper folder is not fed token ids: it gets mel features of the shape it takes."""
     config = {"model_type": "whisper", "d_model": 32, "encoder_layers": 1, "decoder_layers": 1,
               "encoder_attention_heads": 2, "decoder_attention_heads": 2, "encoder_ffn_dim": 64, "decoder_ffn_dim": 64,
               "vocab_size": 100, "num_mel_bins": 8, "max_source_positions": 16, "max_target_positions": 16,
@@ -424,9 +424,8 @@ def test_an_audio_folder_says_what_input_it_takes(tmp_path, capsys):
     (tmp_path / "config.json").write_text(json.dumps(config))
     code, out, _ = run_cli(["audit", str(tmp_path), "--json"], capsys)
     family = json.loads(out)["families"][0]
-    assert code == 0 and family["verdict"] == "not measured"
-    assert family["findings"] == ["takes input_features (audio features, e.g. log-mel frames); the audit feeds "
-                                  "token ids and images only"]
+    assert code == 0 and family["verdict"] == "ok", family["findings"]
+    assert family["layers"][0]["d_k"] == 16 and family["layers"][0]["backends"]["eager"]["path"]["form"] == "linear"
 
 
 # ---------------------------------------------------------------------------------------
@@ -540,8 +539,8 @@ def test_skips_name_what_the_family_lacks():
                                 "family; text_config: llama, audited as its own family)")
     towers = audit.audit_family("align", ("eager",)).reason
     assert towers.startswith("multimodal composite (vision_config: align_vision_model, no base model of its own; ")
-    audio = audit.audit_family("whisper", ("eager",))
-    assert "takes input_features" in audio.reason
+    series = audit.audit_family("patchtst", ("eager",))
+    assert series.reason.startswith("takes past_values (not token ids); the audit feeds token ids, images and audio")
 
 
 def test_a_query_scaled_before_rope_is_declared():
@@ -550,3 +549,15 @@ def test_a_query_scaled_before_rope_is_declared():
     assert result.verdict == "ok", result.findings
     assert "QUERY_PRESCALE" in result.layers[0]["declared"]["rules"]
     assert verdicts.family_row(result, ("eager",))["eager"] == "0.25"
+
+
+@pytest.mark.parametrize("family", ["wav2vec2", "hubert", "whisper", "speech_to_text"])
+def test_audio_encoders_are_audited_from_samples_or_features(family):
+    """Raw samples (wav2vec2, HuBERT) or mel features (Whisper: channels x frames; Speech2Text:
+    frames x channels), the first shape the model runs on; Whisper scales q first and calls the
+    attention function with scaling=1.0, which is declared, so its decoder is no mismatch."""
+    result = audit.audit_family(family, ("eager", "sdpa"))
+    assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
+    assert any(layer["backends"]["eager"]["path"] for layer in result.layers)  # the encoder's whole path read
+    if family == "whisper":
+        assert "Q_SCALED_FIRST" in result.layers[0]["declared"]["rules"]

@@ -231,13 +231,30 @@ def declared_of(model, call, fallback_index: int, model_type: str) -> declared_r
 
 INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_values": "raw audio samples",
                "pixel_values": "images"}
-FED = ("input_ids", "pixel_values")  # what the audit feeds: token ids, or a 32 x 32 image
+FED = ("input_ids", "pixel_values", *paths.AUDIO_INPUTS)  # token ids, a 32 x 32 image, audio samples or features
 
 
 def first_inputs(model) -> dict:
-    """The real pass's inputs: TOKENS token ids (and their mask), or one image."""
-    if paths.main_input(model) == "pixel_values":
+    """The real pass's inputs: TOKENS token ids (and their mask), one image, or one audio input of
+    the first shape the model runs on (kept for the designed passes); raises UserError if none runs."""
+    takes = paths.main_input(model)
+    if takes == "pixel_values":
         return {"pixel_values": paths.pixel_values(model.config, 1)}
+    if takes in paths.AUDIO_INPUTS:
+        if model in paths.SIGNAL_SHAPES:
+            return paths.audio_input(model, 1, paths.SIGNAL_SHAPES[model])
+        refusals = []
+        for shape in paths.audio_shapes(model.config, takes):
+            inputs = paths.audio_input(model, 1, shape)
+            try:
+                with torch.no_grad(), quiet_transformers(), torch_threads(1):
+                    model(**inputs)
+            except Exception as error:  # noqa: BLE001 - a shape the model does not take: try the next
+                refusals.append(f"{tuple(shape)}: {families.first_line(error)}")
+                continue
+            paths.SIGNAL_SHAPES[model] = shape
+            return inputs
+        raise UserError(f"{type(model).__name__} ran on none of the {takes} shapes tried ({'; '.join(refusals)})")
     vocab = getattr(model.config, "vocab_size", None) or 100
     ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
     return model_inputs(model, ids, torch.ones_like(ids))
@@ -252,10 +269,10 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     result = FamilyAudit(family, type(model).__name__)
     takes = paths.main_input(model)
     if takes not in FED:
-        # an audio encoder: say what it takes instead of failing on token ids
+        # a time-series or other model: say what it takes instead of failing on token ids
         result.backends["eager"] = {"accepted": False, "parity": None,
                                     "reason": f"takes {takes} ({INPUT_KINDS.get(takes, 'not token ids')}); the audit "
-                                              "feeds token ids and images only"}
+                                              "feeds token ids, images and audio only"}
         judge_family(result, backends)
         result.seconds = time.perf_counter() - start
         return result
@@ -394,7 +411,7 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
             main_input = paths.main_input(model)
             if main_input not in FED:
                 raise families.Skip(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the audit "
-                                    "feeds token ids and images only", final=True)
+                                    "feeds token ids, images and audio only", final=True)
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
                 model(**first_inputs(model))
             return model

@@ -58,6 +58,11 @@ KEY_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py", "* self.ke
 QUERY_PRESCALE = SourceRule("models/esm/modeling_esm.py", "query_layer = query_layer * self.attention_head_size**-0.5",
                             "q times head_dim^-0.5 before RoPE, and the attention function's factor 1 (ESM): the whole "
                             "path applies head_dim^-0.5")
+Q_SCALED_FIRST = SourceRule("models/whisper/modeling_whisper.py",
+                            "# and enforce no scaling (1.0) in the attention call below.",
+                            "q times the factor (self.scaling) before the product and the attention function called "
+                            "with scaling=1.0 (Whisper, OPT and their copies): the function applies 1, the whole path "
+                            "the factor")
 UNIT_SCALING = SourceRule("models/gemma3n/modeling_gemma3n.py", "self.scaling = 1.0",
                          "the layer's code sets factor 1 and no config field changes it (Gemma 3n: q and k are "
                          "normalised, QK-norm)")
@@ -286,6 +291,10 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         kernel /= layer_index + 1
         fields["scale_attn_by_inverse_layer_idx"] = True
         rules.append("INVERSE_LAYER_IDX")
+    q_first = 1.0  # a factor applied to q before the product, outside the attention function
+    if kernel is not None and "scaling=1.0" in code and "* self.scaling" in code:
+        q_first, kernel = kernel, 1.0
+        rules.append("Q_SCALED_FIRST")
     rope = rope_parameters_for(config, layer_type)
     mscale_all = rope.get("mscale_all_dim")
     if (rope.get("rope_type", "default") != "default" and mscale_all and kernel is not None
@@ -307,8 +316,10 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     else:
         key_multiplier = None
     if applies(QUERY_PRESCALE) and head_dim:
-        key_multiplier = (1.0 if key_multiplier is None else key_multiplier) * head_dim**-0.5
+        q_first *= head_dim**-0.5
         rules.append("QUERY_PRESCALE")
+    if q_first != 1.0:
+        key_multiplier = (1.0 if key_multiplier is None else key_multiplier) * q_first
     cap = getattr(config, "attn_logit_softcapping", None)
     if isinstance(cap, (int, float)):
         fields["attn_logit_softcapping"] = cap

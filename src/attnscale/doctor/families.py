@@ -36,6 +36,8 @@ TINY = {
     # Llama 4's attention temperature starts at position floor_scale (8192 by default); at 4
     # it shows within a 16-token probe.  A size, like the others: the formula is unchanged.
     "floor_scale": 4,
+    # audio encoders: 16 mel channels over 32 frames (Whisper's encoder sees 2 x max_source_positions)
+    "num_mel_bins": 16, "max_source_positions": 16,
 }
 # Families whose config needs more than the tiny sizes to be consistent.
 FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
@@ -129,6 +131,10 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
             kwargs.setdefault(attribute_map[name], value)
     if set(VISION_TINY) <= names:
         kwargs.update(VISION_TINY)
+    defaults_of = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    conv = defaults_of.get("conv_dim")
+    if isinstance(conv, (list, tuple)) and conv:  # a wav2vec2-style feature encoder: its convolutions shrunk
+        kwargs["conv_dim"] = (32,) * len(conv)
     defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
     vocab = kwargs.get("vocab_size", TINY["vocab_size"])
     for token in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",

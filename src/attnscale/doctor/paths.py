@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -215,10 +216,36 @@ def pixel_values(config, batch: int) -> torch.Tensor:
     return torch.randn(1, channels, height, width, generator=generator).repeat(batch, 1, 1, 1)
 
 
+AUDIO_INPUTS = ("input_values", "input_features")
+SIGNAL_SHAPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> the audio shape it ran on
+
+
+def audio_shapes(config, takes: str) -> list[tuple[int, ...]]:
+    """Shapes (without the batch) to try for an audio input, most likely first: raw samples (6400:
+    16 frames of a 400-sample window at stride 320), or mel features (channels, frames) or
+    (frames, channels), frames twice the encoder's positions where the config has them."""
+    mel = next((value for name in ("num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels")
+                if isinstance(value := getattr(config, name, None), int) and value > 0), 80)
+    positions = getattr(config, "max_source_positions", None)
+    frames = 2 * positions if isinstance(positions, int) and 0 < positions <= 256 else 32
+    features = [(mel, frames), (frames, mel)]
+    return [(6400,), *features] if takes == "input_values" else [*features, (6400,)]
+
+
+def audio_input(model, batch: int, shape: tuple[int, ...]) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    inputs = {main_input(model): torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))}
+    if getattr(model.config, "is_encoder_decoder", False):
+        inputs["decoder_input_ids"] = (torch.arange(8) % 4 + 1).repeat(batch, 1)
+    return inputs
+
+
 def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> dict:
     count = len(designs)
     if main_input(model) == "pixel_values":
         return {"pixel_values": pixel_values(model.config, count)}
+    if main_input(model) in AUDIO_INPUTS:
+        return audio_input(model, count, SIGNAL_SHAPES[model])
     ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
     inputs = {"input_ids": ids, "attention_mask": torch.ones(count, tokens, dtype=torch.long)}
     if accepts(model, "position_ids"):
