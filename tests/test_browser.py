@@ -81,6 +81,12 @@ def test_report_page_in_the_browser(browser, quick_report):
     assert (ARTIFACTS / "report.png").stat().st_size > 10_000
     assert errors == []
     assert all(url.startswith(("file://", "data:")) for url in requests), requests
+    # the Chinese renders with the embedded subset (this Chromium has no CJK font of its own)
+    loaded = page.evaluate("""async () => { await document.fonts.ready;
+        const faces = [...document.fonts].filter(f => f.family.replace(/"/g, '') === 'attnscale CJK');
+        await Promise.all(faces.map(f => f.load()));
+        return {faces: faces.map(f => f.status), check: document.fonts.check('16px "attnscale CJK"', '注意力')}; }""")
+    assert loaded == {"faces": ["loaded"], "check": True}
 
 
 SETTINGS = [(4, 0.5, 128, 1.0), (1024, 0.0, 128, 1.0), (64, 1.0, 16, 1.0), (256, 0.25, 1024, 2.0), (2, 0.5, 2, 1.0)]

@@ -220,3 +220,27 @@ def test_the_lab_registry_agrees_with_each_lab_module():
         assert ("store" in inspect.signature(module.run).parameters) == entry.uses_run_store, name
         for attribute in ("VERSION", "Config", "PRESETS", "run", "judge", "tables", "figures"):
             assert hasattr(module, attribute), (name, attribute)
+
+
+def test_the_page_embeds_exactly_the_cjk_characters_it_uses(fake_lab, tmp_path):
+    """A subset of an installed CJK font (set-up installs Debian's fonts-wqy-microhei), holding a glyph
+    for every CJK character of the page, and only those, inside the page (no file, no network)."""
+    import base64
+    import io
+
+    from fontTools.ttLib import TTFont
+
+    from attnscale.report import fonts
+
+    assert fonts.font_path() is not None, "no CJK font installed: run scripts/setup.sh as root"
+    build_report(out=tmp_path, labs=("variance",))
+    html = (tmp_path / "index.html").read_text()
+    face = re.search(r'@font-face \{ font-family: "attnscale CJK"; src: url\(data:font/ttf;base64,([A-Za-z0-9+/=]+)\)',
+                     html)
+    assert face, "no embedded CJK font"
+    font = TTFont(io.BytesIO(base64.b64decode(face.group(1))))
+    covered = {chr(code) for code in font.getBestCmap()}
+    used = set(fonts.cjk_characters(html.replace(face.group(1), "")))
+    assert len(used) > 50 and used <= covered  # the interview answer's quotes and the Chinese answer
+    assert {ch for ch in covered if fonts.cjk_characters(ch)} == used  # nothing the page does not use
+    assert fonts.font_face("no CJK here") == ""

@@ -9,6 +9,7 @@ from pathlib import Path
 import jinja2
 
 from ..claims import NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED
+from . import fonts
 
 QUESTION = ("Why does attention compute softmax(QK^T / sqrt(d_k)), and not / d_k, no scaling, or a constant?")
 VERDICT_CLASS = {SUPPORTED: "ok", PARTLY: "partly", REFUTED: "bad", NOT_TESTABLE: "na", PENDING: "pending"}
@@ -109,4 +110,7 @@ def render_html(report: dict, out: Path) -> str:
         for rel in info.get("figures", []):
             images[rel] = _inline_image(out, rel)
     template = env.get_template("index.html.j2")
-    return template.render(report=report, question=QUESTION, images=images, verdict_class=VERDICT_CLASS, **_assets())
+    page = dict(report=report, question=QUESTION, images=images, verdict_class=VERDICT_CLASS, **_assets())
+    # the page's own CJK characters, cut from an installed font (rendered once to know which)
+    face = fonts.font_face(template.render(**page, font_css=""))
+    return template.render(**page, font_css=face)
