@@ -175,7 +175,7 @@ def init_premise(ev: Evidence, lang: str) -> str:
     shown = {key: (f"{names[0]} ({ev.number('C01', key):.2f})" if lang == "en" else
                    f"{names[1]}（{ev.number('C01', key):.2f}）") for key, names in INIT_NAMES.items()}
     near = [shown[key] for key in INIT_NAMES if abs(ev.number("C01", key) - 1) <= variance_rules.VAR_NEAR_1]
-    off = [shown[key] for key in INIT_NAMES if abs(ev.number("C01", key) - 1) > 0.1]
+    off = [shown[key] for key in INIT_NAMES if abs(ev.number("C01", key) - 1) > variance_rules.VAR_NEAR_1]
     if lang == "en":
         if not off:
             return f"Common initialisations do give q and k components of variance about 1: {_and(near, lang)}."
