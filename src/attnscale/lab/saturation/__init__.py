@@ -7,6 +7,7 @@ part of C18 that needs no training.
   the gradient that reaches W_q, the softmax derivative;
 * :mod:`.verdicts`: the rules for C04, C05, C06, C16, C18, with their thresholds;
 * :mod:`.figures`: the figures, one set per claim.
+* :mod:`.tables`: the rows the CLI prints and the report tabulates.
 """
 
 from __future__ import annotations
@@ -14,31 +15,9 @@ from __future__ import annotations
 from .experiment import (PRESETS, VERSION, Config, derivative_at, fit_slope, gradient_to_wq, row_stats, run,
                          sample_rows, softmax_row_stats, zero_slope_exponent)
 from .figures import figures
-from .verdicts import NUMBER_KEYS, judge, judge_c04, judge_c05, judge_c06, judge_c16, judge_c18, reference_n
+from .tables import tables
+from .verdicts import NUMBER_KEYS, judge, judge_c04, judge_c05, judge_c06, judge_c16, judge_c18
 
 __all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "NUMBER_KEYS",
            "derivative_at", "fit_slope", "gradient_to_wq", "row_stats", "sample_rows", "softmax_row_stats",
            "zero_slope_exponent", "judge_c04", "judge_c05", "judge_c06", "judge_c16", "judge_c18"]
-
-
-def tables(result: dict) -> dict[str, list[dict]]:
-    n = reference_n(result)
-    keep = ("normalized_entropy", "max_prob", "effective_support", "jacobian_frobenius", "saturated_share",
-            "uniform_share", "logit_std", "logit_max_abs")
-    rules = [{"rule": r["rule"] or r["spec"], "d_k": r["d_k"], **{k: r[k] for k in keep}}
-             for r in result["sweep"] if r["n"] == n and (r["rule"] or r["exponent"] is None)]
-    grads = [{k: r[k] for k in ("spec", "d_k", "grad_wq_output", "grad_wq_probs", "max_prob")}
-             for r in result["gradient"] if r["rule"] or r["exponent"] is None]
-    deriv = []
-    for key, c in result["derivative"].items():
-        u = result["derivative_in_use"][key]
-        deriv.append({"n": int(key), "p for x in [-3,3]": f"{c['p_range'][0]:.4f}-{c['p_range'][1]:.4f}",
-                      "p(1-p) for x in [-3,3]": f"{c['diag_range'][0]:.4f}-{c['diag_range'][1]:.4f}",
-                      "p(1-p) at 100": c["at_100"]["diag"], "||J||_F at 100": c["at_100"]["frobenius"],
-                      "share p in [0.05,0.95] (sqrt logits)": u["share_p_in_5_95"]})
-    return {
-        f"softmax statistics by rule, n = {n} (C04, C05, C06)": rules,
-        "slope of log(logit std) vs log(d_k) (C18)": result["slopes"],
-        "gradient norm reaching W_q (C06, C18)": grads,
-        "softmax derivative (C16)": deriv,
-    }
