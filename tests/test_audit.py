@@ -561,3 +561,15 @@ def test_audio_encoders_are_audited_from_samples_or_features(family):
     assert any(layer["backends"]["eager"]["path"] for layer in result.layers)  # the encoder's whole path read
     if family == "whisper":
         assert "Q_SCALED_FIRST" in result.layers[0]["declared"]["rules"]
+
+
+def test_a_config_field_the_code_never_reads_is_a_finding_with_its_source():
+    """Gemma 3 stores attn_logit_softcapping and never hands it to its attention function; Gemma 2
+    does (softcap=self.attn_logit_softcapping), and its cap is measured."""
+    unread = audit.audit_family("gemma3_text", ("eager",), attn_logit_softcapping=50.0)
+    assert unread.verdict == "mismatch"
+    assert all("attn_logit_softcapping = 50 is set in the config, but the layer's code never applies it" in finding
+               and "softcap=self.attn_logit_softcapping" in finding for finding in unread.findings)
+    assert all(layer["declared"]["cap"] is None for layer in unread.layers)
+    read = audit.audit_family("gemma2", ("eager",), attn_logit_softcapping=50.0)
+    assert read.verdict == "ok" and verdicts.family_row(read, ("eager",))["non-linearity"] == "soft cap 50"

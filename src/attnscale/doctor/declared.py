@@ -53,6 +53,9 @@ LONGROPE_ATTENTION_FACTOR = SourceRule("modeling_rope_utils.py",
                                        "LongRoPE's attention factor (when not given)")
 SOFTCAP = SourceRule("models/gemma2/modeling_gemma2.py", "attn_weights = attn_weights / softcap",
                      "logits = softcap * tanh(factor * q.k / softcap) with softcap = attn_logit_softcapping")
+SOFTCAP_PASSED = SourceRule("models/gemma2/modeling_gemma2.py", "softcap=self.attn_logit_softcapping,",
+                            "the layer hands attn_logit_softcapping to its attention function (Gemma 3 stores it "
+                            "and does not)")
 KEY_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py", "* self.key_multiplier",
                             "keys times key_multiplier before the product")
 QUERY_PRESCALE = SourceRule("models/esm/modeling_esm.py", "query_layer = query_layer * self.attention_head_size**-0.5",
@@ -105,6 +108,7 @@ class Declared:
     rules: list[str] = field(default_factory=list)
     fields: dict = field(default_factory=dict)
     outside: list[str] = field(default_factory=list)  # mechanisms outside the factor, named
+    unread: list[str] = field(default_factory=list)  # config fields set that the layer's code never reads
 
     def path(self, last: bool) -> float | None:
         """The factor the whole path should apply along the first (or last) coordinate."""
@@ -321,7 +325,14 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     if q_first != 1.0:
         key_multiplier = (1.0 if key_multiplier is None else key_multiplier) * q_first
     cap = getattr(config, "attn_logit_softcapping", None)
-    if isinstance(cap, (int, float)):
+    unread = []
+    if isinstance(cap, (int, float)) and not (applies(SOFTCAP) or applies(SOFTCAP_PASSED)):
+        # Gemma 3 stores the field and never applies it: a config field the code does not read
+        unread.append(f"attn_logit_softcapping = {cap:g} is set in the config, but the layer's code never applies "
+                      f"it (its class neither caps the logits nor passes {SOFTCAP_PASSED.quote.rstrip(',')!r} to its "
+                      f"attention function, as {SOFTCAP_PASSED.path} does)")
+        cap = None
+    elif isinstance(cap, (int, float)):
         fields["attn_logit_softcapping"] = cap
         rules.append("SOFTCAP")
     position = None
@@ -333,7 +344,7 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     outside = outside_the_factor(config, model_type, code, fields, rules)
     return Declared(head_dim, kernel, gain**2, float(key_multiplier) if isinstance(key_multiplier, (int, float)) else 1.0,
                     first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
-                    outside)
+                    outside, unread)
 
 
 def clip_of(config) -> float | None:

@@ -58,6 +58,7 @@ def layer_findings(row: dict, backend: str) -> list[str]:
     elif declared["kernel"] is not None and kernel_factor is not None and not agree(kernel_factor, declared["kernel"]):
         found.append(f"{row['name']}: attention function applies {kernel_factor:.6g}, config implies "
                      f"{declared['kernel']:.6g}")
+    found += [f"{row['name']}: {text}" for text in declared.get("unread", [])]
     cap = entry["kernel"].get("cap")
     if entry["kernel"].get("nonlinearity") in ("linear", "soft cap") and caps_differ(cap, declared["cap"]):
         found.append(f"{row['name']}: soft cap {cap if cap is None else round(cap, 4)}, config "
