@@ -202,6 +202,9 @@ def test_a_mask_dropped_by_a_backend_is_flagged():
     result = audit.audit_family("doge", ("eager", "flex_attention"))
     assert result.verdict == "backend disagreement"
     assert any("queries [0]" in finding for finding in result.findings)
+    # a reproduction: the positions whose output moved, the model class and where its attention is defined
+    assert any(f.startswith("flex_attention output differs from eager by ") and "at positions [0, " in f and
+               "DogeModel, transformers/models/doge/modeling_doge.py:" in f for f in result.findings)
 
 
 # ---------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ be read).  :func:`audit_callable` measures any Python attention function the sam
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import sys
@@ -183,6 +184,21 @@ def path_results(model, backend: str, calls, layouts: dict, units: dict, main=No
     return out
 
 
+def parity_of(hidden: torch.Tensor, reference: torch.Tensor) -> float:
+    """The largest |difference| of two final hidden states over the largest |reference| entry."""
+    return float((hidden - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
+
+
+def differing_positions(hidden: torch.Tensor, reference: torch.Tensor, tol: float) -> list[int]:
+    """The token positions (of the first batch entry) whose output differs from the reference
+    beyond ``tol`` relative to the largest |reference| entry: where a reproduction should look."""
+    if hidden.shape != reference.shape or hidden.dim() < 2:
+        return []
+    scale = reference.abs().max().clamp_min(1e-30)
+    per_position = ((hidden - reference).abs() / scale).reshape(hidden.shape[0], hidden.shape[1], -1).amax(dim=-1)[0]
+    return [int(t) for t in torch.nonzero(per_position > tol).flatten()]
+
+
 def backend_pass(model, backend: str, reference_hidden, inputs, units: dict, layouts: dict | None):
     """Everything measured under one backend; raises ValueError if the family refuses it."""
     with torch.no_grad(), intercept_attention(model, backend=backend) as calls:
@@ -190,7 +206,7 @@ def backend_pass(model, backend: str, reference_hidden, inputs, units: dict, lay
     hidden = final_hidden(outputs)
     parity = None
     if reference_hidden is not None:
-        parity = float((hidden - reference_hidden).abs().max() / reference_hidden.abs().max().clamp_min(1e-30))
+        parity = parity_of(hidden, reference_hidden)
     if not calls:
         raise UserError(f"no {backend} attention call was made")
     kernels = kernel_results(calls)
@@ -297,6 +313,8 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
             if backend == "eager":
                 reference = hidden
             result.backends[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls)}
+            if reference is not None and backend != "eager":
+                result.backends[backend]["positions"] = differing_positions(hidden, reference, PARITY_TOL[torch.float32])
             measured[backend] = (calls, kernels, wholes)
     if "eager" in measured:
         result.layers = layer_rows(model, model_type, measured)
@@ -330,13 +348,24 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> 
             set_attn_implementation(model, backend)
             with torch.no_grad():
                 hidden = final_hidden(model(**inputs))
-            parity = float((hidden - reference).abs().max() / reference.abs().max().clamp_min(1e-30))
+            parity = parity_of(hidden, reference)
             result.backends[backend] = {"accepted": True, "reason": "inline attention: output compared only",
                                         "parity": parity}
         except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
             result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
         finally:
             set_attn_implementation(model, previous)
+
+
+def class_location(module) -> str | None:
+    """``transformers/models/<family>/modeling_<family>.py:<line>`` of the module's class (None if unknown)."""
+    try:
+        path, line = inspect.getsourcefile(type(module)), inspect.getsourcelines(type(module))[1]
+    except (OSError, TypeError):
+        return None
+    parts = Path(path).parts
+    start = max((i for i, part in enumerate(parts) if part == "transformers"), default=None)
+    return f"{'/'.join(parts[start:]) if start is not None else path}:{line}"
 
 
 def why_no_path(module) -> str:
@@ -370,7 +399,7 @@ def layer_rows(model, family: str, measured: dict) -> list[dict]:
     for index, call in enumerate(calls):
         declared = declared_of(model, call, index, family)
         row = {"name": call.name, "layer": layer_index(call.module, index), "d_k": int(call.query.shape[-1]),
-               "declared": declared.to_dict(), "backends": {}}
+               "declared": declared.to_dict(), "backends": {}, "source": class_location(call.module)}
         if wholes[index] is None:
             row["path_missing"] = why_no_path(call.module)
             row["inputs"] = input_norms(call)

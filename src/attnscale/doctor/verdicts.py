@@ -92,6 +92,12 @@ def backend_findings(row: dict, backend: str) -> list[str]:
     return found
 
 
+def attention_source(result) -> str:
+    """Where the family's attention layers are defined: file and line of their class."""
+    found = next((row.get("source") for row in result.layers if row.get("source")), None)
+    return found or "attention class source unknown"
+
+
 def is_readable(entry: dict) -> bool:
     """A layer with a factor to judge: the attention function's, or a whole path that is one factor."""
     factor = entry["kernel"].get("factor")
@@ -122,8 +128,9 @@ def judge_family(result: FamilyAudit, backends) -> None:
             continue
         tol = PARITY_TOL[torch.float32]
         if info["parity"] is not None and info["parity"] > tol:
-            disagreements.append(f"{backend} output differs from eager by {info['parity']:.3g} (relative; tolerance "
-                                 f"{tol:g})")
+            where = f" at positions {info['positions']}" if info.get("positions") else ""
+            disagreements.append(f"{backend} output differs from eager by {info['parity']:.3g}{where} (relative; "
+                                 f"tolerance {tol:g}; {result.model_class}, {attention_source(result)})")
         disagreements += [f for row in readable if backend in row["backends"] for f in backend_findings(row, backend)]
     result.findings = disagreements + mismatches
     result.verdict = "backend disagreement" if disagreements else "mismatch" if mismatches else "ok"
