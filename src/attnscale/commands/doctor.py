@@ -38,6 +38,21 @@ def parse_specs(counterfactual: str) -> tuple[str, ...]:
     return tuple(spec.strip() for spec in counterfactual.split(",") if spec.strip())
 
 
+def config_of(model_dir: Path) -> dict:
+    """config.json as a dict ({} where it cannot be read: loading the model says why)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = {}
+    return config if isinstance(config, dict) else {}
+
+
+def layer_count(model_dir: Path) -> int:
+    from ..doctor.loading import first_int
+
+    return first_int(config_of(model_dir), "num_hidden_layers", "n_layer", "num_layers") or 1
+
+
 def check_memory(model_dir: Path, max_tokens: int) -> None:
     """Refuse a model whose weights and attention maps would not fit in memory, before loading it.
 
@@ -49,12 +64,8 @@ def check_memory(model_dir: Path, max_tokens: int) -> None:
 
     weights = sum(f.stat().st_size for f in model_dir.iterdir()
                   if f.is_file() and f.suffix in (".safetensors", ".bin", ".pt", ".pth"))
-    try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        config = {}
-    config = config if isinstance(config, dict) else {}
-    layers = first_int(config, "num_hidden_layers", "n_layer", "num_layers") or 1
+    config = config_of(model_dir)
+    layers = layer_count(model_dir)
     heads = first_int(config, "num_attention_heads", "n_head", "num_heads") or 1
     positions = first_int(config, "max_position_embeddings", "n_positions")
     tokens = min(max_tokens, positions) if positions else max_tokens
@@ -141,13 +152,14 @@ def register(app: typer.Typer) -> None:
             if scaling.parse(spec).kind != "fixed":
                 raise UserError(f"--counterfactual {spec!r} is not a fixed rule; accepted: sqrt, inv_d, none, "
                                  "const:C, power:A")
+        folder = doctor.check_model_dir(model)
         if out is not None:
             check_folder(out, "--out")
-            check_outputs(out, files=("diagnosis.json",))
+            check_outputs(out, files=("diagnosis.json", *doctor.heatmap_names(layer_count(folder))))
         chosen = read_text(text, text_file)
         if chosen is not None and not chosen.strip():
             raise UserError("the text is empty; give --text or --text-file with some words")
-        check_memory(doctor.check_model_dir(model), max_tokens)
+        check_memory(folder, max_tokens)
         result = doctor.diagnose(model, doctor.DEFAULT_TEXT if chosen is None else chosen, max_tokens=max_tokens,
                                  probe=probe, counterfactual=specs, device=device,
                                  threads=threads)

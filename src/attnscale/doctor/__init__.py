@@ -17,7 +17,7 @@ The names below are the public API (``from attnscale import doctor; doctor.diagn
 """
 
 from .audit import FamilyAudit, audit_callable, audit_family, audit_folder, audit_model
-from .figures import FLAG_MARKS, draw_heatmaps
+from .figures import FLAG_MARKS, draw_heatmaps, heatmap_names
 from .health import (DEFAULT_COUNTERFACTUALS, DEFAULT_TEXT, Diagnosis, clip_max_tokens, counterfactual_runs, diagnose, encode, position_limit,
                      flag_shares, head_flags, head_stats, layer_heads, summarize_heads, valid_keys)
 from .intercept import (AttentionCall, final_hidden, intercept_attention, model_inputs, registered_backends,
@@ -31,7 +31,7 @@ from .thresholds import THRESHOLDS
 __all__ = [
     "AttentionCall", "FamilyAudit", "audit_callable", "audit_family", "audit_folder", "audit_model", "DEFAULT_COUNTERFACTUALS", "DEFAULT_TEXT", "Diagnosis", "FLAG_MARKS", "ModelProbe", "PROBE_TOKENS",
     "ScaleEstimate", "THRESHOLDS", "check_model_dir", "check_weights", "counterfactual_runs", "default_model_path",
-    "clip_max_tokens", "diagnose", "draw_heatmaps", "encode", "position_limit", "estimate_factor", "final_hidden", "flag_shares", "head_flags", "head_stats",
+    "clip_max_tokens", "diagnose", "draw_heatmaps", "heatmap_names", "encode", "position_limit", "estimate_factor", "final_hidden", "flag_shares", "head_flags", "head_stats",
     "infer_scale", "intercept_attention", "label_factor", "layer_heads", "load_config", "load_model", "log_ratio",
     "model_inputs", "probe_call", "probe_model", "probe_tensors", "quiet_transformers", "refuse_code",
     "registered_backends", "run_attention", "set_attn_implementation", "summarize_heads", "summarize_probe",

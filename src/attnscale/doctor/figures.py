@@ -13,6 +13,11 @@ from .health import Diagnosis
 FLAG_MARKS = {"over-smoothed": "O", "saturated": "S", "sink": "K"}
 
 
+def heatmap_names(n_layers: int) -> tuple[str, ...]:
+    """The files :func:`draw_heatmaps` writes for a model of ``n_layers`` layers."""
+    return ("entropy_grid.png", *(f"attention_layer{layer}.png" for layer in range(n_layers)))
+
+
 def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -> list[str]:
     """entropy_grid.png (layer x head normalised entropy) and attention_layer<L>.png (each
     head's attention map over the tokens).  Returns the paths written, relative to outdir."""
