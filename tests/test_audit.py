@@ -576,3 +576,13 @@ def test_a_config_field_the_code_never_reads_is_a_finding_with_its_source():
     assert all(layer["declared"]["cap"] is None for layer in unread.layers)
     read = audit.audit_family("gemma2", ("eager",), attn_logit_softcapping=50.0)
     assert read.verdict == "ok" and verdicts.family_row(read, ("eager",))["non-linearity"] == "soft cap 50"
+
+
+def test_a_learned_query_bias_is_named_and_not_judged_as_a_factor():
+    """Parakeet adds Transformer-XL's content bias u to q before the product: the designed q reads
+    factor x (1 + u), which no config field declares; named, and no false mismatch."""
+    result = audit.audit_family("parakeet_encoder", ("eager",))
+    row = verdicts.family_row(result, ("eager",))
+    assert result.verdict == "ok", result.findings
+    assert "CONTENT_BIAS" in result.layers[0]["declared"]["rules"] and result.layers[0]["declared"]["path_first"] is None
+    assert "bias_u, Transformer-XL's content bias" in row["other mechanisms"]

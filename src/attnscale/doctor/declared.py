@@ -87,6 +87,11 @@ ATTENTION_IN_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py",
 CLIP_QKV = SourceRule("models/mpt/modeling_mpt.py", "mixed_qkv = mixed_qkv.clamp(min=-self.clip_qkv, max=self.clip_qkv)",
                       "q, k and v clamped to [-clip_qkv, clip_qkv] after the projections (MPT, DBRX, OLMo, OLMoE): "
                       "|q.k| at most d_k clip^2, the path linear only inside the clip")
+CONTENT_BIAS = SourceRule("models/parakeet/modeling_parakeet.py",
+                          "query_states_with_bias_u = query_states + self.bias_u.view(",
+                          "a learned bias u added to q before the product (Transformer-XL's content bias, in "
+                          "Conformer-style encoders): the logit gap of a designed q = m e is factor x (m + u_e), so "
+                          "the whole path has no factor the config declares")
 RULES = {name: rule for name, rule in globals().items() if isinstance(rule, SourceRule)}
 
 # Families whose modeling file states T5's convention (each is a copy of T5's attention).
@@ -109,10 +114,11 @@ class Declared:
     fields: dict = field(default_factory=dict)
     outside: list[str] = field(default_factory=list)  # mechanisms outside the factor, named
     unread: list[str] = field(default_factory=list)  # config fields set that the layer's code never reads
+    path_declared: bool = True  # False: the whole path depends on learned terms no config field sets
 
     def path(self, last: bool) -> float | None:
         """The factor the whole path should apply along the first (or last) coordinate."""
-        if self.kernel is None:
+        if self.kernel is None or not self.path_declared:
             return None
         rotary = self.rotary_last if last else self.rotary_first
         return self.kernel * self.key_multiplier * (self.rope_gain if rotary else 1.0)
@@ -344,7 +350,7 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     outside = outside_the_factor(config, model_type, code, fields, rules)
     return Declared(head_dim, kernel, gain**2, float(key_multiplier) if isinstance(key_multiplier, (int, float)) else 1.0,
                     first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
-                    outside, unread)
+                    outside, unread, "CONTENT_BIAS" not in rules)
 
 
 def clip_of(config) -> float | None:
@@ -364,6 +370,10 @@ def outside_the_factor(config, model_type: str, code: str, fields: dict, rules: 
         rules.append("ATTENTION_IN_MULTIPLIER")
         found.append(f"attention input x{multiplier:g} (attention_in_multiplier, read from the code: q.k of a given "
                      f"hidden state x{multiplier**2:.4g})")
+    if "+ self.bias_u" in code or "+ self.pos_bias_u" in code:
+        rules.append("CONTENT_BIAS")
+        found.append("a learned bias added to q before the product (bias_u, Transformer-XL's content bias: the whole "
+                     "path reads factor x (1 + u) on the designed q, and is compared with nothing)")
     clip = clip_of(config)
     if clip is not None and "clip_qkv" in code and ".clamp" in code:
         fields["clip_qkv"] = clip
