@@ -442,20 +442,20 @@ def test_sink_logits_are_measured_and_a_backend_that_drops_them_is_flagged():
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
     model = audit.tiny_model("gpt_oss", 0, {})
-    for layer in model.layers:  # per-head sink logits the probe must recover
+    for number, layer in enumerate(model.layers):  # per-head sink logits, another range per layer
         with torch.no_grad():
-            layer.self_attn.sinks.copy_(torch.linspace(-1.0, 2.0, layer.self_attn.sinks.numel()))
+            layer.self_attn.sinks.copy_(torch.linspace(-1.0, 2.0, layer.self_attn.sinks.numel()) + number)
     AttentionInterface.register("plain_without_sinks", plain_without_sinks)
     try:
         result = audit.audit_model(model, "gpt_oss", ("eager", "plain_without_sinks"))
     finally:
         AttentionInterface._global_mapping.pop("plain_without_sinks")
     heads = torch.linspace(-1.0, 2.0, model.config.num_attention_heads)
-    for row in result.layers:
+    for number, row in enumerate(result.layers):
         sink = row["backends"]["eager"]["kernel"]["sink"]
-        assert sink["present"] and sink["sink_logit"] == pytest.approx(float(heads.median()), abs=1e-6)
-        # at a causal row with one visible key and the largest sink, the key keeps 1 / (1 + e^2)
-        assert sink["min_key_mass"] == pytest.approx(1 / (1 + math.exp(2.0)), rel=1e-6)
+        assert sink["present"] and sink["sink_logit"] == pytest.approx(float(heads.median()) + number, abs=1e-6)
+        # at a causal row with one visible key and the largest sink, the key keeps 1 / (1 + e^(2 + layer))
+        assert sink["min_key_mass"] == pytest.approx(1 / (1 + math.exp(2.0 + number)), rel=1e-6)
         assert not row["backends"]["plain_without_sinks"]["kernel"]["sink"]["present"]
     assert result.verdict == "backend disagreement"
     assert any("eager gives attention mass to a sink, plain_without_sinks does not" in f for f in result.findings)
@@ -500,14 +500,15 @@ def test_a_layer_whose_whole_path_cannot_be_driven_says_so_and_reads_its_own_inp
     """Inkling's keys pass a short convolution over positions before the product: the designed keys
     cannot be written, so nothing is claimed about the whole path (not "linear", not "none"), the
     reason is named, and QK-norm is read from the layer's own q and k (RMS-normalised per head)."""
-    result = audit.audit_family("inkling_text", ("eager",))
-    row = verdicts.family_row(result, ("eager",))
+    result = audit.audit_family("inkling_text", ("eager", "sdpa"))
+    row = verdicts.family_row(result, ("eager", "sdpa"))
     assert all(layer["backends"]["eager"]["path"] is None for layer in result.layers)
     assert "convolution over positions (k_sconv.conv1d)" in row["non-linearity"]
     assert row["non-linearity"].startswith("QK-norm (from the layer's own q and k)")
     assert row["position dependence"] == "not measured (no whole path read)"
-    llama = verdicts.family_row(audit.audit_family("llama", ("eager",)), ("eager",))
+    llama = verdicts.family_row(audit.audit_family("llama", ("eager", "sdpa")), ("eager", "sdpa"))
     assert (llama["non-linearity"], llama["position dependence"]) == ("linear", "none")
+    assert not any("inputs" in layer for layer in audit.audit_family("llama", ("eager", "sdpa")).layers)
 
 
 # ---------------------------------------------------------------------------------------

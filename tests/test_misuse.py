@@ -454,6 +454,8 @@ CASES = [
          lambda d: runs_store(d / "r" / "runs.sqlite", readonly=True), unprivileged=True),
     Case("diagnose-out-json-folder", ["diagnose", "--out", "o"], "is a folder",
          lambda d: (d / "o" / "diagnosis.json").mkdir(parents=True)),
+    Case("report-cjk-font-missing", ["report", "--out", "r", "--labs", "variance"], "ATTNSCALE_CJK_FONT='/no/font.ttf'",
+         env={"ATTNSCALE_CJK_FONT": "/no/font.ttf"}),
     Case("diagnose-out-heatmap-folder", ["diagnose", "--out", "o"], "is a folder",
          lambda d: (d / "o" / "attention_layer5.png").mkdir(parents=True)),  # MiniLM's last layer
     Case("audit-out-json-folder", ["audit", "llama", "--out", "o"], "is a folder",

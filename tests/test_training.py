@@ -327,6 +327,13 @@ def test_c09_every_outcome(result):
     two_lrs["deep"] += extra
     finding = V.judge_c09(two_lrs)
     assert finding.verdict == REFUTED and finding.numbers["best_lr_1_8"] == 1e-2
+    # the best rate is chosen on the base seeds only: 30 added seeds that fail at 1e-2 would make its mean over
+    # all seeds (0.14) the worst, yet the base seeds (0.97) still choose it
+    added = copy.deepcopy(two_lrs)
+    at_best = [r for r in added["deep"] if r["rule"] == "const:0.125" and r["lr"] == 1e-2]
+    added["deep"] += [{**copy.deepcopy(at_best[0]), "seed": TINY.seed + 100 + i, "final_val_acc": 0.0}
+                      for i in range(30)]
+    assert V.judge_c09(added).numbers["best_lr_1_8"] == 1e-2
 
 
 def test_deep_cells_widen_and_get_seeds():

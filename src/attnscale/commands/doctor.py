@@ -47,12 +47,6 @@ def config_of(model_dir: Path) -> dict:
     return config if isinstance(config, dict) else {}
 
 
-def layer_count(model_dir: Path) -> int:
-    from ..doctor.loading import first_int
-
-    return first_int(config_of(model_dir), "num_hidden_layers", "n_layer", "num_layers") or 1
-
-
 def check_memory(model_dir: Path, max_tokens: int) -> None:
     """Refuse a model whose weights and attention maps would not fit in memory, before loading it.
 
@@ -65,7 +59,7 @@ def check_memory(model_dir: Path, max_tokens: int) -> None:
     weights = sum(f.stat().st_size for f in model_dir.iterdir()
                   if f.is_file() and f.suffix in (".safetensors", ".bin", ".pt", ".pth"))
     config = config_of(model_dir)
-    layers = layer_count(model_dir)
+    layers = first_int(config, "num_hidden_layers", "n_layer", "num_layers") or 1
     heads = first_int(config, "num_attention_heads", "n_head", "num_heads") or 1
     positions = first_int(config, "max_position_embeddings", "n_positions")
     tokens = min(max_tokens, positions) if positions else max_tokens
@@ -153,13 +147,13 @@ def register(app: typer.Typer) -> None:
                 raise UserError(f"--counterfactual {spec!r} is not a fixed rule; accepted: sqrt, inv_d, none, "
                                  "const:C, power:A")
         folder = doctor.check_model_dir(model)
+        check_memory(folder, max_tokens)
         if out is not None:
             check_folder(out, "--out")
-            check_outputs(out, files=("diagnosis.json", *doctor.heatmap_names(layer_count(folder))))
+            check_outputs(out, files=("diagnosis.json", *doctor.heatmap_names(out)))
         chosen = read_text(text, text_file)
         if chosen is not None and not chosen.strip():
             raise UserError("the text is empty; give --text or --text-file with some words")
-        check_memory(folder, max_tokens)
         result = doctor.diagnose(model, doctor.DEFAULT_TEXT if chosen is None else chosen, max_tokens=max_tokens,
                                  probe=probe, counterfactual=specs, device=device,
                                  threads=threads)

@@ -82,11 +82,15 @@ def kernel_results(calls) -> list[dict]:
         if key not in cache:
             try:
                 cache[key] = kernel.analyse(kernel.call_measure(call), call.query.shape[-1]).to_dict()
-                cache[key]["sink"] = kernel.sink_probe(call).to_dict()
             except (RuntimeError, ValueError, TypeError, IndexError) as error:
                 cache[key] = {"factor": float("nan"), "nonlinearity": "not measurable", "cap": None,
                               "error": families.first_line(error)}
-        out.append(cache[key])
+        # per call, not per key: sinks reach the function as tensors (GPT-OSS's s_aux), which the key leaves out
+        try:
+            sink = kernel.sink_probe(call).to_dict()
+        except (RuntimeError, ValueError, TypeError, IndexError):
+            sink = None
+        out.append({**cache[key], "sink": sink})
     return out
 
 
@@ -389,18 +393,20 @@ def input_norms(call) -> dict:
         centre = norms.median(dim=-1).values.clamp_min(1e-300)
         spread = float(((norms.amax(dim=-1) - norms.amin(dim=-1)) / centre).max()) if norms.shape[-1] > 1 else 0.0
         out[f"{role}_norm_spread"] = spread
-    out["normalised"] = [role for role in ("q", "k") if out[f"{role}_norm_spread"] <= NORMALISED_SPREAD]
+    # one vector a head (a single token) has one norm whatever the layer does: nothing to read
+    tokens = min(call.query.shape[-2], call.key.shape[-2])
+    out["normalised"] = [role for role in ("q", "k") if tokens > 1 and out[f"{role}_norm_spread"] <= NORMALISED_SPREAD]
     return out
 
 
 def layer_rows(model, family: str, measured: dict) -> list[dict]:
-    calls, _, wholes = measured["eager"]
+    calls, _, eager_wholes = measured["eager"]
     rows = []
     for index, call in enumerate(calls):
         declared = declared_of(model, call, index, family)
         row = {"name": call.name, "layer": layer_index(call.module, index), "d_k": int(call.query.shape[-1]),
                "declared": declared.to_dict(), "backends": {}, "source": class_location(call.module)}
-        if wholes[index] is None:
+        if eager_wholes[index] is None:
             row["path_missing"] = why_no_path(call.module)
             row["inputs"] = input_norms(call)
         for backend, (b_calls, kernels, wholes) in measured.items():
@@ -573,6 +579,8 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
     config = load_config(path)
     try:
         parameters = families.count_parameters(config)
+    except families.Skip as reason:  # no attention module at all
+        raise UserError(f"{str(path)!r}: {reason}") from None
     except BUILD_ERRORS as error:
         raise UserError(f"the config in {str(path)!r} cannot be built by the installed transformers: "
                         f"{families.first_line(error)}") from None

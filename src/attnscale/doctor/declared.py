@@ -302,7 +302,7 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         fields["scale_attn_by_inverse_layer_idx"] = True
         rules.append("INVERSE_LAYER_IDX")
     q_first = 1.0  # a factor applied to q before the product, outside the attention function
-    if kernel is not None and "scaling=1.0" in code and "* self.scaling" in code:
+    if kernel is not None and "scaling=1.0" in code and ("* self.scaling" in code or "self.scaling *" in code):
         q_first, kernel = kernel, 1.0
         rules.append("Q_SCALED_FIRST")
     rope = rope_parameters_for(config, layer_type)

@@ -60,6 +60,7 @@ TINY_HYBRID = {"mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16, "mamb
                "mamba_n_groups": 1}
 # Vision encoders: a 32 x 32 image in 8 x 8 patches (16 patches, and a class token where the family has one).
 VISION_TINY = {"image_size": 32, "patch_size": 8}
+ATTENTION_WORDS = ("attention", "attn", "mla")  # in the class name of a module that attends (LongcatFlashMLA)
 MAX_PARAMETERS = 5_000_000  # a "tiny" build above this is refused (a config ignored the tiny sizes)
 MULTIMODAL_WORDS = ("vision", "audio", "speech", "image", "vq", "patcher", "projector", "acoustic", "semantic",
                     "depth", "timestamp", "esmfold")
@@ -224,12 +225,13 @@ def first_line(error: BaseException) -> str:
 
 def count_parameters(config) -> int:
     """Parameters of the model ``config`` builds, counted on the meta device (nothing allocated);
-    raises Skip (final) for a model with no attention module at all (a CNN, a state-space model)."""
+    raises Skip for a model with no attention module (a CNN, a state-space model; not final: a
+    hybrid's attention layers can appear only with more layers, which the next tries give)."""
     from transformers import AutoModel
 
     with torch.device("meta"):
         model = AutoModel.from_config(config, trust_remote_code=False)
-    if not any("attention" in type(module).__name__.lower() for module in model.modules()):
+    if not any(word in type(module).__name__.lower() for module in model.modules() for word in ATTENTION_WORDS):
         raise Skip(f"no attention module ({type(model).__name__} has no module whose class is an attention)")
     return sum(p.numel() for p in model.parameters())
 

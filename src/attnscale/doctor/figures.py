@@ -13,9 +13,11 @@ from .health import Diagnosis
 FLAG_MARKS = {"over-smoothed": "O", "saturated": "S", "sink": "K"}
 
 
-def heatmap_names(n_layers: int) -> tuple[str, ...]:
-    """The files :func:`draw_heatmaps` writes for a model of ``n_layers`` layers."""
-    return ("entropy_grid.png", *(f"attention_layer{layer}.png" for layer in range(n_layers)))
+def heatmap_names(outdir) -> tuple[str, ...]:
+    """The names in ``outdir`` that :func:`draw_heatmaps` may write over: entropy_grid.png and any
+    attention_layer<L>.png already there (how many layers a model has is known only once it ran)."""
+    found = sorted(path.name for path in Path(outdir).glob("attention_layer*.png")) if Path(outdir).is_dir() else []
+    return ("entropy_grid.png", *found)
 
 
 def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -> list[str]:

@@ -180,6 +180,8 @@ def dependence(rows: list[dict]) -> str:
     if rows and not read:
         return "not measured (no whole path read)"
     text = ", ".join(dict.fromkeys(found)) or ("none" if rows else "-")
+    if read and all((row["backends"]["eager"].get("path") or {}).get("length_change") is None for row in rows):
+        text += " (length not measured)"  # an image or audio input: one length at the audit's size
     return text if read == len(rows) else f"{text} ({read} of {len(rows)} layers' whole path read)"
 
 

@@ -27,6 +27,7 @@ from ..paths import check_folder, check_outputs
 from ..runtime import check_device, check_seed
 from ..store import Store, config_key
 from ..threads import torch_threads
+from . import fonts
 from .render import render_html, render_markdown
 
 Progress = Callable[[str, float, str], None]
@@ -164,6 +165,7 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
             raise UserError(f"unknown lab {name!r}; accepted: {', '.join(lab.LABS)}")
     out = check_folder(out, "report folder")
     check_outputs(out, files=REPORT_FILES + ("results.sqlite", "runs.sqlite"), folders=("figures",))
+    fonts.font_path()  # a bad ATTNSCALE_CJK_FONT is refused before any work
     # Both stores are checked before either is made, and made before any lab runs.  Labs made of
     # many training runs keep each finished group in runs.sqlite beside the results: a killed
     # report resumes where it stopped.

@@ -18,6 +18,8 @@ import logging
 import os
 from pathlib import Path
 
+from ..errors import UserError
+
 FAMILY = "attnscale CJK"
 # Debian's packages, most compact first; ATTNSCALE_CJK_FONT names any other font file.
 CANDIDATES = ("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc",
@@ -33,12 +35,30 @@ def cjk_characters(text: str) -> str:
 
 
 def font_path() -> Path | None:
-    """The CJK font to cut the subset from: ATTNSCALE_CJK_FONT if set, else the first installed candidate."""
+    """The CJK font to cut the subset from: ATTNSCALE_CJK_FONT if set (it must name a file), else
+    the first installed candidate, else None."""
     chosen = os.environ.get("ATTNSCALE_CJK_FONT")
-    for candidate in ([chosen] if chosen else CANDIDATES):
-        if Path(candidate).is_file():
-            return Path(candidate)
-    return None
+    if chosen:
+        if not Path(chosen).is_file():
+            raise UserError(f"ATTNSCALE_CJK_FONT={chosen!r} is not a font file; accepted: the path of a .ttf, .otf or "
+                            ".ttc file, or unset it to use an installed CJK font")
+        return Path(chosen)
+    return next((Path(candidate) for candidate in CANDIDATES if Path(candidate).is_file()), None)
+
+
+def face_number(path: Path) -> int:
+    """The face of a collection to use: the Simplified Chinese one where the collection names one
+    (Noto Sans CJK's first face is the Japanese one), else the first."""
+    from fontTools.ttLib import TTCollection
+
+    if path.suffix.lower() not in (".ttc", ".otc"):
+        return 0
+    collection = TTCollection(str(path), lazy=True)
+    for number, font in enumerate(collection.fonts):
+        name = font["name"].getDebugName(1) or ""
+        if name.endswith(" SC") or " SC " in name:
+            return number
+    return 0
 
 
 def subset_font(path: Path, characters: str) -> bytes:
@@ -47,7 +67,7 @@ def subset_font(path: Path, characters: str) -> bytes:
     from fontTools.ttLib import TTFont
 
     logging.getLogger("fontTools").setLevel(logging.ERROR)  # "FFTM NOT subset": a timestamp table, dropped
-    font = TTFont(str(path), fontNumber=0, lazy=True)  # only the glyphs kept are read: 0.8 s, not 2-10
+    font = TTFont(str(path), fontNumber=face_number(path), lazy=True)  # only the glyphs kept are read: 0.8 s, not 2-10
     options = subset.Options()
     options.hinting = False
     options.layout_features = []
@@ -67,6 +87,8 @@ def font_face(text: str) -> str:
     path = font_path()
     if not characters or path is None:
         return ""
-    data = base64.b64encode(subset_font(path, characters)).decode("ascii")
-    return (f'@font-face {{ font-family: "{FAMILY}"; src: url(data:font/ttf;base64,{data}) format("truetype"); '
+    font = subset_font(path, characters)
+    data = base64.b64encode(font).decode("ascii")
+    mime, kind = ("font/otf", "opentype") if font[:4] == b"OTTO" else ("font/ttf", "truetype")  # CFF or TrueType outlines
+    return (f'@font-face {{ font-family: "{FAMILY}"; src: url(data:{mime};base64,{data}) format("{kind}"); '
             f"unicode-range: {', '.join(f'U+{low:X}-{high:X}' for low, high in CJK_RANGES)}; }}\n")

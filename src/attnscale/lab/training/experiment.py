@@ -559,7 +559,8 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
 
 def _run(config: Config, progress, store, workers: int | None, batch_runs: int, pool: KeptPool) -> dict:
     rounds = 1 + config.lr_widen
-    caps = (config.seed_cap, config.seed_cap_large) + ((config.deep_seed_cap,) if config.deep else ())
+    caps = ((config.seed_cap, config.seed_cap_large) + ((config.deep_seed_cap,) if config.deep else ())
+            + ((config.lm_seed_cap,) if "shakespeare" in config.tasks else ()))
     extension_rounds = max(0, math.ceil(math.log2(max(caps) / config.seeds)))
 
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
