@@ -587,3 +587,16 @@ def test_a_learned_query_bias_is_named_and_not_judged_as_a_factor():
     assert result.verdict == "ok", result.findings
     assert "CONTENT_BIAS" in result.layers[0]["declared"]["rules"] and result.layers[0]["declared"]["path_first"] is None
     assert "bias_u, Transformer-XL's content bias" in row["other mechanisms"]
+
+
+def test_rope_that_cannot_be_pinned_leaves_the_whole_path_unread():
+    """Moonshine's audio encoder rotates q and k by frame positions it takes no position_ids for: a
+    query at frame t and the designed keys at frames 0 and 1 differ by a rotation of t (the logit
+    gap swung between -0.29 and 0.30 over the rows), so no whole path is claimed; the attention
+    function's factor (head_dim^-0.5 at head dim 8) is still measured."""
+    result = audit.audit_family("moonshine", ("eager",))
+    row = verdicts.family_row(result, ("eager",))
+    assert result.verdict == "ok" and float(row["eager"]) == pytest.approx(8**-0.5, rel=FACTOR_REL)
+    assert all(layer["backends"]["eager"]["path"] is None for layer in result.layers)
+    assert "RoPE rotates q and k by positions the model does not take as position_ids" in row["non-linearity"]
+    assert row["position dependence"] == "not measured (no whole path read)"

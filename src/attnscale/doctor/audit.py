@@ -151,10 +151,18 @@ def designed_calls(model, backend: str, layouts: dict, units: dict, designs, tok
     return calls
 
 
+def rotary_unpinned(model) -> bool:
+    """RoPE that the designed passes cannot pin: the model rotates q and k by positions it does not
+    take as position_ids (an audio encoder counts its frames), so the designed keys at positions
+    0 and 1 and a query at position t differ by a rotation of t, not by the factor alone."""
+    rope = declared_rules.rope_parameters_for(model.config, None)
+    return bool(rope) and paths.main_input(model) != "input_ids" and not paths.accepts(model, "position_ids")
+
+
 def path_results(model, backend: str, calls, layouts: dict, units: dict, main=None) -> list[dict | None]:
     """The whole path's numbers per attention call (None where no layout was found); ``main``:
     the designed calls of :data:`paths.DESIGNS` when already run."""
-    if not layouts:
+    if not layouts or rotary_unpinned(model):
         return [None] * len(calls)
     vocab = getattr(model.config, "vocab_size", None) or 100
     runs = {"main": main}
@@ -372,6 +380,10 @@ def class_location(module) -> str | None:
     return f"{'/'.join(parts[start:]) if start is not None else path}:{line}"
 
 
+ROTARY_UNPINNED = ("RoPE rotates q and k by positions the model does not take as position_ids, so the designed keys "
+                   "cannot be put at the query's position")
+
+
 def why_no_path(module) -> str:
     """Why the whole path of an attention module could not be driven, as far as its children say."""
     convolutions = [name for name, child in module.named_modules() if isinstance(child, torch.nn.Conv1d)]
@@ -407,7 +419,7 @@ def layer_rows(model, family: str, measured: dict) -> list[dict]:
         row = {"name": call.name, "layer": layer_index(call.module, index), "d_k": int(call.query.shape[-1]),
                "declared": declared.to_dict(), "backends": {}, "source": class_location(call.module)}
         if eager_wholes[index] is None:
-            row["path_missing"] = why_no_path(call.module)
+            row["path_missing"] = (ROTARY_UNPINNED if rotary_unpinned(model) else why_no_path(call.module))
             row["inputs"] = input_norms(call)
         for backend, (b_calls, kernels, wholes) in measured.items():
             if index < len(b_calls) and b_calls[index].module is call.module:
