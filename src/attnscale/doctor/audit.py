@@ -398,13 +398,12 @@ NORMALISED_SPREAD = 1e-3  # per-vector norms of q (or k) this close across token
 
 def input_norms(call) -> dict:
     """What the layer's own q and k show where the whole path cannot be driven: whether every
-    q (and k) vector has one norm per head (QK-norm), and how the q norm moves with the row."""
+    q (and k) vector has one norm per head (QK-norm), as the spread of the norms over tokens."""
     out = {}
     for role, tensor in (("q", call.query), ("k", call.key)):
         norms = tensor.detach().double().norm(dim=-1)  # (B, H, T)
         centre = norms.median(dim=-1).values.clamp_min(1e-300)
-        spread = float(((norms.amax(dim=-1) - norms.amin(dim=-1)) / centre).max()) if norms.shape[-1] > 1 else 0.0
-        out[f"{role}_norm_spread"] = spread
+        out[f"{role}_norm_spread"] = float(((norms.amax(dim=-1) - norms.amin(dim=-1)) / centre).max())
     # one vector a head (a single token) has one norm whatever the layer does: nothing to read
     tokens = min(call.query.shape[-2], call.key.shape[-2])
     out["normalised"] = [role for role in ("q", "k") if tokens > 1 and out[f"{role}_norm_spread"] <= NORMALISED_SPREAD]

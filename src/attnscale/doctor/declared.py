@@ -320,16 +320,15 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         fields["attention_factor"] = gain
     first, last = rotary_coordinates(config, rope, head_dim)
     key_multiplier = getattr(config, "key_multiplier", None)
+    multiplier = 1.0  # on every coordinate of q.k: the keys' multiplier and any factor applied to q first
     if isinstance(key_multiplier, (int, float)):
         fields["key_multiplier"] = key_multiplier
         rules.append("KEY_MULTIPLIER")
-    else:
-        key_multiplier = None
+        multiplier = float(key_multiplier)
     if applies(QUERY_PRESCALE) and head_dim:
         q_first *= head_dim**-0.5
         rules.append("QUERY_PRESCALE")
-    if q_first != 1.0:
-        key_multiplier = (1.0 if key_multiplier is None else key_multiplier) * q_first
+    multiplier *= q_first
     cap = getattr(config, "attn_logit_softcapping", None)
     unread = []
     if isinstance(cap, (int, float)) and not (applies(SOFTCAP) or applies(SOFTCAP_PASSED)):
@@ -348,8 +347,7 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
                       attn_scale=getattr(config, "attn_scale", None))
         rules.append("TEMPERATURE_TUNING")
     outside = outside_the_factor(config, model_type, code, fields, rules)
-    return Declared(head_dim, kernel, gain**2, float(key_multiplier) if isinstance(key_multiplier, (int, float)) else 1.0,
-                    first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
+    return Declared(head_dim, kernel, gain**2, multiplier, first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
                     outside, unread, "CONTENT_BIAS" not in rules)
 
 

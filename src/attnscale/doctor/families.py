@@ -132,11 +132,10 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
             kwargs.setdefault(attribute_map[name], value)
     if set(VISION_TINY) <= names:
         kwargs.update(VISION_TINY)
-    defaults_of = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
-    conv = defaults_of.get("conv_dim")
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    conv = defaults.get("conv_dim")
     if isinstance(conv, (list, tuple)) and conv:  # a wav2vec2-style feature encoder: its convolutions shrunk
         kwargs["conv_dim"] = (32,) * len(conv)
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
     vocab = kwargs.get("vocab_size", TINY["vocab_size"])
     for token in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
                   "cls_token_id", "mask_token_id", "unk_token_id"):

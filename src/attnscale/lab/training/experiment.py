@@ -264,6 +264,12 @@ def deep_specs(config: Config) -> list[RunSpec]:
             for s in seeds_of(config)]
 
 
+def edge_steps(info: dict) -> list[float]:
+    """The next x3 step on the side of the grid where its best rate sits (both sides for a grid of one)."""
+    low, high = info["grid"][0] / LR_STEP, info["grid"][-1] * LR_STEP
+    return {"low": [low], "high": [high], "both": [low, high]}[info["at_edge"]]
+
+
 def deep_widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int]) -> list[RunSpec]:
     """A factor whose best rate sits at an edge of its grid gets one x3 step on that side (up to
     ``lr_widen`` times), as every grid cell does."""
@@ -272,9 +278,7 @@ def deep_widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int
         if info["at_edge"] is None or widened.get(rule, 0) >= config.lr_widen:
             continue
         widened[rule] = widened.get(rule, 0) + 1
-        sides = {"low": [info["grid"][0] / LR_STEP], "high": [info["grid"][-1] * LR_STEP],
-                 "both": [info["grid"][0] / LR_STEP, info["grid"][-1] * LR_STEP]}[info["at_edge"]]
-        new += [deep_spec(config, rule, lr_value(lr), s) for lr in sides for s in seeds_of(config)]
+        new += [deep_spec(config, rule, lr_value(lr), s) for lr in edge_steps(info) for s in seeds_of(config)]
     return new
 
 
@@ -464,9 +468,7 @@ def widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int]) ->
         if d_head not in d_heads_of(config, task):  # the decisive point: a fixed grid
             continue
         widened[(task, rule, d_head)] = widened.get((task, rule, d_head), 0) + 1
-        sides = {"low": [info["grid"][0] / LR_STEP], "high": [info["grid"][-1] * LR_STEP],
-                 "both": [info["grid"][0] / LR_STEP, info["grid"][-1] * LR_STEP]}[info["at_edge"]]
-        for lr in sides:
+        for lr in edge_steps(info):
             new.extend(cell_specs(config, task, rule, d_head, lr_value(lr)))
     return new
 

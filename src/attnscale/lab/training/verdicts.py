@@ -309,12 +309,12 @@ def deep_rows(result: dict) -> list[dict]:
         for lr in sorted({r["lr"] for r in result["deep"] if r["rule"] == rule}):
             runs = sorted((r for r in result["deep"] if r["rule"] == rule and r["lr"] == lr), key=lambda r: r["seed"])
             count = sum(r["status"] == "finished" and solved(r) for r in runs)
+            oscillations = [oscillation(r["curve"]["val_loss"]) for r in runs]
             rows.append({"factor": name, "rule": rule, "lr": lr, "seeds": len(runs), "solved": count,
                          "solved_interval": intervals.wilson(count, len(runs)),
                          "acc": spread([accuracy(r) for r in runs]),
                          "mean_acc": statistics.fmean(accuracy(r) for r in runs),
-                         "oscillations": [oscillation(r["curve"]["val_loss"]) for r in runs],
-                         "oscillation": spread([oscillation(r["curve"]["val_loss"]) for r in runs]),
+                         "oscillations": oscillations, "oscillation": spread(oscillations),
                          "diverged": sum(r["status"] == "diverged" for r in runs)})
     return rows
 
