@@ -91,7 +91,11 @@ def results_store(path: Path, result='{"x": 1}', readonly=False, key="k") -> Pat
 
 
 def runs_store(path: Path, result='{"status": "finished"}', readonly=False) -> Path:
-    return table_file(path, runs_schema(), [("k", "{}", "finished", result, 1.0, 0.0, None)], readonly)
+    """A run store with one row, its digest right (as an older attnscale with another result format wrote it)."""
+    from attnscale.store import row_digest
+
+    texts = ("k", "{}", "finished", result)
+    return table_file(path, runs_schema(), [(*texts, 1.0, 0.0, row_digest(*texts))], readonly)
 
 
 def truncated(path: Path) -> None:
@@ -270,7 +274,8 @@ CASES = [
          lambda d: results_store(d / "r" / "results.sqlite", result="[1, 2")),
     Case("report-store-row-not-object", ["report", "--out", "r", "--labs", "variance"], "not a result",
          lambda d: results_store(d / "r" / "results.sqlite", result="[1, 2]")),
-    Case("report-store-row-foreign", ["report", "--out", "r", "--labs", "variance"], "--fresh", foreign_variance_result),
+    Case("report-store-row-foreign", ["report", "--out", "r", "--labs", "variance"], "carries no digest",
+         foreign_variance_result),
     Case("report-store-other-table", ["report", "--out", "r", "--labs", "variance"], "columns",
          lambda d: table_file(d / "r" / "results.sqlite", "CREATE TABLE results (key TEXT, x TEXT)")),
     # answer
@@ -498,8 +503,11 @@ def read_only_run_store(folder: Path) -> None:
             "steps": 10, "lr": 0.001}
     result = {"status": "finished", "initial_val_loss": 3.0, "final_val_loss": 1.0, "final_val_acc": 0.5,
               "chance_acc": 0.0625}
-    path = table_file(folder / "ro" / "r.sqlite", runs_schema(),
-                      [("k", json.dumps(spec), "finished", json.dumps(result), 1.0, 0.0, None)], readonly=True, wal=True)
+    from attnscale.store import row_digest
+
+    texts = ("k", json.dumps(spec, sort_keys=True), "finished", json.dumps(result))
+    path = table_file(folder / "ro" / "r.sqlite", runs_schema(), [(*texts, 1.0, 0.0, row_digest(*texts))],
+                      readonly=True, wal=True)
     path.parent.chmod(0o555)
 
 

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import sqlite3
 import re
 import sys
 import types
@@ -89,6 +90,23 @@ def test_rerun_reuses_the_store_and_fresh_or_a_new_seed_recompute(fake_lab, tmp_
     assert {c["id"]: c["verdict"] for c in other_seed["claims"]}["C02"] == REFUTED
     full = build_report(out=tmp_path, labs=("variance",), preset="full")
     assert fake_lab[-1].d_k == 128 and full["preset"] == "full"
+
+
+def test_a_stored_row_without_a_digest_is_refused_before_any_work(fake_lab, tmp_path):
+    """A row the report did not write (a number set to NaN by hand, with no digest) is refused in
+    one error naming the row, before a lab runs; --fresh computes it again."""
+    build_report(out=tmp_path, labs=("variance",))
+    db = sqlite3.connect(tmp_path / "results.sqlite")
+    db.execute("UPDATE results SET result = replace(result, '64.0', 'NaN'), digest = NULL")
+    db.commit()
+    db.close()
+    (tmp_path / "report.json").unlink()
+    with pytest.raises(ValueError, match=r"the variance row stored in .*results.sqlite' \(key '[0-9a-f]+'\) carries no "
+                                         r"digest.*rerun with --fresh"):
+        build_report(out=tmp_path, labs=("variance",))
+    assert len(fake_lab) == 1 and not (tmp_path / "report.json").exists()
+    again = build_report(out=tmp_path, labs=("variance",), fresh=True)
+    assert len(fake_lab) == 2 and {c["id"]: c["verdict"] for c in again["claims"]}["C02"] == SUPPORTED
 
 
 def test_labs_side_by_side_in_workers_give_the_numbers_they_give_here(monkeypatch, tmp_path):

@@ -272,6 +272,37 @@ def test_runs_stored_since_a_fresh_start_replace_older_ones(tmp_path):
     assert runs.RunStore(tmp_path / "r.sqlite").get(key)["status"] == "diverged"
 
 
+def test_a_run_row_without_a_digest_is_trained_again_and_replaced(tmp_path):
+    """A row put in by hand (no digest) holding a made-up result is not reused: execute trains
+    the run, the trained result replaces the row, and the summary leaves such rows out."""
+    spec = dataclasses.asdict(tiny())
+    key = runs.run_key(spec)
+    db = tmp_path / "r.sqlite"
+    runs.RunStore(db)  # the table, with its digest column
+    with sqlite3.connect(db) as connection:
+        connection.execute("INSERT INTO runs (key, spec, status, result, seconds, created) VALUES (?, ?, ?, ?, ?, ?)",
+                           (key, json.dumps(spec), "finished", json.dumps(fake_result()), 1.0, 0.0))
+    store = runs.RunStore(db)
+    assert store.keys() == set() and store.get(key) is None and store.rows() == [] and store.unverified() == 1
+    trained = runs.execute([tiny()], db, workers=1)[key]
+    assert trained["final_val_loss"] != fake_result()["final_val_loss"]
+    assert trained == T.train(tiny())  # the run itself, not the hand-made row
+    assert store.unverified() == 0 and store.get(key) == trained
+
+
+def test_the_sweep_summary_names_rows_left_out_for_want_of_a_digest(tmp_path):
+    spec = dataclasses.asdict(tiny())
+    db = tmp_path / "r.sqlite"
+    runs.RunStore(db).put(runs.run_key(spec), spec, fake_result(), 1.0)
+    with sqlite3.connect(db) as connection:
+        connection.execute("INSERT INTO runs (key, spec, status, result, seconds, created) VALUES (?, ?, ?, ?, ?, ?)",
+                           ("other", json.dumps(spec), "finished", json.dumps(fake_result()), 1.0, 0.0))
+    out = subprocess.run(ATTNSCALE + ["sweep", "--summary", "--db", str(db)], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "400"})
+    assert out.returncode == 0, out.stderr
+    assert "1 runs in" in out.stdout and "(1 rows without a digest left out" in out.stdout
+
+
 LAB_SCRIPT = """
 import sys, torch
 from attnscale.lab import training as T

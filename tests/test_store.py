@@ -141,7 +141,10 @@ def test_a_store_written_before_rows_had_digests_is_read_and_upgraded(cls, tmp_p
     db.commit()
     db.close()
     store = cls(tmp_path / "s.sqlite")
-    assert store.get("k") is not None
+    if cls is Store:  # read as stored; the report refuses a row without a digest (test_report)
+        assert store.get("k") is not None and not store.has_digest("k")
+    else:  # not known to be a run's output: left out, so the run is trained again
+        assert store.get("k") is None and store.keys() == set() and store.unverified() == 1
     columns = [r[1] for r in sqlite3.connect(tmp_path / "s.sqlite").execute(
         f"PRAGMA table_info({'results' if cls is Store else 'runs'})")]
     assert columns[-1] == "digest"

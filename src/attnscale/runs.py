@@ -87,9 +87,22 @@ class RunStore(SQLiteTable):
         super().__init__(path, readonly=readonly)
         self.since = 0.0 if since is None else since
 
+    # The rows this store reads: those stored since ``since`` that carry a digest.  A row without
+    # one (put there by hand, or by an attnscale older than digests) is not known to be a run's
+    # output: it is trained again, and the new row replaces it.
+    @property
+    def _verified(self) -> str:
+        return "created >= ? AND digest IS NOT NULL" if self.digests else "created >= ? AND 0"  # 0: an old read-only store
+
     def keys(self) -> set[str]:
         with self._connect() as db:
-            return {row[0] for row in db.execute("SELECT key FROM runs WHERE created >= ?", (self.since,))}
+            return {row[0] for row in db.execute(f"SELECT key FROM runs WHERE {self._verified}", (self.since,))}
+
+    def unverified(self) -> int:
+        """How many stored rows carry no digest (left out of :meth:`keys`, :meth:`get` and :meth:`rows`)."""
+        with self._connect() as db:
+            where = "WHERE digest IS NULL" if self.digests else ""
+            return db.execute(f"SELECT COUNT(*) FROM runs {where}").fetchone()[0]
 
     def put(self, key: str, spec: dict, result: dict, seconds: float) -> None:
         """Store one finished run in a single transaction; a key already stored is left as it is."""
@@ -101,12 +114,12 @@ class RunStore(SQLiteTable):
         db = self._connect()
         try:
             with db:
-                # A run stored before ``since`` is replaced; one stored since is kept as it is.
+                # A run stored before ``since``, or without a digest, is replaced; one stored since is kept as it is.
                 db.executemany(
                     "INSERT INTO runs (key, spec, status, result, seconds, created, digest) VALUES (?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT(key) DO UPDATE SET spec = excluded.spec, status = excluded.status, "
                     "result = excluded.result, seconds = excluded.seconds, created = excluded.created, "
-                    "digest = excluded.digest WHERE runs.created < ?",
+                    "digest = excluded.digest WHERE runs.created < ? OR runs.digest IS NULL",
                     [self._row(key, spec, result, seconds, now) for key, spec, result, seconds in rows],
                 )
         finally:
@@ -118,13 +131,14 @@ class RunStore(SQLiteTable):
 
     def get(self, key: str) -> dict | None:
         with self._connect() as db:
-            row = db.execute("SELECT result FROM runs WHERE key = ? AND created >= ?", (key, self.since)).fetchone()
+            row = db.execute(f"SELECT result FROM runs WHERE key = ? AND {self._verified}", (key, self.since)).fetchone()
         return json.loads(row[0]) if row else None
 
     def rows(self) -> list[dict]:
-        """Every stored run: {"key", "spec", "status", "result", "seconds"}, oldest first."""
+        """Every stored run with a digest: {"key", "spec", "status", "result", "seconds"}, oldest first."""
         with self._connect() as db:
-            found = db.execute("SELECT key, spec, status, result, seconds FROM runs ORDER BY created, key").fetchall()
+            found = db.execute(f"SELECT key, spec, status, result, seconds FROM runs WHERE {self._verified} "
+                               "ORDER BY created, key", (0.0,)).fetchall()
         return [{"key": k, "spec": json.loads(s), "status": st, "result": json.loads(r), "seconds": sec}
                 for k, s, st, r, sec in found]
 

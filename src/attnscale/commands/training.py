@@ -145,8 +145,10 @@ def print_summary(db: Path) -> None:
 
     if not db.exists():
         raise FileNotFoundError(f"no run store at {str(db)!r}; run a sweep first or pass --db")
-    rows = RunStore(db, readonly=True).rows()
-    print_rows(f"sweep summary: {len(rows)} runs in {db}", summarize_rows(summary, rows, db), limit=200)
+    store = RunStore(db, readonly=True)
+    rows, unverified = store.rows(), store.unverified()
+    left_out = f" ({unverified} rows without a digest left out: put there by hand or by an older attnscale)" if unverified else ""
+    print_rows(f"sweep summary: {len(rows)} runs in {db}{left_out}", summarize_rows(summary, rows, db), limit=200)
 
 
 def grid_specs(task, rules, d_heads, lrs, seeds, layers, optimisers, init, steps, d_model, log_every, device) -> list:
