@@ -38,8 +38,8 @@ NUMERICS = {
                                 "memory_tokens": 2048, "dense_peak_mib": 32.0, "online_peak_mib": 1.02,
                                 "memory_ratio": 31.5}),
 }
-DOCTOR = {"C10": Finding(PARTLY, "", {"t5_factor": 1.0, "t5_wq_wk_std_ratio": 0.125, "d_kv": 64,
-                                      "t5_logit_std": 0.999})}
+DOCTOR = {"C10": Finding(PARTLY, "", {"t5_factor": 1.0, "t5_finding": "no scaling", "t5_wq_wk_std_ratio": 0.125,
+                                      "d_kv": 64, "t5_logit_std": 0.999})}
 MEASURED = {"variance": VARIANCE, "saturation": SATURATION, "numerics": NUMERICS, "doctor": DOCTOR}
 
 
@@ -179,6 +179,63 @@ def short_cases():
     return cases
 
 
+def edited(findings, lab_name, claim_id, verdict=None, drop=(), **numbers):
+    """``findings`` with one finding's verdict and numbers changed (keys in ``drop`` removed)."""
+    old = findings[lab_name][claim_id]
+    kept = {k: v for k, v in old.numbers.items() if k not in drop}
+    finding = Finding(verdict or old.verdict, old.evidence, {**kept, **numbers}, scope=old.scope)
+    return {**findings, lab_name: {**findings[lab_name], claim_id: finding}}
+
+
+def answer_cases():
+    """Reports built by the real claim evaluation from findings with a quick report's numbers, edited
+    so that between them they take every branch of every layer of the answer."""
+    base = {**MEASURED, "training": training(PARTLY, 0.05)}
+    cases = dict(short_cases())
+    cases["base"] = report_from(base)
+    for verdict in (SUPPORTED, PARTLY, REFUTED):
+        cases[f"none trains {verdict}"] = report_from({**MEASURED, "training": training(verdict, 0.5)})
+    edits = {
+        "C01 all near": ("variance", "C01", None, (), {"var[torch-default square]": 1.02, "var[xavier-uniform per-head]": 0.97}),
+        "C01 none near": ("variance", "C01", None, (), {"var[xavier-uniform square]": 1.5}),
+        "C01 one off": ("variance", "C01", None, (), {"var[xavier-uniform per-head]": 1.0}),
+        "C04 some saturated": ("saturation", "C04", None, (), {"max_saturated_share": 0.004}),
+        "C05 not uniform": ("saturation", "C05", REFUTED, (), {"min_normalized_entropy": 0.7}),
+        "C05 trained supported": ("training", "C05", SUPPORTED, (), {}),
+        "C05 trained partly": ("training", "C05", PARTLY, (), {}),
+        "C06 never reaches 100": ("saturation", "C06", None, ("dk_logits_reach_100",), {}),
+        "C06 gradient near 0": ("saturation", "C06", None, (), {"grad_ratio_none_sqrt": 0.05, "max_logit_abs": 120.0}),
+        "C06 gradient smaller": ("saturation", "C06", None, (), {"grad_ratio_none_sqrt": 0.5}),
+        "C11 unit reaches, trained not": ("numerics", "C11", None, (), {"max_abs_logit_unit_std_sqrt": 20.0,
+                                                                        "trained_max_abs_logit": 9.0}),
+        "C11 nonfinite": ("numerics", "C11", None, (), {"real_code_nonfinite": 0.1}),
+        "C11 precise": ("numerics", "C11", None, (), {"real_code_max_error": 0.01}),
+        "C12 online overflows": ("numerics", "C12", None, (), {"online_nonfinite": 0.5}),
+        "C12 memory not saved": ("numerics", "C12", None, (), {"memory_ratio": 1.5}),
+        "C12 no clamp works": ("numerics", "C12", None, ("clamp_kl_cheapest_fix",), {}),
+        "C12 cheap clamp": ("numerics", "C12", None, (), {"clamp_kl_cheapest_fix": 0.001}),
+        "C12 cheap clamp, online overflows": ("numerics", "C12", None, (), {"clamp_kl_cheapest_fix": 0.001,
+                                                                            "online_nonfinite": 0.5}),
+        "C18 no constant": ("saturation", "C18", None, ("constant_factor",), {}),
+        "C18 no cells": ("training", "C18", None, (), {"cells": 0}),
+        "C15 small": ("variance", "C15", None, (), {"tv_dk2": 0.05}),
+        "C15 not small": ("variance", "C15", None, (), {"tv_dk2": 0.5}),
+        "C15 small alone": ("variance", "C15", None, (), {"tv_dk2": 0.05, "tv_dk_large": 0.1}),
+        "C15 not testable": ("variance", "C15", NOT_TESTABLE, (), {}),
+        "C16 not near 0": ("saturation", "C16", None, ("holds_up_to_n",), {"max_entry_at_100": 1e-5}),
+        "C17 tenfold": ("training", "C17", SUPPORTED, (), {"median_grad_ratio_sqrt_over_none": 20.0}),
+        "C10 a factor": ("doctor", "C10", REFUTED, (), {"t5_factor": 0.125, "t5_finding": "1/sqrt(d_k)"}),
+        "C10 equivalent": ("training", "C10", SUPPORTED, (), {"final_logit_std_gap_adamw": 0.01}),
+        "C10 all apart": ("training", "C10", PARTLY, (), {"final_logit_std_gap_adafactor": 0.3}),
+        "C10 none apart": ("training", "C10", PARTLY, (), {"final_logit_std_gap_adamw": 0.01}),
+    }
+    for name, (lab_name, claim_id, verdict, drop, numbers) in edits.items():
+        cases[name] = report_from(edited(base, lab_name, claim_id, verdict, drop, **numbers))
+    no_c17 = {**base, "training": {k: v for k, v in base["training"].items() if k != "C17"}}
+    cases["C17 pending"] = report_from(no_c17)
+    return cases
+
+
 def test_the_30_second_answer_fits_in_30_seconds_in_both_languages():
     for name, report in short_cases().items():
         en = " ".join(answer.compose(report, "en")["short"])
@@ -188,20 +245,31 @@ def test_the_30_second_answer_fits_in_30_seconds_in_both_languages():
 
 
 def test_every_catalogue_entry_has_both_languages_and_is_produced_by_some_report(monkeypatch):
-    for entry, words in answer.SHORT.items():
+    """One catalogue words the whole answer; each entry has its English and Chinese text with the same
+    numbers, and each is worded, in both languages, for some report built by the real evaluation."""
+    from attnscale import answer_catalogue
+
+    for entry, words in answer_catalogue.ENTRIES.items():
         assert set(words) == set(answer.LANGS), entry
         fields = {lang: set(re.findall(r"{(\w+)}", text)) for lang, text in words.items()}
         assert fields["zh"] <= fields["en"], entry  # the English wording may add grammar (plurals), never numbers
-    used = set()
-    real_word = answer._word
-    monkeypatch.setattr(answer, "_word", lambda entry, lang, **n: used.add(entry) or real_word(entry, lang, **n))
-    for report in short_cases().values():
-        for lang in answer.LANGS:
-            answer.compose(report, lang)
-    nested = {"none.not_100", "tally.untested"}  # worded inside another entry
-    assert used | nested == set(answer.SHORT)
+    for lang in answer.LANGS:
+        used = set()
+        monkeypatch.setattr(answer_catalogue, "used", used)
+        for report in answer_cases().values():
+            answer.render_text(answer.compose(report, lang))
+        assert used == set(answer_catalogue.ENTRIES), (lang, set(answer_catalogue.ENTRIES) - used)
     text = answer.render_text(answer.compose(report_from(MEASURED | {"training": training(PARTLY, 0.05)}), "en"))
     assert "(not ±100)" in text and "training stalls in some settings or seeds, not all" in text
+
+
+def test_no_language_is_decided_outside_the_catalogue():
+    """The sentence functions decide; only the catalogue words: no branch on the language in them."""
+    import inspect
+
+    for build in (*answer.SHORT_SENTENCES, *answer.FULL_SENTENCES, *(f for _, f in answer.FOLLOW_UPS)):
+        source = inspect.getsource(build)
+        assert "lang" not in source and not re.search(r"[\u4e00-\u9fff]", source), build.__name__
 
 
 def test_the_three_layers_print_in_order():

@@ -63,13 +63,16 @@ class ScaleEstimate:
         return {**asdict(self), "exponent": self.exponent}
 
 
+NO_SCALING = "no scaling"  # the label of a factor of 1
+
+
 def label_factor(factor: float, d_k: int, linear: bool = True, rel_tol: float = THRESHOLDS["factor_rel_tol"]) -> str:
     """Name the factor: "matches 1/sqrt(d_k)", "looks like 1/d_k", "no scaling", or "other"."""
     if not math.isfinite(factor):
         return "not measurable"
     if not linear:
         return "not a fixed factor (logits not linear in q.k)"
-    for name, reference in (("matches 1/sqrt(d_k)", d_k**-0.5), ("looks like 1/d_k", 1.0 / d_k), ("no scaling", 1.0)):
+    for name, reference in (("matches 1/sqrt(d_k)", d_k**-0.5), ("looks like 1/d_k", 1.0 / d_k), (NO_SCALING, 1.0)):
         if abs(factor - reference) <= rel_tol * reference:
             return name
     if factor > 0 and d_k > 1:

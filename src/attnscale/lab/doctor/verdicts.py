@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
+from ...doctor.probe import NO_SCALING
 
 # C14: the flag "fires" when scaling too strong flags at least half of the heads; a correctly
 # scaled model "false-alarms" when at least a quarter of its heads are flagged.
@@ -44,7 +45,7 @@ def judge_c10(result: dict) -> Finding:
     by_model = {row["model"]: row for row in result["init"]}
     t5, bert = by_model["t5"], by_model["bert"]
     t5_probe = next(row for row in result["probe"] if row["model"] == "t5")
-    no_scaling = t5_probe["finding"] == "no scaling"
+    no_scaling = t5_probe["finding"] == NO_SCALING
     low, high = UNIT_STD_RANGE
     folded = low <= t5["logit_std"] <= high
     d_k = t5["d_k"]

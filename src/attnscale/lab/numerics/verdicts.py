@@ -14,6 +14,7 @@ REAL_CODE = ("plain", "sdpa", "online")  # as models compute attention: eager (p
 LOW_DTYPES = ("float16", "bfloat16")
 KL_CHEAP = 0.01  # nats: a clamp this cheap at the claimed range would be a harmless fix
 WRONG_OUTPUT = 0.1  # an output off by more than 0.1 std of v (against float64) is a wrong result
+RANGE_REACHED = 0.5  # logits "reach +-R" when the largest is at least this share of R
 MEMORY_SAVED = 8.0  # tiling "prevents the overflow" of memory if dense attention needs >= 8x its peak
 
 # The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
@@ -110,7 +111,7 @@ def judge_c11(result: dict) -> claims.Finding:
     top = trained_summary(result)
     realistic = realistic_scenarios(result)
     failures = real_code_failures(result)
-    range_holds = top["max_abs_logit"] >= claimed / 2
+    range_holds = top["max_abs_logit"] >= claimed * RANGE_REACHED
     inf = failures["nonfinite"] > 0
     wrong = failures["max_error"] > WRONG_OUTPUT
     if range_holds and inf:

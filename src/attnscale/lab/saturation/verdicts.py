@@ -42,6 +42,8 @@ FLAT_ENTROPY = 0.95         # below this, not near uniform at all
 LOGITS_AROUND_100 = 50.0    # mean max |logit| at least this: "around +-100"
 ONE_HOT_ROWS = 0.5          # at least this share of rows saturated: "near one-hot"
 GRADIENT_NEAR_0 = 0.1       # the gradient to W_q below this fraction of sqrt's
+# C16
+EXTREME_NEAR_0 = 1e-10      # every softmax Jacobian entry below this at an input of 100: "near 0"
 
 
 def ci(row: dict, key: str) -> tuple[float, float]:
@@ -202,7 +204,7 @@ def judge_c16(result: dict) -> Finding:
     0.05, so (ii) cannot hold beyond 40 keys: the verdict names the n up to which it was measured to hold."""
     curves, used = result["derivative"], result["derivative_in_use"]
     at100 = max(max(c["at_100"]["diag"], c["at_100"]["max_off_diag"]) for c in curves.values())
-    extreme_ok = at100 < 1e-10
+    extreme_ok = at100 < EXTREME_NEAR_0
     ns = sorted(int(n) for n in used)
     holds = {n: range_holds(used[str(n)]) for n in ns}
     small, large = used[str(ns[0])], used[str(ns[-1])]
@@ -242,7 +244,7 @@ def judge_c16(result: dict) -> Finding:
                    if undecided_at is not None else "")
                 + f" and fail for realistic n (n = {large['n']}: {large['share_p_in_5_95']:.1%} of p_i in range, "
                 f"median p_i {large['p_quantiles'][1]:.4f}, 95th percentile of p_i(1 - p_i) "
-                f"{large['diag_quantiles'][2]:.4f}). Rule: (i) the derivative at 100 is below 1e-10; (ii) with "
+                f"{large['diag_quantiles'][2]:.4f}). Rule: (i) the derivative at 100 is below {EXTREME_NEAR_0:g}; (ii) with "
                 f"{small['n']} keys, >= {IN_RANGE_SHARE:.0%} of p_i lie in [{P_RANGE[0]}, {P_RANGE[1]}] and >= "
                 f"{IN_RANGE_SHARE:.0%} of p_i(1 - p_i) in [{DIAG_RANGE[0]}, {DIAG_RANGE[1]}], on 95% intervals over "
                 f"rows; supported if both hold at every n measured, partly if both hold only up to some n (the claim "
