@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnscale.doctor import audit, declared, families, kernel, verdicts
+from attnscale.audit import attention_function, declared, families, verdicts
+from attnscale.audit import measure as audit
 from attnscale.lab import audit as lab
 
 TRANSFORMERS = Path(__import__("transformers").__file__).parent
@@ -243,8 +244,8 @@ def test_callable_checked_against_a_family():
 
 def test_kernel_cap_solver_inverts_the_tanh_difference():
     for cap in (0.7, 5.0, 50.0, 3000.0):
-        difference = kernel.tanh_difference(cap, 3.0, 0.025)
-        assert kernel.solve_cap(difference, 3.0, 0.025) == pytest.approx(cap, rel=1e-6)
+        difference = attention_function.tanh_difference(cap, 3.0, 0.025)
+        assert attention_function.solve_cap(difference, 3.0, 0.025) == pytest.approx(cap, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------

@@ -84,8 +84,8 @@ def test_audit_refuses_what_cannot_fit_and_blocks_what_can(monkeypatch):
 
     monkeypatch.setenv(memory.LIMIT_VARIABLE, "50M")
     with pytest.raises(ValueError, match="1 queries x 200000 keys .* would need"):
-        numerics.audit_block_rows(1, 200_000, 8)
-    rows = numerics.audit_block_rows(20_000, 20_000, 1)  # 3.2 GB per full matrix: taken in row blocks
+        numerics.check_block_rows(1, 200_000, 8)
+    rows = numerics.check_block_rows(20_000, 20_000, 1)  # 3.2 GB per full matrix: taken in row blocks
     assert 1 <= rows < 20_000
     assert rows * numerics.AUDIT_MATRICES * 20_000 * 8 <= memory.USABLE_SHARE * 50 * 2**20
 

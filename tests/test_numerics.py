@@ -1,4 +1,4 @@
-"""The numerics lab and audit: measured dtype limits, softmax overflow, acceptance, verdict rules, CLI."""
+"""The numerics lab and the precision check: measured dtype limits, softmax overflow, acceptance, verdict rules, CLI."""
 
 import copy
 import json
@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 from attnscale import claims
 from attnscale.lab import numerics as lab
-from attnscale.numerics import audit, exp_overflow_threshold, matmul_accumulation, parse_dtype
+from attnscale.numerics import precision_check, exp_overflow_threshold, matmul_accumulation, parse_dtype
 from attnscale.softmax import naive_softmax, online_softmax, stable_softmax
 
 LOW = (torch.float16, torch.bfloat16, torch.float32)
@@ -299,9 +299,9 @@ def test_judge_returns_findings_for_both_claims(tiny_result):
     assert claims.undeclared_numbers(lab.NUMBER_KEYS, findings) == []
 
 
-# ----------------------------------------------------------------------------- the audit
+# ----------------------------------------------------------------------------- the precision check
 
-def test_audit_reports_overflow_where_and_only_where_it_occurs():
+def test_precision_check_reports_overflow_where_and_only_where_it_occurs():
     q = torch.full((2, 1, 5, 4), 0.1)
     k = torch.full((1, 3, 6, 4), 0.1)
     q[1, 0, 2, :2] = 200.0
@@ -309,7 +309,7 @@ def test_audit_reports_overflow_where_and_only_where_it_occurs():
     k[0, 0, 1, :2] = -200.0    # and -80000 at batch (1, 0), query 2, key 1
     q[0, 0, 3, 2:] = 180.0
     k[0, 1, 0, 2:] = 180.0     # 64800 <= 65504 at batch (0, 1), query 3, key 0: no overflow
-    report = audit(q, k, scale="sqrt", dtype=torch.float16)
+    report = precision_check(q, k, scale="sqrt", dtype=torch.float16)
     assert sorted(map(tuple, report["matmul_overflow"]["at"])) == [(1, 0, 2, 1), (1, 2, 2, 4)]
     assert report["matmul_overflow"]["count"] == 2 and report["matmul_overflow"]["positive"] == 1
     assert report["matmul_overflow_predicted"]["count"] == 2
@@ -318,21 +318,21 @@ def test_audit_reports_overflow_where_and_only_where_it_occurs():
     assert report["nonfinite_rows"]["count"] == 1               # +inf makes its row NaN
     assert report["entries"] == 2 * 3 * 5 * 6 and report["rows"] == 2 * 3 * 5
     assert any("overflows float16" in line for line in report["risks"])
-    assert audit(q, k, scale="sqrt", dtype="bfloat16")["matmul_overflow"]["count"] == 0
+    assert precision_check(q, k, scale="sqrt", dtype="bfloat16")["matmul_overflow"]["count"] == 0
     assert json.dumps(report, allow_nan=False)
 
 
-def test_audit_in_row_blocks_gives_the_same_report(monkeypatch):
-    """Large T is audited a block of query rows at a time; the totals do not depend on the blocks."""
+def test_precision_check_in_row_blocks_gives_the_same_report(monkeypatch):
+    """Large T is checked a block of query rows at a time; the totals do not depend on the blocks."""
     import attnscale.numerics as numerics_module
 
     g = torch.Generator().manual_seed(5)
     q = torch.randn(2, 1, 37, 8, generator=g) * 100
     k = torch.randn(1, 3, 29, 8, generator=g) * 100
-    whole = audit(q, k, scale="none", dtype=torch.float16, max_locations=50)
+    whole = precision_check(q, k, scale="none", dtype=torch.float16, max_locations=50)
     monkeypatch.setattr(numerics_module, "BLOCK_BYTES", numerics_module.AUDIT_MATRICES * 29 * 8 * 5)  # 5 rows
-    assert numerics_module.audit_block_rows(37, 29, 8) == 5
-    blocked = audit(q, k, scale="none", dtype=torch.float16, max_locations=50)
+    assert numerics_module.check_block_rows(37, 29, 8) == 5
+    blocked = precision_check(q, k, scale="none", dtype=torch.float16, max_locations=50)
     assert whole["matmul_overflow"]["count"] > 0
     for key in ("prob_error", "output_error", "logits"):  # sums in another order: equal to rounding
         for name, value in whole[key].items():
@@ -341,29 +341,29 @@ def test_audit_in_row_blocks_gives_the_same_report(monkeypatch):
         k: v for k, v in whole.items() if k not in ("prob_error", "output_error", "logits", "risks")}
 
 
-def test_an_audit_whose_matrices_exceed_free_memory_runs_in_row_blocks(monkeypatch):
-    """3000 x 3000 keys: the audit's full float64 matrices take 1.2 GB, more than the 100 MB
+def test_a_precision_check_whose_matrices_exceed_free_memory_runs_in_row_blocks(monkeypatch):
+    """3000 x 3000 keys: the precision check's full float64 matrices take 1.2 GB, more than the 100 MB
     allowed here; it runs a few hundred query rows at a time instead of refusing."""
     import attnscale.numerics as numerics_module
 
     monkeypatch.setenv("ATTNSCALE_MEMORY_LIMIT", "100M")
-    assert numerics_module.audit_block_rows(3000, 3000, 1) < 3000
+    assert numerics_module.check_block_rows(3000, 3000, 1) < 3000
     q = torch.linspace(-3, 3, 3000).unsqueeze(-1)
-    report = audit(q, q.flip(0), scale="sqrt", dtype=torch.float16)
+    report = precision_check(q, q.flip(0), scale="sqrt", dtype=torch.float16)
     assert report["entries"] == 3000**2 and report["matmul_overflow"]["count"] == 0
 
 
-def test_audit_counts_underflow_and_round_to_one_exactly():
+def test_precision_check_counts_underflow_and_round_to_one_exactly():
     q = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
     k = torch.tensor([[0.0, 0.0], [-30.0, 0.0], [-1.0, 0.0]])
-    report = audit(q, k, scale="none", dtype=torch.float16)
+    report = precision_check(q, k, scale="none", dtype=torch.float16)
     # logits per row [0, -30, -1]: exp(-30) ~ 9e-14 underflows float16's smallest subnormal (6e-8).
     assert report["probs_underflow_to_zero"]["count"] == 2
     assert report["probs_round_to_one"]["count"] == 0 and report["saturated_rows"]["count"] == 0
     assert report["naive_softmax_overflow_rows"]["count"] == 0
-    one = audit(torch.tensor([[1.0]]), torch.tensor([[0.0], [-30.0]]), scale="none")
+    one = precision_check(torch.tensor([[1.0]]), torch.tensor([[0.0], [-30.0]]), scale="none")
     assert one["probs_round_to_one"]["count"] == 1 and one["saturated_rows"]["count"] == 1
-    hot = audit(torch.tensor([[1.0]]), torch.tensor([[12.0], [0.0]]), scale="none")
+    hot = precision_check(torch.tensor([[1.0]]), torch.tensor([[12.0], [0.0]]), scale="none")
     assert hot["naive_softmax_overflow_rows"]["count"] == 1 and hot["matmul_overflow"]["count"] == 0
 
 
@@ -374,9 +374,9 @@ def test_audit_counts_underflow_and_round_to_one_exactly():
     (torch.tensor([[math.nan]]), torch.zeros(1, 1), "NaN"),
     (torch.zeros(3, 4, dtype=torch.int32), torch.zeros(3, 4), "dtype"),
 ])
-def test_audit_rejects_bad_input(q, k, message):
+def test_precision_check_rejects_bad_input(q, k, message):
     with pytest.raises(ValueError, match=message):
-        audit(q, k)
+        precision_check(q, k)
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -386,7 +386,7 @@ def run_cli(*args):
                           timeout=300)
 
 
-def test_cli_audits_a_safetensors_file(tmp_path):
+def test_cli_checks_a_safetensors_file(tmp_path):
     q = torch.full((1, 2, 3, 4), 0.5)
     k = torch.full((1, 2, 3, 4), 0.5)
     q[0, 1, 0, :2] = k[0, 1, 2, :2] = 200.0

@@ -189,7 +189,7 @@ def test_meta_tensors_are_refused_by_name():
     with pytest.raises(ValueError, match="q is on the meta device"):
         attention(meta, meta, meta)
     with pytest.raises(ValueError, match="meta device"):
-        numerics.audit(meta, meta)
+        numerics.precision_check(meta, meta)
     with pytest.raises(ValueError, match="meta device"):
         stats.entropy(meta.softmax(-1))
 

@@ -1,10 +1,15 @@
 """The interview answer, rebuilt from the evidence.
 
-The seed gives a 30-second answer and three follow-ups.  :func:`compose` rewrites them
-from a report (report.json): every sentence is chosen by the verdict of the claim it
-states and quotes that claim's measured numbers, so a refuted claim is stated as measured
-and the text changes when the evidence does; no comparison is written in advance.  A claim
-whose lab has not run yet is said to be pending.  English (``en``) or Chinese (``zh``).
+The source (the interview answer) gives a 30-second answer and three follow-ups.
+:func:`compose` rewrites them from a report (report.json) in three layers: the 30-second
+answer, the full measured answer and the follow-ups.  Every sentence is chosen by the
+verdict of the claim it states and quotes that claim's measured numbers, so a refuted claim
+is stated as measured and the text changes when the evidence does; no comparison is written
+in advance.  A claim whose lab has not run yet is said to be pending.
+
+Each sentence function here decides once (which catalogue entry, which numbers, with the
+thresholds the verdict modules own); :mod:`attnscale.answer_catalogue` words it, English
+(``en``) and Chinese (``zh``) side by side.
 
 :data:`READS` declares every number the answer reads, by claim and lab; each lab declares
 the numbers its findings carry in its ``NUMBER_KEYS``, and the tests hold the two together.
@@ -19,7 +24,7 @@ from pathlib import Path
 
 from .answer_catalogue import GAP, Listing, Seq, Word, render
 from .claims import BY_ID, CLAIMS, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, VERDICTS, key_declared
-from .doctor.probe import NO_SCALING  # C10: the probe's label of T5's factor
+from .probing.probe import NO_SCALING  # C10: the probe's label of T5's factor
 from .errors import UserError
 from .lab.numerics import KL_CHEAP, MEMORY_SAVED, RANGE_REACHED, WRONG_OUTPUT
 from .lab.saturation import verdicts as saturation_rules  # C06: "around +-100", "gradient near 0"; C16: "near 0"

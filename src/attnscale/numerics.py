@@ -1,4 +1,4 @@
-"""Low-precision numerics of attention: measured limits of a dtype, and an audit of real q, k.
+"""Low-precision numerics of attention: measured limits of a dtype, and a precision check of real q, k.
 
 Three measurements, shared by the numerics lab (:mod:`attnscale.lab.numerics`) and by
 ``attnscale numerics --from-file``:
@@ -9,7 +9,7 @@ Three measurements, shared by the numerics lab (:mod:`attnscale.lab.numerics`) a
 * :func:`matmul_accumulation`: whether a matmul in a dtype accumulates in that dtype or in a
   wider one on this device (torch's CPU kernels widen half types; that decides whether
   QK^T overflows as soon as a partial sum passes finfo.max, or only if the final value does).
-* :func:`audit`: for a user's q and k, what a given dtype and scale rule do to them: QK^T
+* :func:`precision_check`: for a user's q and k, what a given dtype and scale rule do to them: QK^T
   overflow (where), the naive softmax's exp overflow, probabilities that underflow to exactly
   0 or round to exactly 1, and the error of the probabilities and of the attention output
   against float64.  It returns numbers and a list of plain-language risks.
@@ -104,7 +104,7 @@ def matmul_accumulation(dtype, device="cpu", length: int = 4096, seed: int = 0) 
             "accumulates_wider": bool(error_eps <= 1.0 and cancel == 0.0)}
 
 
-# ----------------------------------------------------------------------------- the audit
+# ----------------------------------------------------------------------------- the precision check
 
 def _check_qk(q, k) -> torch.Size:
     for name, t in (("q", q), ("k", k)):
@@ -114,7 +114,7 @@ def _check_qk(q, k) -> torch.Size:
         if t.shape[-1] < 1 or t.shape[-2] < 1:
             raise UserError(f"{name} must have T >= 1 and d_k >= 1, got shape {tuple(t.shape)}")
         if not torch.isfinite(t).all():
-            raise UserError(f"{name} contains NaN or inf; the audit needs finite activations")
+            raise UserError(f"{name} contains NaN or inf; the precision check needs finite activations")
     if q.shape[-1] != k.shape[-1]:
         raise UserError(f"q and k must share d_k (last dimension), got {q.shape[-1]} and {k.shape[-1]}")
     try:
@@ -129,7 +129,7 @@ def _count(mask: torch.Tensor) -> int:
 
 
 class _Tally:
-    """Sums and extremes accumulated over the (batch, head) slices of an audit."""
+    """Sums and extremes accumulated over the (batch, head) slices of a precision check."""
 
     def __init__(self):
         self.counts, self.maxima, self.sums, self.minima = {}, {}, {}, {}
@@ -147,16 +147,16 @@ class _Tally:
         self.sums[name] = self.sums.get(name, 0.0) + value
 
 
-AUDIT_MATRICES = 16  # (rows, T_k) float64-sized matrices alive at once in _audit_rows, temporaries included
-BLOCK_BYTES = 256 * 2**20  # what one block of query rows may take; larger T_q is audited in more blocks
+AUDIT_MATRICES = 16  # (rows, T_k) float64-sized matrices alive at once in _check_rows, temporaries included
+BLOCK_BYTES = 256 * 2**20  # what one block of query rows may take; larger T_q is checked in more blocks
 
 
-def _audit_rows(q64, k64, v64, factor, dtype, tally: _Tally, index: tuple, first_row: int, locations: list,
+def _check_rows(q64, k64, v64, factor, dtype, tally: _Tally, index: tuple, first_row: int, locations: list,
                 max_locations: int):
     """Query rows ``first_row:`` of one (T_q, d) x (T_k, d) slice: exact float64 vs the same math in ``dtype``.
 
     Every quantity is per row (a softmax runs over the keys of its row), so a slice can be
-    audited one block of rows at a time with the same totals."""
+    checked one block of rows at a time with the same totals."""
     products = q64 @ k64.T
     logits = products * factor
     q_low, k_low, v_low = q64.to(dtype), k64.to(dtype), v64.to(dtype)
@@ -212,19 +212,19 @@ def _rounded(x: torch.Tensor, dtype: torch.dtype, normalize: bool) -> torch.Tens
     return torch.nan_to_num(x.to(dtype).double(), posinf=top, neginf=-top)
 
 
-def audit_block_rows(t_q: int, t_k: int, d_k: int) -> int:
-    """How many query rows the audit takes at a time; ValueError if even one row would not fit."""
+def check_block_rows(t_q: int, t_k: int, d_k: int) -> int:
+    """How many query rows the precision check takes at a time; ValueError if even one row would not fit."""
     row_bytes = AUDIT_MATRICES * t_k * 8
     slice_bytes = 3 * (t_q + 2 * t_k) * d_k * 8  # one (batch, head) slice of q, k, v in float64 and dtype
     free = memory.available_bytes()
     budget = BLOCK_BYTES if free is None else min(BLOCK_BYTES, memory.USABLE_SHARE * free - slice_bytes)
     rows = max(1, min(t_q, int(budget // row_bytes)))
-    memory.require_memory(slice_bytes + rows * row_bytes, f"the audit of {t_q} queries x {t_k} keys (d_k = {d_k})",
-                          "audit fewer tokens")
+    memory.require_memory(slice_bytes + rows * row_bytes, f"the precision check of {t_q} queries x {t_k} keys (d_k = {d_k})",
+                          "check fewer tokens")
     return rows
 
 
-def audit(q: torch.Tensor, k: torch.Tensor, *, scale="sqrt", dtype=torch.float16, max_locations: int = 20,
+def precision_check(q: torch.Tensor, k: torch.Tensor, *, scale="sqrt", dtype=torch.float16, max_locations: int = 20,
           seed: int = 0) -> dict:
     """What computing softmax(q k^T * factor) in ``dtype`` does to these activations.
 
@@ -252,7 +252,7 @@ def audit(q: torch.Tensor, k: torch.Tensor, *, scale="sqrt", dtype=torch.float16
     seed = check_seed(seed)
     d_k, t_q, t_k = q.shape[-1], q.shape[-2], k.shape[-2]
     factor = float(rule.factor(d_k))
-    block_rows = audit_block_rows(t_q, t_k, d_k)
+    block_rows = check_block_rows(t_q, t_k, d_k)
     gen = torch.Generator().manual_seed(seed)
     v = torch.randn(t_k, d_k, generator=gen, dtype=torch.float64)
     v64 = v.to(dtype).double().to(q.device)
@@ -264,7 +264,7 @@ def audit(q: torch.Tensor, k: torch.Tensor, *, scale="sqrt", dtype=torch.float16
         k64 = _rounded(k_all[index], dtype, rule.normalizes_qk)
         for start in range(0, t_q, block_rows):
             q64 = _rounded(q_all[index][start:start + block_rows], dtype, rule.normalizes_qk)
-            _audit_rows(q64, k64, v64, factor, dtype, tally, index, start, locations, max_locations)
+            _check_rows(q64, k64, v64, factor, dtype, tally, index, start, locations, max_locations)
         slices += 1
     tally.counts["input_overflow"] = _count(torch.isinf(q.detach().to(dtype))) + _count(torch.isinf(k.detach().to(dtype)))
     rows = slices * t_q
@@ -309,7 +309,7 @@ def _summary(tally: _Tally, locations, dtype, rule, factor, d_k, q, k, rows: int
 
 
 def risks(report: dict) -> list[str]:
-    """Plain-language findings of an :func:`audit` result, worst first."""
+    """Plain-language findings of an :func:`precision_check` result, worst first."""
     name, top, lines = report["dtype"], report["dtype_max"], []
     if report["input_overflow"]:
         lines.append(f"{report['input_overflow']} entries of q/k exceed {name}'s range ({top:g}) and become inf "

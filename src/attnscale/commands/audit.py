@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..doctor import audit as audit_api
+from ..audit import measure as audit_api
 from ..errors import UserError
 from . import options
 
@@ -26,7 +26,7 @@ MAX_WORKERS = 256
 
 
 def parse_backends(text: str) -> tuple[str, ...]:
-    from ..doctor.intercept import registered_backends
+    from ..probing.intercept import registered_backends
 
     names = tuple(dict.fromkeys(name.strip() for name in text.split(",") if name.strip()))
     accepted = registered_backends()

@@ -53,7 +53,7 @@ def check_memory(model_dir: Path, max_tokens: int) -> None:
     Weights: the size of the folder's weight files.  Attention: (layers x heads) maps of
     T x T float32 numbers kept for the heatmaps, times 3 for the forward pass in flight,
     with T = max_tokens clipped to the model's positions (as read from config.json)."""
-    from ..doctor.loading import first_int
+    from ..probing.loading import first_int
     from ..memory import require_memory
 
     weights = sum(f.stat().st_size for f in model_dir.iterdir()
@@ -73,7 +73,7 @@ def print_diagnosis(diagnosis) -> None:
     from rich.text import Text
 
     from ..cli import console
-    from ..doctor import THRESHOLDS
+    from ..probing import THRESHOLDS
 
     summary = diagnosis.summary
     console.print(Text.assemble((diagnosis.model, "bold"), f" ({diagnosis.model_type}): {diagnosis.n_layers} layers x "

@@ -1,4 +1,4 @@
-"""``attnscale numerics``: the numerics lab, or (``--from-file``) an audit of your own q and k.
+"""``attnscale numerics``: the numerics lab, or (``--from-file``) a precision check of your own q and k.
 
 The file is a safetensors file with two tensors named ``q`` and ``k``, of shape
 (..., T, d_k): e.g. (batch, heads, T, d_k) or (T, d_k); any float dtype; the leading
@@ -58,12 +58,12 @@ def load_qk(path: Path):
                          f"expected {EXPECTED}") from None
 
 
-def print_audit(report: dict) -> None:
+def print_precision_check(report: dict) -> None:
     from rich.text import Text
 
     from ..cli import console, print_rows
 
-    console.print(Text.assemble(("audit", "bold"), f": q {report['shape_q']}, k {report['shape_k']}, d_k {report['d_k']}, "
+    console.print(Text.assemble(("precision check", "bold"), f": q {report['shape_q']}, k {report['shape_k']}, d_k {report['d_k']}, "
                   f"scale {report['scale']} (factor {report['factor']:.4g}), in {report['dtype']}"))
     rows = [
         {"what": "logits min / max", "value": f"{report['logits']['min']:.4g} / {report['logits']['max']:.4g}"},
@@ -80,7 +80,7 @@ def print_audit(report: dict) -> None:
          "value": _pair(report["prob_error"])},
         {"what": "output error max / mean (v ~ N(0, 1))", "value": _pair(report["output_error"])},
     ]
-    print_rows("numerics audit", rows)
+    print_rows("precision check", rows)
     for line in report["risks"]:
         console.print(f"- {line}")
 
@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
         preset: options.Preset = "quick",
         seed: options.Seed = 0,
         device: options.Device = "cpu",
-        as_json: bool = typer.Option(False, "--json", help="Print the full result (or the audit) as JSON."),
+        as_json: bool = typer.Option(False, "--json", help="Print the full result (or the precision check) as JSON."),
         figures: Annotated[Optional[Path], options.path_option("Also draw the lab's figures into this folder; not "
                                                                "with --from-file.")] = None,
         from_file: Annotated[Optional[Path], options.path_option(
@@ -105,7 +105,7 @@ def register(app: typer.Typer) -> None:
         scale: str = typer.Option("sqrt", help="With --from-file: the scale rule (sqrt, none, inv_d, const:C, ...)."),
         dtype: str = typer.Option("float16", help="With --from-file: float16, bfloat16 or float32."),
     ) -> None:
-        """Run the numerics lab (FP16/BF16 overflow, error, clamp; C11, C12), or audit q, k from a file."""
+        """Run the numerics lab (FP16/BF16 overflow, error, clamp; C11, C12), or check the precision of q, k from a file."""
         from ..cli import run_lab_command
 
         if from_file is None:
@@ -113,18 +113,18 @@ def register(app: typer.Typer) -> None:
                                       "and dtypes)", refused=("scale", "dtype"))
             run_lab_command("numerics", options.preset_name(preset), seed, device, as_json, figures)
             return
-        options.refuse_given(ctx, "the audit of a file (--from-file) has no preset and no figures",
+        options.refuse_given(ctx, "the precision check of a file (--from-file) has no preset and no figures",
                              refused=("preset", "figures"))
         from .. import scaling
-        from ..numerics import audit, parse_dtype
+        from ..numerics import parse_dtype, precision_check
         from ..runtime import check_seed
 
         low = parse_dtype(dtype)
         scaling.parse(scale)
         check_seed(seed)
         q, k = load_qk(from_file)
-        report = audit(q, k, scale=scale, dtype=low, seed=seed)
+        report = precision_check(q, k, scale=scale, dtype=low, seed=seed)
         if as_json:
             sys.stdout.write(json.dumps(report, indent=1) + "\n")
         else:
-            print_audit(report)
+            print_precision_check(report)

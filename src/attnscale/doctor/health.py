@@ -13,7 +13,7 @@ head gets flags from stated thresholds (see :data:`THRESHOLDS`):
 * ``sink``: more than half of the attention on the sink tokens (the special tokens, or the
   first token when there are none), and more than twice their uniform share.
 
-It adds the scale probe (:mod:`.probe`) and the counterfactual: the model rerun with its
+It adds the scale probe (:mod:`attnscale.probing.probe`) and the counterfactual: the model rerun with its
 factor replaced through the same interception (``scale=`` in :func:`run_attention`).
 """
 
@@ -28,10 +28,10 @@ from .. import scaling, stats
 from ..errors import UserError
 from ..runtime import Notice, check_device
 from ..threads import torch_threads
-from .intercept import AttentionCall, final_hidden, model_inputs, run_attention
-from .loading import check_model_dir, load_model, quiet_transformers
-from .probe import probe_model
-from .thresholds import THRESHOLDS
+from ..probing.intercept import AttentionCall, final_hidden, model_inputs, run_attention
+from ..probing.loading import check_model_dir, load_model, quiet_transformers
+from ..probing.probe import probe_model
+from ..probing.thresholds import THRESHOLDS
 
 DEFAULT_TEXT = (
     "Attention compares every query with every key. The dot products are scaled, turned into "

@@ -1,6 +1,6 @@
 """Audit lab: the factor the installed transformers' attention families apply, against their configs.
 
-The scale audit (:mod:`attnscale.doctor.audit`) on tiny random-init members of
+The scale audit (:mod:`attnscale.audit`) on tiny random-init members of
 transformers families: per layer and attention backend, the factor measured on the
 attention function and on the whole path from the q and k projections, soft caps and
 QK-norm, dependence on position and length, and parity between backends.  The quick
@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import checks
-from ..doctor import audit as audit_api
+from ..audit import measure as audit_api
 from ..errors import UserError
 from ..plotting import pyplot, save
 

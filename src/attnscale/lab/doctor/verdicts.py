@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
-from ...doctor.probe import NO_SCALING
+from ...probing.probe import NO_SCALING
 
 # C14: the flag "fires" when scaling too strong flags at least half of the heads; a correctly
 # scaled model "false-alarms" when at least a quarter of its heads are flagged.

@@ -30,8 +30,8 @@ the computation so the large matrix never overflows").  Six experiments, in orde
 4. **What clamping costs.**  In float64: KL(exact || clamped) of the attention
    distributions, the share of logits clamped, and the change of the attention output.
 5. **A trained model's activations.**  The q and k of every attention layer of a pretrained
-   model (the doctor's default, all-MiniLM-L6-v2, offline) on a real text, audited
-   (:func:`attnscale.numerics.audit`) in float16 and bfloat16 at 1/sqrt(d_k), the way a
+   model (the doctor's default, all-MiniLM-L6-v2, offline) on a real text, checked
+   (:func:`attnscale.numerics.precision_check`) in float16 and bfloat16 at 1/sqrt(d_k), the way a
    model's eager attention computes them: the logit range, non-finite rows, rows where a
    softmax without max subtraction would overflow, and the output error against float64.
    This sets what "realistic" means for C11: logits as large as a trained model's.
@@ -54,7 +54,7 @@ from ... import checks, scaling
 from ...attention import attention
 from ...errors import UserError
 from ...peak_memory import peak_tensor_bytes
-from ...numerics import DTYPES, audit, exp_overflow_threshold, matmul_accumulation
+from ...numerics import DTYPES, precision_check, exp_overflow_threshold, matmul_accumulation
 from ...softmax import naive_softmax
 from ...threads import torch_threads
 from ...runtime import check_device
@@ -331,7 +331,7 @@ def trained_activations(config: Config) -> dict:
     for layer, call in enumerate(calls):
         q, k = call.query.detach().double(), call.key.detach().double()
         for dtype in ("float16", "bfloat16"):
-            found = audit(q, k, scale="sqrt", dtype=dtype, max_locations=0, seed=config.seed)
+            found = precision_check(q, k, scale="sqrt", dtype=dtype, max_locations=0, seed=config.seed)
             rows.append({"layer": layer, "dtype": dtype, "q_std": float(q.std()), "k_std": float(k.std()),
                          "max_abs_logit": found["logits"]["max_abs"], "logit_std": found["logits"]["std"],
                          "max_abs_product": found["max_abs_product"],

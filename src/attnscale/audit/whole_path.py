@@ -9,7 +9,7 @@ module with designed vectors (the same in every head):
 
 where e is the head's first or last coordinate (on either side of a partial RoPE or of
 MLA's no-RoPE/RoPE split).  The values are replaced at the attention function (v_0 = e_0,
-v_1 = e_1), so its output reads p_0 / p_1 per row as in :mod:`.probe`.  Every design is one
+v_1 = e_1), so its output reads p_0 / p_1 per row as in :mod:`attnscale.probing.probe`.  Every design is one
 batch entry of one forward pass, and every token sits at the same position (position_ids
 all equal), so RoPE rotates q and k alike and their product keeps only RoPE's attention
 factor; a second position and a second length show any dependence on them.

@@ -3,10 +3,10 @@
 For one model (a tiny random-init member of a transformers family, or a local folder),
 under each attention backend it accepts, per attention call:
 
-* the attention function's factor on q.k, its soft cap (:mod:`.kernel`), measured by
+* the attention function's factor on q.k, its soft cap (:mod:`.attention_function`), measured by
   calling the backend's own function with the module's mask and arguments on designed
   q, k, v (two keys, never one);
-* the whole path from the q and k projections (:mod:`.paths`): its factor along the head's
+* the whole path from the q and k projections (:mod:`.whole_path`): its factor along the head's
   first and last coordinate, whether it is linear in q and k or normalises them (QK-norm),
   and whether it moves with the query index, the position ids or the sequence length;
 * what the config declares (:mod:`.declared`), and whether the two agree;
@@ -34,12 +34,12 @@ from ..errors import UserError
 from ..memory import require_memory
 from ..threads import torch_threads
 from . import declared as declared_rules
-from . import families, kernel, legacy, paths
-from .loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config, quiet_transformers,
+from . import attention_function, families, inline, whole_path
+from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config, quiet_transformers,
                       read_json)
 from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, agree, caps_differ, family_row,
                        judge_family)
-from .intercept import (final_hidden, intercept_attention, model_inputs, run_attention, set_attn_implementation,
+from ..probing.intercept import (final_hidden, intercept_attention, model_inputs, run_attention, set_attn_implementation,
                         uncompiled_flex)
 
 DEFAULT_BACKENDS = ("eager", "sdpa", "flex_attention")
@@ -81,13 +81,13 @@ def kernel_results(calls) -> list[dict]:
         key = call_key(call)
         if key not in cache:
             try:
-                cache[key] = kernel.analyse(kernel.call_measure(call), call.query.shape[-1]).to_dict()
+                cache[key] = attention_function.analyse(attention_function.call_measure(call), call.query.shape[-1]).to_dict()
             except (RuntimeError, ValueError, TypeError, IndexError) as error:
                 cache[key] = {"factor": float("nan"), "nonlinearity": "not measurable", "cap": None,
                               "error": families.first_line(error)}
         # per call, not per key: sinks reach the function as tensors (GPT-OSS's s_aux), which the key leaves out
         try:
-            sink = kernel.sink_probe(call).to_dict()
+            sink = attention_function.sink_probe(call).to_dict()
         except (RuntimeError, ValueError, TypeError, IndexError):
             sink = None
         out.append({**cache[key], "sink": sink})
@@ -97,14 +97,14 @@ def kernel_results(calls) -> list[dict]:
 def probe_tokens(model, calls) -> int:
     """The sequence length of the designed passes: TOKENS for token ids; for images, the length the
     first attention call sees (patches, and a class token where the family has one)."""
-    return TOKENS if paths.main_input(model) == "input_ids" else int(calls[0].query.shape[-2])
+    return TOKENS if whole_path.main_input(model) == "input_ids" else int(calls[0].query.shape[-2])
 
 
 def choose_layouts(model, backend: str, calls, units: dict) -> tuple[dict, list | None]:
     """The first candidate layout per attention module that passes the check on what reaches
     the attention function (modules with none are left out), and the designed calls of the
     trial where every module passed at once (None otherwise)."""
-    candidates = {id(c.module): paths.candidate_layouts(c.module, c.query.shape, c.key.shape) for c in calls}
+    candidates = {id(c.module): whole_path.candidate_layouts(c.module, c.query.shape, c.key.shape) for c in calls}
     chosen, pending = {}, {key: list(options) for key, options in candidates.items() if options}
     vocab = getattr(model.config, "vocab_size", None) or 100
     first_run = None
@@ -112,12 +112,12 @@ def choose_layouts(model, backend: str, calls, units: dict) -> tuple[dict, list 
     while pending:
         trial = {key: options.pop(0) for key, options in pending.items()}
         try:
-            designed = designed_calls(model, backend, trial, units, paths.DESIGNS, probe_tokens(model, calls), vocab)
+            designed = designed_calls(model, backend, trial, units, whole_path.DESIGNS, probe_tokens(model, calls), vocab)
         except (RuntimeError, ValueError, IndexError, TypeError):
             designed = []
         checked = {}
         for call in designed:
-            checked.setdefault(id(call.module), []).append(paths.layout_holds(call.query, call.key))
+            checked.setdefault(id(call.module), []).append(whole_path.layout_holds(call.query, call.key))
         for key, layout in trial.items():
             if checked.get(key) and all(checked[key]):
                 chosen[key] = layout
@@ -140,10 +140,10 @@ def far_position(config, tokens: int) -> int:
 def designed_calls(model, backend: str, layouts: dict, units: dict, designs, tokens: int, vocab: int):
     """One forward pass of the designs with the projections overwritten; returns the calls (whose
     ``output`` was computed with the designed values)."""
-    handles = paths.install(layouts, units, designs, tokens, next(model.parameters()).dtype)
+    handles = whole_path.install(layouts, units, designs, tokens, next(model.parameters()).dtype)
     try:
-        inputs = paths.path_inputs(model, designs, tokens, far_position(model.config, tokens), vocab)
-        rewrite = lambda module, q, k, v: (q, k, paths.designed_values(v))  # noqa: E731
+        inputs = whole_path.path_inputs(model, designs, tokens, far_position(model.config, tokens), vocab)
+        rewrite = lambda module, q, k, v: (q, k, whole_path.designed_values(v))  # noqa: E731
         _, calls = run_attention(model, inputs, backend=backend, rewrite=rewrite)
     finally:
         for handle in handles:
@@ -156,19 +156,19 @@ def rotary_unpinned(model) -> bool:
     take as position_ids (an audio encoder counts its frames), so the designed keys at positions
     0 and 1 and a query at position t differ by a rotation of t, not by the factor alone."""
     rope = declared_rules.rope_parameters_for(model.config, None)
-    return bool(rope) and paths.main_input(model) != "input_ids" and not paths.accepts(model, "position_ids")
+    return bool(rope) and whole_path.main_input(model) != "input_ids" and not whole_path.accepts(model, "position_ids")
 
 
 def path_results(model, backend: str, calls, layouts: dict, units: dict, main=None) -> list[dict | None]:
     """The whole path's numbers per attention call (None where no layout was found); ``main``:
-    the designed calls of :data:`paths.DESIGNS` when already run."""
+    the designed calls of :data:`whole_path.DESIGNS` when already run."""
     if not layouts or rotary_unpinned(model):
         return [None] * len(calls)
     vocab = getattr(model.config, "vocab_size", None) or 100
     runs = {"main": main}
-    plan = [("main", paths.DESIGNS, probe_tokens(model, calls))]
-    if paths.main_input(model) == "input_ids":  # an image has one length at its size
-        plan.append(("longer", paths.LENGTH_DESIGNS, LONGER_TOKENS))
+    plan = [("main", whole_path.DESIGNS, probe_tokens(model, calls))]
+    if whole_path.main_input(model) == "input_ids":  # an image has one length at its size
+        plan.append(("longer", whole_path.LENGTH_DESIGNS, LONGER_TOKENS))
     for name, designs, tokens in plan:
         if runs.get(name) is not None:
             continue
@@ -176,12 +176,12 @@ def path_results(model, backend: str, calls, layouts: dict, units: dict, main=No
             runs[name] = designed_calls(model, backend, layouts, units, designs, tokens, vocab)
         except (RuntimeError, ValueError, IndexError, TypeError):
             runs[name] = None
-    positions = paths.accepts(model, "position_ids")
+    positions = whole_path.accepts(model, "position_ids")
 
     def rows_of(name, index, key):
         run = runs.get(name)
         ok = run is not None and index < len(run) and id(run[index].module) == key
-        return paths.log_ratios(run[index].output) if ok else None
+        return whole_path.log_ratios(run[index].output) if ok else None
 
     out = []
     for index, call in enumerate(calls):
@@ -190,7 +190,7 @@ def path_results(model, backend: str, calls, layouts: dict, units: dict, main=No
         if rows is None:
             out.append(None)
             continue
-        summary = paths.summarize(rows, paths.logit_unit(units, key), rows_of("longer", index, key), positions)
+        summary = whole_path.summarize(rows, whole_path.logit_unit(units, key), rows_of("longer", index, key), positions)
         summary["layout"] = layouts[key].name
         out.append(summary)
     return out
@@ -259,28 +259,28 @@ def declared_of(model, call, fallback_index: int, model_type: str) -> declared_r
 
 INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_values": "raw audio samples",
                "pixel_values": "images"}
-FED = ("input_ids", "pixel_values", *paths.AUDIO_INPUTS)  # token ids, a 32 x 32 image, audio samples or features
+FED = ("input_ids", "pixel_values", *whole_path.AUDIO_INPUTS)  # token ids, a 32 x 32 image, audio samples or features
 
 
 def first_inputs(model) -> dict:
     """The real pass's inputs: TOKENS token ids (and their mask), one image, or one audio input of
     the first shape the model runs on (kept for the designed passes); raises UserError if none runs."""
-    takes = paths.main_input(model)
+    takes = whole_path.main_input(model)
     if takes == "pixel_values":
-        return {"pixel_values": paths.pixel_values(model.config, 1)}
-    if takes in paths.AUDIO_INPUTS:
-        if model in paths.SIGNAL_SHAPES:
-            return paths.audio_input(model, 1, paths.SIGNAL_SHAPES[model])
+        return {"pixel_values": whole_path.pixel_values(model.config, 1)}
+    if takes in whole_path.AUDIO_INPUTS:
+        if model in whole_path.SIGNAL_SHAPES:
+            return whole_path.audio_input(model, 1, whole_path.SIGNAL_SHAPES[model])
         refusals = []
-        for shape in paths.audio_shapes(model.config, takes):
-            inputs = paths.audio_input(model, 1, shape)
+        for shape in whole_path.audio_shapes(model.config, takes):
+            inputs = whole_path.audio_input(model, 1, shape)
             try:
                 with torch.no_grad(), quiet_transformers(), torch_threads(1):
                     model(**inputs)
             except Exception as error:  # noqa: BLE001 - a shape the model does not take: try the next
                 refusals.append(f"{tuple(shape)}: {families.first_line(error)}")
                 continue
-            paths.SIGNAL_SHAPES[model] = shape
+            whole_path.SIGNAL_SHAPES[model] = shape
             return inputs
         raise UserError(f"{type(model).__name__} ran on none of the {takes} shapes tried ({'; '.join(refusals)})")
     vocab = getattr(model.config, "vocab_size", None) or 100
@@ -295,7 +295,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     start = time.perf_counter()
     model_type = model_type or getattr(model.config, "model_type", family)
     result = FamilyAudit(family, type(model).__name__)
-    takes = paths.main_input(model)
+    takes = whole_path.main_input(model)
     if takes not in FED:
         # a time-series or other model: say what it takes instead of failing on token ids
         result.backends["eager"] = {"accepted": False, "parity": None,
@@ -306,7 +306,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
         return result
     order = ["eager", *[b for b in backends if b != "eager"]]
     inputs = first_inputs(model)
-    units = paths.inside_clip({}, declared_rules.clip_of(model.config))
+    units = whole_path.inside_clip({}, declared_rules.clip_of(model.config))
     layouts, reference, measured = None, None, {}
     with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
         for backend in order:
@@ -339,14 +339,14 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
 
 def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> None:
     """A family without an attention function: the whole path read from its attention weights
-    (:mod:`.legacy`), and the other backends' output against eager."""
+    (:mod:`.inline`), and the other backends' output against eager."""
     def declared(module, index, d_k):
         config = getattr(module, "config", None) or model.config
         return declared_rules.declared_for(config, family, layer_index(module, index), None, d_k,
                                            declared_rules.source_for(module))
 
     try:
-        result.layers = legacy.legacy_rows(model, declared, TOKENS, LONGER_TOKENS, far_position(model.config, TOKENS))
+        result.layers = inline.legacy_rows(model, declared, TOKENS, LONGER_TOKENS, far_position(model.config, TOKENS))
     except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError) as error:
         result.backends["eager"] = {"accepted": False, "reason": f"inline attention: {families.first_line(error)}",
                                     "parity": None}
@@ -454,7 +454,7 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
         try:
             config = families.tiny_config(model_type, **{**change, **overrides})
             model = families.build(config, seed)
-            main_input = paths.main_input(model)
+            main_input = whole_path.main_input(model)
             if main_input not in FED:
                 raise families.Skip(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the audit "
                                     "feeds token ids, images and audio only", final=True)
@@ -490,8 +490,8 @@ def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyA
         raise UserError(f"{name} is not callable; accepted: a function attn_fn(q, k, v, mask=None)")
     try:
         with torch_threads(1), torch.no_grad():
-            result = kernel.analyse(kernel.callable_measure(attn_fn, d_k, n_keys=4), d_k).to_dict()
-            counts = kernel.key_count_factors(attn_fn, d_k)
+            result = attention_function.analyse(attention_function.callable_measure(attn_fn, d_k, n_keys=4), d_k).to_dict()
+            counts = attention_function.key_count_factors(attn_fn, d_k)
     except Exception as error:  # noqa: BLE001 - the user's function failed on one of the designed inputs
         raise UserError(f"{name} failed on the audit's inputs (d_k {d_k}): {families.first_line(error)}") from None
     audit = CallableAudit(name, d_k, result, {str(n): f for n, f in counts.items()})
@@ -634,31 +634,25 @@ def audit_item(item, backends, seed: int) -> FamilyAudit:
     return audit_folder(name, backends, seed) if kind == "folder" else audit_family(name, backends, seed)
 
 
-def _audit_indexed(task):
-    index, item, backends, seed = task
+def _audit_indexed(index: int, item, backends, seed: int) -> tuple[int, FamilyAudit]:
     return index, audit_item(item, backends, seed)
 
 
-def watch_parent(parent_pid: int) -> None:
-    """Worker initializer: the worker exits within a second of its parent's death (kill -9 too)."""
-    import threading
-
-    def watch():
-        while os.getppid() == parent_pid:
-            time.sleep(1.0)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 def run_parallel(items, backends, seed: int, progress, workers: int) -> list[FamilyAudit]:
+    """The items over the project's worker pool (:func:`attnscale.runs.worker_pool`: workers that
+    die with this process, one torch thread each per core), whole families per task."""
+    import concurrent.futures as cf
     import multiprocessing
 
+    from ..runs import default_workers, worker_pool
+
     context = multiprocessing.get_context("spawn")
-    tasks = [(index, item, tuple(backends), seed) for index, item in enumerate(items)]
     results: list = [None] * len(items)
-    with context.Pool(workers, initializer=watch_parent, initargs=(os.getpid(),)) as pool:
-        for done, (index, result) in enumerate(pool.imap_unordered(_audit_indexed, tasks), start=1):
+    threads = max(1, default_workers() // workers)
+    with worker_pool(context, workers, threads, None) as pool:
+        futures = [pool.submit(_audit_indexed, index, item, tuple(backends), seed) for index, item in enumerate(items)]
+        for done, future in enumerate(cf.as_completed(futures), start=1):
+            index, result = future.result()
             results[index] = result
             if progress:
                 progress(done, result.family, result.seconds)

@@ -1,6 +1,6 @@
 """What an attention function does to q.k: the factor, a soft cap, dependence on the key count.
 
-Every measurement reads log(p_0 / p_1) for two designed keys (see :mod:`.probe`), so it
+Every measurement reads log(p_0 / p_1) for two designed keys (see :mod:`attnscale.probing.probe`), so it
 works on any function that takes (q, k, v) and returns the attention output: a
 transformers backend called with a recorded module, mask and arguments, or any Python
 callable (a port of an attention kernel).
@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 
-from .probe import estimate_factor, log_ratio
+from ..probing.probe import estimate_factor, log_ratio
 
 FINE_GAP = 0.05  # a * g for the factor's slope
 CAP_OFFSETS = tuple(2.0**i for i in range(12))  # a * c, scaled logits where the local slope is read

@@ -2,7 +2,7 @@
 
 Older families in transformers (GPT-Neo, BLOOM, DeBERTa, BigBird, XLM, ...) compute the
 softmax inside their attention module.  Their q and k projections are still designed as
-in :mod:`.paths`, and the probabilities are read from the attention weights the module
+in :mod:`.whole_path`, and the probabilities are read from the attention weights the module
 returns with ``output_attentions=True`` (a forward hook on the module that owns the q and
 k projections picks out the (B, H, T_q, T_k) tensor whose rows sum to 1).  Only layouts
 with separate q and k projections are used: with no attention function to check a fused
@@ -16,7 +16,7 @@ import math
 import torch
 
 from ..errors import UserError
-from . import paths
+from . import whole_path
 from .declared import clip_of
 
 HEAD_COUNT_NAMES = ("num_attention_heads", "num_heads", "n_heads", "n_head", "num_attention_heads_per_partition")
@@ -31,7 +31,7 @@ def head_count(module, config) -> int | None:
     return None
 
 
-def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[paths.Layout]]]:
+def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path.Layout]]]:
     """(name, module, candidate layouts) for every module that owns q and k projections (separate,
     or fused with as many key heads as query heads, one, or the config's key/value heads)."""
     found = []
@@ -40,19 +40,19 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[paths.Layo
         heads = head_count(module, config)
         if heads is None:
             continue
-        q_mod, k_mod = paths.child(module, paths.Q_NAMES), paths.child(module, paths.K_NAMES)
+        q_mod, k_mod = whole_path.child(module, whole_path.Q_NAMES), whole_path.child(module, whole_path.K_NAMES)
         layouts = []
         if q_mod is not None and k_mod is not None:
-            q_out, k_out = paths.out_features(q_mod), paths.out_features(k_mod)
+            q_out, k_out = whole_path.out_features(q_mod), whole_path.out_features(k_mod)
             if q_out % heads == 0 and k_out % (q_out // heads) == 0:
                 d = q_out // heads
-                layouts.append(paths.Layout("separate (weights read)", [paths.Block(q_mod, 0, heads, d, 0, d)],
-                                            [paths.Block(k_mod, 0, k_out // d, d, 0, d)]))
-        elif paths.child(module, paths.FUSED_NAMES) is not None:
+                layouts.append(whole_path.Layout("separate (weights read)", [whole_path.Block(q_mod, 0, heads, d, 0, d)],
+                                            [whole_path.Block(k_mod, 0, k_out // d, d, 0, d)]))
+        elif whole_path.child(module, whole_path.FUSED_NAMES) is not None:
             d = getattr(config, "hidden_size", 0) // heads
             kv_heads = {heads, 1, getattr(config, "num_key_value_heads", None) or heads}
             for key_heads in sorted(kv_heads, reverse=True):
-                for layout in paths.candidate_layouts(module, (1, heads, 1, d), (1, key_heads, 1, d)):
+                for layout in whole_path.candidate_layouts(module, (1, heads, 1, d), (1, key_heads, 1, d)):
                     layout.name += " (weights read)"
                     layouts.append(layout)
         if layouts:
@@ -76,14 +76,14 @@ def weights_hook(store: list, batch: int, tokens: int):
 def designed_weights(model, layouts: dict, units: dict, designs, tokens: int, far: int) -> dict:
     """{module id: (B, H, T, T) weights} for one designed forward pass; ``layouts`` maps module
     ids to (module, Layout)."""
-    handles = paths.install({key: layout for key, (_, layout) in layouts.items()}, units, designs, tokens,
+    handles = whole_path.install({key: layout for key, (_, layout) in layouts.items()}, units, designs, tokens,
                             next(model.parameters()).dtype)
     captured = {key: [] for key in layouts}
     handles += [module.register_forward_hook(weights_hook(captured[key], len(designs), tokens))
                 for key, (module, _) in layouts.items()]
     vocab = getattr(model.config, "vocab_size", None) or 100
     try:
-        inputs = paths.path_inputs(model, designs, tokens, far, vocab)
+        inputs = whole_path.path_inputs(model, designs, tokens, far, vocab)
         with torch.no_grad():
             model(**inputs, output_attentions=True)
     finally:
@@ -113,26 +113,26 @@ def legacy_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -
     found = attention_modules(model)
     if not found:
         raise UserError("no attention function to intercept and no module with q and k projections")
-    units = paths.inside_clip({id(module): 0.1 * math.sqrt(options[0].q[0].size) for _, module, options in found},
+    units = whole_path.inside_clip({id(module): 0.1 * math.sqrt(options[0].q[0].size) for _, module, options in found},
                               clip_of(model.config))
-    positions = paths.accepts(model, "position_ids")
+    positions = whole_path.accepts(model, "position_ids")
     pending = {id(module): (module, list(options)) for _, module, options in found}
     chosen, main_rows = {}, {}
     while pending:
         trial = {key: (module, options.pop(0)) for key, (module, options) in pending.items()}
         try:
-            main = designed_weights(model, trial, units, paths.DESIGNS, tokens, far)
+            main = designed_weights(model, trial, units, whole_path.DESIGNS, tokens, far)
         except (RuntimeError, ValueError, IndexError):
             main = {}
         for key, (module, layout) in trial.items():
             if key in main:
                 rows = rows_from_weights(main[key])
-                if layout.name.startswith("separate") or plausible(paths.summarize(rows, paths.logit_unit(units, key), None, positions)):
+                if layout.name.startswith("separate") or plausible(whole_path.summarize(rows, whole_path.logit_unit(units, key), None, positions)):
                     chosen[key], main_rows[key] = (module, layout), rows
                     pending.pop(key)
         pending = {key: item for key, item in pending.items() if item[1]}
     try:
-        longer = designed_weights(model, chosen, units, paths.LENGTH_DESIGNS, longer_tokens, far) if chosen else {}
+        longer = designed_weights(model, chosen, units, whole_path.LENGTH_DESIGNS, longer_tokens, far) if chosen else {}
     except (RuntimeError, ValueError, IndexError):
         longer = {}
     rows = []
@@ -141,7 +141,7 @@ def legacy_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -
         if key not in chosen:
             continue
         layout = chosen[key][1]
-        summary = paths.summarize(main_rows[key], paths.logit_unit(units, key),
+        summary = whole_path.summarize(main_rows[key], whole_path.logit_unit(units, key),
                                   rows_from_weights(longer[key]) if key in longer else None, positions)
         summary["layout"] = layout.name
         d = layout.q[0].size

@@ -197,7 +197,7 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
             kwargs[name] = sub_cls(**tiny_kwargs(sub_cls))
         except Exception as error:  # noqa: BLE001 - any refusal of the tiny sizes is a reason to skip
             raise Skip(f"sub-config {name} rejects the tiny sizes: {first_line(error)}") from None
-    from .loading import quiet_transformers
+    from ..probing.loading import quiet_transformers
 
     refusal = None
     with quiet_transformers():
@@ -241,7 +241,7 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
 
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    from .loading import quiet_transformers
+    from ..probing.loading import quiet_transformers
 
     model_type = getattr(config, "model_type", "")
     if model_type not in MODEL_MAPPING_NAMES:
