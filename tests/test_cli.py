@@ -45,10 +45,10 @@ def test_a_bug_is_an_internal_error_not_bad_input(tmp_path, monkeypatch, capsys)
     report = tmp_path / "report.json"
     report.write_text(json.dumps({"preset": "quick", "seed": 0, "claims": claims.evaluate({})}))
 
-    def broken(ev, lang):
+    def broken(ev):
         return str(max([]))
 
-    monkeypatch.setattr(answer, "variance", broken)
+    monkeypatch.setattr(answer, "FULL_SENTENCES", (broken, *answer.FULL_SENTENCES[1:]))
     with pytest.raises(SystemExit) as stop:
         cli.main(["answer", "--report", str(report)])
     err = capsys.readouterr().err
@@ -56,10 +56,10 @@ def test_a_bug_is_an_internal_error_not_bad_input(tmp_path, monkeypatch, capsys)
     assert err.startswith("attnscale: internal error (a bug in attnscale, not your input): ValueError: max()")
     assert "Traceback" in err and "broken" in err
 
-    def refuses(ev, lang):
+    def refuses(ev):
         raise UserError("the report's C02 number 'max_d_k' is 'x', not what attnscale writes")
 
-    monkeypatch.setattr(answer, "variance", refuses)
+    monkeypatch.setattr(answer, "FULL_SENTENCES", (refuses, *answer.FULL_SENTENCES[1:]))
     with pytest.raises(SystemExit) as stop:
         cli.main(["answer", "--report", str(report)])
     err = capsys.readouterr().err
