@@ -40,7 +40,7 @@ def test_gpt2_scale_flags(weights, by_layer):
         expected = (16**-0.5 if weights else 1.0) / ((index + 1) if by_layer else 1)
         for backend in ("eager", "sdpa"):  # sdpa gets the same factor since the fix of the per-layer scaling
             entry = row["backends"][backend]
-            assert entry["kernel"]["factor"] == pytest.approx(expected, rel=FACTOR_REL)
+            assert entry["function"]["factor"] == pytest.approx(expected, rel=FACTOR_REL)
             assert entry["path"]["factor"] == pytest.approx(expected, rel=FACTOR_REL)
 
 
@@ -51,9 +51,9 @@ def test_gemma2_query_pre_attn_scalar_and_soft_cap():
     assert result.verdict == "ok", result.findings
     assert result.backends["flex_attention"]["accepted"]
     for entry in eager_layers(result):
-        assert entry["kernel"]["factor"] == pytest.approx(40**-0.5, rel=FACTOR_REL)
-        assert entry["kernel"]["nonlinearity"] == "soft cap"
-        assert entry["kernel"]["cap"] == pytest.approx(5.0, rel=0.05)
+        assert entry["function"]["factor"] == pytest.approx(40**-0.5, rel=FACTOR_REL)
+        assert entry["function"]["nonlinearity"] == "soft cap"
+        assert entry["function"]["cap"] == pytest.approx(5.0, rel=0.05)
         assert entry["path"]["factor"] == pytest.approx(40**-0.5, rel=FACTOR_REL)
     shown = verdicts.family_row(result, ("eager",))["non-linearity"]
     assert shown.startswith("soft cap ") and float(shown.split()[-1]) == pytest.approx(5.0, rel=0.05)
@@ -64,7 +64,7 @@ def test_granite_attention_multiplier():
     assert result.verdict == "ok", result.findings
     for row in result.layers:
         for entry in row["backends"].values():
-            assert entry["kernel"]["factor"] == pytest.approx(0.015, rel=FACTOR_REL)
+            assert entry["function"]["factor"] == pytest.approx(0.015, rel=FACTOR_REL)
 
 
 def test_deepseek_v3_yarn_mscale():
@@ -75,13 +75,13 @@ def test_deepseek_v3_yarn_mscale():
             "original_max_position_embeddings": 4096, "beta_fast": 32, "beta_slow": 1}
     result = audit.audit_family("deepseek_v3", ("eager", "sdpa"), rope_parameters=rope, max_position_embeddings=163840)
     mscale = lambda m: 0.1 * m * math.log(40.0) + 1.0  # noqa: E731 - YARN_GET_MSCALE
-    kernel_factor = (8 + 8) ** -0.5 * mscale(0.8) ** 2  # qk_nope_head_dim + qk_rope_head_dim = 16
-    rope_factor = kernel_factor * (mscale(1.0) / mscale(0.8)) ** 2
+    function_factor = (8 + 8) ** -0.5 * mscale(0.8) ** 2  # qk_nope_head_dim + qk_rope_head_dim = 16
+    rope_factor = function_factor * (mscale(1.0) / mscale(0.8)) ** 2
     assert result.verdict == "ok", result.findings
     for entry in eager_layers(result):
-        assert entry["kernel"]["factor"] == pytest.approx(kernel_factor, rel=FACTOR_REL)
+        assert entry["function"]["factor"] == pytest.approx(function_factor, rel=FACTOR_REL)
         assert entry["path"]["layout"] == "latent (MLA)"
-        assert entry["path"]["factor"] == pytest.approx(kernel_factor, rel=FACTOR_REL)  # first coordinate: no RoPE
+        assert entry["path"]["factor"] == pytest.approx(function_factor, rel=FACTOR_REL)  # first coordinate: no RoPE
         assert entry["path"]["factor_last"] == pytest.approx(rope_factor, rel=FACTOR_REL)  # last: RoPE
 
 
@@ -107,8 +107,8 @@ def test_ministral3_rope_parameters_do_not_scale_its_kernel():
     assert result.verdict == "ok", result.findings
     for row in result.layers:
         head_dim = row["declared"]["head_dim"]
-        assert row["backends"]["eager"]["kernel"]["factor"] == pytest.approx(head_dim**-0.5, rel=FACTOR_REL)
-        assert row["declared"]["kernel"] == pytest.approx(head_dim**-0.5)
+        assert row["backends"]["eager"]["function"]["factor"] == pytest.approx(head_dim**-0.5, rel=FACTOR_REL)
+        assert row["declared"]["function"] == pytest.approx(head_dim**-0.5)
         assert "YARN_MSCALE_ALL_DIM" not in row["declared"]["rules"]
 
 
@@ -119,7 +119,7 @@ def test_qwen3_qk_norm():
     result = audit.audit_family("qwen3", ("eager", "sdpa"))
     assert result.verdict == "ok", result.findings
     for entry in eager_layers(result):
-        assert entry["kernel"]["factor"] == pytest.approx(16**-0.5, rel=FACTOR_REL)
+        assert entry["function"]["factor"] == pytest.approx(16**-0.5, rel=FACTOR_REL)
         assert entry["path"]["form"] == "q and k normalised"
         assert entry["path"]["ratio_q"] == pytest.approx(1.0, abs=0.01)
         assert entry["path"]["cosine_temperature"] == pytest.approx(4.0, rel=FACTOR_REL)
@@ -133,7 +133,7 @@ def test_t5_applies_no_factor():
     assert len(result.layers) == 4  # 2 encoder layers, 1 decoder layer with self and cross attention
     for row in result.layers:
         for entry in row["backends"].values():
-            assert entry["kernel"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
+            assert entry["function"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
             assert entry["path"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
 
 
@@ -149,8 +149,8 @@ def test_factors_set_in_the_layer_code_are_declared_as_the_code_computes_them(fa
     assert result.verdict == "ok", result.findings
     for row in result.layers:
         assert rule in row["declared"]["rules"]
-        assert row["declared"]["kernel"] == pytest.approx(factor_of_d_k(row["d_k"]))
-        assert row["backends"]["eager"]["kernel"]["factor"] == pytest.approx(factor_of_d_k(row["d_k"]), rel=FACTOR_REL)
+        assert row["declared"]["function"] == pytest.approx(factor_of_d_k(row["d_k"]))
+        assert row["backends"]["eager"]["function"]["factor"] == pytest.approx(factor_of_d_k(row["d_k"]), rel=FACTOR_REL)
 
 
 def test_gpt_neo_applies_no_factor_and_is_a_mismatch():
@@ -225,8 +225,8 @@ def capped_kernel(factor, cap=None, log_n=False):
 
 def test_callable_soft_cap_and_key_count():
     port = audit.audit_callable(capped_kernel(0.125, cap=30.0), 64)
-    assert port.kernel["factor"] == pytest.approx(0.125, rel=FACTOR_REL)
-    assert port.kernel["cap"] == pytest.approx(30.0, rel=0.05) and port.verdict == "ok"
+    assert port.function["factor"] == pytest.approx(0.125, rel=FACTOR_REL)
+    assert port.function["cap"] == pytest.approx(30.0, rel=0.05) and port.verdict == "ok"
     log_n = audit.audit_callable(capped_kernel(0.125, log_n=True), 64)
     assert log_n.verdict == "mismatch" and "number of keys" in log_n.findings[0]
     assert log_n.key_counts["8"] == pytest.approx(0.125 * math.log(8), rel=FACTOR_REL)
@@ -251,30 +251,30 @@ def test_kernel_cap_solver_inverts_the_tanh_difference():
 # ---------------------------------------------------------------------------------------
 # Verdict rules on constructed results: every verdict is reachable.
 
-def constructed(kernel_factor=0.25, path_factor=0.25, sdpa_factor=0.25, parity=1e-7, cap=None, declared_cap=None):
+def constructed(function_factor=0.25, path_factor=0.25, sdpa_factor=0.25, parity=1e-7, cap=None, declared_cap=None):
     def entry(factor, path):
-        return {"kernel": {"factor": factor, "cap": cap, "nonlinearity": "soft cap" if cap else "linear"},
+        return {"function": {"factor": factor, "cap": cap, "nonlinearity": "soft cap" if cap else "linear"},
                 "path": {"factor": path, "factor_last": path, "form": "linear", "per_query": [float("nan"), path],
                          "query_spread": 0.0, "factor_far": path, "factor_longer": path}}
 
     result = audit.FamilyAudit("constructed", "Model")
     result.backends = {"eager": {"accepted": True, "parity": None}, "sdpa": {"accepted": True, "parity": parity}}
     result.layers = [{"name": "layers.0", "layer": 0, "d_k": 16,
-                      "declared": {"kernel": 0.25, "path_first": 0.25, "path_last": 0.25, "cap": declared_cap},
-                      "backends": {"eager": entry(kernel_factor, path_factor), "sdpa": entry(sdpa_factor, sdpa_factor)}}]
+                      "declared": {"function": 0.25, "path_first": 0.25, "path_last": 0.25, "cap": declared_cap},
+                      "backends": {"eager": entry(function_factor, path_factor), "sdpa": entry(sdpa_factor, sdpa_factor)}}]
     return result
 
 
 @pytest.mark.parametrize("changes, verdict", [
     ({}, "ok"),
-    ({"kernel_factor": 1 / 16, "path_factor": 1 / 16, "sdpa_factor": 1 / 16}, "mismatch"),
+    ({"function_factor": 1 / 16, "path_factor": 1 / 16, "sdpa_factor": 1 / 16}, "mismatch"),
     ({"path_factor": 0.2501}, "ok"),  # within 0.1%
-    ({"path_factor": 0.2504, "kernel_factor": 0.2504, "sdpa_factor": 0.2504}, "mismatch"),
+    ({"path_factor": 0.2504, "function_factor": 0.2504, "sdpa_factor": 0.2504}, "mismatch"),
     ({"sdpa_factor": 1.0}, "backend disagreement"),
     ({"parity": 0.01}, "backend disagreement"),
     ({"cap": 50.0, "declared_cap": 50.0}, "ok"),
     ({"cap": 50.0, "declared_cap": 30.0}, "mismatch"),
-    ({"kernel_factor": float("nan"), "path_factor": float("nan")}, "not measured"),
+    ({"function_factor": float("nan"), "path_factor": float("nan")}, "not measured"),
 ])
 def test_verdict_rules(changes, verdict):
     result = constructed(**changes)
@@ -344,7 +344,7 @@ def test_cli_callable(tmp_path, capsys, monkeypatch):
     code, out, _ = run_cli(["audit", "gemma2", "--backends", "eager", "--callable", "my_port:attention", "--json"], capsys)
     assert code == 0
     port = json.loads(out)["callable"]
-    assert port["kernel"]["factor"] == pytest.approx(1 / 16, rel=FACTOR_REL) and port["verdict"] == "mismatch"
+    assert port["function"]["factor"] == pytest.approx(1 / 16, rel=FACTOR_REL) and port["verdict"] == "mismatch"
 
 
 # ---------------------------------------------------------------------------------------
@@ -453,11 +453,11 @@ def test_sink_logits_are_measured_and_a_backend_that_drops_them_is_flagged():
         AttentionInterface._global_mapping.pop("plain_without_sinks")
     heads = torch.linspace(-1.0, 2.0, model.config.num_attention_heads)
     for number, row in enumerate(result.layers):
-        sink = row["backends"]["eager"]["kernel"]["sink"]
+        sink = row["backends"]["eager"]["function"]["sink"]
         assert sink["present"] and sink["sink_logit"] == pytest.approx(float(heads.median()) + number, abs=1e-6)
         # at a causal row with one visible key and the largest sink, the key keeps 1 / (1 + e^(2 + layer))
         assert sink["min_key_mass"] == pytest.approx(1 / (1 + math.exp(2.0 + number)), rel=1e-6)
-        assert not row["backends"]["plain_without_sinks"]["kernel"]["sink"]["present"]
+        assert not row["backends"]["plain_without_sinks"]["function"]["sink"]["present"]
     assert result.verdict == "backend disagreement"
     assert any("eager gives attention mass to a sink, plain_without_sinks does not" in f for f in result.findings)
     assert verdicts.family_row(result, ("eager",))["other mechanisms"].startswith("sink logit ")
@@ -465,7 +465,7 @@ def test_sink_logits_are_measured_and_a_backend_that_drops_them_is_flagged():
 
 def test_a_family_without_sinks_says_none():
     result = audit.audit_family("llama", ("eager", "sdpa"))
-    assert all(not row["backends"][b]["kernel"]["sink"]["present"] for row in result.layers for b in ("eager", "sdpa"))
+    assert all(not row["backends"][b]["function"]["sink"]["present"] for row in result.layers for b in ("eager", "sdpa"))
     assert verdicts.family_row(result, ("eager", "sdpa"))["other mechanisms"] == "none"
 
 

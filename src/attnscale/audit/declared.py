@@ -103,7 +103,7 @@ class Declared:
     """What the config declares, for one attention layer."""
 
     head_dim: int | None
-    kernel: float | None  # factor the attention function should apply
+    function: float | None  # factor the attention function should apply
     rope_gain: float  # attention_factor^2: extra factor on q.k over rotary coordinates
     key_multiplier: float  # extra factor on every coordinate
     rotary_first: bool  # the head's first coordinate is rotary
@@ -118,10 +118,10 @@ class Declared:
 
     def path(self, last: bool) -> float | None:
         """The factor the whole path should apply along the first (or last) coordinate."""
-        if self.kernel is None or not self.path_declared:
+        if self.function is None or not self.path_declared:
             return None
         rotary = self.rotary_last if last else self.rotary_first
-        return self.kernel * self.key_multiplier * (self.rope_gain if rotary else 1.0)
+        return self.function * self.key_multiplier * (self.rope_gain if rotary else 1.0)
 
     def to_dict(self) -> dict:
         return {**asdict(self), "path_first": self.path(False), "path_last": self.path(True)}
@@ -271,47 +271,47 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     head_dim = d_k or head_dim_of(config)
     fields: dict = {"head_dim": head_dim}
     rules = ["HEAD_DIM"]
-    kernel = head_dim**-0.5 if head_dim else None
+    function = head_dim**-0.5 if head_dim else None
     if model_type in T5_FAMILIES:
-        kernel, rules = 1.0, ["T5_NO_SCALING"]
+        function, rules = 1.0, ["T5_NO_SCALING"]
     elif has_line(UNIT_SCALING) and not applies(HEAD_DIM):
-        kernel, rules = 1.0, ["UNIT_SCALING"]
+        function, rules = 1.0, ["UNIT_SCALING"]
     if applies(HALF_HEAD_DIM) and head_dim:
-        kernel, rules = (head_dim / 2) ** -0.5, ["HALF_HEAD_DIM"]
+        function, rules = (head_dim / 2) ** -0.5, ["HALF_HEAD_DIM"]
     if has_line(INVERSE_HEAD_DIM) and head_dim:
-        kernel, rules = 1.0 / head_dim, ["INVERSE_HEAD_DIM"]
+        function, rules = 1.0 / head_dim, ["INVERSE_HEAD_DIM"]
     qpas = getattr(config, "query_pre_attn_scalar", None)
     if isinstance(qpas, (int, float)) and qpas > 0 and applies(QUERY_PRE_ATTN_SCALAR):
-        kernel, fields["query_pre_attn_scalar"] = qpas**-0.5, qpas
+        function, fields["query_pre_attn_scalar"] = qpas**-0.5, qpas
         rules = ["QUERY_PRE_ATTN_SCALAR"]
     attn_config = getattr(config, "attn_config", None)
     softmax_scale = (attn_config.get("softmax_scale") if isinstance(attn_config, dict)
                      else getattr(attn_config, "softmax_scale", None))
     if isinstance(softmax_scale, (int, float)) and applies(MPT_SOFTMAX_SCALE):
-        kernel, fields["attn_config.softmax_scale"] = float(softmax_scale), softmax_scale
+        function, fields["attn_config.softmax_scale"] = float(softmax_scale), softmax_scale
         rules = ["MPT_SOFTMAX_SCALE"]
     multiplier = getattr(config, "attention_multiplier", None)
     if isinstance(multiplier, (int, float)):
-        kernel, fields["attention_multiplier"] = float(multiplier), multiplier
+        function, fields["attention_multiplier"] = float(multiplier), multiplier
         rules = ["ATTENTION_MULTIPLIER"]
     if getattr(config, "scale_attn_weights", None) is False:
-        kernel, fields["scale_attn_weights"] = 1.0, False
+        function, fields["scale_attn_weights"] = 1.0, False
         rules = ["SCALE_ATTN_WEIGHTS"]
-    if getattr(config, "scale_attn_by_inverse_layer_idx", False) and kernel is not None and layer_index is not None:
-        kernel /= layer_index + 1
+    if getattr(config, "scale_attn_by_inverse_layer_idx", False) and function is not None and layer_index is not None:
+        function /= layer_index + 1
         fields["scale_attn_by_inverse_layer_idx"] = True
         rules.append("INVERSE_LAYER_IDX")
     q_first = 1.0  # a factor applied to q before the product, outside the attention function
-    if kernel is not None and "scaling=1.0" in code and ("* self.scaling" in code or "self.scaling *" in code):
-        q_first, kernel = kernel, 1.0
+    if function is not None and "scaling=1.0" in code and ("* self.scaling" in code or "self.scaling *" in code):
+        q_first, function = function, 1.0
         rules.append("Q_SCALED_FIRST")
     rope = rope_parameters_for(config, layer_type)
     mscale_all = rope.get("mscale_all_dim")
-    if (rope.get("rope_type", "default") != "default" and mscale_all and kernel is not None
+    if (rope.get("rope_type", "default") != "default" and mscale_all and function is not None
             and applies(YARN_MSCALE_ALL_DIM)):
         factor = rope.get("factor")
         if factor is not None:
-            kernel *= get_mscale(factor, mscale_all) ** 2
+            function *= get_mscale(factor, mscale_all) ** 2
             fields.update(mscale_all_dim=mscale_all, rope_factor=factor)
             rules.append("YARN_MSCALE_ALL_DIM")
     gain, gain_rule = rope_attention_factor(rope, config)
@@ -347,7 +347,7 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
                       attn_scale=getattr(config, "attn_scale", None))
         rules.append("TEMPERATURE_TUNING")
     outside = outside_the_factor(config, model_type, code, fields, rules)
-    return Declared(head_dim, kernel, gain**2, multiplier, first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
+    return Declared(head_dim, function, gain**2, multiplier, first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
                     outside, unread, "CONTENT_BIAS" not in rules)
 
 

@@ -146,7 +146,7 @@ def legacy_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -
         summary["layout"] = layout.name
         d = layout.q[0].size
         rows.append({"name": name, "layer": index, "d_k": d, "declared": declared_of(module, index, d).to_dict(),
-                     "backends": {"eager": {"kernel": {"factor": None, "nonlinearity": "not reachable (inline "
+                     "backends": {"eager": {"function": {"factor": None, "nonlinearity": "not reachable (inline "
                                                                                        "attention)", "cap": None},
                                             "path": summary}}})
     if not rows:

@@ -65,7 +65,7 @@ class FamilyAudit:
 
 
 # ---------------------------------------------------------------------------------------
-# One backend: kernel and whole path of every attention call.
+# One backend: the attention function and the whole path of every attention call.
 
 def call_key(call) -> tuple:
     """Calls with the same module class, arguments and shapes apply the same function."""
@@ -74,7 +74,7 @@ def call_key(call) -> tuple:
     return type(call.module).__name__, scalars, mask, tuple(call.query.shape), tuple(call.key.shape)
 
 
-def kernel_results(calls) -> list[dict]:
+def function_results(calls) -> list[dict]:
     cache: dict = {}
     out = []
     for call in calls:
@@ -221,15 +221,15 @@ def backend_pass(model, backend: str, reference_hidden, inputs, units: dict, lay
         parity = parity_of(hidden, reference_hidden)
     if not calls:
         raise UserError(f"no {backend} attention call was made")
-    kernels = kernel_results(calls)
+    functions = function_results(calls)
     main = None
     if layouts is None:
-        for call, result in zip(calls, kernels):
+        for call, result in zip(calls, functions):
             factor = result.get("factor")
             scale = abs(factor) if factor and math.isfinite(factor) else call.query.shape[-1] ** -0.5
             units.setdefault(id(call.module), min(0.1 / scale, units.get("clip", math.inf) / 4))
         layouts, main = choose_layouts(model, backend, calls, units)
-    return calls, hidden, parity, kernels, path_results(model, backend, calls, layouts, units, main), layouts
+    return calls, hidden, parity, functions, path_results(model, backend, calls, layouts, units, main), layouts
 
 
 # ---------------------------------------------------------------------------------------
@@ -312,7 +312,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
         for backend in order:
             torch.manual_seed(seed)  # every backend sees the same random draws (ViT-MAE masks patches at random)
             try:
-                calls, hidden, parity, kernels, wholes, layouts = backend_pass(model, backend, reference, inputs,
+                calls, hidden, parity, functions, wholes, layouts = backend_pass(model, backend, reference, inputs,
                                                                               units, layouts)
             except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
                 if backend == "eager" and "eager_attention_forward" in str(error):
@@ -327,7 +327,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
             result.backends[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls)}
             if reference is not None and backend != "eager":
                 result.backends[backend]["positions"] = differing_positions(hidden, reference, PARITY_TOL[torch.float32])
-            measured[backend] = (calls, kernels, wholes)
+            measured[backend] = (calls, functions, wholes)
     if "eager" in measured:
         result.layers = layer_rows(model, model_type, measured)
     if result.layers:
@@ -420,9 +420,9 @@ def layer_rows(model, family: str, measured: dict) -> list[dict]:
         if eager_wholes[index] is None:
             row["path_missing"] = (ROTARY_UNPINNED if rotary_unpinned(model) else why_no_path(call.module))
             row["inputs"] = input_norms(call)
-        for backend, (b_calls, kernels, wholes) in measured.items():
+        for backend, (b_calls, functions, wholes) in measured.items():
             if index < len(b_calls) and b_calls[index].module is call.module:
-                row["backends"][backend] = {"kernel": kernels[index], "path": wholes[index]}
+                row["backends"][backend] = {"function": functions[index], "path": wholes[index]}
         rows.append(row)
     return rows
 
@@ -474,7 +474,7 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
 class CallableAudit:
     target: str
     d_k: int
-    kernel: dict
+    function: dict
     key_counts: dict
     verdict: str = ""
     findings: list = field(default_factory=list)
@@ -499,7 +499,7 @@ def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyA
     if len(finite) > 1 and (max(finite) - min(finite)) > DEPENDENCE_TOL * abs(finite[0]):
         audit.findings.append(f"the factor depends on the number of keys: {counts}")
     if reference is not None and reference.layers:
-        eager = reference.layers[0]["backends"]["eager"]["kernel"]
+        eager = reference.layers[0]["backends"]["eager"]["function"]
         if not agree(result["factor"], eager["factor"]):
             audit.findings.append(f"factor {result['factor']:.6g}, {reference.family} eager {eager['factor']:.6g}")
         if caps_differ(result["cap"], eager["cap"]):

@@ -45,7 +45,7 @@ def layer_findings(row: dict, backend: str) -> list[str]:
     """What disagrees with the config in one layer under one backend."""
     entry, declared = row["backends"][backend], row["declared"]
     found = []
-    kernel_factor = entry["kernel"].get("factor")
+    function_factor = entry["function"].get("factor")
     path = entry.get("path")
     if path and path["form"] == "linear":
         for last, key in ((False, "factor"), (True, "factor_last")):
@@ -55,12 +55,12 @@ def layer_findings(row: dict, backend: str) -> list[str]:
             if expected is not None and not agree(path[key], expected):
                 found.append(f"{row['name']}: whole path {path[key]:.6g} along the {'last' if last else 'first'} "
                              f"coordinate, config implies {expected:.6g}")
-    elif declared["kernel"] is not None and kernel_factor is not None and not agree(kernel_factor, declared["kernel"]):
-        found.append(f"{row['name']}: attention function applies {kernel_factor:.6g}, config implies "
-                     f"{declared['kernel']:.6g}")
+    elif declared["function"] is not None and function_factor is not None and not agree(function_factor, declared["function"]):
+        found.append(f"{row['name']}: attention function applies {function_factor:.6g}, config implies "
+                     f"{declared['function']:.6g}")
     found += [f"{row['name']}: {text}" for text in declared.get("unread", [])]
-    cap = entry["kernel"].get("cap")
-    if entry["kernel"].get("nonlinearity") in ("linear", "soft cap") and caps_differ(cap, declared["cap"]):
+    cap = entry["function"].get("cap")
+    if entry["function"].get("nonlinearity") in ("linear", "soft cap") and caps_differ(cap, declared["cap"]):
         found.append(f"{row['name']}: soft cap {cap if cap is None else round(cap, 4)}, config "
                      f"{declared['cap']}")
     return found
@@ -70,15 +70,15 @@ def backend_findings(row: dict, backend: str) -> list[str]:
     """How a backend differs from eager in one layer."""
     eager, other = row["backends"]["eager"], row["backends"][backend]
     found = []
-    pairs = [("attention function", eager["kernel"].get("factor"), other["kernel"].get("factor"))]
+    pairs = [("attention function", eager["function"].get("factor"), other["function"].get("factor"))]
     if eager.get("path") and other.get("path"):
         pairs.append(("whole path", eager["path"]["factor"], other["path"]["factor"]))
     for what, reference, value in pairs:
         if reference is not None and math.isfinite(reference) and not agree(value, reference):
             found.append(f"{row['name']}: {backend} {what} factor {value:.6g}, eager {reference:.6g}")
-    if caps_differ(other["kernel"].get("cap"), eager["kernel"].get("cap")):
-        found.append(f"{row['name']}: {backend} soft cap {other['kernel'].get('cap')}, eager {eager['kernel'].get('cap')}")
-    sinks = [entry["kernel"].get("sink") for entry in (eager, other)]
+    if caps_differ(other["function"].get("cap"), eager["function"].get("cap")):
+        found.append(f"{row['name']}: {backend} soft cap {other['function'].get('cap')}, eager {eager['function'].get('cap')}")
+    sinks = [entry["function"].get("sink") for entry in (eager, other)]
     if all(sinks) and sinks[0]["rows"] and sinks[1]["rows"] and sinks[0]["present"] != sinks[1]["present"]:
         has, lacks = (backend, "eager") if sinks[1]["present"] else ("eager", backend)
         found.append(f"{row['name']}: {has} gives attention mass to a sink, {lacks} does not (the keys' mass at equal "
@@ -100,7 +100,7 @@ def attention_source(result) -> str:
 
 def is_readable(entry: dict) -> bool:
     """A layer with a factor to judge: the attention function's, or a whole path that is one factor."""
-    factor = entry["kernel"].get("factor")
+    factor = entry["function"].get("factor")
     path = entry.get("path")
     return (factor is not None and math.isfinite(factor)) or (path is not None and path["form"] == "linear"
                                                               and math.isfinite(path["factor"]))
@@ -151,7 +151,7 @@ def judged_factor(entry: dict) -> float | None:
     path = entry.get("path")
     if path and path["form"] == "linear":
         return path["factor"]
-    return entry["kernel"].get("factor")
+    return entry["function"].get("factor")
 
 
 def span(values) -> str:
@@ -189,10 +189,10 @@ def nonlinearity(rows: list[dict]) -> str:
     found = []
     for row in rows:
         entry = row["backends"]["eager"]
-        kernel = entry["kernel"]
-        if kernel.get("nonlinearity") == "soft cap":
-            found.append(f"soft cap {kernel['cap']:.4g}")
-        elif kernel.get("nonlinearity") == "non-linear":
+        function = entry["function"]
+        if function.get("nonlinearity") == "soft cap":
+            found.append(f"soft cap {function['cap']:.4g}")
+        elif function.get("nonlinearity") == "non-linear":
             found.append("non-linear")
         path = entry.get("path")
         if path and path["form"] not in ("linear", "varies with the query position", "not readable"):
@@ -217,7 +217,7 @@ def other_mechanisms(rows: list[dict]) -> str:
     and have none."""
     logits, read, named = [], False, []
     for row in rows:
-        sink = row["backends"]["eager"]["kernel"].get("sink")
+        sink = row["backends"]["eager"]["function"].get("sink")
         if sink and sink["rows"]:
             read = True
             if sink["present"]:

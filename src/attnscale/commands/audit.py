@@ -69,9 +69,9 @@ def print_table(report: dict) -> None:
                   ", ".join(f"{n} {v}" for v, n in counts.items() if n), markup=False, highlight=False)
     if report.get("callable"):
         port = report["callable"]
-        console.print(f"callable {port['target']}: factor {port['kernel']['factor']:.6g}, "
-                      f"{port['kernel']['nonlinearity']}" +
-                      (f" (cap {port['kernel']['cap']:.4g})" if port["kernel"].get("cap") else "") +
+        console.print(f"callable {port['target']}: factor {port['function']['factor']:.6g}, "
+                      f"{port['function']['nonlinearity']}" +
+                      (f" (cap {port['function']['cap']:.4g})" if port["function"].get("cap") else "") +
                       f", factor by key count {port['key_counts']}: {port['verdict']}", markup=False, highlight=False)
         for finding in port["findings"]:
             console.print(f"  {finding}", markup=False, highlight=False)

@@ -23,7 +23,7 @@ from ..audit import measure as audit_api
 from ..errors import UserError
 from ..plotting import pyplot, save
 
-VERSION = 3  # 2: factors declared from the attention class's own code; gemma3n_text, zamba2 built; length row by row; 3: sinks
+VERSION = 4  # 4: the attention function's entry named "function" (was "kernel"); 2: factors declared from the attention class's own code; gemma3n_text, zamba2 built; length row by row; 3: sinks
 NUMBER_KEYS: dict[str, tuple[str, ...]] = {}  # the audit tests no claim of the source, so its findings carry no numbers
 
 # A representative subset for the quick preset (about 15 s on 2 cores).
@@ -59,8 +59,8 @@ def compact(result) -> dict:
         layers.append({
             "name": row["name"], "d_k": row["d_k"], "declared": row["declared"]["path_first"],
             "declared_rules": row["declared"]["rules"],
-            "measured": {backend: {"kernel": entry["kernel"].get("factor"), "cap": entry["kernel"].get("cap"),
-                                   "sink_logit": (entry["kernel"].get("sink") or {}).get("sink_logit"),
+            "measured": {backend: {"function": entry["function"].get("factor"), "cap": entry["function"].get("cap"),
+                                   "sink_logit": (entry["function"].get("sink") or {}).get("sink_logit"),
                                    "path": (entry.get("path") or {}).get("factor"),
                                    "form": (entry.get("path") or {}).get("form")}
                          for backend, entry in row["backends"].items()},
@@ -125,7 +125,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
             measured = layer["measured"].get(backend)
             if not measured or not layer["declared"]:
                 continue
-            value = measured["path"] if measured["form"] == "linear" else measured["kernel"]
+            value = measured["path"] if measured["form"] == "linear" else measured["function"]
             if value is not None and value == value:
                 xs.append(index)
                 ys.append(value / layer["declared"])

@@ -30,7 +30,7 @@ class AttentionCall:
 
     name: str
     module: torch.nn.Module
-    kernel: Callable
+    function: Callable
     query: torch.Tensor
     key: torch.Tensor
     value: torch.Tensor
@@ -43,11 +43,11 @@ class AttentionCall:
 
     @property
     def eager(self) -> Callable:
-        return self.kernel
+        return self.function
 
     def call(self, query, key, value, **overrides):
         """The same attention function on other tensors, with this call's mask and arguments."""
-        return self.kernel(self.module, query, key, value, self.mask, *self.args, **{**self.kwargs, **overrides})
+        return self.function(self.module, query, key, value, self.mask, *self.args, **{**self.kwargs, **overrides})
 
 
 def _eager_modules(model: torch.nn.Module):
@@ -121,14 +121,14 @@ def intercept_attention(model: torch.nn.Module, on_call: Callable[[AttentionCall
     names = {id(m): name for name, m in model.named_modules()}
     calls: list[AttentionCall] = []
 
-    def make_wrapper(kernel):
+    def make_wrapper(function):
         def wrapper(module, query, key, value, attention_mask, *args, **kwargs):
             if rule is not None:
                 kwargs = {**kwargs, "scaling": rule.factor(query.shape[-1])}
             real = (query, key, value) if rewrite is None else rewrite(module, query, key, value)
-            output = kernel(module, *real, attention_mask, *args, **kwargs)
+            output = function(module, *real, attention_mask, *args, **kwargs)
             first = output[0] if isinstance(output, tuple) else output
-            call = AttentionCall(names.get(id(module), type(module).__name__), module, kernel, query, key, value,
+            call = AttentionCall(names.get(id(module), type(module).__name__), module, function, query, key, value,
                                  attention_mask, dict(kwargs), backend, tuple(args),
                                  weights=output[1] if isinstance(output, tuple) and len(output) > 1 else None,
                                  output=first)
