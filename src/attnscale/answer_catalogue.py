@@ -9,7 +9,7 @@ same in both languages, except that the English may use a field for grammar alon
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 ENTRIES: dict[str, dict[str, str]] = {
     # --------------------------------------------------------------- shared pieces
@@ -265,7 +265,7 @@ ENTRIES: dict[str, dict[str, str]] = {
 class Word:
     """A catalogue entry with its fields (numbers already formatted, or other pieces)."""
     entry: str
-    fields: dict = field(default_factory=dict)
+    fields: dict
 
     def __init__(self, entry: str, **fields):
         if entry not in ENTRIES:
@@ -287,8 +287,8 @@ class Seq:
 class Listing:
     """Items joined by the entry ``sep``, the last two by ``last`` (``sep`` if None)."""
     items: tuple
-    sep: str = "list.comma"
-    last: str | None = None
+    sep: str
+    last: str | None
 
     def __init__(self, items, sep: str = "list.comma", last: str | None = None):
         object.__setattr__(self, "items", tuple(items))

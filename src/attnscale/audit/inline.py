@@ -106,7 +106,7 @@ def rows_from_weights(weights: torch.Tensor) -> torch.Tensor:
     return rows.transpose(1, 2)
 
 
-def legacy_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -> list[dict]:
+def inline_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -> list[dict]:
     """Layer rows (as audit.layer_rows makes them) with the whole path read from the weights."""
     if getattr(model.config, "is_encoder_decoder", False):
         raise UserError("an encoder-decoder without an attention function: its weights cannot be told apart by layer")

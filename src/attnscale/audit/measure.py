@@ -32,15 +32,15 @@ import torch
 
 from ..errors import UserError
 from ..memory import require_memory
+from ..probing.intercept import (final_hidden, intercept_attention, model_inputs, run_attention, set_attn_implementation,
+                                 uncompiled_flex)
+from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config,
+                               quiet_transformers, read_json)
 from ..threads import torch_threads
-from . import declared as declared_rules
 from . import attention_function, families, inline, whole_path
-from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config, quiet_transformers,
-                      read_json)
+from . import declared as declared_rules
 from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, agree, caps_differ, family_row,
                        judge_family)
-from ..probing.intercept import (final_hidden, intercept_attention, model_inputs, run_attention, set_attn_implementation,
-                        uncompiled_flex)
 
 DEFAULT_BACKENDS = ("eager", "sdpa", "flex_attention")
 TOKENS, LONGER_TOKENS = 8, 24
@@ -346,7 +346,7 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> 
                                            declared_rules.source_for(module))
 
     try:
-        result.layers = inline.legacy_rows(model, declared, TOKENS, LONGER_TOKENS, far_position(model.config, TOKENS))
+        result.layers = inline.inline_rows(model, declared, TOKENS, LONGER_TOKENS, far_position(model.config, TOKENS))
     except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError) as error:
         result.backends["eager"] = {"accepted": False, "reason": f"inline attention: {families.first_line(error)}",
                                     "parity": None}
@@ -634,10 +634,6 @@ def audit_item(item, backends, seed: int) -> FamilyAudit:
     return audit_folder(name, backends, seed) if kind == "folder" else audit_family(name, backends, seed)
 
 
-def _audit_indexed(index: int, item, backends, seed: int) -> tuple[int, FamilyAudit]:
-    return index, audit_item(item, backends, seed)
-
-
 def run_parallel(items, backends, seed: int, progress, workers: int) -> list[FamilyAudit]:
     """The items over the project's worker pool (:func:`attnscale.runs.worker_pool`: workers that
     die with this process, one torch thread each per core), whole families per task."""
@@ -650,10 +646,10 @@ def run_parallel(items, backends, seed: int, progress, workers: int) -> list[Fam
     results: list = [None] * len(items)
     threads = max(1, default_workers() // workers)
     with worker_pool(context, workers, threads, None) as pool:
-        futures = [pool.submit(_audit_indexed, index, item, tuple(backends), seed) for index, item in enumerate(items)]
+        futures = {pool.submit(audit_item, item, tuple(backends), seed): index for index, item in enumerate(items)}
         for done, future in enumerate(cf.as_completed(futures), start=1):
-            index, result = future.result()
-            results[index] = result
+            result = future.result()
+            results[futures[future]] = result
             if progress:
                 progress(done, result.family, result.seconds)
     return results
