@@ -242,11 +242,20 @@ def test_c11_counts_as_realistic_what_the_trained_model_reaches(tiny_result):
     assert "4.2" in measured.evidence or "3." in measured.evidence  # unit variance at d_k = 128: about +-4
 
 
-def _c12_cheap_clamp(result):
+def _c12_clamp_kl(result, mean, interval):
     res = copy.deepcopy(result)
     for row in res["clamp"]:
-        row["kl_mean"] = 0.001
+        row["kl_mean"], row["kl_interval"] = mean, list(interval)
     return res
+
+
+def _c12_cheap_clamp(result):
+    return _c12_clamp_kl(result, 0.001, (0.0005, 0.0015))
+
+
+def _c12_straddling_clamp(result):
+    """A clamp whose mean KL is below KL_CHEAP but whose interval straddles it: the cost is undecided."""
+    return _c12_clamp_kl(result, 0.008, (0.004, 0.012))
 
 
 def _c12_small_saving(result):
@@ -268,7 +277,8 @@ def _c12_refuted(result):
 C12_CASES = {
     claims.SUPPORTED: [_c12_cheap_clamp],
     claims.PARTLY: [lambda r: r,  # as measured: the only clamp that removes inf distorts attention
-                    lambda r: _c12_small_saving(_c12_cheap_clamp(r))],  # tiling saves no memory, nor prevents inf
+                    lambda r: _c12_small_saving(_c12_cheap_clamp(r)),  # tiling saves no memory, nor prevents inf
+                    _c12_straddling_clamp],  # everything else as supported, but the clamp's cost undecided
     claims.REFUTED: [_c12_refuted],
     claims.NOT_TESTABLE: [lambda r: _set(copy.deepcopy(r), 0.0, impl="naive")],
 }
@@ -399,3 +409,13 @@ def test_cli_checks_a_safetensors_file(tmp_path):
     missing = run_cli("--from-file", str(tmp_path / "absent.safetensors"))
     lines = missing.stderr.strip().splitlines()
     assert missing.returncode == 2 and len(lines) == 1 and "absent.safetensors" in lines[0], missing.stderr
+
+
+def test_c12_quotes_each_clamps_kl_with_its_interval(tiny_result):
+    for row in tiny_result["clamp"]:
+        low, high = row["kl_interval"]
+        assert low <= row["kl_mean"] <= high  # the mean of the rows' KL inside its own interval
+        assert (low, high) != (0, 0) or row["kl_mean"] == 0
+    measured = lab.judge_c12(_c12_straddling_clamp(tiny_result))
+    assert "undecided" in measured.evidence and "[0.004-0.012]" in measured.evidence
+    assert measured.numbers["clamp_kl_cheapest_fix_high"] == 0.012

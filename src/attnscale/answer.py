@@ -48,7 +48,8 @@ READS = {
     ("C11", "numerics"): ("claim_d_k", "claimed_range", "max_abs_logit_unit_std_sqrt", "trained_model", "trained_d_k",
                           "trained_max_abs_logit", "trained_naive_fp16_overflow_rows", "real_code_nonfinite",
                           "real_code_max_error", "fp16_exp_first_inf"),
-    ("C12", "numerics"): ("online_nonfinite", "tiled_naive_nonfinite", "clamp_kl_cheapest_fix", "memory_tokens",
+    ("C12", "numerics"): ("online_nonfinite", "tiled_naive_nonfinite", "clamp_kl_cheapest_fix",
+                          "clamp_kl_cheapest_fix_high", "memory_tokens",
                           "dense_peak_mib", "online_peak_mib", "memory_ratio"),
     ("C15", "variance"): ("tv_dk2", "tv_dk_large", "dk_large"),
     ("C16", "saturation"): ("max_entry_at_100", "small_n", "large_n", "share_p_in_range_small_n",
@@ -233,6 +234,7 @@ def low_precision(ev: Evidence) -> Seq | Word:
         ev.number("C11", k) for k in keys11)
     online, tiled, tokens, dense_mib, online_mib, ratio = (ev.number("C12", k) for k in keys12)
     clamp_kl = ev.number("C12", "clamp_kl_cheapest_fix")
+    clamp_kl_high = ev.number("C12", "clamp_kl_cheapest_fix_high")
     reached = claimed * RANGE_REACHED
     parts = [Word("fp16.range", d_k=d_k, claimed=f"{claimed:g}", unit=f"{unit:.1f}", model=model, model_d_k=model_d_k,
                   trained=f"{trained:.0f}", unit_do=Word("fp16.unit_do." + ("yes" if unit >= reached else "no")),
@@ -252,7 +254,7 @@ def low_precision(ev: Evidence) -> Seq | Word:
         clamp = Word("clamp.first")
     if clamp_kl is None:
         parts.append(Word("clamp.none_works", clamp=clamp))
-    elif clamp_kl <= KL_CHEAP:
+    elif (clamp_kl if clamp_kl_high is None else clamp_kl_high) <= KL_CHEAP:  # cheap as the C12 rule reads it
         parts.append(Word("clamp.cheap", clamp=clamp, kl=f"{clamp_kl:.3f}"))
     else:
         parts.append(Word("clamp.distorts", clamp=clamp, kl=f"{clamp_kl:.2f}"))

@@ -28,7 +28,8 @@ the computation so the large matrix never overflows").  Six experiments, in orde
    (``plain``: torch.softmax(q k^T * factor) v, computed in the dtype itself), plus one
    rounding step of the dtype at the output's scale.
 4. **What clamping costs.**  In float64: KL(exact || clamped) of the attention
-   distributions, the share of logits clamped, and the change of the attention output.
+   distributions (its mean over query rows with a 95% interval), the share of logits clamped,
+   and the change of the attention output.
 5. **A trained model's activations.**  The q and k of every attention layer of a pretrained
    model (the doctor's default, all-MiniLM-L6-v2, offline) on a real text, checked
    (:func:`attnscale.numerics.precision_check`) in float16 and bfloat16 at 1/sqrt(d_k), the way a
@@ -50,7 +51,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import checks, scaling
+from ... import checks, intervals, scaling
 from ...attention import attention
 from ...errors import UserError
 from ...peak_memory import peak_tensor_bytes
@@ -59,7 +60,8 @@ from ...softmax import naive_softmax
 from ...threads import torch_threads
 from ...runtime import check_device
 
-VERSION = 3  # 2: C11/C12 judged on trained activations and memory; 3: stable attention scores half precision in float32
+VERSION = 4  # 2: C11/C12 judged on trained activations and memory; 3: stable attention scores half precision in float32;
+# 4: each clamp's mean KL with its 95% interval
 SCALES = ("none", "sqrt")
 FP16_MAX = float(torch.finfo(torch.float16).max)
 LN_FP16_MAX = math.log(FP16_MAX)
@@ -310,6 +312,8 @@ def clamp_cost(q, k, v, scale: str, clamp_values, label: str, std: float, outlie
         rows.append({"scenario": label, "std": std, "outliers": outliers, "scale": scale, "clamp": limit,
                      "clamped_share": float((logits.abs() > limit).double().mean()),
                      "kl_mean": float(kl.mean()), "kl_max": float(kl.max()),
+                     # over the query rows (each row's distribution; rows of a head share its keys)
+                     "kl_interval": list(intervals.mean_interval(kl)),
                      "output_change_mean": float(change.mean()), "output_change_max": float(change.max()),
                      "output_mean_abs": float(out.abs().mean())})
     return rows

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from ... import claims
+from ... import claims, intervals
 
 STANDARD_IMPLS = ("plain", "stable", "online", "sdpa")  # every one subtracts the row max
 REAL_CODE = ("plain", "sdpa", "online")  # as models compute attention: eager (plain), torch's fused SDPA, FlashAttention
@@ -26,6 +26,7 @@ NUMBER_KEYS = {
             "std_matmul_overflow_scale_after", "std_matmul_overflow_scale_after_outliers"),
     "C12": ("naive_nonfinite", "tiled_naive_nonfinite", "stable_nonfinite", "online_nonfinite", "sdpa_nonfinite",
             "naive_sqrt_nonfinite", "clamp_values_removing_inf", "clamp_kl_cheapest_fix",
+            "clamp_kl_cheapest_fix_low", "clamp_kl_cheapest_fix_high",
             "fp16_matmul_overflow_scale_after", "fp16_matmul_overflow_scale_first", "memory_tokens",
             "dense_peak_mib", "online_peak_mib", "memory_ratio"),
 }
@@ -168,20 +169,34 @@ def judge_c11(result: dict) -> claims.Finding:
     return claims.Finding(verdict, evidence, numbers)
 
 
-def _clamp_summary(result: dict) -> tuple[list[float], dict[float, float]]:
-    """Clamp values that remove every non-finite float16 output, and each value's mean KL at the claimed range."""
+def _clamp_summary(result: dict) -> tuple[list[float], dict[float, dict]]:
+    """Clamp values that remove every non-finite float16 output, and each value's KL row at the claimed range."""
     scenario = _claimed_scenario(result)
     removes = [c for c in result["clamp_values"] if impl_rows(result, impl=f"clamp:{c:g}")
                and worst_nonfinite(impl_rows(result, impl=f"clamp:{c:g}")) == 0]
-    kl = {r["clamp"]: r["kl_mean"] for r in result["clamp"] if r["scenario"] == scenario and r["scale"] == "sqrt"}
+    kl = {r["clamp"]: r for r in result["clamp"] if r["scenario"] == scenario and r["scale"] == "sqrt"}
     return removes, kl
 
 
-def _c12_conclusion(clamp_removes: bool, clamp_cheap: bool, stable: float, naive_sqrt: float, tiled: float) -> str:
+def clamp_cheap(removes: list[float], kl: dict[float, dict]) -> tuple[float | None, bool | None]:
+    """The cheapest clamp that removes every non-finite output (by mean KL) and whether it is cheap:
+    True if its KL interval lies at or below KL_CHEAP, False if wholly above, None (undecided) if it
+    straddles; (None, False) when no clamp removes them."""
+    found = [c for c in removes if c in kl]
+    if not found:
+        return None, False
+    cheapest = min(found, key=lambda c: kl[c]["kl_mean"])
+    return cheapest, intervals.at_most(tuple(kl[cheapest]["kl_interval"]), KL_CHEAP)
+
+
+def _c12_conclusion(clamp_removes: bool, cheap: bool | None, stable: float, naive_sqrt: float, tiled: float) -> str:
     if not clamp_removes:
         clamp = "No clamp value tried removes the overflow. "
-    elif clamp_cheap:
+    elif cheap:
         clamp = "Clamping removes the overflow at a negligible cost. "
+    elif cheap is None:
+        clamp = (f"Clamping removes the overflow; whether at a negligible cost is undecided (the KL interval "
+                 f"straddles {KL_CHEAP} nats). ")
     else:
         clamp = "Clamping removes the overflow only by changing the distribution. "
     causes = (("the max subtraction (FlashAttention's running max is one)", stable == 0),
@@ -243,7 +258,7 @@ def judge_c12(result: dict) -> claims.Finding:
     naive_sqrt = worst_nonfinite(naive_sqrt_rows)
     naive_sqrt_clean = [r["scenario"] for r in naive_sqrt_rows if r["nonfinite_share"] == 0]
     removes, kl = _clamp_summary(result)
-    cheapest = min((kl.get(c, math.inf) for c in removes), default=None)
+    cheapest_clamp, cheap = clamp_cheap(removes, kl)
     matmul_rows = [r for r in result["grid"] if r["scale"] == "sqrt"]
     matmul_after = max((r["fp16_overflow_scale_after"] for r in matmul_rows), default=0.0)
     matmul_first = max((r["fp16_overflow_scale_first"] for r in matmul_rows), default=0.0)
@@ -252,23 +267,24 @@ def judge_c12(result: dict) -> claims.Finding:
 
     flash_fixes = online_all == 0
     clamp_removes = bool(removes)
-    clamp_cheap = cheapest is not None and cheapest <= KL_CHEAP
     tiling_numeric = tiled == 0
     tiling_memory = memory["ratio"] >= MEMORY_SAVED
     if naive == 0:
         verdict = claims.NOT_TESTABLE
-    elif flash_fixes and clamp_removes and clamp_cheap and (tiling_numeric or tiling_memory):
+    elif flash_fixes and clamp_removes and cheap is True and (tiling_numeric or tiling_memory):
         verdict = claims.SUPPORTED
     elif not flash_fixes and not clamp_removes:
         verdict = claims.REFUTED
     else:
         verdict = claims.PARTLY
-    kl_text = ", ".join(f"clamp {c:g}: {kl[c]:.3g}" for c in sorted(kl))
+    kl_text = ", ".join(f"clamp {c:g}: {kl[c]['kl_mean']:.3g} {intervals.fmt_interval(kl[c]['kl_interval'], 3)}"
+                        for c in sorted(kl))
     evidence = (
         "Rule (float16, scenarios whose logits are finite): not testable if the naive softmax never overflows; "
         "supported if the online (FlashAttention-2) softmax never gives a non-finite output, some clamp value "
         f"removes every non-finite output at a mean KL(exact || clamped) <= {KL_CHEAP} nats where the logits reach "
-        "the claimed range, and the tiling prevents 'the large matrix' from overflowing in one of the two readings "
+        "the claimed range (the whole 95% interval of the mean over query rows; an interval straddling it leaves "
+        "the cost undecided, which can give partly, never supported), and the tiling prevents 'the large matrix' from overflowing in one of the two readings "
         "of the interview answer's 溢出: numeric overflow (tiling without max subtraction stays finite) or memory (dense "
         f"attention needs >= {MEMORY_SAVED:g}x the tiled peak at the longest sequence measured); refuted if "
         "neither online nor any clamp removes the overflow; partly otherwise. "
@@ -278,8 +294,8 @@ def judge_c12(result: dict) -> claims.Finding:
         f"torch SDPA {sdpa_all:.3g} (these two over all dtypes and scenarios, including those where the float16 "
         "QK^T overflows; online keeps its scores in float32). "
         f"Clamp values removing every non-finite output: {', '.join(f'{c:g}' for c in removes) or 'none'}; "
-        f"cost of each clamp where the logits reach the claimed range, mean KL in nats: {kl_text}. "
-        + _c12_conclusion(clamp_removes, clamp_cheap, stable, naive_sqrt, tiled)
+        f"cost of each clamp where the logits reach the claimed range, mean KL in nats [95% interval]: {kl_text}. "
+        + _c12_conclusion(clamp_removes, cheap, stable, naive_sqrt, tiled)
         + _matmul_text(matmul_after, matmul_first) + _memory_text(result)
         + _tiling_text(memory, tiling_numeric, tiling_memory) +
         "flash-attn's acceptance rule (max error <= 2x that of the plain low-precision math): online and "
@@ -287,7 +303,9 @@ def judge_c12(result: dict) -> claims.Finding:
     numbers = {"naive_nonfinite": naive, "tiled_naive_nonfinite": tiled, "stable_nonfinite": stable,
                "online_nonfinite": online_all, "sdpa_nonfinite": sdpa_all, "naive_sqrt_nonfinite": naive_sqrt,
                "clamp_values_removing_inf": ", ".join(f"{c:g}" for c in removes),
-               "clamp_kl_cheapest_fix": None if cheapest is None or not math.isfinite(cheapest) else cheapest,
+               "clamp_kl_cheapest_fix": None if cheapest_clamp is None else kl[cheapest_clamp]["kl_mean"],
+               **{f"clamp_kl_cheapest_fix_{end}": None if cheapest_clamp is None else kl[cheapest_clamp]["kl_interval"][i]
+                  for i, end in enumerate(("low", "high"))},
                "fp16_matmul_overflow_scale_after": matmul_after, "fp16_matmul_overflow_scale_first": matmul_first,
                "memory_tokens": memory["tokens"], "dense_peak_mib": memory["dense"] / 2**20,
                "online_peak_mib": memory["online"] / 2**20,
