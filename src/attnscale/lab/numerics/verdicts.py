@@ -259,6 +259,7 @@ def judge_c12(result: dict) -> claims.Finding:
     naive_sqrt_clean = [r["scenario"] for r in naive_sqrt_rows if r["nonfinite_share"] == 0]
     removes, kl = _clamp_summary(result)
     cheapest_clamp, cheap = clamp_cheap(removes, kl)
+    cheapest = kl[cheapest_clamp] if cheapest_clamp is not None else {"kl_mean": None, "kl_interval": (None, None)}
     matmul_rows = [r for r in result["grid"] if r["scale"] == "sqrt"]
     matmul_after = max((r["fp16_overflow_scale_after"] for r in matmul_rows), default=0.0)
     matmul_first = max((r["fp16_overflow_scale_first"] for r in matmul_rows), default=0.0)
@@ -284,8 +285,9 @@ def judge_c12(result: dict) -> claims.Finding:
         "supported if the online (FlashAttention-2) softmax never gives a non-finite output, some clamp value "
         f"removes every non-finite output at a mean KL(exact || clamped) <= {KL_CHEAP} nats where the logits reach "
         "the claimed range (the whole 95% interval of the mean over query rows; an interval straddling it leaves "
-        "the cost undecided, which can give partly, never supported), and the tiling prevents 'the large matrix' from overflowing in one of the two readings "
-        "of the interview answer's 溢出: numeric overflow (tiling without max subtraction stays finite) or memory (dense "
+        "the cost undecided, which can give partly, never supported), and the tiling prevents 'the large matrix' "
+        "from overflowing in one of the two readings of the interview answer's 溢出: numeric overflow (tiling "
+        "without max subtraction stays finite) or memory (dense "
         f"attention needs >= {MEMORY_SAVED:g}x the tiled peak at the longest sequence measured); refuted if "
         "neither online nor any clamp removes the overflow; partly otherwise. "
         f"Measured worst non-finite shares: naive {naive:.3g}; naive with 1/sqrt(d_k) {naive_sqrt:.3g} (clean in "
@@ -303,9 +305,8 @@ def judge_c12(result: dict) -> claims.Finding:
     numbers = {"naive_nonfinite": naive, "tiled_naive_nonfinite": tiled, "stable_nonfinite": stable,
                "online_nonfinite": online_all, "sdpa_nonfinite": sdpa_all, "naive_sqrt_nonfinite": naive_sqrt,
                "clamp_values_removing_inf": ", ".join(f"{c:g}" for c in removes),
-               "clamp_kl_cheapest_fix": None if cheapest_clamp is None else kl[cheapest_clamp]["kl_mean"],
-               **{f"clamp_kl_cheapest_fix_{end}": None if cheapest_clamp is None else kl[cheapest_clamp]["kl_interval"][i]
-                  for i, end in enumerate(("low", "high"))},
+               "clamp_kl_cheapest_fix": cheapest["kl_mean"], "clamp_kl_cheapest_fix_low": cheapest["kl_interval"][0],
+               "clamp_kl_cheapest_fix_high": cheapest["kl_interval"][1],
                "fp16_matmul_overflow_scale_after": matmul_after, "fp16_matmul_overflow_scale_first": matmul_first,
                "memory_tokens": memory["tokens"], "dense_peak_mib": memory["dense"] / 2**20,
                "online_peak_mib": memory["online"] / 2**20,
