@@ -545,7 +545,76 @@ def test_skips_name_what_the_family_lacks():
     towers = audit.audit_family("align", ("eager",)).reason
     assert towers.startswith("multimodal composite (vision_config: align_vision_model, no base model of its own; ")
     series = audit.audit_family("patchtst", ("eager",))
-    assert series.reason.startswith("takes past_values (not token ids); the audit feeds token ids, images and audio")
+    assert series.reason.startswith(f"takes past_values (not token ids); the audit feeds {audit.FED_TEXT} only")
+
+
+def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no_attention_of_its_own():
+    results = [audit.audit_family(name, ("eager",)) for name in ("llava", "llama", "clip_vision_model", "detr")]
+    by_name = {r.family: r for r in results}
+    assert by_name["llava"].own_attention == [] and [t["model_type"] for t in by_name["llava"].towers] == [
+        "clip_vision_model", "llama"]
+    assert {"DetrSelfAttention", "DetrCrossAttention"} <= set(by_name["detr"].own_attention)  # its decoder's own
+    assert not any("Norm" in name for name in by_name["detr"].own_attention)
+    summary = audit.report(results, ("eager",), 0.0)
+    assert by_name["llava"].status == "covered" and by_name["llava"].verdict == audit.COVERED
+    assert by_name["llava"].reason == ("every tower measured as its own family: vision_config = clip_vision_model "
+                                       "(ok), text_config = llama (ok)")
+    assert by_name["detr"].status == "skipped" and "own attention classes are not audited" in by_name["detr"].reason
+    audit.report(results, ("eager",), 0.0)  # a second report does not repeat the note
+    assert by_name["detr"].reason.count("own attention classes") == 1
+    cover = summary["coverage"]
+    assert (cover["measured"], cover["covered"], cover["unmeasured"]) == (2, 1, 1) and cover["attention_bearing"] == 4
+    alone = audit.audit_family("llava", ("eager",))
+    audit.report([alone], ("eager",), 0.0)  # its towers not audited here: it stays skipped, the towers named
+    assert alone.status == "skipped" and alone.reason.startswith("a composite of other families")
+
+
+def test_multimodal_rope_sections_are_scaled_to_the_tiny_head():
+    """Multimodal RoPE splits each head's rotary half into (temporal, height, width) sections sized for
+    the default head: Qwen2-VL's rotary embedding falls back to [16, 24, 24] (head dim 128), which at
+    head dim 16 becomes [2, 3, 3]; HunYuan-V4's config states [12, 10, 10] for a rotary part of 64 and
+    checks it, so it is scaled before the config is built ([2, 1, 1] for 8).  The text tower is measured."""
+    model = families.build(families.tiny_config("qwen2_vl_text"))
+    assert [m.mrope_section for m in model.modules() if hasattr(m, "mrope_section")] == [[2, 3, 3]]
+    assert families.tiny_config("hy_v4_vl_text").rope_parameters["mrope_section"] == [2, 1, 1]
+    assert families.shares_of([8, 12, 12], 4) == [1, 2, 1] and families.shares_of([1, 1, 30], 4) == [1, 1, 2]
+    result = audit.audit_family("qwen2_vl_text", ("eager", "sdpa"))
+    assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
+    assert verdicts.family_row(result, ("eager", "sdpa"))["eager"] == "0.25"
+
+
+def test_hierarchical_vision_encoders_get_tiny_stages():
+    """Swin's per-stage heads keep their proportions ([3, 6, 12, 24] -> [1, 2, 4, 8]), each stage one
+    layer, every head 16 wide, 2 x 2 windows tiling every stage of a 64 x 64 image: the factor the
+    source states, head_dim^-0.5 = 0.25, at every stage.  PVT's stage widths follow its heads."""
+    config = families.tiny_config("swin")
+    assert list(config.num_heads) == [1, 2, 4, 8] and list(config.depths) == [1] * 4 and config.embed_dim == 16
+    assert (config.image_size, config.patch_size, config.window_size) == (64, 4, 2)
+    pvt = families.tiny_config("pvt_v2")
+    assert list(pvt.num_attention_heads) == [1, 2, 5, 8] and list(pvt.hidden_sizes) == [16, 32, 80, 128]
+    result = audit.audit_family("swin", ("eager",))
+    assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
+    assert {layer["d_k"] for layer in result.layers} == {16} and len(result.layers) == 4
+    assert verdicts.family_row(result, ("eager",))["eager"] == "0.25"
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl_vision", "video_llama_3_vision"])
+def test_vision_towers_that_take_packed_patches_are_fed_them(family):
+    """Qwen2-VL-style vision towers take flattened patches and a (t, h, w) grid, packed into one
+    sequence: the attention function's factor is read from the real call (head_dim^-0.5 = 0.25 at
+    head dim 16) and the whole path says why it was not driven."""
+    result = audit.audit_family(family, ("eager", "sdpa"))
+    assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
+    row = verdicts.family_row(result, ("eager", "sdpa"))
+    assert row["eager"] == row["sdpa"] == row["declared"] == "0.25"
+    assert all(layer["path_missing"] == audit.PACKED for layer in result.layers)
+
+
+def test_an_image_size_per_axis_is_shrunk_per_axis():
+    """YOLOS takes (height, width) = (512, 864); the tiny image is (32, 32), and the family is measured."""
+    assert tuple(families.tiny_config("yolos").image_size) == (32, 32)
+    result = audit.audit_family("yolos", ("eager",))
+    assert result.verdict == "ok" and verdicts.family_row(result, ("eager",))["eager"] == "0.25", result.findings
 
 
 def test_a_query_scaled_before_rope_is_declared():

@@ -61,7 +61,17 @@ def test_side_of_a_threshold():
     assert intervals.side((0.4, 0.6), 0.5) == intervals.STRADDLES
 
 
-@pytest.mark.parametrize("call", [lambda: intervals.wilson(3, 2), lambda: intervals.wilson(-1, 2),
+def test_an_event_occurs_once_seen_and_fails_only_where_enough_rows_bound_its_rate():
+    # At k = 0 the Wilson upper bound is z^2 / (n + z^2): it reaches a rate r from n = z^2 (1/r - 1).
+    rare = 0.001
+    enough = math.ceil(Z * Z * (1 / rare - 1))
+    assert intervals.occurs(0, enough, rare) is False
+    assert intervals.occurs(0, enough - 1, rare) is None  # undecided: too few rows to bound the rate
+    assert intervals.occurs(1, 10**6, rare) is True and intervals.occurs(1, 1, rare) is True
+    assert intervals.occurs(0, 0, rare) is None
+
+
+@pytest.mark.parametrize("call", [lambda: intervals.wilson(3, 2), lambda: intervals.occurs(0, 10, 0.0), lambda: intervals.wilson(-1, 2),
                                   lambda: intervals.wilson(1.5, 2), lambda: intervals.bootstrap([]),
                                   lambda: intervals.bonferroni_z(0), lambda: intervals.bonferroni_z(3, 1.5),
                                   lambda: intervals.z_of(1.0), lambda: intervals.bootstrap_ratio([], [1.0])])

@@ -20,7 +20,7 @@ from attnscale.softmax import naive_softmax, online_softmax, stable_softmax
 LOW = (torch.float16, torch.bfloat16, torch.float32)
 TINY = lab.Config(d_ks=(64, 128), stds=(1.0, 4.0), grid_tokens=32, impl_tokens=32, impl_heads=1,
                   impl_scenarios=((1.0, False), (4.0, False), (1.0, True), (16.0, True)), clamp_values=(5.0, 30.0),
-                  block_size=8, trained_tokens=48, memory_tokens=(128, 1024), memory_block=64)
+                  block_size=8, trained_tokens=64, memory_tokens=(128, 1024), memory_block=64)
 
 
 @pytest.fixture(scope="module")
@@ -178,10 +178,25 @@ def test_figures_and_tables(tiny_result, tmp_path):
 # ----------------------------------------------------------------------------- verdict rules
 
 def _set(result, value, **match):
+    """The matching implementation rows give non-finite outputs in a share ``value`` of their entries
+    (and at least one query row where ``value`` > 0)."""
     for row in result["impls"]:
         if all(row[k] == v for k, v in match.items()):
             row["nonfinite_share"] = value
+            row["nonfinite_rows"] = max(1, round(value * row["rows"])) if value > 0 else 0
     return result
+
+
+def _more_rows(result, times=16):
+    """The same outcome measured over ``times`` as many query rows (more heads): every row count scaled."""
+    res = copy.deepcopy(result)
+    for row in res["impls"]:
+        row.update(rows=row["rows"] * times, nonfinite_rows=row["nonfinite_rows"] * times,
+                   wrong_rows=row["wrong_rows"] * times)
+    for row in res["trained"]["layers"]:
+        row.update(rows=row["rows"] * times, nonfinite_rows=row["nonfinite_rows"] * times,
+                   wrong_rows=row["wrong_rows"] * times, range_rows=row["range_rows"] * times)
+    return res
 
 
 def _trained(result, **values):
@@ -192,23 +207,42 @@ def _trained(result, **values):
 def _quiet(result):
     """Every error of the real-code paths down to 0.01 std of v (float16-like accuracy)."""
     for row in result["impls"]:
+        row["wrong_rows"] = 0
         if row["max_err"] is not None:
             row["max_err"] = min(row["max_err"], 0.01)
-    _trained(result, output_error_max=0.01)
+    _trained(result, output_error_max=0.01, wrong_rows=0)
     return result
 
 
 def _c11_refuted(result):
-    """A trained model with small logits (like the default model's last layer) and accurate real code."""
-    res = _quiet(copy.deepcopy(result))
-    _trained(res, max_abs_logit=7.0, q_std=0.9, k_std=0.9)
+    """A trained model with small logits (like the default model's last layer) and accurate real code,
+    measured on enough rows per case (16x the tiny run's 32) to bound every rate."""
+    res = _quiet(_more_rows(result))
+    _trained(res, max_abs_logit=7.0, q_std=0.9, k_std=0.9, range_rows=0)
     return res
 
 
 def _c11_inf(result):
     """The trained model's float16 QK^T overflows in a few rows (activations 30x larger)."""
     res = copy.deepcopy(result)
-    res["trained"]["layers"][0].update(nonfinite_rows=0.02, output_error_max=None)
+    layer = res["trained"]["layers"][0]
+    layer.update(nonfinite_row_share=0.02, nonfinite_rows=round(0.02 * layer["rows"]), output_error_max=None)
+    return res
+
+
+def _c11_wrong_only(result):
+    res = _c11_refuted(result)
+    for row in res["impls"]:
+        if row["impl"] == "plain" and row["dtype"] == "bfloat16" and row["max_err"] is not None:
+            row.update(max_err=0.3, wrong_rows=1)
+    return res
+
+
+def _c11_too_few_rows(result):
+    """As refuted, but the model read on a few tokens only: no row reaches the range or overflows, too
+    few rows to say it never does (the range and inf parts undecided)."""
+    res = _c11_refuted(result)
+    _trained(res, rows=100)
     return res
 
 
@@ -217,9 +251,8 @@ C11_CASES = {
     claims.PARTLY: [lambda r: r,  # as measured: trained logits reach the range; bfloat16 eager is off, not inf
                     lambda r: _quiet(copy.deepcopy(r)),  # range only
                     lambda r: _c11_inf(_c11_refuted(r)),  # inf only
-                    lambda r: _c11_refuted(r) | {"impls": [dict(row, max_err=0.3) if row["impl"] == "plain" and
-                                                            row["dtype"] == "bfloat16" and row["max_err"] is not None
-                                                            else row for row in r["impls"]]}],  # wrong only
+                    _c11_wrong_only,
+                    _c11_too_few_rows],  # the range part undecided: never refuted
     claims.REFUTED: [_c11_refuted],
 }
 
@@ -275,10 +308,11 @@ def _c12_refuted(result):
 
 
 C12_CASES = {
-    claims.SUPPORTED: [_c12_cheap_clamp],
+    claims.SUPPORTED: [lambda r: _c12_cheap_clamp(_more_rows(r))],
     claims.PARTLY: [lambda r: r,  # as measured: the only clamp that removes inf distorts attention
-                    lambda r: _c12_small_saving(_c12_cheap_clamp(r)),  # tiling saves no memory, nor prevents inf
-                    _c12_straddling_clamp],  # everything else as supported, but the clamp's cost undecided
+                    lambda r: _c12_small_saving(_c12_cheap_clamp(_more_rows(r))),  # tiling saves no memory, nor prevents inf
+                    lambda r: _c12_straddling_clamp(_more_rows(r)),  # as supported, but the clamp's cost undecided
+                    _c12_cheap_clamp],  # as supported, but too few rows to bound online's or a clamp's inf rate
     claims.REFUTED: [_c12_refuted],
     claims.NOT_TESTABLE: [lambda r: _set(copy.deepcopy(r), 0.0, impl="naive")],
 }
@@ -363,6 +397,18 @@ def test_a_precision_check_whose_matrices_exceed_free_memory_runs_in_row_blocks(
     assert report["entries"] == 3000**2 and report["matmul_overflow"]["count"] == 0
 
 
+@pytest.mark.parametrize("dtype, std, wrong", [("float32", 1.0, False), ("bfloat16", 8.0, True)])
+def test_precision_check_counts_wrong_rows_exactly_where_the_max_error_is_wrong(dtype, std, wrong):
+    from attnscale.numerics import WRONG_OUTPUT
+
+    g = torch.Generator().manual_seed(6)
+    q, k = (torch.randn(2, 40, 64, generator=g) * std for _ in range(2))
+    report = precision_check(q, k, scale="sqrt", dtype=dtype)
+    count = report["wrong_output_rows"]["count"]
+    assert (count > 0) == (report["output_error"]["max"] > WRONG_OUTPUT) == wrong
+    assert count <= report["rows"] - report["nonfinite_rows"]["count"]
+
+
 def test_precision_check_counts_underflow_and_round_to_one_exactly():
     q = torch.tensor([[1.0, 0.0], [1.0, 0.0]])
     k = torch.tensor([[0.0, 0.0], [-30.0, 0.0], [-1.0, 0.0]])
@@ -411,11 +457,37 @@ def test_cli_checks_a_safetensors_file(tmp_path):
     assert missing.returncode == 2 and len(lines) == 1 and "absent.safetensors" in lines[0], missing.stderr
 
 
+def test_every_row_count_adds_up(tiny_result):
+    for row in tiny_result["impls"]:
+        assert row["rows"] == TINY.impl_heads * TINY.impl_tokens
+        assert (row["nonfinite_rows"] > 0) == (row["nonfinite_share"] > 0)
+        assert row["wrong_rows"] <= row["rows"] - row["nonfinite_rows"]
+        assert row["max_err"] is None or (row["wrong_rows"] > 0) == (row["max_err"] > lab.WRONG_OUTPUT)
+    for row in tiny_result["trained"]["layers"]:
+        assert row["rows"] == tiny_result["trained"]["heads"] * tiny_result["trained"]["tokens"]
+        assert (row["range_rows"] > 0) == (row["max_abs_logit"] >= lab.RANGE_REACHED * TINY.claimed_range)
+
+
+def test_c11_and_c12_quote_their_rates_over_query_rows(tiny_result):
+    c11 = lab.judge_c11(tiny_result)
+    failures = lab.real_code_failures(tiny_result)
+    rows = sum(n for _, n in failures["inf_groups"])
+    assert c11.numbers["real_code_rows"] == rows > 0 and len(failures["inf_groups"]) == failures["cases"]
+    assert f"{c11.numbers['real_code_nonfinite_rows']} of {rows} (" in c11.evidence
+    assert f"over {c11.numbers['real_code_cases']} cases" in c11.evidence
+    assert f"{c11.numbers['trained_range_rows']} of {c11.numbers['trained_rows']} (" in c11.evidence
+    c12 = lab.judge_c12(tiny_result)
+    assert "Query rows with a non-finite output (rate [95% Wilson interval]): online 0 of " in c12.evidence
+    assert "too few rows" in c12.evidence.lower()  # the tiny run's 32 rows per case bound no rate at 0.01
+    assert c12.numbers["online_overflow"] == "undecided"
+    assert lab.judge_c12(_more_rows(tiny_result)).numbers["online_overflow"] == "never"
+
+
 def test_c12_quotes_each_clamps_kl_with_its_interval(tiny_result):
     for row in tiny_result["clamp"]:
         low, high = row["kl_interval"]
         assert low <= row["kl_mean"] <= high  # the mean of the rows' KL inside its own interval
         assert (low, high) != (0, 0) or row["kl_mean"] == 0
-    measured = lab.judge_c12(_c12_straddling_clamp(tiny_result))
+    measured = lab.judge_c12(_c12_straddling_clamp(_more_rows(tiny_result)))
     assert "undecided" in measured.evidence and "[0.004-0.012]" in measured.evidence
     assert measured.numbers["clamp_kl_cheapest_fix_high"] == 0.012

@@ -26,7 +26,7 @@ from .answer_catalogue import GAP, Listing, Seq, Word, render
 from .claims import BY_ID, CLAIMS, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, VERDICTS, key_declared
 from .probing.probe import NO_SCALING  # C10: the probe's label of T5's factor
 from .errors import UserError
-from .lab.numerics import KL_CHEAP, MEMORY_SAVED, RANGE_REACHED, WRONG_OUTPUT
+from .lab.numerics import CLAMP_COSTS, KL_CHEAP, MEMORY_SAVED, RANGE_REACHED, WRONG_OUTPUT
 from .lab.saturation import verdicts as saturation_rules  # C06: "around +-100", "gradient near 0"; C16: "near 0"
 from .lab.training.verdicts import EQUIVALENT_LOGITS, GRAD_DROP  # C10's trained logit std gap, C17's "10x"
 from .lab.variance import SMALL_TV, SMALL_TV_RATIO
@@ -48,8 +48,8 @@ READS = {
     ("C11", "numerics"): ("claim_d_k", "claimed_range", "max_abs_logit_unit_std_sqrt", "trained_model", "trained_d_k",
                           "trained_max_abs_logit", "trained_naive_fp16_overflow_rows", "real_code_nonfinite",
                           "real_code_max_error", "fp16_exp_first_inf"),
-    ("C12", "numerics"): ("online_nonfinite", "tiled_naive_nonfinite", "clamp_kl_cheapest_fix",
-                          "clamp_kl_cheapest_fix_high", "memory_tokens",
+    ("C12", "numerics"): ("online_overflow", "tiled_naive_nonfinite", "clamp_cost", "clamp_kl_cheapest_fix",
+                          "clamp_kl_cheapest_fix_low", "clamp_kl_cheapest_fix_high", "memory_tokens",
                           "dense_peak_mib", "online_peak_mib", "memory_ratio"),
     ("C15", "variance"): ("tv_dk2", "tv_dk_large", "dk_large"),
     ("C16", "saturation"): ("max_entry_at_100", "small_n", "large_n", "share_p_in_range_small_n",
@@ -59,7 +59,7 @@ READS = {
     ("C18", "training"): ("cells", "sqrt_near_best_cells"),
 }
 
-TEXT_NUMBERS = {("C11", "trained_model"), ("C10", "t5_finding")}  # the declared numbers that hold text
+TEXT_NUMBERS = {("C11", "trained_model"), ("C10", "t5_finding"), ("C12", "clamp_cost"), ("C12", "online_overflow")}  # the declared numbers that hold text
 
 OPTIMISER_NAMES = {"adamw": "AdamW", "sgd": "SGD", "adafactor": "Adafactor"}
 
@@ -226,15 +226,15 @@ def low_precision(ev: Evidence) -> Seq | Word:
     keys11 = ("claim_d_k", "claimed_range", "max_abs_logit_unit_std_sqrt", "trained_model", "trained_d_k",
               "trained_max_abs_logit", "trained_naive_fp16_overflow_rows", "real_code_nonfinite",
               "real_code_max_error", "fp16_exp_first_inf")
-    keys12 = ("online_nonfinite", "tiled_naive_nonfinite", "memory_tokens", "dense_peak_mib", "online_peak_mib",
+    keys12 = ("online_overflow", "tiled_naive_nonfinite", "memory_tokens", "dense_peak_mib", "online_peak_mib",
               "memory_ratio")
     if not ev.has("C11", *keys11) or not ev.has("C12", *keys12):
         return _pending("C11")
     d_k, claimed, unit, model, model_d_k, trained, naive, nonfinite, error, threshold = (
         ev.number("C11", k) for k in keys11)
     online, tiled, tokens, dense_mib, online_mib, ratio = (ev.number("C12", k) for k in keys12)
-    clamp_kl = ev.number("C12", "clamp_kl_cheapest_fix")
-    clamp_kl_high = ev.number("C12", "clamp_kl_cheapest_fix_high")
+    clamp_cost, clamp_kl = ev.number("C12", "clamp_cost"), ev.number("C12", "clamp_kl_cheapest_fix")
+    clamp_kl_low, clamp_kl_high = ev.number("C12", "clamp_kl_cheapest_fix_low"), ev.number("C12", "clamp_kl_cheapest_fix_high")
     reached = claimed * RANGE_REACHED
     parts = [Word("fp16.range", d_k=d_k, claimed=f"{claimed:g}", unit=f"{unit:.1f}", model=model, model_d_k=model_d_k,
                   trained=f"{trained:.0f}", unit_do=Word("fp16.unit_do." + ("yes" if unit >= reached else "no")),
@@ -244,7 +244,7 @@ def low_precision(ev: Evidence) -> Seq | Word:
     else:
         precision = Word("fp16.imprecise", error=f"{error:.2f}") if error > WRONG_OUTPUT else Word("fp16.precise")
         parts.append(Word("fp16.finite", threshold=f"{threshold:.2f}", naive=_pct(naive), precision=precision))
-    if online == 0 and tiled > 0:
+    if online == "never" and tiled > 0:  # the C12 rule's decision: online softmax never overflows
         saves_memory = bool(ratio) and ratio >= MEMORY_SAVED
         tiling = (Word("flash.saves_memory", tokens=tokens, dense=f"{dense_mib:.0f}", online=f"{online_mib:.1f}")
                   if saves_memory else Word("flash.no_overflow_fix"))
@@ -254,10 +254,11 @@ def low_precision(ev: Evidence) -> Seq | Word:
         clamp = Word("clamp.first")
     if clamp_kl is None:
         parts.append(Word("clamp.none_works", clamp=clamp))
-    elif (clamp_kl if clamp_kl_high is None else clamp_kl_high) <= KL_CHEAP:  # cheap as the C12 rule reads it
-        parts.append(Word("clamp.cheap", clamp=clamp, kl=f"{clamp_kl:.3f}"))
+    elif clamp_cost in CLAMP_COSTS.values():  # the C12 rule's own decision on its cost
+        parts.append(Word(f"clamp.{clamp_cost}", clamp=clamp, kl=f"{clamp_kl:.3g}",
+                          low=f"{clamp_kl_low:.3g}", high=f"{clamp_kl_high:.3g}", cheap=f"{KL_CHEAP:g}"))
     else:
-        parts.append(Word("clamp.distorts", clamp=clamp, kl=f"{clamp_kl:.2f}"))
+        parts.append(_pending("C12"))
     return Seq(*parts)
 
 

@@ -136,6 +136,10 @@ ENTRIES: dict[str, dict[str, str]] = {
                     "zh": "{clamp} 能以很小的代价消除溢出（KL {kl} nats）。"},
     "clamp.distorts": {"en": "{clamp} removed it only at values that distort attention (KL {kl} nats).",
                        "zh": "{clamp} 只有在明显扭曲注意力的取值下才能消除溢出（KL {kl} nats）。"},
+    "clamp.undecided": {"en": "{clamp} removed the overflow; whether it distorts attention is undecided (KL {kl} nats, "
+                              "95% interval {low}-{high}, straddling the {cheap} nats called negligible).",
+                        "zh": "{clamp} 能消除溢出，但是否明显扭曲注意力尚无定论（KL {kl} nats，95% 区间 {low}-{high}，"
+                              "跨过了视为可忽略的 {cheap} nats）。"},
 
     "balance.exponent": {
         "en": "So 1/sqrt(d_k) is the factor that keeps the softmax input the same whatever d_k: measured, the logit "

@@ -12,7 +12,10 @@
   the one question a rule asks of it: a rule decides a part of a claim only where the interval
   clears the threshold; :func:`at_least`, :func:`at_most` and :func:`inside` ask it as a part
   of a claim (True, False, or None where the interval straddles), and :func:`every` folds the
-  parts of "at every setting".
+  parts of "at every setting";
+* :func:`occurs`: the part "this event happens" from a count of rows: True once it is seen, False
+  only where the Wilson interval shows it rarer than a stated share, None where too few rows
+  were looked at to say; :func:`occurs_in` asks it of several groups measured apart.
 
 Pure Python: these run on a few dozen numbers.
 """
@@ -164,6 +167,28 @@ def every(parts) -> bool | None:
     None (undecided) otherwise."""
     parts = list(parts)
     return False if False in parts else True if all(p is True for p in parts) else None
+
+
+def occurs(count: int, trials: int, rare: float, level: float = LEVEL) -> bool | None:
+    """The part "the event happens" from ``count`` rows of ``trials`` showing it: True if any does
+    (an observed case settles existence), False if none does and the Wilson interval's upper
+    bound is at most ``rare``, None (undecided) if none does but too few rows were seen to bound
+    the rate below ``rare``."""
+    if not 0 < rare < 1:
+        raise UserError(f"rare must lie in (0, 1), got {rare!r}")
+    if count:
+        return True
+    return False if wilson(0, trials, level)[1] <= rare else None
+
+
+def occurs_in(groups, rare: float, level: float = LEVEL) -> bool | None:
+    """The part "the event happens" over groups of rows measured apart (``(count, trials)`` each: one
+    case, one layer): True if one group shows it, False only where every group bounds its own rate
+    at or below ``rare``, None (undecided) otherwise; no groups is undecided."""
+    parts = [occurs(count, trials, rare, level) for count, trials in groups]
+    if True in parts:
+        return True
+    return False if parts and all(part is False for part in parts) else None
 
 
 def fmt_interval(interval: tuple[float, float], digits: int = 2, percent: bool = False) -> str:

@@ -30,6 +30,7 @@ from .softmax import check_float, naive_softmax
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 BITS_VIEW = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32}
+WRONG_OUTPUT = 0.1  # an output off by more than 0.1 std of v (against float64) is a wrong result
 
 
 def parse_dtype(dtype) -> torch.dtype:
@@ -193,6 +194,7 @@ def _check_rows(q64, k64, v64, factor, dtype, tally: _Tally, index: tuple, first
         tally.total("prob_error_sum", float(prob_error.sum()))
         tally.high("output_error_max", float(output_error.max()))
         tally.total("output_error_sum", float(output_error.sum()))
+        tally.add("wrong_output_rows", _count(output_error.amax(dim=-1) > WRONG_OUTPUT))
     tally.add("finite_probs", prob_error.numel())
     tally.add("finite_outputs", output_error.numel())
     tally.high("max_abs_product", float(products.abs().max()))
@@ -242,7 +244,8 @@ def precision_check(q: torch.Tensor, k: torch.Tensor, *, scale="sqrt", dtype=tor
     subtraction overflows), ``probs_underflow_to_zero`` and ``probs_round_to_one``
     (probabilities positive / below 1 in float64 that become exactly 0 / 1),
     ``prob_error`` and ``output_error`` (max and mean absolute error against float64; the
-    output uses values v drawn N(0, 1) with ``seed``), and ``risks``: plain sentences.
+    output uses values v drawn N(0, 1) with ``seed``), ``wrong_output_rows`` (finite rows whose
+    output is off by more than ``WRONG_OUTPUT`` std of v somewhere), and ``risks``: plain sentences.
     """
     dtype = parse_dtype(dtype)
     rule = scaling.parse(scale)
@@ -296,6 +299,7 @@ def _summary(tally: _Tally, locations, dtype, rule, factor, d_k, q, k, rows: int
         "matmul_overflow_scaled_first": _share(c["matmul_overflow_scaled_first"], entries),
         "naive_softmax_overflow_rows": _share(c["naive_overflow_rows"], rows),
         "nonfinite_rows": _share(c["nonfinite_rows"], rows),
+        "wrong_output_rows": {**_share(c.get("wrong_output_rows", 0), rows), "threshold": WRONG_OUTPUT},
         "probs_underflow_to_zero": _share(c["underflow_to_zero"], entries),
         "probs_round_to_one": _share(c["round_to_one"], entries),
         "saturated_rows": _share(c["saturated_rows"], rows),

@@ -60,7 +60,13 @@ TINY_HYBRID = {"mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16, "mamb
                "mamba_n_groups": 1}
 # Vision encoders: a 32 x 32 image in 8 x 8 patches (16 patches, and a class token where the family has one).
 VISION_TINY = {"image_size": 32, "patch_size": 8}
-ATTENTION_WORDS = ("attention", "attn", "mla")  # in the class name of a module that attends (LongcatFlashMLA)
+ATTENTION_WORDS = ("attention", "attn")  # in the class name of a module that attends
+ATTENTION_SUFFIXES = ("MLA",)  # or at its end, in capitals (LongcatFlashMLA; not LayerNorm, ConvNormLayer)
+
+
+def is_attention_class(name: str) -> bool:
+    return any(word in name.lower() for word in ATTENTION_WORDS) or name.endswith(ATTENTION_SUFFIXES)
+NO_ATTENTION = "no attention module"  # how the reason of a model without one begins
 MAX_PARAMETERS = 5_000_000  # a "tiny" build above this is refused (a config ignored the tiny sizes)
 MULTIMODAL_WORDS = ("vision", "audio", "speech", "image", "vq", "patcher", "projector", "acoustic", "semantic",
                     "depth", "timestamp", "esmfold")
@@ -68,11 +74,14 @@ MULTIMODAL_WORDS = ("vision", "audio", "speech", "image", "vq", "patcher", "proj
 
 class Skip(Exception):
     """A family that cannot be built as a tiny text model; the message is the reason.
-    ``final``: no other tiny size can help (multimodal, too big, no base model class)."""
+    ``final``: no other tiny size can help (multimodal, too big, no base model class).  A
+    composite's Skip also names its ``towers`` and the ``own_attention`` classes of its own file."""
 
     def __init__(self, reason: str, final: bool = False):
         super().__init__(reason)
         self.final = final
+        self.towers: list[dict] = []
+        self.own_attention: list[str] = []
 
 
 @dataclass
@@ -124,15 +133,18 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
     """The TINY sizes under the names this config class uses, then ``overrides`` as given."""
     names = field_names(cls)
     attribute_map = getattr(cls, "attribute_map", {}) or {}
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+    per_axis = {name for name, value in defaults.items() if isinstance(value, (list, tuple))}
+    stages = stage_kwargs(defaults)
     kwargs = {}
     for name, value in {**TINY, **TINY_HYBRID}.items():
-        if name in names:
-            kwargs.setdefault(name, value)
-        elif attribute_map.get(name) in names:
-            kwargs.setdefault(attribute_map[name], value)
+        target = name if name in names else attribute_map.get(name)
+        if target in names and not (stages and target in per_axis):  # lists per stage: shrunk by stage_kwargs
+            kwargs.setdefault(target, value)
     if set(VISION_TINY) <= names:
-        kwargs.update(VISION_TINY)
-    defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        for name, value in VISION_TINY.items():  # (32, 32) where the config takes a size per axis
+            kwargs[name] = (value,) * len(defaults[name]) if name in per_axis else value
+    kwargs.update(stages)
     conv = defaults.get("conv_dim")
     if isinstance(conv, (list, tuple)) and conv:  # a wav2vec2-style feature encoder: its convolutions shrunk
         kwargs["conv_dim"] = (32,) * len(conv)
@@ -146,6 +158,37 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
     return kwargs
 
 
+STAGE_HEAD_DIM = 16  # the tiny head dimension of every stage of a hierarchical vision encoder
+STAGE_IMAGE = {"image_size": 64, "patch_size": 4, "window_size": 2}  # its image, patches and attention window
+
+
+def stage_kwargs(defaults: dict) -> dict:
+    """A hierarchical vision encoder (Swin, PVT, SegFormer, LeViT, ...) sets its heads per stage: one
+    layer per stage, the heads scaled down by the first stage's count (keeping their proportions),
+    and the widths set so that every head has STAGE_HEAD_DIM dimensions."""
+    heads_name = next((name for name in ("num_heads", "num_attention_heads")
+                       if isinstance(defaults.get(name), (list, tuple)) and defaults[name]), None)
+    if heads_name is None:
+        return {}
+    first = defaults[heads_name][0] or 1
+    heads = [max(1, round(count / first)) for count in defaults[heads_name]]
+    out = {heads_name: heads}
+    if isinstance(defaults.get("depths"), (list, tuple)):
+        out["depths"] = [1] * len(defaults["depths"])
+    if isinstance(defaults.get("hidden_sizes"), (list, tuple)):
+        out["hidden_sizes"] = [count * STAGE_HEAD_DIM for count in heads]
+    if isinstance(defaults.get("embed_dim"), int):  # stage widths embed_dim x 2^i (Swin) or embed_dim throughout
+        out["embed_dim"] = heads[0] * STAGE_HEAD_DIM
+    # Each stage halves the resolution: 64 x 64 pixels in 4 x 4 patches leave 16, 8, 4, 2 a side,
+    # each a multiple of a 2 x 2 window (Swin's windows must tile every stage).
+    for name, value in STAGE_IMAGE.items():
+        if isinstance(defaults.get(name), int):
+            out[name] = value
+        elif isinstance(defaults.get(name), (list, tuple)) and name != "window_size":
+            out[name] = (value,) * len(defaults[name])
+    return out
+
+
 def optional_sub_configs(cls, sub_configs: dict) -> set[str]:
     """The sub-configs with a tower's name that a default config of ``cls`` leaves unset: parts of
     the family the base model may do without (ESM's folding head, Moshi's audio codec); a composite
@@ -157,23 +200,81 @@ def optional_sub_configs(cls, sub_configs: dict) -> set[str]:
             and any(word in name for word in MULTIMODAL_WORDS)}
 
 
-def towers(cls, sub_configs: dict) -> str:
-    """The towers of a composite, each with its model type, and whether it is audited on its own."""
+def tower_types(cls, sub_configs: dict) -> list[dict]:
+    """The towers of a composite: each sub-config's name, its model type (None where the default
+    config leaves it unset or has none) and whether that type has a base model of its own."""
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     try:
         built = cls()
-    except Exception:  # noqa: BLE001 - a config that needs arguments: name the sub-configs alone
-        return ", ".join(sub_configs)
-    parts = []
+    except Exception:  # noqa: BLE001 - a config that needs arguments: the sub-configs' names alone
+        built = None
+    found = []
     for name in sub_configs:
-        model_type = getattr(getattr(built, name, None), "model_type", None)
-        if not model_type:
-            parts.append(name)
+        model_type = getattr(getattr(built, name, None), "model_type", None) or None
+        found.append({"name": name, "model_type": model_type, "own": model_type in MODEL_MAPPING_NAMES})
+    return found
+
+
+def towers(cls, sub_configs: dict) -> str:
+    """The towers of a composite, each with its model type, and whether it is audited on its own."""
+    parts = []
+    for tower in tower_types(cls, sub_configs):
+        if not tower["model_type"]:
+            parts.append(tower["name"])
         else:
-            own = "audited as its own family" if model_type in MODEL_MAPPING_NAMES else "no base model of its own"
-            parts.append(f"{name}: {model_type}, {own}")
+            own = "audited as its own family" if tower["own"] else "no base model of its own"
+            parts.append(f"{tower['name']}: {tower['model_type']}, {own}")
     return "; ".join(parts)
+
+
+def own_attention_classes(cls, sub_configs: dict) -> list[str]:
+    """The attention classes a composite runs outside its towers (cross-attention, a Q-Former, a
+    perceiver): built on the meta device at the tiny sizes, every module with an attention class
+    name that no tower (a module built from a sub-config's class) contains.  Where the composite
+    cannot be built so, every attention class of its own modeling file counts (the towers' too)."""
+    import importlib
+
+    import torch.nn as nn
+    from transformers import AutoModel
+
+    from ..probing.loading import quiet_transformers
+
+    try:
+        with quiet_transformers():
+            defaults, kwargs = cls(), tiny_kwargs(cls)
+            for name in sub_configs:  # each tower's own config class (AutoConfig sub-configs: the default's)
+                sub = getattr(defaults, name, None)
+                if sub is not None and name not in kwargs:
+                    kwargs[name] = type(sub)(**tiny_kwargs(type(sub)))
+            config = cls(**kwargs)
+            tower_classes = tuple({type(getattr(config, name)) for name in sub_configs
+                                   if getattr(config, name, None) is not None})
+            with torch.device("meta"):
+                model = AutoModel.from_config(config, trust_remote_code=False)
+    except Exception:  # noqa: BLE001 - cannot be built at the tiny sizes: read its modeling file instead
+        module_name = cls.__module__.replace(".configuration_", ".modeling_")
+        try:
+            module = importlib.import_module(module_name)
+        except Exception:  # noqa: BLE001 - no modeling file of its own, or one that needs a missing package
+            return []
+        return sorted(name for name, obj in vars(module).items() if isinstance(obj, type) and issubclass(obj, nn.Module)
+                      and obj.__module__ == module.__name__ and is_attention_class(name))
+    inside: set[int] = set()
+    for module in model.modules():
+        if module is not model and isinstance(getattr(module, "config", None), tower_classes):
+            inside.update(id(m) for m in module.modules())
+    return sorted({type(m).__name__ for m in model.modules() if id(m) not in inside and is_attention_class(type(m).__name__)})
+
+
+def composite_skip(cls, sub_configs: dict, reason: str) -> Skip:
+    """A final Skip for a composite, carrying its towers and its own attention classes (the audit's
+    report marks it covered where every tower is measured as its own family and it has none)."""
+    skip = Skip(reason, final=True)
+    skip.towers = tower_types(cls, sub_configs)
+    if all(tower["own"] for tower in skip.towers):  # only then can the towers cover it
+        skip.own_attention = own_attention_classes(cls, sub_configs)
+    return skip
 
 
 def tiny_config(model_type: str, hybrid: bool = True, **overrides):
@@ -185,14 +286,15 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
     sub_configs = {name: sub for name, sub in sub_configs.items() if name not in optional}
     multimodal = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
     if multimodal:
-        raise Skip(f"multimodal composite ({towers(cls, sub_configs)})", final=True)
+        raise composite_skip(cls, sub_configs, f"multimodal composite ({towers(cls, sub_configs)})")
     kwargs = tiny_kwargs(cls, {**FAMILY_TINY.get(model_type, {}), **(overrides or {})})
+    kwargs.update(tiny_rope(cls, kwargs))
     for name, sub_cls in sub_configs.items():
         if name in kwargs:
             continue
         if getattr(sub_cls, "__name__", "") == "AutoConfig":
-            raise Skip(f"a composite of other families ({towers(cls, dict(getattr(cls, 'sub_configs', {}) or {}))})",
-                       final=True)
+            every = dict(getattr(cls, "sub_configs", {}) or {})
+            raise composite_skip(cls, every, f"a composite of other families ({towers(cls, every)})")
         try:
             kwargs[name] = sub_cls(**tiny_kwargs(sub_cls))
         except Exception as error:  # noqa: BLE001 - any refusal of the tiny sizes is a reason to skip
@@ -216,6 +318,44 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
     raise Skip(f"config rejects the tiny sizes: {first_line(refusal)}")
 
 
+def shares_of(sizes, total: int) -> list[int]:
+    """``sizes`` scaled to sum to ``total`` (largest remainders), each at least 1."""
+    whole = sum(sizes)
+    exact = [size * total / whole for size in sizes]
+    scaled = [max(1, int(x)) for x in exact]
+    by_remainder = sorted(range(len(sizes)), key=lambda i: exact[i] - int(exact[i]), reverse=True)
+    for i in by_remainder[: max(0, total - sum(scaled))]:
+        scaled[i] += 1
+    while sum(scaled) > total:  # the floor of 1 overshot: take it back from the largest
+        scaled[scaled.index(max(scaled))] -= 1
+    return scaled
+
+
+def tiny_rope(cls, kwargs: dict) -> dict:
+    """Multimodal RoPE (Qwen2-VL, GLM-4V, HunYuan-VL) splits each head's rotary half into temporal,
+    height and width sections sized for the default head, and the config checks that they fill it:
+    at the tiny head they are scaled to its rotary half in the default proportions (the attention
+    arithmetic is unchanged, only its sizes).  The rope_parameters to pass, or none."""
+    from ..probing.loading import quiet_transformers
+
+    try:
+        with quiet_transformers():
+            defaults = cls()
+    except Exception:  # noqa: BLE001 - a config that needs arguments has no default sections to scale
+        return {}
+    rope = getattr(defaults, "rope_parameters", None)
+    sections = rope.get("mrope_section") if isinstance(rope, dict) else None
+    if not isinstance(sections, (list, tuple)) or not sections or "rope_parameters" in kwargs:
+        return {}
+    heads = kwargs.get("num_attention_heads", TINY["num_attention_heads"])
+    rotary = kwargs.get("qk_rope_head_dim") or kwargs.get("head_dim") or kwargs.get("hidden_size", TINY["hidden_size"]) // heads
+    partial = rope.get("partial_rotary_factor", getattr(defaults, "partial_rotary_factor", 1.0)) or 1.0
+    half = int(rotary * partial) // 2
+    if half < len(sections):
+        return {}
+    return {"rope_parameters": {**rope, "mrope_section": shares_of(sections, half)}}
+
+
 def first_line(error: BaseException) -> str:
     text = str(error).strip()
     line = text.splitlines()[0] if text else type(error).__name__
@@ -230,8 +370,8 @@ def count_parameters(config) -> int:
 
     with torch.device("meta"):
         model = AutoModel.from_config(config, trust_remote_code=False)
-    if not any(word in type(module).__name__.lower() for module in model.modules() for word in ATTENTION_WORDS):
-        raise Skip(f"no attention module ({type(model).__name__} has no module whose class is an attention)")
+    if not any(is_attention_class(type(module).__name__) for module in model.modules()):
+        raise Skip(f"{NO_ATTENTION} ({type(model).__name__} has no module whose class is an attention)")
     return sum(p.numel() for p in model.parameters())
 
 
@@ -258,8 +398,9 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
             sub_configs = dict(getattr(type(config), "sub_configs", {}) or {})
             tower_names = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
             if tower_names:
-                raise Skip(f"multimodal composite ({towers(type(config), sub_configs)}): "
-                           f"{parameters:,} parameters at the tiny sizes, its towers keep their own", final=True)
+                raise composite_skip(type(config), sub_configs,
+                                     f"multimodal composite ({towers(type(config), sub_configs)}): "
+                                     f"{parameters:,} parameters at the tiny sizes, its towers keep their own")
             raise Skip(f"{parameters:,} parameters at the tiny sizes (more than {max_parameters:,}): the config "
                        "ignores them", final=True)
         with torch.random.fork_rng(devices=[]):
@@ -268,4 +409,17 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
                 model = AutoModel.from_config(config, attn_implementation=attn_implementation, trust_remote_code=False)
             except Exception as error:  # noqa: BLE001
                 raise Skip(f"cannot be built from its config: {first_line(error)}") from None
-    return model.eval()
+    return fit_rotary_sections(model).eval()
+
+
+def fit_rotary_sections(model):
+    """A rotary embedding that falls back to the default head's multimodal sections where the config
+    names none (Qwen2-VL's [16, 24, 24]) gets them scaled to its own rotary half (its inv_freq), in
+    the same proportions, as tiny_rope does for configs that state them."""
+    for module in model.modules():
+        sections, inv_freq = getattr(module, "mrope_section", None), getattr(module, "inv_freq", None)
+        if isinstance(sections, (list, tuple)) and sections and isinstance(inv_freq, torch.Tensor):
+            half = inv_freq.numel()
+            if sum(sections) != half and half >= len(sections):
+                module.mrope_section = shares_of(sections, half)
+    return model

@@ -43,6 +43,7 @@ from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS
                        judge_family)
 
 DEFAULT_BACKENDS = ("eager", "sdpa", "flex_attention")
+NO_CALL = "no attention function was called"  # attention computed inline: read from its weights instead
 TOKENS, LONGER_TOKENS = 8, 24
 FAR_POSITION = 65536  # past the original context of YaRN / Llama-4-style position temperatures
 
@@ -59,6 +60,8 @@ class FamilyAudit:
     verdict: str = "not measured"
     findings: list = field(default_factory=list)
     source_lines: list = field(default_factory=list)
+    towers: list = field(default_factory=list)        # a composite's towers: name, model type, own family or not
+    own_attention: list = field(default_factory=list)  # attention classes of a composite's own modeling file
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -104,6 +107,8 @@ def choose_layouts(model, backend: str, calls, units: dict) -> tuple[dict, list 
     """The first candidate layout per attention module that passes the check on what reaches
     the attention function (modules with none are left out), and the designed calls of the
     trial where every module passed at once (None otherwise)."""
+    if whole_path.main_input(model) == whole_path.PATCHES:  # one packed sequence: no batch axis for the designs
+        return {}, None
     candidates = {id(c.module): whole_path.candidate_layouts(c.module, c.query.shape, c.key.shape) for c in calls}
     chosen, pending = {}, {key: list(options) for key, options in candidates.items() if options}
     vocab = getattr(model.config, "vocab_size", None) or 100
@@ -220,7 +225,7 @@ def backend_pass(model, backend: str, reference_hidden, inputs, units: dict, lay
     if reference_hidden is not None:
         parity = parity_of(hidden, reference_hidden)
     if not calls:
-        raise UserError(f"no {backend} attention call was made")
+        raise UserError(f"{NO_CALL} under {backend}")
     functions = function_results(calls)
     main = None
     if layouts is None:
@@ -258,8 +263,9 @@ def declared_of(model, call, fallback_index: int, model_type: str) -> declared_r
 
 
 INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_values": "raw audio samples",
-               "pixel_values": "images"}
-FED = ("input_ids", "pixel_values", *whole_path.AUDIO_INPUTS)  # token ids, a 32 x 32 image, audio samples or features
+               "pixel_values": "images", whole_path.PATCHES: "image patches with their grid"}
+FED = ("input_ids", "pixel_values", *whole_path.SHAPED_INPUTS)  # token ids, a 32 x 32 image, audio, patches
+FED_TEXT = "token ids, images, image patches and audio"
 
 
 def first_inputs(model) -> dict:
@@ -268,12 +274,12 @@ def first_inputs(model) -> dict:
     takes = whole_path.main_input(model)
     if takes == "pixel_values":
         return {"pixel_values": whole_path.pixel_values(model.config, 1)}
-    if takes in whole_path.AUDIO_INPUTS:
+    if takes in whole_path.SHAPED_INPUTS:
         if model in whole_path.SIGNAL_SHAPES:
-            return whole_path.audio_input(model, 1, whole_path.SIGNAL_SHAPES[model])
+            return whole_path.shaped_input(model, 1, whole_path.SIGNAL_SHAPES[model])
         refusals = []
-        for shape in whole_path.audio_shapes(model.config, takes):
-            inputs = whole_path.audio_input(model, 1, shape)
+        for shape in whole_path.input_shapes(model, takes):
+            inputs = whole_path.shaped_input(model, 1, shape)
             try:
                 with torch.no_grad(), quiet_transformers(), torch_threads(1):
                     model(**inputs)
@@ -300,7 +306,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
         # a time-series or other model: say what it takes instead of failing on token ids
         result.backends["eager"] = {"accepted": False, "parity": None,
                                     "reason": f"takes {takes} ({INPUT_KINDS.get(takes, 'not token ids')}); the audit "
-                                              "feeds token ids, images and audio only"}
+                                              f"feeds {FED_TEXT} only"}
         judge_family(result, backends)
         result.seconds = time.perf_counter() - start
         return result
@@ -315,7 +321,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
                 calls, hidden, parity, functions, wholes, layouts = backend_pass(model, backend, reference, inputs,
                                                                               units, layouts)
             except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
-                if backend == "eager" and "eager_attention_forward" in str(error):
+                if backend == "eager" and ("eager_attention_forward" in str(error) or NO_CALL in str(error)):
                     inline_attention(model, model_type, result, order, inputs)
                     break
                 result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
@@ -384,6 +390,10 @@ ROTARY_UNPINNED = ("RoPE rotates q and k by positions the model does not take as
                    "cannot be put at the query's position")
 
 
+PACKED = ("the tower takes its images packed into one sequence of patches (no batch axis), so the designed q and k "
+          "cannot be written one design per batch entry; the attention function's factor is read from the real call")
+
+
 def why_no_path(module) -> str:
     """Why the whole path of an attention module could not be driven, as far as its children say."""
     convolutions = [name for name, child in module.named_modules() if isinstance(child, torch.nn.Conv1d)]
@@ -418,7 +428,8 @@ def layer_rows(model, family: str, measured: dict) -> list[dict]:
         row = {"name": call.name, "layer": layer_index(call.module, index), "d_k": int(call.query.shape[-1]),
                "declared": declared.to_dict(), "backends": {}, "source": class_location(call.module)}
         if eager_wholes[index] is None:
-            row["path_missing"] = (ROTARY_UNPINNED if rotary_unpinned(model) else why_no_path(call.module))
+            row["path_missing"] = (PACKED if whole_path.main_input(model) == whole_path.PATCHES else
+                                   ROTARY_UNPINNED if rotary_unpinned(model) else why_no_path(call.module))
             row["inputs"] = input_norms(call)
         for backend, (b_calls, functions, wholes) in measured.items():
             if index < len(b_calls) and b_calls[index].module is call.module:
@@ -436,7 +447,8 @@ def audit_family(model_type: str, backends=DEFAULT_BACKENDS, seed: int = 0, **ov
     try:
         model = tiny_model(model_type, seed, overrides)
     except families.Skip as reason:
-        return FamilyAudit(model_type, status="skipped", reason=str(reason), seconds=time.perf_counter() - start)
+        return FamilyAudit(model_type, status="skipped", reason=str(reason), seconds=time.perf_counter() - start,
+                           towers=reason.towers, own_attention=reason.own_attention)
     try:
         result = audit_model(model, model_type, backends, seed)
     except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a result, not a crash
@@ -457,7 +469,7 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
             main_input = whole_path.main_input(model)
             if main_input not in FED:
                 raise families.Skip(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the audit "
-                                    "feeds token ids, images and audio only", final=True)
+                                    f"feeds {FED_TEXT} only", final=True)
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
                 model(**first_inputs(model))
             return model
@@ -655,11 +667,46 @@ def run_parallel(items, backends, seed: int, progress, workers: int) -> list[Fam
     return results
 
 
+COVERED = "covered by its towers"
+
+
+def mark_covered(results: list[FamilyAudit]) -> None:
+    """A composite skipped as a whole is covered where every tower is a family measured in the same
+    audit and its own modeling file defines no attention class: the attention it runs is exactly
+    its towers' classes.  Otherwise its reason says which tower or class is left out."""
+    measured = {r.family: r for r in results if r.status == "audited" and r.verdict != "not measured"}
+    for result in results:
+        if result.status != "skipped" or not result.towers:
+            continue
+        left_out = [t["name"] for t in result.towers if t["model_type"] not in measured]
+        reason = result.reason.split("; its own attention")[0].split("; not measured here")[0]  # once per report
+        if result.own_attention:
+            result.reason = reason + f"; its own attention classes are not audited ({', '.join(result.own_attention)})"
+        elif not left_out:
+            result.status, result.verdict = "covered", COVERED
+            result.reason = "every tower measured as its own family: " + ", ".join(
+                f"{t['name']} = {t['model_type']} ({measured[t['model_type']].verdict})" for t in result.towers)
+        elif len(left_out) < len(result.towers):
+            result.reason = reason + f"; not measured here: {', '.join(left_out)}"
+
+
+def coverage(results: list[FamilyAudit]) -> dict:
+    """How many of the attention-bearing families (all but those without an attention module) were
+    measured, covered by their towers, or left unmeasured (each with its reason)."""
+    bearing = [r for r in results if not (r.status == "skipped" and r.reason.startswith(families.NO_ATTENTION))]
+    measured = sum(r.status == "audited" and r.verdict != "not measured" for r in bearing)
+    covered = sum(r.status == "covered" for r in bearing)
+    unmeasured = len(bearing) - measured - covered
+    return {"families": len(results), "attention_bearing": len(bearing), "measured": measured, "covered": covered,
+            "unmeasured": unmeasured, "unmeasured_share": unmeasured / len(bearing) if bearing else 0.0}
+
+
 def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
     """The audit as plain data: a table row per family, every measurement, the counts."""
     import transformers
 
-    counts = {verdict: 0 for verdict in (*VERDICTS, "skipped")}
+    mark_covered(results)
+    counts = {verdict: 0 for verdict in (*VERDICTS, COVERED, "skipped")}
     for result in results:
         counts["skipped" if result.status == "skipped" else result.verdict] += 1
     return {
@@ -670,6 +717,7 @@ def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
         "tolerances": {"factor": FACTOR_TOL, "cap": CAP_TOL, "dependence": DEPENDENCE_TOL,
                        "parity_float32": PARITY_TOL[torch.float32]},
         "counts": counts,
+        "coverage": coverage(results),
         "rows": [family_row(result, backends) for result in results],
         "families": [result.to_dict() for result in results],
     }

@@ -243,6 +243,6 @@ def family_row(result, backends) -> dict:
             if row[backend] == "-" and info.get("parity") is not None:
                 row[backend] = f"parity {info['parity']:.2g}"
     row.update({"non-linearity": nonlinearity(rows), "other mechanisms": other_mechanisms(rows), "position dependence": dependence(rows),
-                "verdict": result.verdict if result.status == "audited" else "skipped",
+                "verdict": result.verdict if result.status in ("audited", "covered") else "skipped",
                 "seconds": round(result.seconds, 2)})
     return row

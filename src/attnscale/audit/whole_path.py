@@ -202,8 +202,29 @@ def accepts(model, name: str) -> bool:
         return False
 
 
+PATCHES = "patches"  # flattened image patches and their (t, h, w) grid: Qwen2-VL-style vision towers
+
+
+def required_inputs(model) -> list[str]:
+    """The forward arguments without a default (self and **kwargs aside)."""
+    try:
+        parameters = inspect.signature(model.forward).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.default is inspect.Parameter.empty
+            and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
 def main_input(model) -> str:
-    return getattr(model, "main_input_name", "input_ids") or "input_ids"
+    """What the model runs on: its main_input_name, unless its forward requires something else (a
+    patch grid, or an image where the class still names token ids)."""
+    name = getattr(model, "main_input_name", "input_ids") or "input_ids"
+    required = required_inputs(model)
+    if "grid_thw" in required:
+        return PATCHES
+    if required == ["pixel_values"]:
+        return "pixel_values"
+    return name
 
 
 def pixel_values(config, batch: int) -> torch.Tensor:
@@ -240,12 +261,55 @@ def audio_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     return inputs
 
 
+def merge_size(config) -> int:
+    merge = getattr(config, "spatial_merge_size", None) or getattr(config, "merge_size", None) or 1
+    return merge if isinstance(merge, int) and merge > 0 else 1
+
+
+def patch_shapes(config) -> list[tuple[int, ...]]:
+    """Shapes of one patch to try: flattened channels x time x height x width (Qwen2-VL), then the
+    same unflattened, then without the time axis."""
+    size = getattr(config, "patch_size", 14)
+    size = size if isinstance(size, int) else tuple(size)[0]
+    channels = getattr(config, "in_channels", None) or getattr(config, "num_channels", None) or 3
+    frames = getattr(config, "temporal_patch_size", None) or 1
+    shapes = [(channels * frames * size * size,), (channels, frames, size, size), (channels * size * size,),
+              (channels, size, size), (channels * 2 * size * size,)]  # the last: two frames a patch, unstated
+    return list(dict.fromkeys(shapes))
+
+
+def patch_input(model, batch: int, shape: tuple[int, ...]) -> dict:
+    """``batch`` images of 2 merge units a side (4 x 4 patches at merge 2), one grid row each, packed
+    one after the other as these towers take them (no batch axis: the designed passes cannot write
+    per design, so only the attention function's factor is read)."""
+    side = 2 * merge_size(model.config)
+    data = next((name for name in required_inputs(model) if name not in ("grid_thw", "merge_sizes")),
+                getattr(model, "main_input_name", "pixel_values"))
+    generator = torch.Generator().manual_seed(0)
+    one = torch.randn(side * side, *shape, generator=generator)
+    inputs = {data: one.repeat(batch, *([1] * len(shape))), "grid_thw": torch.tensor([[1, side, side]] * batch)}
+    if "merge_sizes" in required_inputs(model):
+        inputs["merge_sizes"] = torch.tensor([merge_size(model.config)] * batch)
+    return inputs
+
+
+SHAPED_INPUTS = (*AUDIO_INPUTS, PATCHES)  # inputs whose shape is found by trying candidates in turn
+
+
+def input_shapes(model, takes: str) -> list[tuple[int, ...]]:
+    return patch_shapes(model.config) if takes == PATCHES else audio_shapes(model.config, takes)
+
+
+def shaped_input(model, batch: int, shape: tuple[int, ...]) -> dict:
+    return patch_input(model, batch, shape) if main_input(model) == PATCHES else audio_input(model, batch, shape)
+
+
 def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> dict:
     count = len(designs)
     if main_input(model) == "pixel_values":
         return {"pixel_values": pixel_values(model.config, count)}
-    if main_input(model) in AUDIO_INPUTS:
-        return audio_input(model, count, SIGNAL_SHAPES[model])
+    if main_input(model) in SHAPED_INPUTS:
+        return shaped_input(model, count, SIGNAL_SHAPES[model])
     ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
     inputs = {"input_ids": ids, "attention_mask": torch.ones(count, tokens, dtype=torch.long)}
     if accepts(model, "position_ids"):

@@ -67,6 +67,10 @@ def print_table(report: dict) -> None:
     counts = report["counts"]
     console.print(f"{len(report['families'])} families in {report['seconds']:.1f} s: " +
                   ", ".join(f"{n} {v}" for v, n in counts.items() if n), markup=False, highlight=False)
+    cover = report["coverage"]
+    console.print(f"coverage: of {cover['attention_bearing']} families with attention, {cover['measured']} measured, "
+                  f"{cover['covered']} covered by their towers, {cover['unmeasured']} "
+                  f"({cover['unmeasured_share']:.0%}) unmeasured, each with its reason", markup=False, highlight=False)
     if report.get("callable"):
         port = report["callable"]
         console.print(f"callable {port['target']}: factor {port['function']['factor']:.6g}, "

@@ -23,7 +23,7 @@ from ..audit import measure as audit_api
 from ..errors import UserError
 from ..plotting import pyplot, save
 
-VERSION = 4  # 4: the attention function's entry named "function" (was "kernel"); 2: factors declared from the attention class's own code; gemma3n_text, zamba2 built; length row by row; 3: sinks
+VERSION = 5  # 5: composites covered by their towers, mrope and per-stage tiny sizes, coverage counts; 4: the attention function's entry named "function" (was "kernel"); 2: factors declared from the attention class's own code; gemma3n_text, zamba2 built; length row by row; 3: sinks
 NUMBER_KEYS: dict[str, tuple[str, ...]] = {}  # the audit tests no claim of the source, so its findings carry no numbers
 
 # A representative subset for the quick preset (about 15 s on 2 cores).
@@ -85,7 +85,8 @@ def run(config: Config, progress=None) -> dict:
     rows = [{k: v for k, v in row.items() if k != "seconds"} for row in summary["rows"]]
     return {"transformers": summary["transformers"], "backends": list(config.backends),
             "families_audited": "all" if config.families is None else list(config.families),
-            "tolerances": summary["tolerances"], "counts": summary["counts"], "rows": rows,
+            "tolerances": summary["tolerances"], "counts": summary["counts"], "coverage": summary["coverage"],
+            "rows": rows,
             "families": [compact(result) for result in results]}
 
 
@@ -105,8 +106,11 @@ def tables(result: dict) -> dict[str, list[dict]]:
     scope = "all families" if result["families_audited"] == "all" else \
         f"{len(result['families_audited'])} families (attnscale audit: all)"
     skipped = [{"family": f["family"], "reason": f["reason"]} for f in result["families"] if f["status"] == "skipped"]
+    covered = [{"family": f["family"], "towers": f["reason"]} for f in result["families"] if f["status"] == "covered"]
     out = {f"mismatches and backend disagreements in transformers {result['transformers']} ({scope})": findings,
            "families audited": result["rows"]}
+    if covered:
+        out["composites covered by their towers"] = covered
     if skipped:
         out["families skipped"] = skipped
     return out

@@ -14,10 +14,11 @@ from .experiment import (PRESETS, VERSION, Config, accept, attend, clamp_cost, c
                          exact_attention, impl_names, plain_attention, run, tiled_naive_attention)
 from .figures import figures
 from .tables import tables
-from .verdicts import (KL_CHEAP, MEMORY_SAVED, RANGE_REACHED, NUMBER_KEYS, WRONG_OUTPUT, judge, judge_c11, judge_c12,
-                       realistic_scenarios, trained_summary)
+from .verdicts import (CLAMP_COSTS, KL_CHEAP, MEMORY_SAVED, NUMBER_KEYS, RANGE_REACHED, RARE_ROWS, WRONG_OUTPUT, judge, judge_c11,
+                       judge_c12, real_code_failures, realistic_scenarios, trained_summary)
 
 __all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "NUMBER_KEYS",
-           "KL_CHEAP", "MEMORY_SAVED", "RANGE_REACHED", "WRONG_OUTPUT", "judge_c11", "judge_c12", "realistic_scenarios", "trained_summary",
+           "CLAMP_COSTS", "KL_CHEAP", "MEMORY_SAVED", "RANGE_REACHED", "RARE_ROWS", "WRONG_OUTPUT", "judge_c11", "judge_c12",
+           "real_code_failures", "realistic_scenarios", "trained_summary",
            "accept", "attend", "clamp_cost", "clamped_attention", "error_row", "exact_attention", "impl_names",
            "plain_attention", "tiled_naive_attention"]

@@ -55,17 +55,18 @@ from ... import checks, intervals, scaling
 from ...attention import attention
 from ...errors import UserError
 from ...peak_memory import peak_tensor_bytes
-from ...numerics import DTYPES, precision_check, exp_overflow_threshold, matmul_accumulation
+from ...numerics import DTYPES, WRONG_OUTPUT, precision_check, exp_overflow_threshold, matmul_accumulation
 from ...softmax import naive_softmax
 from ...threads import torch_threads
 from ...runtime import check_device
 
-VERSION = 4  # 2: C11/C12 judged on trained activations and memory; 3: stable attention scores half precision in float32;
-# 4: each clamp's mean KL with its 95% interval
+VERSION = 5  # 2: C11/C12 judged on trained activations and memory; 3: stable attention scores half precision in float32;
+# 4: each clamp's mean KL with its 95% interval; 5: row counts (non-finite, wrong, reaching the range) for intervals
 SCALES = ("none", "sqrt")
 FP16_MAX = float(torch.finfo(torch.float16).max)
 LN_FP16_MAX = math.log(FP16_MAX)
 BASE_IMPLS = ("plain", "naive", "tiled_naive", "stable", "online", "sdpa")
+RANGE_REACHED = 0.5  # a query row's logits "reach +-R" when its largest |logit| is at least this share of R
 
 
 @dataclass(frozen=True)
@@ -242,8 +243,15 @@ def exact_attention(q, k, v, factor, limit: float | None = None):
 
 
 def error_row(out: torch.Tensor, ref: torch.Tensor) -> dict:
+    """Non-finite share of the output's entries, max and mean error (None unless all are finite),
+    and per query row: how many, how many hold a non-finite entry, how many finite ones are off
+    by more than WRONG_OUTPUT somewhere (the counts a rate's interval is built from)."""
     finite = torch.isfinite(out)
-    row = {"nonfinite_share": float((~finite).double().mean())}
+    finite_rows = finite.all(dim=-1)
+    row_error = (out.double() - ref).abs().amax(dim=-1)
+    row = {"nonfinite_share": float((~finite).double().mean()), "rows": finite_rows.numel(),
+           "nonfinite_rows": int((~finite_rows).sum()),
+           "wrong_rows": int((row_error[finite_rows] > WRONG_OUTPUT).sum())}
     if finite.all():
         error = (out.double() - ref).abs()
         row.update(max_err=float(error.max()), mean_err=float(error.mean()))
@@ -331,16 +339,21 @@ def trained_activations(config: Config) -> dict:
     ids, tokens, _ = doctor.encode(tokenizer, doctor.DEFAULT_TEXT, config.trained_tokens, config.device)
     with doctor.quiet_transformers():
         _, calls = doctor.run_attention(model, doctor.model_inputs(model, ids))
-    rows = []
+    rows, factor = [], scaling.factor("sqrt", int(calls[0].query.shape[-1]))
     for layer, call in enumerate(calls):
         q, k = call.query.detach().double(), call.key.detach().double()
         for dtype in ("float16", "bfloat16"):
+            q_low, k_low = (x.to(DTYPES[dtype]).double() for x in (q, k))  # the inputs precision_check rounds
+            row_max_logit = ((q_low @ k_low.transpose(-2, -1)) * factor).abs().amax(dim=-1)  # per (batch, head, query)
+            range_rows = int((row_max_logit >= RANGE_REACHED * config.claimed_range).sum())
             found = precision_check(q, k, scale="sqrt", dtype=dtype, max_locations=0, seed=config.seed)
             rows.append({"layer": layer, "dtype": dtype, "q_std": float(q.std()), "k_std": float(k.std()),
                          "max_abs_logit": found["logits"]["max_abs"], "logit_std": found["logits"]["std"],
                          "max_abs_product": found["max_abs_product"],
                          "matmul_overflow": found["matmul_overflow"]["share"],
-                         "nonfinite_rows": found["nonfinite_rows"]["share"],
+                         "nonfinite_row_share": found["nonfinite_rows"]["share"], "rows": found["rows"],
+                         "nonfinite_rows": found["nonfinite_rows"]["count"],
+                         "wrong_rows": found["wrong_output_rows"]["count"], "range_rows": range_rows,
                          "naive_overflow_rows": found["naive_softmax_overflow_rows"]["share"],
                          "output_error_max": found["output_error"]["max"],
                          "prob_error_max": found["prob_error"]["max"]})
