@@ -557,8 +557,7 @@ def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no
     assert not any("Norm" in name for name in by_name["detr"].own_attention)
     summary = audit.report(results, ("eager",), 0.0)
     assert by_name["llava"].status == "covered" and by_name["llava"].verdict == audit.COVERED
-    assert by_name["llava"].reason == ("every tower measured as its own family: vision_config = clip_vision_model "
-                                       "(ok), text_config = llama (ok)")
+    assert by_name["llava"].reason == "every tower measured: vision_config = clip_vision_model (ok), text_config = llama (ok)"
     assert by_name["detr"].status == "skipped" and "own attention classes are not audited" in by_name["detr"].reason
     audit.report(results, ("eager",), 0.0)  # a second report does not repeat the note
     assert by_name["detr"].reason.count("own attention classes") == 1
@@ -567,6 +566,26 @@ def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no
     alone = audit.audit_family("llava", ("eager",))
     audit.report([alone], ("eager",), 0.0)  # its towers not audited here: it stays skipped, the towers named
     assert alone.status == "skipped" and alone.reason.startswith("a composite of other families")
+
+
+def test_a_tower_without_a_base_model_of_its_own_is_audited_as_a_row_of_its_composite():
+    """ALIGN's towers (an EfficientNet-style vision tower without attention, a BERT-style text tower)
+    are classes of ALIGN's own modeling file: each is built from its config class and audited as
+    ``align.<tower>``; the text tower applies head_dim^-0.5 = 0.25."""
+    assert families.tower_class(families.config_class("align"), families.config_class("align_text_model")).__name__ == (
+        "AlignTextModel")
+    rows = audit.audit_item(("family", "align"), ("eager",), 0)
+    by_name = {r.family: r for r in rows}
+    assert set(by_name) == {"align", "align.vision_config", "align.text_config"}
+    text = by_name["align.text_config"]
+    assert text.tower_of == "align" and text.verdict == "ok", (text.reason, text.findings)
+    assert verdicts.family_row(text, ("eager",))["eager"] == "0.25"
+    assert by_name["align.vision_config"].reason.startswith(families.NO_ATTENTION)
+    cover = audit.report(rows, ("eager",), 0.0)["coverage"]
+    assert cover["families"] == 1 and cover["tower_rows"] == 2 and cover["tower_rows_measured"] == 1
+    assert by_name["align"].status == "covered"  # its one tower with attention is measured
+    assert by_name["align"].reason == ("every tower measured: vision_config = align.vision_config (no attention "
+                                       "module), text_config = align.text_config (ok)")
 
 
 def test_multimodal_rope_sections_are_scaled_to_the_tiny_head():

@@ -272,9 +272,77 @@ def composite_skip(cls, sub_configs: dict, reason: str) -> Skip:
     report marks it covered where every tower is measured as its own family and it has none)."""
     skip = Skip(reason, final=True)
     skip.towers = tower_types(cls, sub_configs)
-    if all(tower["own"] for tower in skip.towers):  # only then can the towers cover it
+    if all(tower["model_type"] for tower in skip.towers):  # only then can the towers cover it
         skip.own_attention = own_attention_classes(cls, sub_configs)
     return skip
+
+
+def tower_class(cls, sub_cls):
+    """The model class a composite builds its tower from: a PreTrainedModel of the composite's own
+    package whose config class is the tower's (AlignVisionModel for AlignVisionConfig), preferring a
+    name ending in Model (not ...WithProjection or a bare ...Transformer); None if there is none."""
+    import importlib
+    import pkgutil
+
+    from transformers import PreTrainedModel
+
+    package = cls.__module__.rsplit(".", 1)[0]
+    found = []
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if not info.name.startswith("modeling_"):
+            continue
+        try:
+            module = importlib.import_module(f"{package}.{info.name}")
+        except Exception:  # noqa: BLE001 - a modeling file that needs a missing package
+            continue
+        found += [obj for obj in vars(module).values() if isinstance(obj, type) and issubclass(obj, PreTrainedModel)
+                  and obj.__module__ == module.__name__ and getattr(obj, "config_class", None) is sub_cls]
+    if not found:
+        return None
+    return min(found, key=lambda c: (not c.__name__.endswith("Model"), len(c.__name__), c.__name__))
+
+
+def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementation: str = "eager"):
+    """A composite's tower that has no base model of its own, at the tiny sizes, random init under
+    ``seed``, eval mode; raises Skip with the reason."""
+    from ..probing.loading import quiet_transformers
+
+    cls = config_class(composite_type)
+    sub_cls = dict(getattr(cls, "sub_configs", {}) or {}).get(tower)
+    model_cls = tower_class(cls, sub_cls) if isinstance(sub_cls, type) else None
+    if model_cls is None:
+        raise Skip(f"no model class of its own for {tower} in {composite_type}'s modeling files", final=True)
+    refusal = None
+    with quiet_transformers():
+        for change in ({}, *FALLBACKS):
+            kwargs = {**tiny_kwargs(sub_cls), **change}
+            if change.get("layer_types") == "default":
+                kwargs.pop("layer_types", None)
+            try:
+                config = sub_cls(**kwargs)
+                break
+            except Exception as error:  # noqa: BLE001 - try the next change, then skip
+                refusal = refusal or error
+        else:
+            raise Skip(f"config rejects the tiny sizes: {first_line(refusal)}")
+        try:
+            with torch.device("meta"):
+                shell = model_cls(config)
+        except Exception as error:  # noqa: BLE001
+            raise Skip(f"cannot be built from its config: {first_line(error)}") from None
+        if not any(is_attention_class(type(module).__name__) for module in shell.modules()):
+            raise Skip(f"{NO_ATTENTION} ({model_cls.__name__} has no module whose class is an attention)", final=True)
+        parameters = sum(p.numel() for p in shell.parameters())
+        if parameters > MAX_PARAMETERS:
+            raise Skip(f"{parameters:,} parameters at the tiny sizes (more than {MAX_PARAMETERS:,}): the config "
+                       "ignores them")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            try:
+                model = model_cls._from_config(config, attn_implementation=attn_implementation)
+            except Exception as error:  # noqa: BLE001
+                raise Skip(f"cannot be built from its config: {first_line(error)}") from None
+    return fit_rotary_sections(model).eval()
 
 
 def tiny_config(model_type: str, hybrid: bool = True, **overrides):

@@ -61,7 +61,8 @@ class FamilyAudit:
     findings: list = field(default_factory=list)
     source_lines: list = field(default_factory=list)
     towers: list = field(default_factory=list)        # a composite's towers: name, model type, own family or not
-    own_attention: list = field(default_factory=list)  # attention classes of a composite's own modeling file
+    own_attention: list = field(default_factory=list)  # attention classes a composite runs outside its towers
+    tower_of: str = ""  # a tower row: the composite it belongs to (not a family of its own)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -635,15 +636,47 @@ def run_plan(items, backends=DEFAULT_BACKENDS, seed: int = 0, progress=None, wor
         return run_parallel(items, backends, seed, progress, workers)
     results = []
     for done, item in enumerate(items, start=1):
-        results.append(audit_item(item, backends, seed))
+        rows = audit_item(item, backends, seed)
+        results += rows
         if progress:
-            progress(done, results[-1].family, results[-1].seconds)
+            progress(done, rows[0].family, sum(r.seconds for r in rows))
     return results
 
 
-def audit_item(item, backends, seed: int) -> FamilyAudit:
+def audit_tower(composite: str, tower: dict, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
+    """A composite's tower that has no base model of its own, audited as its own row
+    (``composite.tower``), with the declared rules of the tower's model type."""
+    start = time.perf_counter()
+    name = f"{composite}.{tower['name']}"
+    try:
+        model = families.build_tower(composite, tower["name"], seed)
+        with torch.no_grad(), quiet_transformers(), torch_threads(1):
+            model(**first_inputs(model))
+    except families.Skip as reason:
+        return FamilyAudit(name, status="skipped", reason=str(reason), tower_of=composite,
+                           seconds=time.perf_counter() - start)
+    except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a reason
+        return FamilyAudit(name, status="skipped", reason=f"cannot run a forward pass: {families.first_line(error)}",
+                           tower_of=composite, seconds=time.perf_counter() - start)
+    try:
+        result = audit_model(model, name, backends, seed, model_type=tower["model_type"])
+    except Exception as error:  # noqa: BLE001
+        result = FamilyAudit(name, type(model).__name__, status="skipped",
+                             reason=f"audit failed: {families.first_line(error)}")
+    result.tower_of = composite
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
+    """One planned item's rows: a folder's or a family's, then the rows of a composite's towers that
+    have no base model of their own."""
     kind, name = item
-    return audit_folder(name, backends, seed) if kind == "folder" else audit_family(name, backends, seed)
+    if kind == "folder":
+        return [audit_folder(name, backends, seed)]
+    result = audit_family(name, backends, seed)
+    towers = [t for t in result.towers if t["model_type"] and not t["own"]] if result.status == "skipped" else []
+    return [result, *(audit_tower(name, tower, backends, seed) for tower in towers)]
 
 
 def run_parallel(items, backends, seed: int, progress, workers: int) -> list[FamilyAudit]:
@@ -655,37 +688,43 @@ def run_parallel(items, backends, seed: int, progress, workers: int) -> list[Fam
     from ..runs import default_workers, worker_pool
 
     context = multiprocessing.get_context("spawn")
-    results: list = [None] * len(items)
+    results: list = [[] for _ in items]
     threads = max(1, default_workers() // workers)
     with worker_pool(context, workers, threads, None) as pool:
         futures = {pool.submit(audit_item, item, tuple(backends), seed): index for index, item in enumerate(items)}
         for done, future in enumerate(cf.as_completed(futures), start=1):
-            result = future.result()
-            results[futures[future]] = result
+            rows = future.result()
+            results[futures[future]] = rows
             if progress:
-                progress(done, result.family, result.seconds)
-    return results
+                progress(done, rows[0].family, sum(r.seconds for r in rows))
+    return [row for rows in results for row in rows]
 
 
 COVERED = "covered by its towers"
+
+
+def tower_state(result: FamilyAudit) -> str:
+    return result.verdict if result.status == "audited" else families.NO_ATTENTION
 
 
 def mark_covered(results: list[FamilyAudit]) -> None:
     """A composite skipped as a whole is covered where every tower is a family measured in the same
     audit and its own modeling file defines no attention class: the attention it runs is exactly
     its towers' classes.  Otherwise its reason says which tower or class is left out."""
-    measured = {r.family: r for r in results if r.status == "audited" and r.verdict != "not measured"}
+    measured = {r.family: r for r in results if r.status == "audited" and r.verdict != "not measured"
+                or r.status == "skipped" and r.reason.startswith(families.NO_ATTENTION)}  # a tower with none: nothing to cover
+    row_of = lambda result, t: t["model_type"] if t["own"] else f"{result.family}.{t['name']}"  # noqa: E731
     for result in results:
         if result.status != "skipped" or not result.towers:
             continue
-        left_out = [t["name"] for t in result.towers if t["model_type"] not in measured]
+        left_out = [t["name"] for t in result.towers if row_of(result, t) not in measured]
         reason = result.reason.split("; its own attention")[0].split("; not measured here")[0]  # once per report
         if result.own_attention:
             result.reason = reason + f"; its own attention classes are not audited ({', '.join(result.own_attention)})"
         elif not left_out:
             result.status, result.verdict = "covered", COVERED
-            result.reason = "every tower measured as its own family: " + ", ".join(
-                f"{t['name']} = {t['model_type']} ({measured[t['model_type']].verdict})" for t in result.towers)
+            result.reason = "every tower measured: " + ", ".join(
+                f"{t['name']} = {row_of(result, t)} ({tower_state(measured[row_of(result, t)])})" for t in result.towers)
         elif len(left_out) < len(result.towers):
             result.reason = reason + f"; not measured here: {', '.join(left_out)}"
 
@@ -693,12 +732,16 @@ def mark_covered(results: list[FamilyAudit]) -> None:
 def coverage(results: list[FamilyAudit]) -> dict:
     """How many of the attention-bearing families (all but those without an attention module) were
     measured, covered by their towers, or left unmeasured (each with its reason)."""
+    towers = [r for r in results if r.tower_of]
+    results = [r for r in results if not r.tower_of]
     bearing = [r for r in results if not (r.status == "skipped" and r.reason.startswith(families.NO_ATTENTION))]
     measured = sum(r.status == "audited" and r.verdict != "not measured" for r in bearing)
     covered = sum(r.status == "covered" for r in bearing)
     unmeasured = len(bearing) - measured - covered
     return {"families": len(results), "attention_bearing": len(bearing), "measured": measured, "covered": covered,
-            "unmeasured": unmeasured, "unmeasured_share": unmeasured / len(bearing) if bearing else 0.0}
+            "unmeasured": unmeasured, "unmeasured_share": unmeasured / len(bearing) if bearing else 0.0,
+            "tower_rows": len(towers), "tower_rows_measured": sum(r.status == "audited" and r.verdict != "not measured"
+                                                                  for r in towers)}
 
 
 def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
@@ -708,7 +751,8 @@ def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
     mark_covered(results)
     counts = {verdict: 0 for verdict in (*VERDICTS, COVERED, "skipped")}
     for result in results:
-        counts["skipped" if result.status == "skipped" else result.verdict] += 1
+        if not result.tower_of:  # the families; tower rows are counted in coverage
+            counts["skipped" if result.status == "skipped" else result.verdict] += 1
     return {
         "transformers": transformers.__version__,
         "torch": torch.__version__,

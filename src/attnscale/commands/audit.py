@@ -65,12 +65,14 @@ def print_table(report: dict) -> None:
         console.print(f"skipped {len(skipped)}: " + "; ".join(f"{r['family']} ({r['reason']})" for r in skipped[:12]) +
                       (" ..." if len(skipped) > 12 else ""), markup=False, highlight=False)
     counts = report["counts"]
-    console.print(f"{len(report['families'])} families in {report['seconds']:.1f} s: " +
+    console.print(f"{report['coverage']['families']} families in {report['seconds']:.1f} s: " +
                   ", ".join(f"{n} {v}" for v, n in counts.items() if n), markup=False, highlight=False)
     cover = report["coverage"]
     console.print(f"coverage: of {cover['attention_bearing']} families with attention, {cover['measured']} measured, "
                   f"{cover['covered']} covered by their towers, {cover['unmeasured']} "
-                  f"({cover['unmeasured_share']:.0%}) unmeasured, each with its reason", markup=False, highlight=False)
+                  f"({cover['unmeasured_share']:.0%}) unmeasured, each with its reason; {cover['tower_rows']} rows for "
+                  f"towers without a base model of their own, {cover['tower_rows_measured']} of them measured",
+                  markup=False, highlight=False)
     if report.get("callable"):
         port = report["callable"]
         console.print(f"callable {port['target']}: factor {port['function']['factor']:.6g}, "
