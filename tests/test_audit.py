@@ -515,13 +515,15 @@ def test_a_layer_whose_whole_path_cannot_be_driven_says_so_and_reads_its_own_inp
 # ---------------------------------------------------------------------------------------
 # Coverage: every model type with a base model, vision encoders fed an image.
 
-def test_every_base_model_type_is_listed():
+def test_every_base_model_type_is_listed(capsys):
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     listed = [name for _, name in audit.plan(None)]
     assert len(listed) == len(set(listed)) >= 400
     assert set(MODEL_MAPPING_NAMES) <= set(listed)
     assert {family.model_type for family in families.text_families()} <= set(listed)
+    code, out, _ = run_cli(["audit", "--list"], capsys)  # --list prints what a no-argument audit audits
+    assert code in (0, None) and [line.split()[0] for line in out.splitlines()] == listed
 
 
 @pytest.mark.parametrize("family", ["vit", "dinov2", "siglip_vision_model", "clip_vision_model", "vit_mae"])
@@ -617,11 +619,12 @@ def test_hierarchical_vision_encoders_get_tiny_stages():
     assert verdicts.family_row(result, ("eager",))["eager"] == "0.25"
 
 
-@pytest.mark.parametrize("family", ["qwen2_5_vl_vision", "video_llama_3_vision"])
+@pytest.mark.parametrize("family", ["qwen2_5_vl_vision", "video_llama_3_vision", "glm4v_vision"])
 def test_vision_towers_that_take_packed_patches_are_fed_them(family):
     """Qwen2-VL-style vision towers take flattened patches and a (t, h, w) grid, packed into one
     sequence: the attention function's factor is read from the real call (head_dim^-0.5 = 0.25 at
-    head dim 16) and the whole path says why it was not driven."""
+    head dim 16) and the whole path says why it was not driven.  GLM-4V's merger into the text
+    width (out_hidden_size, 4096 by default) is shrunk with the rest."""
     result = audit.audit_family(family, ("eager", "sdpa"))
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
     row = verdicts.family_row(result, ("eager", "sdpa"))

@@ -38,6 +38,8 @@ TINY = {
     "floor_scale": 4,
     # audio encoders: 16 mel channels over 32 frames (Whisper's encoder sees 2 x max_source_positions)
     "num_mel_bins": 16, "max_source_positions": 16,
+    # vision towers' projections into their text model's width (GLM-4V's merger, Inkling's projector)
+    "out_hidden_size": 64, "projection_intermediate_size": 128, "projection_hidden_dim": 64, "text_hidden_size": 64,
 }
 # Families whose config needs more than the tiny sizes to be consistent.
 FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},

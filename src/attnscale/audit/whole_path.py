@@ -203,6 +203,7 @@ def accepts(model, name: str) -> bool:
 
 
 PATCHES = "patches"  # flattened image patches and their (t, h, w) grid: Qwen2-VL-style vision towers
+GRID_NAMES = ("grid_thw", "image_grid_thw")  # what such a tower calls the grid
 
 
 def required_inputs(model) -> list[str]:
@@ -220,7 +221,7 @@ def main_input(model) -> str:
     patch grid, or an image where the class still names token ids)."""
     name = getattr(model, "main_input_name", "input_ids") or "input_ids"
     required = required_inputs(model)
-    if "grid_thw" in required:
+    if any(name in required for name in GRID_NAMES):
         return PATCHES
     if required == ["pixel_values"]:
         return "pixel_values"
@@ -283,11 +284,13 @@ def patch_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     one after the other as these towers take them (no batch axis: the designed passes cannot write
     per design, so only the attention function's factor is read)."""
     side = 2 * merge_size(model.config)
-    data = next((name for name in required_inputs(model) if name not in ("grid_thw", "merge_sizes")),
+    required = required_inputs(model)
+    grid = next(name for name in GRID_NAMES if name in required)
+    data = next((name for name in required if name not in (*GRID_NAMES, "merge_sizes")),
                 getattr(model, "main_input_name", "pixel_values"))
     generator = torch.Generator().manual_seed(0)
     one = torch.randn(side * side, *shape, generator=generator)
-    inputs = {data: one.repeat(batch, *([1] * len(shape))), "grid_thw": torch.tensor([[1, side, side]] * batch)}
+    inputs = {data: one.repeat(batch, *([1] * len(shape))), grid: torch.tensor([[1, side, side]] * batch)}
     if "merge_sizes" in required_inputs(model):
         inputs["merge_sizes"] = torch.tensor([merge_size(model.config)] * batch)
     return inputs

@@ -104,7 +104,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print the whole audit as JSON."),
         out: Annotated[Optional[Path], options.path_option("Write audit.json into this folder.")] = None,
         seed: options.Seed = 0,
-        list_families: bool = typer.Option(False, "--list", help="List the families the audit knows and exit."),
+        list_families: bool = typer.Option(False, "--list", help="List every family the audit knows (what it audits "
+                                                                   "with no argument) and exit."),
         workers: int = typer.Option(0, callback=options.within(0, MAX_WORKERS), help="Processes to spread the families over "
                                                                    "(0: one per core)."),
     ) -> None:
@@ -121,7 +122,7 @@ def register(app: typer.Typer) -> None:
         if port is not None:
             audit_api.check_callable(port, callable_spec, head_dim)
         if list_families:
-            for family in audit_api.families.text_families():
+            for family in audit_api.families.all_families():
                 console.print(f"{family.model_type}  ({', '.join(family.kinds)})", markup=False, highlight=False)
             return
         start = time.perf_counter()
