@@ -570,6 +570,24 @@ def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no
     assert alone.status == "skipped" and alone.reason.startswith("a composite of other families")
 
 
+def test_a_composite_covered_by_its_towers_covers_the_composites_it_is_a_tower_of():
+    """SAM 3's vision model is a composite of a ViT; SAM 3 has that vision model as a tower.  Whatever
+    order the rows come in, both are covered once the ViT is measured, and a tower that is missing
+    leaves its composite skipped with the tower named."""
+    def composite(name, *towers):
+        return audit.FamilyAudit(name, status="skipped", reason="multimodal composite (...)",
+                                 towers=[{"name": f"{t}_config", "model_type": t, "own": True} for t in towers])
+    vit = audit.FamilyAudit("vit_like", status="audited", verdict="ok")
+    outer, inner = composite("outer", "inner", "missing"), composite("inner", "vit_like")
+    audit.mark_covered([outer, inner, vit])
+    assert inner.status == "covered" and inner.reason == "every tower measured: vit_like_config = vit_like (ok)"
+    assert outer.status == "skipped" and outer.reason.endswith("; not measured here: missing_config")
+    again = composite("outer", "inner")
+    audit.mark_covered([again, composite("inner", "vit_like"), vit])
+    assert again.status == "covered" and again.reason == ("every tower measured: inner_config = inner "
+                                                          "(covered by its towers)")
+
+
 def test_a_tower_without_a_base_model_of_its_own_is_audited_as_a_row_of_its_composite():
     """ALIGN's towers (an EfficientNet-style vision tower without attention, a BERT-style text tower)
     are classes of ALIGN's own modeling file: each is built from its config class and audited as

@@ -704,27 +704,40 @@ COVERED = "covered by its towers"
 
 
 def tower_state(result: FamilyAudit) -> str:
-    return result.verdict if result.status == "audited" else families.NO_ATTENTION
+    return result.verdict if result.status in ("audited", "covered") else families.NO_ATTENTION
+
+
+def nothing_left(result: FamilyAudit) -> bool:
+    """A row that leaves nothing of its attention unmeasured: measured, covered, or without attention."""
+    return (result.status == "audited" and result.verdict != "not measured" or result.status == "covered"
+            or result.status == "skipped" and result.reason.startswith(families.NO_ATTENTION))
 
 
 def mark_covered(results: list[FamilyAudit]) -> None:
-    """A composite skipped as a whole is covered where every tower is a family measured in the same
-    audit and its own modeling file defines no attention class: the attention it runs is exactly
-    its towers' classes.  Otherwise its reason says which tower or class is left out."""
-    measured = {r.family: r for r in results if r.status == "audited" and r.verdict != "not measured"
-                or r.status == "skipped" and r.reason.startswith(families.NO_ATTENTION)}  # a tower with none: nothing to cover
+    """A composite skipped as a whole is covered where every tower is measured in the same audit (a
+    family, a tower row, or a composite covered in turn, as SAM 3's vision model is for SAM 3) or
+    has no attention module, and it runs no attention class of its own: the attention it runs is
+    exactly its towers' classes.  Otherwise its reason says which tower or class is left out."""
     row_of = lambda result, t: t["model_type"] if t["own"] else f"{result.family}.{t['name']}"  # noqa: E731
-    for result in results:
-        if result.status != "skipped" or not result.towers:
+    by_name = {r.family: r for r in results}
+    composites = [r for r in results if r.status == "skipped" and r.towers]
+    covered_one = True
+    while covered_one:  # until no composite is newly covered
+        covered_one = False
+        for result in composites:
+            rows = [by_name.get(row_of(result, t)) for t in result.towers]
+            if result.status == "skipped" and not result.own_attention and all(r and nothing_left(r) for r in rows):
+                result.status, result.verdict, covered_one = "covered", COVERED, True
+                result.reason = "every tower measured: " + ", ".join(
+                    f"{t['name']} = {r.family} ({tower_state(r)})" for t, r in zip(result.towers, rows))
+    for result in composites:
+        if result.status != "skipped":
             continue
-        left_out = [t["name"] for t in result.towers if row_of(result, t) not in measured]
         reason = result.reason.split("; its own attention")[0].split("; not measured here")[0]  # once per report
+        left_out = [t["name"] for t in result.towers
+                    if not (by_name.get(row_of(result, t)) and nothing_left(by_name[row_of(result, t)]))]
         if result.own_attention:
             result.reason = reason + f"; its own attention classes are not audited ({', '.join(result.own_attention)})"
-        elif not left_out:
-            result.status, result.verdict = "covered", COVERED
-            result.reason = "every tower measured: " + ", ".join(
-                f"{t['name']} = {row_of(result, t)} ({tower_state(measured[row_of(result, t)])})" for t in result.towers)
         elif len(left_out) < len(result.towers):
             result.reason = reason + f"; not measured here: {', '.join(left_out)}"
 

@@ -342,7 +342,10 @@ def changed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def layout_holds(call_q: torch.Tensor, call_k: torch.Tensor) -> bool:
     """Designs 0 (gap 0), 1 (gap G) and 4 (the other coordinate) as they reached the attention
     function: keys changed only at tokens 0 and 1 (in every key head), queries unchanged by
-    the key design, and changed in every head by the query design."""
+    the key design, and changed in every head by the query design.  A call with fewer batch
+    entries than designs (images packed into one sequence, as Pixtral's) cannot hold one."""
+    if min(call_q.shape[0], call_k.shape[0]) <= 4:
+        return False
     q0, q1, q4 = call_q[0].double(), call_q[1].double(), call_q[4].double()  # (H, T, d)
     k0, k1 = call_k[0].double(), call_k[1].double()
     keys_moved = changed(k0[:, :2], k1[:, :2]).flatten(1).any(dim=1).all()
