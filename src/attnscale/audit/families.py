@@ -64,14 +64,14 @@ TINY_HYBRID = {"mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16, "mamb
 VISION_TINY = {"image_size": 32, "patch_size": 8}
 ATTENTION_WORDS = ("attention", "attn")  # in the class name of a module that attends
 ATTENTION_SUFFIXES = ("MLA",)  # or at its end, in capitals (LongcatFlashMLA; not LayerNorm, ConvNormLayer)
-
-
-def is_attention_class(name: str) -> bool:
-    return any(word in name.lower() for word in ATTENTION_WORDS) or name.endswith(ATTENTION_SUFFIXES)
 NO_ATTENTION = "no attention module"  # how the reason of a model without one begins
 MAX_PARAMETERS = 5_000_000  # a "tiny" build above this is refused (a config ignored the tiny sizes)
 MULTIMODAL_WORDS = ("vision", "audio", "speech", "image", "vq", "patcher", "projector", "acoustic", "semantic",
                     "depth", "timestamp", "esmfold")
+
+
+def is_attention_class(name: str) -> bool:
+    return any(word in name.lower() for word in ATTENTION_WORDS) or name.endswith(ATTENTION_SUFFIXES)
 
 
 class Skip(Exception):
@@ -332,12 +332,9 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
                 shell = model_cls(config)
         except Exception as error:  # noqa: BLE001
             raise Skip(f"cannot be built from its config: {first_line(error)}") from None
-        if not any(is_attention_class(type(module).__name__) for module in shell.modules()):
-            raise Skip(f"{NO_ATTENTION} ({model_cls.__name__} has no module whose class is an attention)", final=True)
-        parameters = sum(p.numel() for p in shell.parameters())
+        parameters = shell_parameters(shell, final=True)
         if parameters > MAX_PARAMETERS:
-            raise Skip(f"{parameters:,} parameters at the tiny sizes (more than {MAX_PARAMETERS:,}): the config "
-                       "ignores them")
+            raise too_big(parameters, MAX_PARAMETERS)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             try:
@@ -440,9 +437,18 @@ def count_parameters(config) -> int:
 
     with torch.device("meta"):
         model = AutoModel.from_config(config, trust_remote_code=False)
+    return shell_parameters(model)
+
+
+def shell_parameters(model, final: bool = False) -> int:
+    """The parameters of a (meta-device) model; Skip if it has no attention module."""
     if not any(is_attention_class(type(module).__name__) for module in model.modules()):
-        raise Skip(f"{NO_ATTENTION} ({type(model).__name__} has no module whose class is an attention)")
+        raise Skip(f"{NO_ATTENTION} ({type(model).__name__} has no module whose class is an attention)", final=final)
     return sum(p.numel() for p in model.parameters())
+
+
+def too_big(parameters: int, limit: int) -> Skip:
+    return Skip(f"{parameters:,} parameters at the tiny sizes (more than {limit:,}): the config ignores them", final=True)
 
 
 def build(config, seed: int = 0, attn_implementation: str = "eager", max_parameters: int = MAX_PARAMETERS):
@@ -471,8 +477,7 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
                 raise composite_skip(type(config), sub_configs,
                                      f"multimodal composite ({towers(type(config), sub_configs)}): "
                                      f"{parameters:,} parameters at the tiny sizes, its towers keep their own")
-            raise Skip(f"{parameters:,} parameters at the tiny sizes (more than {max_parameters:,}): the config "
-                       "ignores them", final=True)
+            raise too_big(parameters, max_parameters)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             try:

@@ -707,9 +707,13 @@ def tower_state(result: FamilyAudit) -> str:
     return result.verdict if result.status in ("audited", "covered") else families.NO_ATTENTION
 
 
+def is_measured(result: FamilyAudit) -> bool:
+    return result.status == "audited" and result.verdict != "not measured"
+
+
 def nothing_left(result: FamilyAudit) -> bool:
     """A row that leaves nothing of its attention unmeasured: measured, covered, or without attention."""
-    return (result.status == "audited" and result.verdict != "not measured" or result.status == "covered"
+    return (is_measured(result) or result.status == "covered"
             or result.status == "skipped" and result.reason.startswith(families.NO_ATTENTION))
 
 
@@ -748,13 +752,12 @@ def coverage(results: list[FamilyAudit]) -> dict:
     towers = [r for r in results if r.tower_of]
     results = [r for r in results if not r.tower_of]
     bearing = [r for r in results if not (r.status == "skipped" and r.reason.startswith(families.NO_ATTENTION))]
-    measured = sum(r.status == "audited" and r.verdict != "not measured" for r in bearing)
+    measured = sum(map(is_measured, bearing))
     covered = sum(r.status == "covered" for r in bearing)
     unmeasured = len(bearing) - measured - covered
     return {"families": len(results), "attention_bearing": len(bearing), "measured": measured, "covered": covered,
             "unmeasured": unmeasured, "unmeasured_share": unmeasured / len(bearing) if bearing else 0.0,
-            "tower_rows": len(towers), "tower_rows_measured": sum(r.status == "audited" and r.verdict != "not measured"
-                                                                  for r in towers)}
+            "tower_rows": len(towers), "tower_rows_measured": sum(map(is_measured, towers))}
 
 
 def report(results: list[FamilyAudit], backends, seconds: float) -> dict:

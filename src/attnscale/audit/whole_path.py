@@ -221,7 +221,7 @@ def main_input(model) -> str:
     patch grid, or an image where the class still names token ids)."""
     name = getattr(model, "main_input_name", "input_ids") or "input_ids"
     required = required_inputs(model)
-    if any(name in required for name in GRID_NAMES):
+    if any(grid in required for grid in GRID_NAMES):
         return PATCHES
     if required == ["pixel_values"]:
         return "pixel_values"
@@ -291,7 +291,7 @@ def patch_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     generator = torch.Generator().manual_seed(0)
     one = torch.randn(side * side, *shape, generator=generator)
     inputs = {data: one.repeat(batch, *([1] * len(shape))), grid: torch.tensor([[1, side, side]] * batch)}
-    if "merge_sizes" in required_inputs(model):
+    if "merge_sizes" in required:
         inputs["merge_sizes"] = torch.tensor([merge_size(model.config)] * batch)
     return inputs
 

@@ -248,12 +248,11 @@ def error_row(out: torch.Tensor, ref: torch.Tensor) -> dict:
     by more than WRONG_OUTPUT somewhere (the counts a rate's interval is built from)."""
     finite = torch.isfinite(out)
     finite_rows = finite.all(dim=-1)
-    row_error = (out.double() - ref).abs().amax(dim=-1)
+    error = (out.double() - ref).abs()
     row = {"nonfinite_share": float((~finite).double().mean()), "rows": finite_rows.numel(),
            "nonfinite_rows": int((~finite_rows).sum()),
-           "wrong_rows": int((row_error[finite_rows] > WRONG_OUTPUT).sum())}
+           "wrong_rows": int((error.amax(dim=-1)[finite_rows] > WRONG_OUTPUT).sum())}
     if finite.all():
-        error = (out.double() - ref).abs()
         row.update(max_err=float(error.max()), mean_err=float(error.mean()))
     else:
         row.update(max_err=None, mean_err=None)

@@ -221,12 +221,16 @@ def judge_c11(result: dict) -> claims.Finding:
     return claims.Finding(verdict, evidence, numbers)
 
 
-def _clamp_summary(result: dict) -> tuple[list[float], dict[float, dict]]:
+def clamp_rows(result: dict) -> dict[float, list[dict]]:
+    """Each clamp value's float16 implementation rows (scenarios whose logits are finite)."""
+    return {c: impl_rows(result, impl=f"clamp:{c:g}") for c in result["clamp_values"]}
+
+
+def _clamp_summary(result: dict, by_clamp: dict[float, list[dict]]) -> tuple[list[float], dict[float, dict]]:
     """Clamp values shown to remove the non-finite float16 outputs (none in a count of query rows that
     bounds their rate at or below RARE_ROWS), and each value's KL row at the claimed range."""
     scenario = _claimed_scenario(result)
-    removes = [c for c in result["clamp_values"] if impl_rows(result, impl=f"clamp:{c:g}")
-               and overflows(impl_rows(result, impl=f"clamp:{c:g}")) is False]
+    removes = [c for c, rows in by_clamp.items() if overflows(rows) is False]  # no rows: undecided, not removed
     kl = {r["clamp"]: r for r in result["clamp"] if r["scenario"] == scenario and r["scale"] == "sqrt"}
     return removes, kl
 
@@ -293,8 +297,8 @@ def _cases_text(rows: list[dict]) -> str:
     return _groups_text([(r["nonfinite_rows"], r["rows"]) for r in rows])
 
 
-def _clamp_rows_text(result: dict) -> str:
-    return "".join(f"; clamp {c:g} {_cases_text(impl_rows(result, impl=f'clamp:{c:g}'))}" for c in result["clamp_values"])
+def _clamp_rows_text(by_clamp: dict[float, list[dict]]) -> str:
+    return "".join(f"; clamp {c:g} {_cases_text(rows)}" for c, rows in by_clamp.items())
 
 
 def _tiling_text(memory: dict, tiled_overflows: bool | None, in_memory: bool) -> str:
@@ -324,7 +328,8 @@ def judge_c12(result: dict) -> claims.Finding:
     naive_sqrt_rows = impl_rows(result, impl="naive", scale="sqrt")
     naive_sqrt = worst_nonfinite(naive_sqrt_rows)
     naive_sqrt_clean = [r["scenario"] for r in naive_sqrt_rows if r["nonfinite_share"] == 0]
-    removes, kl = _clamp_summary(result)
+    by_clamp = clamp_rows(result)
+    removes, kl = _clamp_summary(result, by_clamp)
     cheapest_clamp, cheap = clamp_cheap(removes, kl)
     cheapest = kl[cheapest_clamp] if cheapest_clamp is not None else {"kl_mean": None, "kl_interval": (None, None)}
     matmul_rows = [r for r in result["grid"] if r["scale"] == "sqrt"]
@@ -335,7 +340,7 @@ def judge_c12(result: dict) -> claims.Finding:
 
     online_overflows, tiled_overflows = overflows(online_rows), overflows(tiled_rows)
     clamp_removes = bool(removes)
-    clamps_fail = all(overflows(impl_rows(result, impl=f"clamp:{c:g}")) for c in result["clamp_values"])
+    clamps_fail = all(overflows(rows) for rows in by_clamp.values())
     tiling_memory = memory["ratio"] >= MEMORY_SAVED
     if overflows(naive_rows) is not True:
         verdict = claims.NOT_TESTABLE
@@ -362,7 +367,7 @@ def judge_c12(result: dict) -> claims.Finding:
         "neither online nor any clamp removes the overflow; partly otherwise. "
         f"Query rows with a non-finite output (rate [95% Wilson interval]): online {_cases_text(online_rows)}; tiled "
         f"without max subtraction {_cases_text(tiled_rows)}; stable {_cases_text(stable_rows)}"
-        f"{_clamp_rows_text(result)}. "
+        f"{_clamp_rows_text(by_clamp)}. "
         f"Measured worst non-finite shares of entries: naive {naive:.3g}; naive with 1/sqrt(d_k) {naive_sqrt:.3g} (clean in "
         f"{len(naive_sqrt_clean)} of {len(naive_sqrt_rows)} scenarios: {', '.join(naive_sqrt_clean) or 'none'}); "
         f"tiled without max subtraction {tiled:.3g}, max-subtracted stable {stable:.3g}, online {online_all:.3g} and "
