@@ -162,6 +162,56 @@ def test_gpt_neo_applies_no_factor_and_is_a_mismatch():
     assert any("config implies 0.25" in finding for finding in result.findings)
 
 
+# Inline attention in the layouts older and vision families use.  The truth, from the installed
+# source: ViTDet and SAM (windows; fused qkv on an (B, h, w, C) image), PVT (keys reduced by a
+# convolution, probabilities only from the softmax), FSMT (fairseq's time-first (T, B, C)
+# projections and (B * H, T, T) weights) and ProphetNet (decoder heads named num_attn_heads,
+# other than the encoder's) all set self.scaling or self.scale = head_dim**-0.5.
+
+@pytest.mark.parametrize("family", ["vitdet", "sam_vision_model", "pvt", "fsmt", "prophetnet"])
+def test_inline_layouts_read_the_factor(family):
+    result = audit.audit_family(family, ("eager",))
+    assert result.verdict == "ok", result.findings
+    assert result.layers
+    for row in result.layers:
+        path = row["backends"]["eager"]["path"]
+        assert path["form"] == "linear"
+        assert path["factor"] == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL)
+    if family == "prophetnet":  # decoder heads (num_decoder_attention_heads) read as the layer has them
+        assert {row["d_k"] for row in result.layers} == {4, 16}
+
+
+@pytest.mark.parametrize("family, rule", [("deberta", "DISENTANGLED_TERMS"), ("deberta-v2", "DISENTANGLED_COUNTED")])
+def test_deberta_counts_its_attention_terms(family, rule):
+    """DeBERTa divides q.k by sqrt(head_dim * scale_factor), scale_factor 1 plus its relative-position
+    terms (c2p, p2c): 1/sqrt(3 * 16) here, read from the fused per-head in_proj (v1) or q/k (v2)."""
+    result = audit.audit_family(family, ("eager",), relative_attention=True, pos_att_type=["c2p", "p2c"],
+                                max_relative_positions=16)
+    for row in result.layers:
+        assert row["declared"]["rules"] == [rule]
+        assert row["declared"]["function"] == pytest.approx((3 * row["d_k"]) ** -0.5)
+        entry = row["backends"]["eager"]
+        measured = entry["path"]["factor"] if entry.get("path") else entry["function"]["factor"]
+        # the p2c term (k times a relative-position query) rides on the key gap: within 0.5% here
+        assert measured == pytest.approx((3 * row["d_k"]) ** -0.5, rel=5e-3)
+    plain = audit.audit_family(family, ("eager",))
+    assert plain.verdict == "ok", plain.findings
+    assert all(row["declared"]["function"] == pytest.approx(row["d_k"] ** -0.5) for row in plain.layers)
+
+
+def test_token_layouts():
+    """How a projection output holds the designs: batch first, an image, windows, time first."""
+    from attnscale.audit.whole_path import token_layout
+    assert token_layout((10, 8, 64), 10) == (1, 8, False)
+    assert token_layout((10, 1, 8, 64), 10) == (1, 8, False)  # latent attention's (B, 1, T, out)
+    assert token_layout((10, 4, 4, 192), 10) == (1, 16, False)  # an image's h x w patches
+    assert token_layout((40, 4, 64), 10) == (4, 4, False)  # 4 windows of 4 tokens a design
+    assert token_layout((8, 10, 64), 10) == (1, 8, True)  # fairseq's (T, B, C)
+    assert token_layout((24, 2, 64), 2) == (1, 24, True)
+    assert token_layout((7, 3, 64), 10) is None
+    assert token_layout((10, 64), 10) is None
+
+
 def test_position_temperatures_are_seen():
     """Llama 4's temperature (TEMPERATURE_TUNING, floor_scale 4 in the tiny model) grows with the
     sequence index in its no-RoPE layer; Ministral 3 scales q with the position ids."""

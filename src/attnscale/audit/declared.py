@@ -31,6 +31,12 @@ QUERY_PRE_ATTN_SCALAR = SourceRule("models/gemma2/modeling_gemma2.py",
                                    "factor = query_pre_attn_scalar^-0.5")
 MPT_SOFTMAX_SCALE = SourceRule("models/mpt/modeling_mpt.py", "self.softmax_scale = config.attn_config.softmax_scale",
                                "factor = attn_config.softmax_scale (head_dim^-0.5 when it is None)")
+DISENTANGLED_TERMS = SourceRule("models/deberta/modeling_deberta.py", "scale_factor = 1 + len(self.pos_att_type)",
+                                "factor = (head_dim * (1 + len(pos_att_type)))^-0.5: DeBERTa scales by its number of "
+                                "attention terms (content, and each relative-position term)")
+DISENTANGLED_COUNTED = SourceRule("models/deberta_v2/modeling_deberta_v2.py", "scale_factor += 1",
+                                  "factor = (head_dim * scale_factor)^-0.5, scale_factor 1 plus one for each of c2p "
+                                  "and p2c in pos_att_type (DeBERTa-v2 and its copies)")
 ATTENTION_MULTIPLIER = SourceRule("models/granite/modeling_granite.py", "self.scaling = config.attention_multiplier",
                                   "factor = attention_multiplier")
 SCALE_ATTN_WEIGHTS = SourceRule("models/gpt2/modeling_gpt2.py", "self.scaling = self.head_dim**-0.5",
@@ -251,6 +257,17 @@ def rotary_coordinates(config, rope: dict, head_dim: int | None) -> tuple[bool, 
     return rotary > 0, rotary >= head_dim
 
 
+def disentangled_terms(config, code: str) -> tuple[int, list, str] | None:
+    """(relative-position terms the factor counts, pos_att_type, rule) for DeBERTa-style code."""
+    kinds = getattr(config, "pos_att_type", None)
+    kinds = [kind.strip() for kind in kinds.lower().split("|")] if isinstance(kinds, str) else list(kinds or [])
+    if DISENTANGLED_TERMS.quote in code:
+        return len(kinds), kinds, "DISENTANGLED_TERMS"
+    if any(line.strip() == DISENTANGLED_COUNTED.quote for line in code.splitlines()):
+        return sum(kind in kinds for kind in ("c2p", "p2c")), kinds, "DISENTANGLED_COUNTED"
+    return None
+
+
 def declared_for(config, model_type: str, layer_index: int | None = None, layer_type: str | None = None,
                  d_k: int | None = None, source: str | None = None) -> Declared:
     """The factors ``config`` declares for the attention layer ``layer_index`` (of ``layer_type``).
@@ -284,6 +301,10 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     if isinstance(qpas, (int, float)) and qpas > 0 and applies(QUERY_PRE_ATTN_SCALAR):
         function, fields["query_pre_attn_scalar"] = qpas**-0.5, qpas
         rules = ["QUERY_PRE_ATTN_SCALAR"]
+    terms = disentangled_terms(config, code)
+    if terms is not None and head_dim:
+        function, fields["pos_att_type"] = (head_dim * (1 + terms[0])) ** -0.5, terms[1]
+        rules = [terms[2]]
     attn_config = getattr(config, "attn_config", None)
     softmax_scale = (attn_config.get("softmax_scale") if isinstance(attn_config, dict)
                      else getattr(attn_config, "softmax_scale", None))

@@ -188,6 +188,10 @@ def stage_kwargs(defaults: dict) -> dict:
             out[name] = value
         elif isinstance(defaults.get(name), (list, tuple)) and name != "window_size":
             out[name] = (value,) * len(defaults[name])
+    if "sr_ratios" in defaults and "image_size" not in defaults:
+        # keys reduced by up to 8 a side (SegFormer, GLPN): the 64 x 64 image leaves them 2 x 2, not
+        # the one key the default 32 x 32 image would leave (no p_0 / p_1 to read)
+        out["image_size"] = STAGE_IMAGE["image_size"]
     return out
 
 

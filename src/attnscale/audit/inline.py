@@ -2,11 +2,14 @@
 
 Older families in transformers (GPT-Neo, BLOOM, DeBERTa, BigBird, XLM, ...) compute the
 softmax inside their attention module.  Their q and k projections are still designed as
-in :mod:`.whole_path`, and the probabilities are read from the attention weights the module
-returns with ``output_attentions=True`` (a forward hook on the module that owns the q and
-k projections picks out the (B, H, T_q, T_k) tensor whose rows sum to 1).  Only layouts
-with separate q and k projections are used: with no attention function to check a fused
-layout against, a guess could not be told from a measurement.
+in :mod:`.whole_path`, and the probabilities are read from the (B, H, T_q, T_k) tensor whose rows
+sum to 1, among those the module returns with ``output_attentions=True`` or, where it returns
+none, among the softmaxes computed while it runs (:class:`Watch`).  T_q and T_k are what the q
+and k projections output in a plain pass (an image's patches; keys reduced, as PVT's are), and a
+module that attends within windows (Swin, ViTDet, SAM) gets the designs in every window.  A fused
+projection is used only where its designs read back as a finite factor, linear or normalised in
+q and k: with no attention function to check a fused layout against, a guess could not be told
+from a measurement otherwise.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from ..errors import UserError
 from . import whole_path
 from .declared import clip_of
 
-HEAD_COUNT_NAMES = ("num_attention_heads", "num_heads", "n_heads", "n_head", "num_attention_heads_per_partition")
+HEAD_COUNT_NAMES = ("num_attention_heads", "num_heads", "num_attn_heads", "n_heads", "n_head",
+                    "num_attention_heads_per_partition")
 
 
 def head_count(module, config) -> int | None:
@@ -60,36 +64,116 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
     return found
 
 
-def weights_hook(store: list, batch: int, tokens: int):
-    def hook(module, args, output):
-        items = output if isinstance(output, (tuple, list)) else (output,)
-        for item in items:
-            if isinstance(item, torch.Tensor) and item.dim() == 4 and item.shape[0] == batch and \
-                    item.shape[-1] == tokens and item.shape[-2] == tokens:
-                sums = item.detach().double().sum(dim=-1)
+NO_WEIGHTS = ("no attention probabilities were found: none came back with output_attentions=True and no softmax "
+              "inside the attention module gave rows over its keys")
+SOFTMAXES = (torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax)
+
+
+class Watch(torch.overrides.TorchFunctionMode):
+    """During a pass: the shapes each attention module's q and k projections output, the tensors the
+    module returns, and every softmax computed while it runs (the innermost module owns it), so
+    that weights are found whether or not the module returns them."""
+
+    def __init__(self, found: dict):
+        super().__init__()
+        self.found = found  # module id -> (module, Layout)
+        self.active: list[int] = []
+        self.shapes: dict[tuple[int, str], tuple[int, ...]] = {}
+        self.tensors: dict[int, list[torch.Tensor]] = {key: [] for key in found}
+        self.handles: list = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.active and func in SOFTMAXES and isinstance(out, torch.Tensor) and out.dim() in (3, 4):
+            self.tensors[self.active[-1]].append(out.detach())
+        return out
+
+    def __enter__(self):
+        for key, (module, layout) in self.found.items():
+            self.handles.append(module.register_forward_pre_hook(lambda m, a, key=key: self.active.append(key)))
+            self.handles.append(module.register_forward_hook(self.leave(key)))
+            for role, blocks in (("q", layout.q), ("k", layout.k)):
+                self.handles.append(blocks[0].module.register_forward_hook(self.shape_of(key, role)))
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        for handle in self.handles:
+            handle.remove()
+        return super().__exit__(*exc)
+
+    def leave(self, key):
+        def hook(module, args, output):
+            if self.active and self.active[-1] == key:
+                self.active.pop()
+            items = output if isinstance(output, (tuple, list)) else (output,)
+            self.tensors[key] += [item.detach() for item in items if isinstance(item, torch.Tensor) and item.dim() in (3, 4)]
+        return hook
+
+    def shape_of(self, key, role):
+        def hook(module, args, output):
+            tensor = output[0] if isinstance(output, tuple) else output
+            self.shapes.setdefault((key, role), tuple(tensor.shape))
+        return hook
+
+    def layouts(self, key, batch: int):
+        """The token layouts (:func:`whole_path.token_layout`) of the module's q and k projections."""
+        q_shape, k_shape = self.shapes.get((key, "q")), self.shapes.get((key, "k"))
+        if q_shape is None or k_shape is None:
+            return None, None
+        return whole_path.token_layout(q_shape, batch), whole_path.token_layout(k_shape, batch)
+
+    def weights(self, key, batch: int, heads: int) -> torch.Tensor | None:
+        """The module's probabilities as (batch * windows, H, T_q, T_k): a tensor of that shape (or
+        (batch * windows * H, T_q, T_k)) whose rows sum to 1, H the layout's heads, T_q and T_k as
+        its q and k projections output them."""
+        q_layout, k_layout = self.layouts(key, batch)
+        if q_layout is None or k_layout is None:
+            return None
+        rows, t_q, t_k = batch * q_layout[0], q_layout[1], k_layout[1]
+        for item in self.tensors[key]:
+            if item.dim() == 3 and item.shape == (rows * heads, t_q, t_k):
+                item = item.reshape(rows, heads, t_q, t_k)
+            if item.dim() == 4 and item.shape == (rows, heads, t_q, t_k):  # other heads: a wrong layout
+                sums = item.double().sum(dim=-1)
                 if torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
-                    store.append(item.detach())
-                    return
-    return hook
+                    return item
+        return None
+
+
+def projection_shapes(model, layouts: dict, inputs: dict) -> dict:
+    """{(module id, "q" or "k"): shape} of the projections' outputs in a plain pass on ``inputs``."""
+    with Watch(layouts) as watch, torch.no_grad():
+        model(**inputs)
+    return watch.shapes
 
 
 def designed_weights(model, layouts: dict, units: dict, designs, tokens: int, far: int) -> dict:
-    """{module id: (B, H, T, T) weights} for one designed forward pass; ``layouts`` maps module
-    ids to (module, Layout)."""
-    handles = whole_path.install({key: layout for key, (_, layout) in layouts.items()}, units, designs, tokens,
-                            next(model.parameters()).dtype)
-    captured = {key: [] for key in layouts}
-    handles += [module.register_forward_hook(weights_hook(captured[key], len(designs), tokens))
-                for key, (module, _) in layouts.items()]
+    """{module id: (B, H, T, T_k) weights, windows laid end to end along T} for one designed forward
+    pass; ``layouts`` maps module ids to (module, Layout).  The designs are written at the token
+    counts the projections output (an image's patches, keys reduced as PVT's are), per window
+    where a module attends within windows (Swin)."""
     vocab = getattr(model.config, "vocab_size", None) or 100
+    inputs = whole_path.path_inputs(model, designs, tokens, far, vocab)
+    token_counts = {}
+    for key, shape in projection_shapes(model, layouts, inputs).items():
+        layout = whole_path.token_layout(shape, len(designs))
+        if layout is not None:
+            token_counts[key] = layout[1]
+    handles = whole_path.install({key: layout for key, (_, layout) in layouts.items()}, units, designs, tokens,
+                                 next(model.parameters()).dtype, token_counts)
     try:
-        inputs = whole_path.path_inputs(model, designs, tokens, far, vocab)
-        with torch.no_grad():
+        with Watch(layouts) as watch, torch.no_grad():
             model(**inputs, output_attentions=True)
     finally:
         for handle in handles:
             handle.remove()
-    return {key: found_weights[0] for key, found_weights in captured.items() if found_weights}
+    found = {}
+    for key in layouts:
+        weights = watch.weights(key, len(designs), layouts[key][1].q[0].heads)
+        if weights is not None:
+            windows = weights.shape[0] // len(designs)
+            found[key] = weights.reshape(len(designs), windows, *weights.shape[1:]).transpose(1, 2).flatten(2, 3)
+    return found
 
 
 def plausible(summary: dict) -> bool:
@@ -108,8 +192,6 @@ def rows_from_weights(weights: torch.Tensor) -> torch.Tensor:
 
 def inline_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -> list[dict]:
     """Layer rows (as audit.layer_rows makes them) with the whole path read from the weights."""
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise UserError("an encoder-decoder without an attention function: its weights cannot be told apart by layer")
     found = attention_modules(model)
     if not found:
         raise UserError("no attention function to intercept and no module with q and k projections")
@@ -131,10 +213,12 @@ def inline_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -
                     chosen[key], main_rows[key] = (module, layout), rows
                     pending.pop(key)
         pending = {key: item for key, item in pending.items() if item[1]}
-    try:
-        longer = designed_weights(model, chosen, units, whole_path.LENGTH_DESIGNS, longer_tokens, far) if chosen else {}
-    except (RuntimeError, ValueError, IndexError):
-        longer = {}
+    longer = {}
+    if chosen and whole_path.main_input(model) == "input_ids":  # an image or a signal has one length here
+        try:
+            longer = designed_weights(model, chosen, units, whole_path.LENGTH_DESIGNS, longer_tokens, far)
+        except (RuntimeError, ValueError, IndexError):
+            pass
     rows = []
     for index, (name, module, _) in enumerate(found):
         key = id(module)
@@ -150,5 +234,5 @@ def inline_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -
                                                                                        "attention)", "cap": None},
                                             "path": summary}}})
     if not rows:
-        raise UserError("no attention weights came back with output_attentions=True")
+        raise UserError(NO_WEIGHTS)
     return rows

@@ -31,7 +31,7 @@ import torch
 
 Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn")
 K_NAMES = ("k_proj", "key", "k", "key_proj", "Wk", "wk", "k_lin", "to_k")
-FUSED_NAMES = ("c_attn", "qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear")
+FUSED_NAMES = ("c_attn", "qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "in_proj")
 CHECK_TOL = 1e-6  # relative change that counts as "changed" in the layout check
 
 
@@ -144,34 +144,56 @@ def head_vectors(designs, tokens: int, dim: int, gap_unit: float, role: str, dty
     return out
 
 
+def token_layout(shape, batch: int, tokens: int | None = None) -> tuple[int, int, bool] | None:
+    """How a projection output of ``shape`` holds ``batch`` designs: (windows per design, tokens,
+    time first), or None.  Batch first: (B, T, out), (B, 1, T, out) as latent attention's
+    projections give it, (B, h, w, out) for an image, and (B * windows, ..., out) where a module
+    attends within windows (design b's windows are rows b * windows .. (b + 1) * windows - 1);
+    time first (T, B, out) as fairseq-style modules give it."""
+    if len(shape) < 3:
+        return None
+    middle = math.prod(shape[1:-1])
+    if shape[0] == batch and tokens in (None, middle):
+        return 1, middle, False
+    if len(shape) == 3 and shape[1] == batch and tokens in (None, shape[0]):
+        return 1, shape[0], True
+    if shape[0] % batch == 0 and tokens in (None, middle):
+        return shape[0] // batch, middle, False
+    return None
+
+
 def write_hook(writes: list[tuple[Block, torch.Tensor]]):
-    """A forward hook that writes each (block, vectors (B, T, dim)) into the module's output
-    ((B, T, out), or (B, 1, T, out) as latent attention's projections give it)."""
+    """A forward hook that writes each (block, vectors (B, T, dim)) into the module's output, laid
+    out as :func:`token_layout` reads it."""
     def hook(module, args, output):
         tensor = output[0] if isinstance(output, tuple) else output
         batch, tokens = writes[0][1].shape[:2]
-        if tensor.dim() < 3 or tensor.shape[0] != batch or tensor.shape[-2] != tokens or \
-                math.prod(tensor.shape[1:-2]) != 1:
+        layout = token_layout(tuple(tensor.shape), batch, tokens) if isinstance(tensor, torch.Tensor) else None
+        if layout is None:
             return output
-        written = tensor.reshape(batch, tokens, tensor.shape[-1]).clone()
+        windows, _, time_first = layout
+        written = (tensor.transpose(0, 1) if time_first else tensor).reshape(-1, tokens, tensor.shape[-1]).clone()
         for block, vectors in writes:
-            source = vectors[..., block.first:block.first + block.size].to(written.dtype)
+            source = vectors[..., block.first:block.first + block.size].to(written.dtype).repeat_interleave(windows, 0)
             written[..., block.index().to(written.device)] = source.repeat(1, 1, block.heads)
-        written = written.reshape(tensor.shape)
+        written = written.transpose(0, 1).contiguous() if time_first else written.reshape(tensor.shape)
         return (written, *output[1:]) if isinstance(output, tuple) else written
 
     return hook
 
 
-def install(layouts: dict, units: dict, designs, tokens: int, dtype) -> list:
+def install(layouts: dict, units: dict, designs, tokens: int, dtype, token_counts: dict | None = None) -> list:
     """Hooks that write the designs into every chosen layout; returns their handles.
     ``layouts`` and ``units`` map an attention module's id to its Layout and gap unit G;
-    ``units["q"]``, where given, is the unit of the designed q (see :func:`logit_unit`)."""
+    ``units["q"]``, where given, is the unit of the designed q (see :func:`logit_unit`);
+    ``token_counts`` maps (module id, "q" or "k") to the tokens that projection outputs, where
+    not ``tokens``."""
     writes: dict[int, tuple[torch.nn.Module, list]] = {}
     for key, layout in layouts.items():
         for role, blocks in (("q", layout.q), ("k", layout.k)):
             dim = max(b.first + b.size for b in blocks)
-            vectors = head_vectors(designs, tokens, dim, units[key], role, dtype, units.get("q", 1.0))
+            count = (token_counts or {}).get((key, role), tokens)
+            vectors = head_vectors(designs, count, dim, units[key], role, dtype, units.get("q", 1.0))
             for block in blocks:
                 writes.setdefault(id(block.module), (block.module, []))[1].append((block, vectors))
     return [module.register_forward_hook(write_hook(pairs)) for module, pairs in writes.values()]
