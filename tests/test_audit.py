@@ -199,6 +199,18 @@ def test_deberta_counts_its_attention_terms(family, rule):
     assert all(row["declared"]["function"] == pytest.approx(row["d_k"] ** -0.5) for row in plain.layers)
 
 
+def test_cvt_scales_by_the_whole_width():
+    """WIDTH_SCALE: CvT sets self.scale = embed_dim**-0.5, all heads' width, not head_dim (its
+    projections, behind a convolution, are named projection_query and projection_key)."""
+    result = audit.audit_family("cvt", ("eager",))
+    assert result.verdict == "ok", result.findings
+    for row in result.layers:
+        width = row["declared"]["fields"]["embed_dim"]
+        assert row["declared"]["rules"] == ["WIDTH_SCALE"] and width == row["d_k"] * (width // row["d_k"])
+        assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(width**-0.5, rel=FACTOR_REL)
+    assert any(row["declared"]["fields"]["embed_dim"] > row["d_k"] for row in result.layers)  # several heads
+
+
 def test_token_layouts():
     """How a projection output holds the designs: batch first, an image, windows, time first."""
     from attnscale.audit.whole_path import token_layout

@@ -37,6 +37,9 @@ DISENTANGLED_TERMS = SourceRule("models/deberta/modeling_deberta.py", "scale_fac
 DISENTANGLED_COUNTED = SourceRule("models/deberta_v2/modeling_deberta_v2.py", "scale_factor += 1",
                                   "factor = (head_dim * scale_factor)^-0.5, scale_factor 1 plus one for each of c2p "
                                   "and p2c in pos_att_type (DeBERTa-v2 and its copies)")
+WIDTH_SCALE = SourceRule("models/cvt/modeling_cvt.py", "self.scale = embed_dim**-0.5",
+                         "factor = embed_dim^-0.5, the layer's whole width (all heads), not head_dim (CvT, as its "
+                         "original code)")
 ATTENTION_MULTIPLIER = SourceRule("models/granite/modeling_granite.py", "self.scaling = config.attention_multiplier",
                                   "factor = attention_multiplier")
 SCALE_ATTN_WEIGHTS = SourceRule("models/gpt2/modeling_gpt2.py", "self.scaling = self.head_dim**-0.5",
@@ -269,11 +272,12 @@ def disentangled_terms(config, code: str) -> tuple[int, list, str] | None:
 
 
 def declared_for(config, model_type: str, layer_index: int | None = None, layer_type: str | None = None,
-                 d_k: int | None = None, source: str | None = None) -> Declared:
+                 d_k: int | None = None, source: str | None = None, width: int | None = None) -> Declared:
     """The factors ``config`` declares for the attention layer ``layer_index`` (of ``layer_type``).
 
     ``d_k``: the width of q.k per head as the layer computes it (the default rule's
-    1/sqrt(d_k)); without it, the config's head dimension.  ``source``: the text of the modeling
+    1/sqrt(d_k)); without it, the config's head dimension.  ``width``: the layer's embed_dim (all
+    heads), for code that scales by it.  ``source``: the text of the modeling
     file whose code runs the layer (default: the family's modeling files); a rule whose line that
     code lacks is not applied: a config field the code never reads sets no factor."""
     code = family_source(model_type) if source is None else source
@@ -301,6 +305,8 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     if isinstance(qpas, (int, float)) and qpas > 0 and applies(QUERY_PRE_ATTN_SCALAR):
         function, fields["query_pre_attn_scalar"] = qpas**-0.5, qpas
         rules = ["QUERY_PRE_ATTN_SCALAR"]
+    if width and any(line.strip() == WIDTH_SCALE.quote for line in code.splitlines()):
+        function, fields["embed_dim"], rules = width**-0.5, width, ["WIDTH_SCALE"]
     terms = disentangled_terms(config, code)
     if terms is not None and head_dim:
         function, fields["pos_att_type"] = (head_dim * (1 + terms[0])) ** -0.5, terms[1]

@@ -65,7 +65,9 @@ VISION_TINY = {"image_size": 32, "patch_size": 8}
 ATTENTION_WORDS = ("attention", "attn")  # in the class name of a module that attends
 ATTENTION_SUFFIXES = ("MLA",)  # or at its end, in capitals (LongcatFlashMLA; not LayerNorm, ConvNormLayer)
 NO_ATTENTION = "no attention module"  # how the reason of a model without one begins
-MAX_PARAMETERS = 5_000_000  # a "tiny" build above this is refused (a config ignored the tiny sizes)
+MAX_PARAMETERS = 32_000_000  # a "tiny" build above this is refused (a config ignored the tiny sizes)
+# a composite above this is not built whole: its towers are audited as their own rows instead
+MAX_COMPOSITE_PARAMETERS = 5_000_000
 MULTIMODAL_WORDS = ("vision", "audio", "speech", "image", "vq", "patcher", "projector", "acoustic", "semantic",
                     "depth", "timestamp", "esmfold")
 
@@ -455,8 +457,10 @@ def too_big(parameters: int, limit: int) -> Skip:
     return Skip(f"{parameters:,} parameters at the tiny sizes (more than {limit:,}): the config ignores them", final=True)
 
 
-def build(config, seed: int = 0, attn_implementation: str = "eager", max_parameters: int = MAX_PARAMETERS):
-    """The base model (no LM head) for ``config``, random init under ``seed``, eval mode, CPU."""
+def build(config, seed: int = 0, attn_implementation: str = "eager", max_parameters: int = MAX_PARAMETERS,
+          max_composite: int = MAX_COMPOSITE_PARAMETERS):
+    """The base model (no LM head) for ``config``, random init under ``seed``, eval mode, CPU; a
+    build over ``max_parameters`` (``max_composite`` for a composite with towers) is refused."""
     from transformers import AutoModel
 
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
@@ -474,9 +478,9 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
         except Exception as error:  # noqa: BLE001 - a family transformers cannot build: skipped with the reason
             raise Skip(f"cannot be built from its config: {first_line(error)}",
                        final="Unrecognized configuration class" in str(error)) from None
-        if parameters > max_parameters:
-            sub_configs = dict(getattr(type(config), "sub_configs", {}) or {})
-            tower_names = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
+        sub_configs = dict(getattr(type(config), "sub_configs", {}) or {})
+        tower_names = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
+        if parameters > (min(max_parameters, max_composite) if tower_names else max_parameters):
             if tower_names:
                 raise composite_skip(type(config), sub_configs,
                                      f"multimodal composite ({towers(type(config), sub_configs)}): "

@@ -349,8 +349,9 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> 
     (:mod:`.inline`), and the other backends' output against eager."""
     def declared(module, index, d_k):
         config = getattr(module, "config", None) or model.config
+        width = getattr(module, "embed_dim", None)
         return declared_rules.declared_for(config, family, layer_index(module, index), None, d_k,
-                                           declared_rules.source_for(module))
+                                           declared_rules.source_for(module), width if isinstance(width, int) else None)
 
     try:
         result.layers = inline.inline_rows(model, declared, TOKENS, LONGER_TOKENS, far_position(model.config, TOKENS))
@@ -620,7 +621,7 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
             label = f"{path.name} ({config.model_type}, weights)"
         else:
             try:
-                model = families.build(config, seed, max_parameters=parameters)
+                model = families.build(config, seed, max_parameters=parameters, max_composite=parameters)
             except families.Skip as reason:
                 raise UserError(f"{str(path)!r}: {reason}") from None
             label = f"{path.name} ({config.model_type}, random init)"

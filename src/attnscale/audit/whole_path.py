@@ -29,8 +29,10 @@ from dataclasses import dataclass
 
 import torch
 
-Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn")
-K_NAMES = ("k_proj", "key", "k", "key_proj", "Wk", "wk", "k_lin", "to_k")
+Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn", "linear_q",
+           "project_q", "projection_query", "to_query")
+K_NAMES = ("k_proj", "key", "k", "key_proj", "Wk", "wk", "k_lin", "to_k", "linear_k", "project_k", "projection_key",
+           "to_key")
 FUSED_NAMES = ("c_attn", "qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "in_proj")
 CHECK_TOL = 1e-6  # relative change that counts as "changed" in the layout check
 
