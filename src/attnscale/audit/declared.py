@@ -260,15 +260,10 @@ def rotary_coordinates(config, rope: dict, head_dim: int | None) -> tuple[bool, 
     return rotary > 0, rotary >= head_dim
 
 
-def disentangled_terms(config, code: str) -> tuple[int, list, str] | None:
-    """(relative-position terms the factor counts, pos_att_type, rule) for DeBERTa-style code."""
+def relative_terms(config) -> list[str]:
+    """DeBERTa's pos_att_type as a list ("p2c|c2p" in older configs)."""
     kinds = getattr(config, "pos_att_type", None)
-    kinds = [kind.strip() for kind in kinds.lower().split("|")] if isinstance(kinds, str) else list(kinds or [])
-    if DISENTANGLED_TERMS.quote in code:
-        return len(kinds), kinds, "DISENTANGLED_TERMS"
-    if any(line.strip() == DISENTANGLED_COUNTED.quote for line in code.splitlines()):
-        return sum(kind in kinds for kind in ("c2p", "p2c")), kinds, "DISENTANGLED_COUNTED"
-    return None
+    return [kind.strip() for kind in kinds.lower().split("|")] if isinstance(kinds, str) else list(kinds or [])
 
 
 def declared_for(config, model_type: str, layer_index: int | None = None, layer_type: str | None = None,
@@ -305,12 +300,14 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     if isinstance(qpas, (int, float)) and qpas > 0 and applies(QUERY_PRE_ATTN_SCALAR):
         function, fields["query_pre_attn_scalar"] = qpas**-0.5, qpas
         rules = ["QUERY_PRE_ATTN_SCALAR"]
-    if width and any(line.strip() == WIDTH_SCALE.quote for line in code.splitlines()):
+    if width and has_line(WIDTH_SCALE):
         function, fields["embed_dim"], rules = width**-0.5, width, ["WIDTH_SCALE"]
-    terms = disentangled_terms(config, code)
-    if terms is not None and head_dim:
-        function, fields["pos_att_type"] = (head_dim * (1 + terms[0])) ** -0.5, terms[1]
-        rules = [terms[2]]
+    kinds = relative_terms(config)
+    if head_dim and applies(DISENTANGLED_TERMS):
+        function, fields["pos_att_type"], rules = (head_dim * (1 + len(kinds))) ** -0.5, kinds, ["DISENTANGLED_TERMS"]
+    elif head_dim and has_line(DISENTANGLED_COUNTED):
+        counted = sum(kind in kinds for kind in ("c2p", "p2c"))
+        function, fields["pos_att_type"], rules = (head_dim * (1 + counted)) ** -0.5, kinds, ["DISENTANGLED_COUNTED"]
     attn_config = getattr(config, "attn_config", None)
     softmax_scale = (attn_config.get("softmax_scale") if isinstance(attn_config, dict)
                      else getattr(attn_config, "softmax_scale", None))
