@@ -38,6 +38,8 @@ TINY = {
     "floor_scale": 4,
     # audio encoders: 16 mel channels over 32 frames (Whisper's encoder sees 2 x max_source_positions)
     "num_mel_bins": 16, "max_source_positions": 16,
+    # video encoders: clips of 4 frames (2 tubelets of 2), also their position tables; V-JEPA 2's 32 x 32 crop
+    "num_frames": 4, "frames_per_clip": 4, "crop_size": 32,
     # vision towers' projections into their text model's width (GLM-4V's merger, Inkling's projector)
     "out_hidden_size": 64, "projection_intermediate_size": 128, "projection_hidden_dim": 64, "text_hidden_size": 64,
 }
@@ -49,7 +51,8 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
                                 "layer_types": ["sliding_attention", "full_attention"] * 2},
                "zamba2": {"layers_block_type": ["linear_attention", "hybrid"]},
-               "esm": {"pad_token_id": 1}}  # its attention mask is input_ids != pad_token_id (None by default)
+               "esm": {"pad_token_id": 1},
+               "xmod": {"default_language": "en_XX"}}  # its adapters need a language; en_XX is its default list's  # its attention mask is input_ids != pad_token_id (None by default)
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})

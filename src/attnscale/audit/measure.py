@@ -266,7 +266,11 @@ def declared_of(model, call, fallback_index: int, model_type: str) -> declared_r
 INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_values": "raw audio samples",
                "pixel_values": "images", whole_path.PATCHES: "image patches with their grid"}
 FED = ("input_ids", "pixel_values", *whole_path.SHAPED_INPUTS)  # token ids, a 32 x 32 image, audio, patches
-FED_TEXT = "token ids, images, image patches and audio"
+FED_TEXT = "token ids, images, video clips, image patches, audio and query embeddings"
+
+
+def is_fed(takes: str) -> bool:
+    return takes in FED or whole_path.is_shaped(takes)
 
 
 def first_inputs(model) -> dict:
@@ -274,8 +278,8 @@ def first_inputs(model) -> dict:
     the first shape the model runs on (kept for the designed passes); raises UserError if none runs."""
     takes = whole_path.main_input(model)
     if takes == "pixel_values":
-        return {"pixel_values": whole_path.pixel_values(model.config, 1)}
-    if takes in whole_path.SHAPED_INPUTS:
+        return {whole_path.image_name(model): whole_path.pixel_values(model.config, 1)}
+    if whole_path.is_shaped(takes):
         if model in whole_path.SIGNAL_SHAPES:
             return whole_path.shaped_input(model, 1, whole_path.SIGNAL_SHAPES[model])
         refusals = []
@@ -303,7 +307,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     model_type = model_type or getattr(model.config, "model_type", family)
     result = FamilyAudit(family, type(model).__name__)
     takes = whole_path.main_input(model)
-    if takes not in FED:
+    if not is_fed(takes):
         # a time-series or other model: say what it takes instead of failing on token ids
         result.backends["eager"] = {"accepted": False, "parity": None,
                                     "reason": f"takes {takes} ({INPUT_KINDS.get(takes, 'not token ids')}); the audit "
@@ -469,7 +473,7 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
             config = families.tiny_config(model_type, **{**change, **overrides})
             model = families.build(config, seed)
             main_input = whole_path.main_input(model)
-            if main_input not in FED:
+            if not is_fed(main_input):
                 raise families.Skip(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the audit "
                                     f"feeds {FED_TEXT} only", final=True)
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
@@ -576,12 +580,19 @@ def check_callable(attn_fn, spec: str, d_k: int) -> None:
 # ---------------------------------------------------------------------------------------
 # A whole audit: families or a folder.
 
+def is_folder(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:  # a name too long for a path: a list of families
+        return False
+
+
 def plan(target: str | None) -> list[tuple[str, str]]:
     """What to audit: ("family", model_type) or ("folder", path) items, checked before anything runs."""
     if target is None:
         return [("family", family.model_type) for family in families.all_families()]
     path = Path(target).expanduser()
-    if path.is_dir() or "/" in target or target.startswith("."):
+    if "/" in target or target.startswith(".") or is_folder(path):
         checked = check_model_dir(path)
         check_weights(checked, required=False)
         return [("folder", str(checked))]

@@ -247,40 +247,84 @@ def main_input(model) -> str:
     required = required_inputs(model)
     if any(grid in required for grid in GRID_NAMES):
         return PATCHES
-    if required == ["pixel_values"]:
+    if required == ["pixel_values"] or name == VIDEO_INPUT:
         return "pixel_values"
+    if len(required) == 1 and required[0].endswith(EMBEDS_SUFFIX):  # a Q-Former runs on its query embeddings
+        return required[0]
     return name
 
 
+VIDEO_INPUT = "pixel_values_videos"  # what V-JEPA 2 and VideoPrism call their clip
+FRAME_FIELDS = ("num_frames", "frames_per_clip")  # a video model's clip length (its position table's)
+
+
+def image_name(model) -> str:
+    """The keyword an image (or clip) is passed under."""
+    return VIDEO_INPUT if getattr(model, "main_input_name", None) == VIDEO_INPUT else "pixel_values"
+
+
 def pixel_values(config, batch: int) -> torch.Tensor:
-    """A fixed image batch at the config's size (the path probe overwrites q, k and v, so only
+    """A fixed image batch at the config's size, or a clip of the config's frame count for a video
+    model, (batch, frames, channels, height, width) (the path probe overwrites q, k and v, so only
     its shape matters; the kernel probe reads the real call's shapes)."""
-    size = getattr(config, "image_size", 32)
+    size = getattr(config, "image_size", None) or getattr(config, "crop_size", None) or 32
     height, width = (size, size) if isinstance(size, int) else tuple(size)[:2]
     channels = getattr(config, "num_channels", 3) or 3
+    frames = next((value for name in FRAME_FIELDS if isinstance(value := getattr(config, name, None), int)), None)
+    shape = (channels, height, width) if frames is None else (frames, channels, height, width)
     generator = torch.Generator().manual_seed(0)
-    return torch.randn(1, channels, height, width, generator=generator).repeat(batch, 1, 1, 1)
+    return torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))
 
 
 AUDIO_INPUTS = ("input_values", "input_features")
+EMBEDS_SUFFIX = "_embeds"
+EMBEDS_TOKENS = 16  # vectors of an embeddings input (hidden_size wide)
 SIGNAL_SHAPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> the audio shape it ran on
+
+
+MEL_FIELDS = ("num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels")
+# where the config states none at its top: its sub-configs' (an encoder's), then the common counts;
+# feature projections that take stacked frames (wav2vec2-BERT's 2 x 80) state their width themselves
+MORE_MEL_FIELDS = (*MEL_FIELDS, "feature_projection_input_dim", "input_dim")
+COMMON_MELS = (80, 128)
+STACKED = (2, 4)  # frames stacked into one feature vector (Granite Speech: delta-expanded, then in pairs)
+
+
+def configs_within(config) -> list:
+    """The config and its sub-configs (an encoder's, an audio tower's), the config first."""
+    from transformers import PretrainedConfig
+
+    return [config, *(value for value in vars(config).values() if isinstance(value, PretrainedConfig))]
 
 
 def audio_shapes(config, takes: str) -> list[tuple[int, ...]]:
     """Shapes (without the batch) to try for an audio input, most likely first: raw samples (6400:
-    16 frames of a 400-sample window at stride 320), or mel features (channels, frames) or
-    (frames, channels), frames twice the encoder's positions where the config has them."""
-    mel = next((value for name in ("num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels")
-                if isinstance(value := getattr(config, name, None), int) and value > 0), 80)
+    16 frames of a 400-sample window at stride 320), or features (channels, frames) and (frames,
+    channels), frames twice the encoder's positions where the config has them; channels as the
+    config states them (80 where it does not), then as its sub-configs state them, the common
+    counts and stacked frames; last, a whole clip of ``max_length`` frames (AST's position table)."""
+    stated = [value for name in MEL_FIELDS if isinstance(value := getattr(config, name, None), int) and value > 0]
+    first = stated[0] if stated else 80
+    more = [value for cfg in configs_within(config) for name in MORE_MEL_FIELDS
+            if isinstance(value := getattr(cfg, name, None), int) and value > 0]
+    mels = list(dict.fromkeys([first, *more, *COMMON_MELS, *(k * m for m in [first, *more] for k in STACKED)]))
     positions = getattr(config, "max_source_positions", None)
     frames = 2 * positions if isinstance(positions, int) and 0 < positions <= 256 else 32
-    features = [(mel, frames), (frames, mel)]
+    window = getattr(config, "n_window", None)  # Qwen3-ASR reads its frames in chunks of 2 x n_window
+    lengths = [frames] + ([2 * window] if isinstance(window, int) and 0 < 2 * window != frames else [])
+    features = [shape for length in lengths for mel in mels for shape in ((mel, length), (length, mel))]
+    clip = getattr(config, "max_length", None)
+    if isinstance(clip, int) and 0 < clip <= 2048:
+        features.append((clip, first))
     return [(6400,), *features] if takes == "input_values" else [*features, (6400,)]
 
 
 def audio_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     generator = torch.Generator().manual_seed(0)
     inputs = {main_input(model): torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))}
+    for name in required_inputs(model):  # a frame mask the encoder requires (Qwen3-ASR's): every frame real
+        if name.endswith("_mask") and name not in inputs and len(shape) > 1:
+            inputs[name] = torch.ones(batch, shape[-1], dtype=torch.long)
     if getattr(model.config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = (torch.arange(8) % 4 + 1).repeat(batch, 1)
     return inputs
@@ -323,8 +367,16 @@ def patch_input(model, batch: int, shape: tuple[int, ...]) -> dict:
 SHAPED_INPUTS = (*AUDIO_INPUTS, PATCHES)  # inputs whose shape is found by trying candidates in turn
 
 
+def is_shaped(takes: str) -> bool:
+    return takes in SHAPED_INPUTS or takes.endswith(EMBEDS_SUFFIX)
+
+
 def input_shapes(model, takes: str) -> list[tuple[int, ...]]:
-    return patch_shapes(model.config) if takes == PATCHES else audio_shapes(model.config, takes)
+    if takes == PATCHES:
+        return patch_shapes(model.config)
+    if takes.endswith(EMBEDS_SUFFIX):
+        return [(EMBEDS_TOKENS, model.config.hidden_size)]
+    return audio_shapes(model.config, takes)
 
 
 def shaped_input(model, batch: int, shape: tuple[int, ...]) -> dict:
@@ -334,8 +386,8 @@ def shaped_input(model, batch: int, shape: tuple[int, ...]) -> dict:
 def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> dict:
     count = len(designs)
     if main_input(model) == "pixel_values":
-        return {"pixel_values": pixel_values(model.config, count)}
-    if main_input(model) in SHAPED_INPUTS:
+        return {image_name(model): pixel_values(model.config, count)}
+    if is_shaped(main_input(model)):
         return shaped_input(model, count, SIGNAL_SHAPES[model])
     ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
     inputs = {"input_ids": ids, "attention_mask": torch.ones(count, tokens, dtype=torch.long)}
