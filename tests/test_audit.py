@@ -775,13 +775,12 @@ def test_rope_that_cannot_be_pinned_leaves_the_whole_path_unread():
 
 
 def test_a_video_model_gets_a_clip_of_its_own_frame_count():
-    from attnscale.audit import measure
-    from attnscale.audit import families, whole_path
+    from attnscale.audit import whole_path
 
     config = families.tiny_config("videomae")
     clip = whole_path.pixel_values(config, 2)
     assert clip.shape == (2, config.num_frames, config.num_channels, config.image_size, config.image_size)
-    result = measure.audit_family("videomae", backends=("eager",))
+    result = audit.audit_family("videomae", backends=("eager",))
     assert result.verdict == "ok"
     assert all(abs(layer["backends"]["eager"]["function"]["factor"] - layer["d_k"] ** -0.5) < 1e-4
                for layer in result.to_dict()["layers"])
@@ -798,7 +797,5 @@ def test_audio_shapes_keep_the_stated_channels_first_and_add_sub_configs_and_sta
 
 
 def test_a_list_of_families_too_long_for_a_path_is_read_as_families():
-    from attnscale.audit import measure
-
     names = ",".join(["llama"] * 60)
-    assert measure.plan(names) == [("family", "llama")]
+    assert audit.plan(names) == [("family", "llama")]

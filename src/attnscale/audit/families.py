@@ -51,8 +51,8 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
                                 "layer_types": ["sliding_attention", "full_attention"] * 2},
                "zamba2": {"layers_block_type": ["linear_attention", "hybrid"]},
-               "esm": {"pad_token_id": 1},
-               "xmod": {"default_language": "en_XX"}}  # its adapters need a language; en_XX is its default list's  # its attention mask is input_ids != pad_token_id (None by default)
+               "esm": {"pad_token_id": 1},  # its attention mask is input_ids != pad_token_id (None by default)
+               "xmod": {"default_language": "en_XX"}}  # its adapters need a language; en_XX is its default list's
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})

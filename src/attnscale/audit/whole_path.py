@@ -303,8 +303,8 @@ def audio_shapes(config, takes: str) -> list[tuple[int, ...]]:
     channels), frames twice the encoder's positions where the config has them; channels as the
     config states them (80 where it does not), then as its sub-configs state them, the common
     counts and stacked frames; last, a whole clip of ``max_length`` frames (AST's position table)."""
-    stated = [value for name in MEL_FIELDS if isinstance(value := getattr(config, name, None), int) and value > 0]
-    first = stated[0] if stated else 80
+    first = next((value for name in MEL_FIELDS if isinstance(value := getattr(config, name, None), int) and value > 0),
+                 80)
     more = [value for cfg in configs_within(config) for name in MORE_MEL_FIELDS
             if isinstance(value := getattr(cfg, name, None), int) and value > 0]
     mels = list(dict.fromkeys([first, *more, *COMMON_MELS, *(k * m for m in [first, *more] for k in STACKED)]))
