@@ -169,6 +169,13 @@ def every(parts) -> bool | None:
     return False if False in parts else True if all(p is True for p in parts) else None
 
 
+def some(parts) -> bool | None:
+    """A part that holds if it holds in one case: True if one case holds, False if every case
+    fails, None (undecided) otherwise."""
+    parts = list(parts)
+    return True if True in parts else False if parts and all(p is False for p in parts) else None
+
+
 def occurs(count: int, trials: int, rare: float, level: float = LEVEL) -> bool | None:
     """The part "the event happens" from ``count`` rows of ``trials`` showing it: True if any does
     (an observed case settles existence), False if none does and the Wilson interval's upper
@@ -185,10 +192,7 @@ def occurs_in(groups, rare: float, level: float = LEVEL) -> bool | None:
     """The part "the event happens" over groups of rows measured apart (``(count, trials)`` each: one
     case, one layer): True if one group shows it, False only where every group bounds its own rate
     at or below ``rare``, None (undecided) otherwise; no groups is undecided."""
-    parts = [occurs(count, trials, rare, level) for count, trials in groups]
-    if True in parts:
-        return True
-    return False if parts and all(part is False for part in parts) else None
+    return some(occurs(count, trials, rare, level) for count, trials in groups)
 
 
 def fmt_interval(interval: tuple[float, float], digits: int = 2, percent: bool = False) -> str:

@@ -12,10 +12,10 @@ Everything here runs the installed ``transformers`` code; nothing is downloaded.
 
 from __future__ import annotations
 
-from .experiment import PRESETS, VERSION, Config, random_model, run
+from .experiment import PRESETS, VERSION, Config, random_model, run, runs_of, train_from_scratch
 from .figures import figures
 from .tables import tables
 from .verdicts import NUMBER_KEYS, judge, judge_c10, judge_c13, judge_c14
 
 __all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "NUMBER_KEYS",
-           "random_model", "judge_c10", "judge_c13", "judge_c14"]
+           "random_model", "runs_of", "train_from_scratch", "judge_c10", "judge_c13", "judge_c14"]

@@ -14,8 +14,8 @@ Everything here runs the installed ``transformers`` code; nothing is downloaded.
   (KL to uniform < 0.05 nats on most rows) on trained models, with the correct factor and a
   too-strong one, in the two ways a factor can be too strong: the pretrained
   all-MiniLM-L6-v2 at its own factor and with the factor replaced (1/d_k, a small constant:
-  a too-strong factor at inference), and two small decoders trained from scratch on
-  associative recall, one with 1/sqrt(d_k) and one with 1/d_k (a too-strong factor during
+  a too-strong factor at inference), and small decoders trained from scratch on associative
+  recall at several seeds, with 1/sqrt(d_k) and with 1/d_k (a too-strong factor during
   training), with the flag followed along training.  The diagnostic works if the flag fires
   when the scaling is too strong and not when it is right.  A randomly initialised BERT of
   the pretrained shape with the correct 1/sqrt(d_k) is reported as a caveat: at
@@ -29,19 +29,21 @@ Nothing here writes a file or prints.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 import torch
 
 from ... import checks, doctor, scaling
-from ...attention import capture
 from ...errors import UserError
 from ...models import ModelConfig, Transformer
 from ...models.tasks import make_task
 from ...runtime import check_device
 from ...threads import torch_threads
+from ...train.batched import BatchedTransformer
+from ...train.optim import BatchedOptimiser
 
-VERSION = 2
+VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class Config:
     scratch_batch: int = 32
     scratch_d_head: int = 64
     scratch_checks: int = 3  # the flag is measured at step 0 and at this many evenly spaced steps
+    scratch_seeds: int = 6  # per rule: the share of heads flagged is a mean over seeds, with its interval
 
     def __post_init__(self):
         checks.config(self)
@@ -71,7 +74,8 @@ class Config:
 PRESETS = {
     "quick": Config(),
     "full": Config(counterfactual=("inv_d", "none", "const:0.01", "power:0.75", "power:0.25"), max_tokens=256,
-                   n_layers=4, init_tokens=128, init_draws=5, scratch_steps=400, scratch_checks=8),
+                   n_layers=4, init_tokens=128, init_draws=5, scratch_steps=400, scratch_checks=8,
+                   scratch_seeds=8),
 }
 
 
@@ -81,7 +85,7 @@ def check_config(config: Config) -> None:
         raise UserError(f"d_model={config.d_model} is not divisible by n_heads={config.n_heads}")
     if config.too_strong not in config.counterfactual:
         raise UserError(f"too_strong={config.too_strong!r} must be one of counterfactual={config.counterfactual}")
-    for name in ("scratch_steps", "scratch_batch", "scratch_d_head", "scratch_checks"):
+    for name in ("scratch_steps", "scratch_batch", "scratch_d_head", "scratch_checks", "scratch_seeds"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UserError(f"{name} must be an integer >= 1, got {value!r}")
@@ -243,18 +247,13 @@ def pretrained_part(config: Config) -> dict:
 # ---------------------------------------------------------------------------------------
 # C14: small decoders trained from scratch with the correct and a too-strong factor.
 
-@torch.no_grad()
-def flag_summary(model, x: torch.Tensor) -> dict:
-    """The doctor's per-head flags on a decoder built on ScaledAttention, over the batch ``x``:
-    every (sequence, query) row of a head counts, over the keys its causal mask lets it see."""
-    with capture(model) as seen:
-        model(x)
+def flag_summary(layer_probs: list[torch.Tensor]) -> dict:
+    """The doctor's per-head flags on one decoder, from its attention weights per layer ((B, H, T, T)
+    each): every (sequence, query) row of a head counts, over the keys its causal mask lets it see."""
     heads = []
-    t = x.shape[1]
-    causal = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
-    for name in model.observation_points():
-        probs = seen[name].probs  # (B, H, T, T)
-        batch, n_heads = probs.shape[:2]
+    batch, n_heads, t = layer_probs[0].shape[:3]
+    causal = torch.ones(t, t, dtype=torch.bool, device=layer_probs[0].device).tril()
+    for probs in layer_probs:
         rows = probs.permute(1, 0, 2, 3).reshape(n_heads, batch * t, t)
         heads += doctor.head_stats(rows, (0,), causal.repeat(batch, 1))
     summary = doctor.summarize_heads(heads)
@@ -262,39 +261,78 @@ def flag_summary(model, x: torch.Tensor) -> dict:
             "normalized_entropy": summary["normalized_entropy"]}
 
 
-def train_from_scratch(rule: str, config: Config) -> dict:
-    """AdamW on multi-query associative recall, the doctor's flags measured along the way."""
+def scratch_seed_range(config: Config) -> range:
+    """The seeds each rule of the from-scratch part trains: a decoder's init and its batches."""
+    return range(config.seed, config.seed + config.scratch_seeds)
+
+
+@torch.no_grad()
+def check_runs(model: BatchedTransformer, x_val: torch.Tensor, y_val: torch.Tensor) -> list[dict]:
+    """Validation loss and the doctor's flags of every run of ``model`` on the same batch."""
+    observed = []
+    _, losses = model(x_val, y_val, observe=observed)
+    return [{"val_loss": float(losses[run]), **flag_summary([probs[run] for _, probs in observed])}
+            for run in range(model.runs)]
+
+
+def train_from_scratch(config: Config) -> list[dict]:
+    """AdamW on multi-query associative recall, sqrt and the too-strong rule, each at every seed of
+    :func:`scratch_seed_range`, the doctor's flags measured along the way.  The runs train side by side
+    as one batched program (each run updated as torch's AdamW would update it alone); a rule's run
+    and sqrt's at the same seed share their initial weights and their batches."""
     task = make_task("recall", n_pairs=8, n_queries=8, val_size=32)
-    x_val, y_val = task.validation()
-    model = Transformer(ModelConfig(vocab_size=task.vocab_size, seq_len=task.seq_len, d_model=32, n_layers=2,
-                                    n_heads=2, d_head=config.scratch_d_head, scale=rule, init="unit"),
-                        seed=config.seed).to(config.device)
-    optimiser = torch.optim.AdamW(model.parameters(), lr=config.scratch_lr, betas=(0.9, 0.95), weight_decay=0.0)
-    batches = torch.Generator().manual_seed(config.seed + 14)
+    x_val, y_val = (t.to(config.device) for t in task.validation())
+    seeds = scratch_seed_range(config)
+    runs = [(rule, seed) for rule in ("sqrt", config.too_strong) for seed in seeds]
+    shape = dict(vocab_size=task.vocab_size, seq_len=task.seq_len, d_model=32, n_layers=2, n_heads=2,
+                 d_head=config.scratch_d_head, init="unit")
+    model = BatchedTransformer([Transformer(ModelConfig(**shape, scale=rule), seed=seed) for rule, seed in runs])
+    model = model.to(config.device)
+    optimiser = BatchedOptimiser(list(model.parameters()), [("adamw", 0, len(runs))], weight_decay=0.0)
+    lr = torch.full((len(runs),), config.scratch_lr, device=config.device)
+    active = torch.ones(len(runs), dtype=torch.bool, device=config.device)
+    batches = {seed: torch.Generator().manual_seed(seed + 14) for seed in seeds}
     checks = {round(i * config.scratch_steps / config.scratch_checks) for i in range(config.scratch_checks + 1)}
-    trajectory = []
+    trajectories = [[] for _ in runs]
     for step in range(config.scratch_steps + 1):
         if step in checks:
-            model.eval()
-            with torch.no_grad():
-                _, val_loss = model(x_val.to(config.device), y_val.to(config.device))
-            trajectory.append({"step": step, "val_loss": float(val_loss), **flag_summary(model, x_val.to(config.device))})
-            model.train()
+            stacked = x_val.expand(len(runs), *x_val.shape), y_val.expand(len(runs), *y_val.shape)
+            for trajectory, check in zip(trajectories, check_runs(model, *stacked)):
+                trajectory.append({"step": step, **check})
         if step == config.scratch_steps:
             break
-        x, y = task.batch(config.scratch_batch, batches)
-        _, loss = model(x.to(config.device), y.to(config.device))
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        optimiser.step()
-    return {"rule": rule, "factor": scaling.factor(rule, config.scratch_d_head), "d_head": config.scratch_d_head,
-            "trajectory": trajectory, **{k: trajectory[-1][k] for k in ("over_smoothed_heads", "normalized_entropy",
-                                                                         "val_loss")}}
+        drawn = {seed: task.batch(config.scratch_batch, generator) for seed, generator in batches.items()}
+        x, y = (torch.stack([drawn[seed][i] for _, seed in runs]).to(config.device) for i in (0, 1))
+        _, losses = model(x, y)
+        model.zero_grad(set_to_none=False)
+        losses.sum().backward()  # each run's parameters get the gradient of its own loss only
+        optimiser.step(lr, active)
+    return [{"rule": rule, "seed": seed, "factor": scaling.factor(rule, config.scratch_d_head),
+             "d_head": config.scratch_d_head, "trajectory": trajectory,
+             **{k: trajectory[-1][k] for k in ("over_smoothed_heads", "normalized_entropy", "val_loss")}}
+            for (rule, seed), trajectory in zip(runs, trajectories)]
+
+
+def mean_trajectory(runs: list[dict]) -> list[dict]:
+    """One rule's flag along training, averaged over its seeds check by check: the mean share of
+    heads flagged, its lowest and highest seed, the mean entropy and validation loss."""
+    rows = []
+    for checks in zip(*(run["trajectory"] for run in runs)):
+        shares = [check["over_smoothed_heads"] for check in checks]
+        rows.append({"step": checks[0]["step"], "seeds": len(checks), "over_smoothed_heads": statistics.fmean(shares),
+                     "lowest_seed": min(shares), "highest_seed": max(shares),
+                     **{key: statistics.fmean(check[key] for check in checks)
+                        for key in ("normalized_entropy", "val_loss")}})
+    return rows
+
+
+def runs_of(result: dict, rule: str) -> list[dict]:
+    return [run for run in result["scratch"]["runs"] if run["rule"] == rule]
 
 
 def scratch_part(config: Config) -> dict:
     return {"task": "recall", "steps": config.scratch_steps, "lr": config.scratch_lr,
-            "runs": [train_from_scratch(rule, config) for rule in ("sqrt", config.too_strong)]}
+            "seeds": list(scratch_seed_range(config)), "runs": train_from_scratch(config)}
 
 
 def run(config: Config, progress=None) -> dict:

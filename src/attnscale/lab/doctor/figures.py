@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ...plotting import pyplot, save_to
-from .experiment import HIST_EDGES
+from .experiment import HIST_EDGES, mean_trajectory, runs_of
 from .verdicts import FIRES_SHARE
 
 
@@ -42,14 +42,21 @@ def figure_c14(result: dict, path) -> None:
 
 
 def figure_c14_training(result: dict, path) -> None:
-    """The flag and the entropy along training, for the correct and the too-strong factor."""
+    """The flag and the entropy along training, for the correct and the too-strong factor: each
+    seed faint, the mean over seeds bold."""
     plt = pyplot()
     fig, (flagged, entropy) = plt.subplots(1, 2, figsize=(8, 3.0), dpi=100, layout="constrained")
-    for run in result["scratch"]["runs"]:
-        steps = [c["step"] for c in run["trajectory"]]
-        label = f"{run['rule']} (factor {run['factor']:.3g})"
-        flagged.plot(steps, [c["over_smoothed_heads"] for c in run["trajectory"]], marker="o", label=label)
-        entropy.plot(steps, [c["normalized_entropy"] for c in run["trajectory"]], marker="o", label=label)
+    for colour, rule in zip(("C0", "C1"), ("sqrt", result["too_strong"])):
+        runs = runs_of(result, rule)
+        for run in runs:
+            steps = [c["step"] for c in run["trajectory"]]
+            flagged.plot(steps, [c["over_smoothed_heads"] for c in run["trajectory"]], color=colour, alpha=0.2, lw=0.8)
+            entropy.plot(steps, [c["normalized_entropy"] for c in run["trajectory"]], color=colour, alpha=0.2, lw=0.8)
+        mean = mean_trajectory(runs)
+        steps = [c["step"] for c in mean]
+        label = f"{rule} (factor {runs[0]['factor']:.3g}), mean of {len(runs)} seeds"
+        flagged.plot(steps, [c["over_smoothed_heads"] for c in mean], color=colour, marker="o", label=label)
+        entropy.plot(steps, [c["normalized_entropy"] for c in mean], color=colour, marker="o", label=label)
     flagged.axhline(FIRES_SHARE, color="gray", ls="--", lw=0.8)
     flagged.set(xlabel="training step", ylabel="share of heads over-smoothed", ylim=(-0.05, 1.05))
     entropy.set(xlabel="training step", ylabel="mean normalised entropy", ylim=(0, 1.02))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .experiment import run
+from .experiment import mean_trajectory, runs_of
 
 
 def tables(result: dict) -> dict[str, list[dict]]:
@@ -17,9 +17,9 @@ def tables(result: dict) -> dict[str, list[dict]]:
         "C14: near-uniform heads": [
             {k: row[k] for k in ("condition", "factor", "over_smoothed_heads", "saturated_heads", "normalized_entropy")}
             for row in pre["conditions"]],
-        "C14: the flag while training from scratch (recall)": [
-            {"rule": run["rule"], "factor": run["factor"], **check} for run in result["scratch"]["runs"]
-            for check in run["trajectory"]],
+        "C14: the flag while training from scratch (recall, mean over seeds)": [
+            {"rule": rule, "factor": runs_of(result, rule)[0]["factor"], **check}
+            for rule in ("sqrt", result["too_strong"]) for check in mean_trajectory(runs_of(result, rule))],
         "counterfactual: the trained model with its factor replaced": [
             {k: row[k] for k in ("scale", "factor", "entropy_change", "over-smoothed_heads", "saturated_heads",
                                  "token_cosine", "pooled_cosine")} for row in pre["counterfactual"]],
