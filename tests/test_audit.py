@@ -613,18 +613,19 @@ def test_skips_name_what_the_family_lacks():
 
 
 def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no_attention_of_its_own():
-    results = [audit.audit_family(name, ("eager",)) for name in ("llava", "llama", "clip_vision_model", "detr")]
+    results = [audit.audit_family(name, ("eager",)) for name in ("llava", "llama", "clip_vision_model", "cohere_asr")]
     by_name = {r.family: r for r in results}
     assert by_name["llava"].own_attention == [] and [t["model_type"] for t in by_name["llava"].towers] == [
         "clip_vision_model", "llama"]
-    assert {"DetrSelfAttention", "DetrCrossAttention"} <= set(by_name["detr"].own_attention)  # its decoder's own
-    assert not any("Norm" in name for name in by_name["detr"].own_attention)
+    # its decoder's own (the Parakeet encoder is its tower)
+    assert {"CohereAsrSelfAttention", "CohereAsrCrossAttention"} <= set(by_name["cohere_asr"].own_attention)
+    assert not any("Norm" in name for name in by_name["cohere_asr"].own_attention)
     summary = audit.report(results, ("eager",), 0.0)
     assert by_name["llava"].status == "covered" and by_name["llava"].verdict == audit.COVERED
     assert by_name["llava"].reason == "every tower measured: vision_config = clip_vision_model (ok), text_config = llama (ok)"
-    assert by_name["detr"].status == "skipped" and "own attention classes are not audited" in by_name["detr"].reason
+    assert by_name["cohere_asr"].status == "skipped" and "own attention classes are not audited" in by_name["cohere_asr"].reason
     audit.report(results, ("eager",), 0.0)  # a second report does not repeat the note
-    assert by_name["detr"].reason.count("own attention classes") == 1
+    assert by_name["cohere_asr"].reason.count("own attention classes") == 1
     cover = summary["coverage"]
     assert (cover["measured"], cover["covered"], cover["unmeasured"]) == (2, 1, 1) and cover["attention_bearing"] == 4
     alone = audit.audit_family("llava", ("eager",))
@@ -799,3 +800,52 @@ def test_audio_shapes_keep_the_stated_channels_first_and_add_sub_configs_and_sta
 def test_a_list_of_families_too_long_for_a_path_is_read_as_families():
     names = ",".join(["llama"] * 60)
     assert audit.plan(names) == [("family", "llama")]
+
+
+def test_a_detector_is_built_whole_on_a_tiny_backbone_of_its_default_type():
+    """DETR's config builds a ResNet backbone by default (its sub-config spec): the audit builds it
+    at the tiny sizes (one block a stage, widths / 8) and feeds a 128 x 128 image, whose 4 x 4
+    feature map gives the encoder 16 keys; every attention layer, encoder, decoder and cross, reads
+    head_dim^-0.5 (DetrAttention's self.scaling = head_dim**-0.5)."""
+    from attnscale.audit import whole_path
+
+    config = families.tiny_config("detr")
+    backbone = config.backbone_config
+    assert backbone.model_type == "resnet" and set(backbone.depths) == {1}
+    assert backbone.hidden_sizes == [size // families.CNN_WIDTH_DIVISOR for size in type(backbone)().hidden_sizes]
+    assert whole_path.pixel_values(config, 1).shape[-2:] == (whole_path.BACKBONE_IMAGE,) * 2
+    result = audit.audit_family("detr", backends=("eager",))
+    layers = result.to_dict()["layers"]
+    assert result.verdict == "ok" and {layer["name"].split(".")[0] for layer in layers} == {"encoder", "decoder"}
+    assert all(abs(layer["backends"]["eager"]["function"]["factor"] - layer["d_k"] ** -0.5) < 1e-6 for layer in layers)
+
+
+def test_conditional_detr_cross_attention_scales_by_its_doubled_head_dim():
+    """Conditional DETR's decoder cross-attention concatenates content and position per head, so q
+    and k have 2 x head_dim dimensions and its code sets scaling = expanded_head_dim**-0.5: the
+    audit measures (2 head_dim)^-0.5 there and head_dim^-0.5 in every other layer."""
+    import inspect
+
+    from transformers.models.conditional_detr import modeling_conditional_detr as source
+
+    assert "self.scaling = expanded_head_dim**-0.5" in inspect.getsource(source)
+    head_dim = families.TINY["hidden_size"] // families.TINY["encoder_attention_heads"]
+    factors = {layer["name"]: layer["backends"]["eager"]["function"]["factor"]
+               for layer in audit.audit_family("conditional_detr", backends=("eager",)).to_dict()["layers"]}
+    cross = [name for name in factors if name.endswith("encoder_attn")]
+    assert cross and all(abs(factors[name] - (2 * head_dim) ** -0.5) < 1e-6 for name in cross)
+    assert all(abs(factor - head_dim**-0.5) < 1e-6 for name, factor in factors.items() if name not in cross)
+
+
+def test_cnn_backbones_shrink_widths_and_depths_but_keep_the_image_channels():
+    shrunk = families.cnn_kwargs({"depths": [3, 4, 6, 3], "hidden_sizes": [256, 512, 1024, 2048], "embedding_size": 64,
+                                  "stem_channels": [3, 32, 48], "layer_type": "bottleneck"})
+    assert shrunk == {"depths": [1, 1, 1, 1], "hidden_sizes": [32, 64, 128, 256], "embedding_size": 8,
+                      "stem_channels": [3, 8, 8]}
+    # a config without a backbone, or whose backbone needs timm, keeps its composite skip
+    assert families.tiny_backbone(families.config_class("llama"), "backbone_config") is None
+    from types import SimpleNamespace
+
+    needs_timm = SimpleNamespace(sub_configs={"backbone_config": None}, sub_configs_defaults={
+        "backbone_config": SimpleNamespace(model_type="timm_backbone", init_kwargs={})})
+    assert families.tiny_backbone(needs_timm, "backbone_config") is None

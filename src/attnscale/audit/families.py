@@ -369,6 +369,10 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
         if name in kwargs:
             continue
         if getattr(sub_cls, "__name__", "") == "AutoConfig":
+            backbone = tiny_backbone(cls, name)
+            if backbone is not None:
+                kwargs[name] = backbone
+                continue
             every = dict(getattr(cls, "sub_configs", {}) or {})
             raise composite_skip(cls, every, f"a composite of other families ({towers(cls, every)})")
         try:
@@ -392,6 +396,59 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
             except Exception as error:  # noqa: BLE001 - any refusal is a reason to try the next change, then skip
                 refusal = refusal or error
     raise Skip(f"config rejects the tiny sizes: {first_line(refusal)}")
+
+
+BACKBONE = "backbone_config"  # the sub-config of a detector or segmenter's image backbone (ResNet, Swin, HGNetV2)
+NO_BACKBONES = ("timm_backbone", "timm_wrapper")  # need the timm package, which the audit does without
+CNN_WIDTH_DIVISOR = 8  # a convolutional backbone's channel widths at the tiny sizes: its own / 8, at least 8
+
+
+def cnn_kwargs(defaults: dict) -> dict:
+    """A convolutional backbone (stages of channel widths and depths, no heads) shrunk: one block a
+    stage, every channel width divided by CNN_WIDTH_DIVISOR.  The attention it feeds is the
+    composite's own; the backbone only has to turn the image into a few feature vectors."""
+    out = {}
+    for name, value in defaults.items():
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            if name in ("depths", "stage_num_blocks", "stage_numb_of_layers"):
+                out[name] = [1] * len(value)
+            elif name == "hidden_sizes" or name.endswith("_channels"):
+                # a width of at most 4 is the image's channels (HGNetV2's stem starts at 3)
+                out[name] = [v if v <= 4 else max(8, v // CNN_WIDTH_DIVISOR) for v in value]
+        elif isinstance(value, int) and not isinstance(value, bool) and name in ("embedding_size", "stem_channels"):
+            out[name] = max(8, value // CNN_WIDTH_DIVISOR)
+    return out
+
+
+def tiny_backbone(cls, name: str):
+    """A sub-config of a detector (a config with an image backbone) as its config would build it by
+    default (its sub-config spec's model type and settings), at the tiny sizes: the backbone, and a
+    text encoder or mask decoder beside it.  None for a config without a backbone, a spec without a
+    model type of the installed transformers, or one that needs timm."""
+    spec = (getattr(cls, "sub_configs_defaults", None) or {}).get(name)
+    model_type = getattr(spec, "model_type", None)
+    if BACKBONE not in (getattr(cls, "sub_configs", None) or {}) or not model_type or model_type in NO_BACKBONES:
+        return None
+    try:
+        sub_cls = config_class(model_type)
+    except UserError:  # a backbone type with no config class of its own in the installed release
+        return None
+    defaults = {f.name: f.default for f in dataclasses.fields(sub_cls)} if dataclasses.is_dataclass(sub_cls) else {}
+    tiny = tiny_kwargs(sub_cls)
+    if not stage_kwargs(defaults):  # no heads per stage: a CNN (a Swin backbone is shrunk by stage_kwargs)
+        tiny.update(cnn_kwargs(defaults))
+    stated = dict(getattr(spec, "init_kwargs", None) or {})
+    refusal = None
+    # the spec's stage selection may name stages the tiny sizes do not have: then the backbone's default
+    for kwargs in ({**stated, **tiny}, {**{k: v for k, v in stated.items() if k not in STAGE_SELECTION}, **tiny}):
+        try:
+            return sub_cls(**kwargs)
+        except Exception as error:  # noqa: BLE001 - a backbone that refuses the tiny sizes: skipped with the reason
+            refusal = refusal or error
+    raise Skip(f"{name} ({model_type}) rejects the tiny sizes: {first_line(refusal)}")
+
+
+STAGE_SELECTION = ("out_indices", "out_features", "return_idx")
 
 
 def shares_of(sizes, total: int) -> list[int]:

@@ -253,7 +253,7 @@ def declared_of(model, call, fallback_index: int, model_type: str) -> declared_r
     if per_layer is not None:
         try:
             config = per_layer[index]
-        except (IndexError, KeyError, TypeError, ValueError):
+        except (IndexError, KeyError, TypeError, ValueError, AttributeError):  # a config with no layer count
             pass
     layer_type = getattr(call.module, "layer_type", None) or getattr(call.module, "attention_type", None)
     if layer_type is None:

@@ -263,11 +263,16 @@ def image_name(model) -> str:
     return VIDEO_INPUT if getattr(model, "main_input_name", None) == VIDEO_INPUT else "pixel_values"
 
 
+# a detector's image: its backbone downsamples by 32, leaving 4 x 4 feature vectors for the encoder
+BACKBONE_IMAGE = 128
+
+
 def pixel_values(config, batch: int) -> torch.Tensor:
     """A fixed image batch at the config's size, or a clip of the config's frame count for a video
     model, (batch, frames, channels, height, width) (the path probe overwrites q, k and v, so only
     its shape matters; the kernel probe reads the real call's shapes)."""
-    size = getattr(config, "image_size", None) or getattr(config, "crop_size", None) or 32
+    size = (getattr(config, "image_size", None) or getattr(config, "crop_size", None)
+            or (BACKBONE_IMAGE if getattr(config, "backbone_config", None) is not None else 32))
     height, width = (size, size) if isinstance(size, int) else tuple(size)[:2]
     channels = getattr(config, "num_channels", 3) or 3
     frames = next((value for name in FRAME_FIELDS if isinstance(value := getattr(config, name, None), int)), None)
