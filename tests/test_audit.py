@@ -814,7 +814,9 @@ def test_a_detector_is_built_whole_on_a_tiny_backbone_of_its_default_type():
     assert backbone.model_type == "resnet" and set(backbone.depths) == {1}
     assert backbone.hidden_sizes == [size // families.CNN_WIDTH_DIVISOR for size in type(backbone)().hidden_sizes]
     assert whole_path.pixel_values(config, 1).shape[-2:] == (whole_path.BACKBONE_IMAGE,) * 2
-    result = audit.audit_family("detr", backends=("eager",))
+    result = audit.audit_family("detr", backends=("eager", "sdpa"))
+    # its ResNet has no attention: sdpa is set on the attention layers, the backbone keeps eager
+    assert result.backends["sdpa"]["accepted"] and result.backends["sdpa"]["parity"] < 1e-4
     layers = result.to_dict()["layers"]
     assert result.verdict == "ok" and {layer["name"].split(".")[0] for layer in layers} == {"encoder", "decoder"}
     assert all(abs(layer["backends"]["eager"]["function"]["factor"] - layer["d_k"] ** -0.5) < 1e-6 for layer in layers)
@@ -849,3 +851,22 @@ def test_cnn_backbones_shrink_widths_and_depths_but_keep_the_image_channels():
     needs_timm = SimpleNamespace(sub_configs={"backbone_config": None}, sub_configs_defaults={
         "backbone_config": SimpleNamespace(model_type="timm_backbone", init_kwargs={})})
     assert families.tiny_backbone(needs_timm, "backbone_config") is None
+
+
+def test_attention_modules_no_row_reads_are_named_with_what_they_compute():
+    """Deformable DETR's encoder and cross-attention are deformable (sampling_offsets and
+    attention_weights, linear maps of the query, in its modeling file): named as such, with no
+    factor claimed; its decoder self-attention is measured.  A plain model leaves nothing unread."""
+    import inspect
+
+    from transformers.models.deformable_detr import modeling_deformable_detr as source
+
+    assert "self.sampling_offsets = nn.Linear" in inspect.getsource(source)
+    result = audit.audit_family("deformable_detr", backends=("eager",))
+    unread = result.unread_attention
+    assert unread and all(module["mechanism"] == audit.DEFORMABLE for module in unread)
+    assert {module["class"] for module in unread} == {"DeformableDetrMultiscaleDeformableAttention"}
+    assert [layer["name"] for layer in result.layers] == ["decoder.layers.0.self_attn"]
+    row = verdicts.family_row(result, ("eager",))
+    assert row["verdict"] == "ok" and row["other mechanisms"].startswith("deformable attention (")
+    assert audit.audit_family("bert", backends=("eager",)).unread_attention == []

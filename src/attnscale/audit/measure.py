@@ -63,6 +63,7 @@ class FamilyAudit:
     towers: list = field(default_factory=list)        # a composite's towers: name, model type, own family or not
     own_attention: list = field(default_factory=list)  # attention classes a composite runs outside its towers
     tower_of: str = ""  # a tower row: the composite it belongs to (not a family of its own)
+    unread_attention: list = field(default_factory=list)  # attention modules no row reads, with what they compute
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -343,6 +344,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
         result.layers = layer_rows(model, model_type, measured)
     if result.layers:
         result.source_lines = declared_rules.scaling_lines(model)
+    result.unread_attention = unread_attention(model, result.layers)
     judge_family(result, backends)
     result.seconds = time.perf_counter() - start
     return result
@@ -379,6 +381,30 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> 
             result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
         finally:
             set_attn_implementation(model, previous)
+
+
+DEFORMABLE_PARTS = ("sampling_offsets", "attention_weights")  # Deformable DETR's linear maps of the query
+DEFORMABLE = ("deformable attention: weights from a linear map of the query, a softmax over sampling points; "
+              "no q.k product, so no factor")
+
+
+def unread_attention(model, layers: list[dict]) -> list[dict]:
+    """The model's attention modules (by class name) that no measured row reads: neither a row's
+    module, inside one, nor holding one; each named with what it computes where that is recognised
+    (deformable attention), "not intercepted" otherwise."""
+    read = [row["name"] for row in layers]
+    found = []
+    for name, module in model.named_modules():
+        if not name or not families.is_attention_class(type(module).__name__):
+            continue
+        if any(r == name or r.startswith(name + ".") or name.startswith(r + ".") for r in read):
+            continue
+        if any(name.startswith(outer["name"] + ".") for outer in found):  # inside a module already named
+            continue
+        deformable = all(isinstance(getattr(module, part, None), torch.nn.Linear) for part in DEFORMABLE_PARTS)
+        found.append({"name": name, "class": type(module).__name__,
+                      "mechanism": DEFORMABLE if deformable else "not intercepted"})
+    return found
 
 
 def class_location(module) -> str | None:

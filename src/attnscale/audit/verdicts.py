@@ -227,6 +227,16 @@ def other_mechanisms(rows: list[dict]) -> str:
     return ", ".join(found) or ("none" if read else "-")
 
 
+def unread_mechanisms(unread: list[dict]) -> list[str]:
+    """The attention modules no row reads, grouped by class: what each computes where it is known."""
+    by_class: dict[str, list[dict]] = {}
+    for module in unread:
+        by_class.setdefault(module["class"], []).append(module)
+    return [f"{modules[0]['mechanism'].split(':')[0]} ({name} x{len(modules)}, no q.k)"
+            if modules[0]["mechanism"] != "not intercepted" else f"not intercepted: {name} x{len(modules)}"
+            for name, modules in by_class.items()]
+
+
 def family_row(result, backends) -> dict:
     """family, declared factor, measured per backend, non-linearity, position dependence, verdict."""
     rows = result.layers
@@ -242,7 +252,11 @@ def family_row(result, backends) -> dict:
             row[backend] = span([judged_factor(r["backends"][backend]) for r in rows if backend in r["backends"]])
             if row[backend] == "-" and info.get("parity") is not None:
                 row[backend] = f"parity {info['parity']:.2g}"
-    row.update({"non-linearity": nonlinearity(rows), "other mechanisms": other_mechanisms(rows), "position dependence": dependence(rows),
+    mechanisms = other_mechanisms(rows)
+    unread = unread_mechanisms(getattr(result, "unread_attention", []))
+    if unread:
+        mechanisms = ", ".join(([] if mechanisms in ("none", "-") else [mechanisms]) + unread)
+    row.update({"non-linearity": nonlinearity(rows), "other mechanisms": mechanisms, "position dependence": dependence(rows),
                 "verdict": result.verdict if result.status in ("audited", "covered") else "skipped",
                 "seconds": round(result.seconds, 2)})
     return row

@@ -83,6 +83,9 @@ def attn_implementation(model) -> str | None:
     return getattr(model.config, "_attn_implementation", None)
 
 
+BACKBONE = "backbone_config"  # a detector's image backbone (ResNet, HGNetV2, Swin)
+
+
 def set_attn_implementation(model, implementation: str) -> None:
     """Switch the model to ``implementation``; raises ValueError when the family does not accept it."""
     if attn_implementation(model) == implementation:
@@ -91,9 +94,17 @@ def set_attn_implementation(model, implementation: str) -> None:
         try:
             model.set_attn_implementation(implementation)
         except (ValueError, ImportError, KeyError) as error:
-            text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise UserError(f"{type(model).__name__} does not accept attn_implementation={implementation!r}: {text}") \
-                from None
+            # A detector whose convolutional backbone has no attention refuses every backend but
+            # eager for the whole model: the backbone keeps its own, the attention layers switch.
+            backbone = getattr(model.config, BACKBONE, None)
+            try:
+                if backbone is None or implementation == "eager":
+                    raise error
+                model.set_attn_implementation({"": implementation, BACKBONE: backbone._attn_implementation})
+            except (ValueError, ImportError, KeyError):
+                text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise UserError(f"{type(model).__name__} does not accept attn_implementation={implementation!r}: "
+                                f"{text}") from None
     else:
         model.config._attn_implementation = implementation
     if attn_implementation(model) != implementation:
