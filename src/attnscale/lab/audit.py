@@ -23,7 +23,7 @@ from ..audit import measure as audit_api
 from ..errors import UserError
 from ..plotting import pyplot, save
 
-VERSION = 5  # 5: composites covered by their towers, mrope and per-stage tiny sizes, coverage counts; 4: the attention function's entry named "function" (was "kernel"); 2: factors declared from the attention class's own code; gemma3n_text, zamba2 built; length row by row; 3: sinks
+VERSION = 6  # 6: video clips, audio shapes, detectors on tiny backbones, attention no row reads named; 5: composites covered by their towers, mrope and per-stage tiny sizes, coverage counts; 4: the attention function's entry named "function" (was "kernel"); 2: factors declared from the attention class's own code; gemma3n_text, zamba2 built; length row by row; 3: sinks
 NUMBER_KEYS: dict[str, tuple[str, ...]] = {}  # the audit tests no claim of the source, so its findings carry no numbers
 
 # A representative subset for the quick preset (about 15 s on 2 cores).
@@ -67,6 +67,7 @@ def compact(result) -> dict:
         })
     return {"family": result.family, "status": result.status, "reason": result.reason, "verdict": result.verdict,
             "findings": result.findings, "source_lines": result.source_lines,
+            "unread_attention": result.unread_attention,
             "backends": {b: {k: v for k, v in info.items() if k in ("accepted", "reason", "parity")}
                          for b, info in result.backends.items()},
             "layers": layers}
