@@ -870,3 +870,22 @@ def test_attention_modules_no_row_reads_are_named_with_what_they_compute():
     row = verdicts.family_row(result, ("eager",))
     assert row["verdict"] == "ok" and row["other mechanisms"].startswith("deformable attention (")
     assert audit.audit_family("bert", backends=("eager",)).unread_attention == []
+
+
+def test_cross_attention_that_runs_only_with_encoder_states_is_fed_them_and_measured():
+    """A Q-Former's and a decoder tower's cross-attention run only when encoder states are given:
+    the audit gives them 16 and measures those layers like the others (head_dim^-0.5 in both
+    BLIP-2's Q-Former and Canary's decoder, whose attention classes scale by head_dim**-0.5)."""
+    from attnscale.audit import whole_path
+
+    qformer = audit.audit_family("blip_2_qformer", backends=("eager",))
+    cross = [layer for layer in qformer.layers if "crossattention" in layer["name"]]
+    assert qformer.verdict == "ok" and cross and not qformer.unread_attention
+    cls = families.config_class("canary")
+    tower = next(t for t in families.tower_types(cls, dict(cls.sub_configs)) if t["name"] == "decoder_config")
+    decoder = audit.audit_tower("canary", tower, backends=("eager",))
+    assert decoder.verdict == "ok" and not decoder.unread_attention
+    assert {layer["name"].rsplit(".", 1)[1] for layer in decoder.layers} == {"self_attn", "encoder_attn"}
+    for layer in cross + decoder.layers:
+        assert abs(layer["backends"]["eager"]["function"]["factor"] - layer["d_k"] ** -0.5) < 1e-5
+    assert whole_path.encoder_states(families.build(families.tiny_config("bert")), 1) == {}  # no cross-attention

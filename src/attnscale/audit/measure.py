@@ -297,7 +297,7 @@ def first_inputs(model) -> dict:
         raise UserError(f"{type(model).__name__} ran on none of the {takes} shapes tried ({'; '.join(refusals)})")
     vocab = getattr(model.config, "vocab_size", None) or 100
     ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
-    return model_inputs(model, ids, torch.ones_like(ids))
+    return model_inputs(model, ids, torch.ones_like(ids), **whole_path.encoder_states(model, 1))
 
 
 def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,

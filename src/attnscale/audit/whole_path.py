@@ -385,7 +385,27 @@ def input_shapes(model, takes: str) -> list[tuple[int, ...]]:
 
 
 def shaped_input(model, batch: int, shape: tuple[int, ...]) -> dict:
-    return patch_input(model, batch, shape) if main_input(model) == PATCHES else audio_input(model, batch, shape)
+    inputs = patch_input(model, batch, shape) if main_input(model) == PATCHES else audio_input(model, batch, shape)
+    return {**inputs, **encoder_states(model, batch)}
+
+
+CROSS_NAMES = ("crossattention", "cross_attn", "cross_attention", "encoder_attn")  # a cross-attention module's name
+ENCODER_TOKENS = 16  # the encoder states a decoder's cross-attention reads
+
+
+def encoder_states(model, batch: int) -> dict:
+    """Encoder states for a decoder (or Q-Former) that takes them apart from its own input and has
+    cross-attention layers, which run only when they are given (BLIP's text model, Canary's
+    decoder); {} for any other model.  Their width is the config's encoder_hidden_size, else its
+    hidden_size."""
+    if accepts(model, "decoder_input_ids") or not accepts(model, "encoder_hidden_states"):  # not a whole seq2seq
+        return {}
+    if not any(part in name.lower() for name, _ in model.named_modules() for part in CROSS_NAMES):
+        return {}
+    width = getattr(model.config, "encoder_hidden_size", None) or model.config.hidden_size
+    generator = torch.Generator().manual_seed(1)
+    states = torch.randn(1, ENCODER_TOKENS, width, generator=generator).repeat(batch, 1, 1)
+    return {"encoder_hidden_states": states}
 
 
 def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> dict:
@@ -395,7 +415,8 @@ def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> d
     if is_shaped(main_input(model)):
         return shaped_input(model, count, SIGNAL_SHAPES[model])
     ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
-    inputs = {"input_ids": ids, "attention_mask": torch.ones(count, tokens, dtype=torch.long)}
+    inputs = {"input_ids": ids, "attention_mask": torch.ones(count, tokens, dtype=torch.long),
+              **encoder_states(model, count)}
     if accepts(model, "position_ids"):
         positions = [far_position if d.position < 0 else d.position for d in designs]
         inputs["position_ids"] = torch.tensor(positions).unsqueeze(1).repeat(1, tokens)
