@@ -92,6 +92,23 @@ def test_rerun_reuses_the_store_and_fresh_or_a_new_seed_recompute(fake_lab, tmp_
     assert fake_lab[-1].d_k == 128 and full["preset"] == "full"
 
 
+def test_a_result_measured_on_another_release_of_a_probed_package_is_not_reused(fake_lab, tmp_path, monkeypatch):
+    """A lab that probes installed code (the audit, the doctor: transformers) keys its stored results by
+    that package's version too: after an upgrade the stored row is not the installed code's."""
+    import importlib.metadata
+
+    from attnscale import lab
+
+    monkeypatch.setitem(lab.REGISTRY, "variance", dataclasses.replace(lab.REGISTRY["variance"], probes=("transformers",)))
+    build_report(out=tmp_path, labs=("variance",))
+    assert build_report(out=tmp_path, labs=("variance",))["labs"]["variance"]["cached"] is True
+    installed = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.1" if name == "transformers" else installed(name))
+    assert lab.REGISTRY["variance"].stored_version() == "1+transformers-0.0.1"
+    assert build_report(out=tmp_path, labs=("variance",))["labs"]["variance"]["cached"] is False
+    assert len(fake_lab) == 2
+
+
 def test_a_stored_row_without_a_digest_is_refused_before_any_work(fake_lab, tmp_path):
     """A row the report did not write (a number set to NaN by hand, with no digest) is refused in
     one error naming the row, before a lab runs; --fresh computes it again."""

@@ -41,7 +41,7 @@ def row_digest(*texts: str) -> str:
     return hashlib.sha256("\0".join(texts).encode()).hexdigest()[:32]
 
 
-def config_key(kind: str, version: int, config) -> tuple[str, str]:
+def config_key(kind: str, version: int | str, config) -> tuple[str, str]:
     """(key, canonical config JSON) for a dataclass or dict config."""
     data = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
     text = json.dumps({"kind": kind, "version": version, "config": data}, sort_keys=True, default=str)

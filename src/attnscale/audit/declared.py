@@ -20,6 +20,14 @@ class SourceRule:
     path: str  # relative to the transformers package
     quote: str  # a line (or part of one) the file contains
     says: str  # what it means for the factor
+    # Where other transformers releases keep the line: a shared file (5.25 moved DeepSeek's
+    # mscale folding into modeling_rope_utils.py), and the call a family's code then makes.
+    moved_to: tuple[str, ...] = ()
+    called_as: tuple[str, ...] = ()
+
+    def in_code(self, code: str) -> bool:
+        """Whether ``code`` applies the rule: holds its line, or calls the shared copy of it."""
+        return self.quote in code or any(call in code for call in self.called_as)
 
 
 HEAD_DIM = SourceRule("models/llama/modeling_llama.py", "self.scaling = self.head_dim**-0.5",
@@ -48,13 +56,15 @@ INVERSE_LAYER_IDX = SourceRule("models/gpt2/modeling_gpt2.py", "self.scaling /= 
                                "factor divided by layer_idx + 1 if scale_attn_by_inverse_layer_idx")
 YARN_MSCALE_ALL_DIM = SourceRule("models/deepseek_v3/modeling_deepseek_v3.py", "scaling = scaling * mscale * mscale",
                                  "factor times mscale^2, mscale = 0.1 * mscale_all_dim * ln(factor) + 1 (rope_type "
-                                 "not default), in the families whose attention code has this line (DeepSeek's "
-                                 "and its copies; not, e.g., Ministral 3, whose rope parameters carry mscale_all_dim "
-                                 "too)")
+                                 "not default), in the families whose attention code has this line or calls "
+                                 "yarn_apply_mscale (DeepSeek's and its copies; not, e.g., Ministral 3, whose rope "
+                                 "parameters carry mscale_all_dim too)",
+                                 moved_to=("modeling_rope_utils.py",), called_as=("yarn_apply_mscale(",))
 YARN_GET_MSCALE = SourceRule("models/deepseek_v3/modeling_deepseek_v3.py", "return 0.1 * mscale * math.log(scale) + 1.0",
-                             "yarn_get_mscale(scale, mscale) = 0.1 * mscale * ln(scale) + 1 (1 when scale <= 1)")
+                             "yarn_get_mscale(scale, mscale) = 0.1 * mscale * ln(scale) + 1 (1 when scale <= 1)",
+                             moved_to=("modeling_rope_utils.py",))
 YARN_ATTENTION_FACTOR = SourceRule("modeling_rope_utils.py",
-                                   "attention_factor = float(get_mscale(factor, mscale) / get_mscale(factor, mscale_all_dim))",
+                                   "get_mscale(factor, mscale_all_dim))",  # yarn_get_mscale from 5.25 on
                                    "YaRN's cos and sin carry attention_factor (given, or mscale ratio, or "
                                    "0.1 ln(factor) + 1): q.k on rotary coordinates times attention_factor^2")
 LONGROPE_ATTENTION_FACTOR = SourceRule("modeling_rope_utils.py",
@@ -147,8 +157,8 @@ def family_source(model_type: str) -> str:
 
 
 def family_applies_text(model_type: str, rule: SourceRule) -> bool:
-    """Whether the family's own modeling files hold the rule's line."""
-    return rule.quote in family_source(model_type)
+    """Whether the family's own modeling files hold the rule's line (or call its shared copy)."""
+    return rule.in_code(family_source(model_type))
 
 
 @functools.lru_cache(maxsize=None)
@@ -278,7 +288,7 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     code = family_source(model_type) if source is None else source
 
     def applies(rule: SourceRule) -> bool:
-        return rule.quote in code
+        return rule.in_code(code)
 
     def has_line(rule: SourceRule) -> bool:
         """The quote as a whole statement ("self.scaling = 1.0", not a prefix of "... = 1.0 / d")."""

@@ -49,9 +49,19 @@ class Lab:
     name: str
     claims: tuple[str, ...]        # the claims its judge() gives findings for
     uses_run_store: bool = False   # run() takes store=RunStore and has worker processes of its own
+    probes: tuple[str, ...] = ()   # installed packages whose code it measures: their versions key its stored results
 
     def module(self) -> ModuleType:
         return importlib.import_module(f"{__name__}.{self.name}")
+
+    def stored_version(self) -> int | str:
+        """What keys its stored results besides the config: VERSION, plus each probed package's
+        version (a result measured on another transformers release is not reused)."""
+        from importlib.metadata import version
+
+        code = self.module().VERSION
+        return "+".join([str(code), *(f"{package}-{version(package)}" for package in self.probes)]) \
+            if self.probes else code
 
 
 REGISTRY = {lab.name: lab for lab in (
@@ -59,8 +69,8 @@ REGISTRY = {lab.name: lab for lab in (
     Lab("saturation", ("C04", "C05", "C06", "C16", "C18")),
     Lab("numerics", ("C11", "C12")),
     Lab("training", ("C05", "C06", "C07", "C09", "C10", "C13", "C17", "C18"), uses_run_store=True),
-    Lab("doctor", ("C10", "C13", "C14")),
-    Lab("audit", ()),  # no claim: its findings are its tables
+    Lab("doctor", ("C10", "C13", "C14"), probes=("transformers",)),
+    Lab("audit", (), probes=("transformers",)),  # no claim: its findings are its tables
 )}
 LABS = tuple(REGISTRY)
 

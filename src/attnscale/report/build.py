@@ -45,7 +45,7 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
     for name in labs:
         module = lab.load(name)
         config = lab.config_for(name, preset, seed=seed, device=device)
-        key, config_text = config_key(name, module.VERSION, config)
+        key, config_text = config_key(name, lab.REGISTRY[name].stored_version(), config)
         stored = None if fresh else store.get(key)
         if stored is not None:
             result, seconds = stored
