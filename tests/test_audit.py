@@ -4,6 +4,7 @@ drops the factor is flagged, every verdict is reachable, and the CLI and the lab
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -890,3 +891,18 @@ def test_cross_attention_that_runs_only_with_encoder_states_is_fed_them_and_meas
     for layer in cross + decoder.layers:
         assert abs(layer["backends"]["eager"]["function"]["factor"] - layer["d_k"] ** -0.5) < 1e-5
     assert whole_path.encoder_states(families.build(families.tiny_config("bert")), 1) == {}  # no cross-attention
+
+
+def test_a_modeling_file_that_asks_the_hub_for_kernels_imports_silently():
+    """GPT-Neo's modeling file asks the hub for flash-attention kernels on import (transformers 5.25);
+    with attnscale's offline set-up the kernels package's "Skipping publisher trust check" lines stay
+    off stderr, and the import still works."""
+    import subprocess
+    import sys
+
+    code = ("import attnscale.audit.families, transformers.models.gpt_neo.modeling_gpt_neo as m; "
+            "print(m.GPTNeoModel.__name__)")
+    env = {key: value for key, value in os.environ.items() if key != "HF_HUB_OFFLINE"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "GPTNeoModel", done.stderr
+    assert "Skipping publisher trust check" not in done.stderr, done.stderr

@@ -11,14 +11,14 @@ with the reason (multimodal, a config that rejects the tiny sizes, ...).
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass
 
 import torch
 
 from ..errors import UserError
+from ..hub import offline
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+offline()
 
 # The tiny sizes, by standard config field name (a config's attribute_map translates them,
 # e.g. hidden_size -> n_embd).  Head dim 16 with 4 query and 2 key/value heads.

@@ -14,12 +14,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 from pathlib import Path
 
 from ..errors import UserError
+from ..hub import offline
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+offline()
 
 # The files whose "auto_map" makes transformers import Python from the model folder.
 CODE_MAP_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
