@@ -257,6 +257,18 @@ def test_the_lab_registry_agrees_with_each_lab_module():
             assert hasattr(module, attribute), (name, attribute)
 
 
+def test_cjk_characters_are_the_range_members_at_every_boundary():
+    """The regular expression agrees with the ranges' definition, code point by code point, at and
+    next to each range's ends (and ASCII, Latin and emoji stay out)."""
+    from attnscale.report import fonts
+
+    points = {p for low, high in fonts.CJK_RANGES for p in (low - 1, low, low + 1, high - 1, high, high + 1)}
+    text = "".join(chr(p) for p in sorted(points)) + "attention 注意力 é 😀" * 3
+    expected = sorted({ch for ch in text if any(low <= ord(ch) <= high for low, high in fonts.CJK_RANGES)})
+    assert fonts.cjk_characters(text) == "".join(expected)
+    assert "注" in expected and chr(0x2FFF) not in expected and chr(0x3000) in expected
+
+
 def test_the_page_embeds_exactly_the_cjk_characters_it_uses(fake_lab, tmp_path):
     """A subset of an installed CJK font (set-up installs Debian's fonts-wqy-microhei), holding a glyph
     for every CJK character of the page, and only those, inside the page (no file, no network)."""

@@ -16,6 +16,7 @@ import base64
 import io
 import logging
 import os
+import re
 from pathlib import Path
 
 from ..errors import UserError
@@ -29,9 +30,13 @@ CANDIDATES = ("/usr/share/fonts/truetype/wqy/wqy-microhei.ttc",
 CJK_RANGES = ((0x3000, 0x303F), (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xFF00, 0xFFEF))
 
 
+CJK_PATTERN = re.compile("[" + "".join(f"\\u{low:04x}-\\u{high:04x}" for low, high in CJK_RANGES) + "]")
+
+
 def cjk_characters(text: str) -> str:
-    """The distinct CJK characters of ``text``, in code point order."""
-    return "".join(sorted({ch for ch in text if any(low <= ord(ch) <= high for low, high in CJK_RANGES)}))
+    """The distinct CJK characters of ``text``, in code point order (a regular expression: the page
+    is megabytes of base64 figures, a Python loop over it took 6 s)."""
+    return "".join(sorted(set(CJK_PATTERN.findall(text))))
 
 
 def font_path() -> Path | None:
