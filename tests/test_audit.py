@@ -906,3 +906,22 @@ def test_a_modeling_file_that_asks_the_hub_for_kernels_imports_silently():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "GPTNeoModel", done.stderr
     assert "Skipping publisher trust check" not in done.stderr, done.stderr
+
+
+def test_widths_a_validator_ties_to_the_hidden_size_follow_the_tiny_sizes():
+    """WavTokenizer's validator requires codebook_dim == hidden_size, Pocket TTS's its flow head's
+    condition_dim == the backbone's hidden_size, Inkling 2 its (optional) vision tower's
+    text_hidden_size == the text hidden size: each is built at the tiny width, the fields that
+    default to a hidden size under another name set to it; a validator's refusal names its cause."""
+    assert families.tiny_config("wavtokenizer").codebook_dim == families.TINY["hidden_size"]
+    pocket = families.tiny_config("pocket_tts")
+    assert pocket.flow_head_config.condition_dim == pocket.hidden_size == families.TINY["hidden_size"]
+    inkling = families.tiny_config("inkling2")
+    assert inkling.vision_config.text_hidden_size == inkling.text_config.hidden_size == families.TINY["hidden_size"]
+    with pytest.raises(families.Skip, match="hidden_size \\* expand .* must equal num_heads \\* head_dim"):
+        families.tiny_config("mamba2")
+
+
+def test_every_token_id_beyond_the_tiny_vocabulary_is_moved_inside_it():
+    kwargs = families.tiny_kwargs(families.config_class("nemotron3_5_transcribe_word_timestamp"))
+    assert kwargs["blank_token_id"] < families.TINY["vocab_size"]

@@ -156,13 +156,70 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
     if isinstance(conv, (list, tuple)) and conv:  # a wav2vec2-style feature encoder: its convolutions shrunk
         kwargs["conv_dim"] = (32,) * len(conv)
     vocab = kwargs.get("vocab_size", TINY["vocab_size"])
-    for token in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id",
-                  "cls_token_id", "mask_token_id", "unk_token_id"):
+    for token in [name for name in defaults if name.endswith("_token_id")]:  # pad, bos, eos, blank, ...
         default = defaults.get(token)
         if isinstance(default, int) and default >= vocab:
             kwargs[token] = min(3, vocab - 1)
     kwargs.update(overrides or {})
     return kwargs
+
+
+WIDTH_SUFFIXES = ("_dim", "_size")  # how a field holding a width under another name ends
+NOT_WIDTHS = ("vocab_size", "image_size", "patch_size")
+
+
+def default_width(cls) -> int | None:
+    """The default hidden size of a config class (under its own name for it), if it has one."""
+    if not dataclasses.is_dataclass(cls):
+        return None
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+    name = "hidden_size" if "hidden_size" in defaults else (getattr(cls, "attribute_map", {}) or {}).get("hidden_size")
+    value = defaults.get(name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def tied_widths(cls, widths: set[int], kwargs: dict) -> dict:
+    """Fields that default to a hidden size (this config's, its parent's or a sibling's) under another
+    name, set to the tiny hidden size: a validator may require them equal (WavTokenizer's
+    codebook_dim, Pocket TTS's flow head condition_dim, a vision tower's text_hidden_size)."""
+    if not dataclasses.is_dataclass(cls):
+        return {}
+    tied = {}
+    for f in dataclasses.fields(cls):
+        if (f.name not in kwargs and f.name.endswith(WIDTH_SUFFIXES) and f.name not in NOT_WIDTHS
+                and isinstance(f.default, int) and not isinstance(f.default, bool) and f.default in widths):
+            tied[f.name] = TINY["hidden_size"]
+    return tied
+
+
+def tied_sub_configs(sub_configs: dict, kwargs: dict, widths: set[int]) -> dict:
+    """The sub-configs built at the tiny sizes again with their tied widths, where they have any
+    (a vision tower's out_hidden_size that the composite requires equal to its text width); an
+    optional one too, which the composite would otherwise build at its default sizes."""
+    out = {}
+    for name, sub_cls in sub_configs.items():
+        if not dataclasses.is_dataclass(sub_cls) or (name in kwargs and not hasattr(kwargs[name], "to_dict")):
+            continue  # AutoConfig (built elsewhere), or a value given as is
+        tiny = tiny_kwargs(sub_cls)
+        tied = tied_widths(sub_cls, widths, tiny)
+        if tied or name not in kwargs:
+            try:
+                out[name] = sub_cls(**tiny, **tied)
+            except Exception:  # noqa: BLE001 - kept as first built
+                continue
+    return out
+
+
+def sub_config(sub_cls, widths: set[int]):
+    """A sub-config at the tiny sizes; where it refuses them, again with its tied widths."""
+    kwargs = tiny_kwargs(sub_cls)
+    try:
+        return sub_cls(**kwargs)
+    except Exception:  # noqa: BLE001 - the tied widths may be what it refused; if not, the error is raised
+        tied = tied_widths(sub_cls, widths, kwargs)
+        if not tied:
+            raise
+        return sub_cls(**kwargs, **tied)
 
 
 STAGE_HEAD_DIM = 16  # the tiny head dimension of every stage of a hierarchical vision encoder
@@ -325,7 +382,9 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
         raise Skip(f"no model class of its own for {tower} in {composite_type}'s modeling files", final=True)
     refusal = None
     with quiet_transformers():
-        for change in ({}, *FALLBACKS):
+        widths = {width for width in (default_width(cls), default_width(sub_cls)) if width}
+        tied = tied_widths(sub_cls, widths, tiny_kwargs(sub_cls))
+        for change in ({}, *([tied] if tied else []), *FALLBACKS):
             kwargs = {**tiny_kwargs(sub_cls), **change}
             if change.get("layer_types") == "default":
                 kwargs.pop("layer_types", None)
@@ -365,6 +424,7 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
         raise composite_skip(cls, sub_configs, f"multimodal composite ({towers(cls, sub_configs)})")
     kwargs = tiny_kwargs(cls, {**FAMILY_TINY.get(model_type, {}), **(overrides or {})})
     kwargs.update(tiny_rope(cls, kwargs))
+    widths = {width for width in map(default_width, (cls, *sub_configs.values())) if width}
     for name, sub_cls in sub_configs.items():
         if name in kwargs:
             continue
@@ -376,16 +436,22 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
             every = dict(getattr(cls, "sub_configs", {}) or {})
             raise composite_skip(cls, every, f"a composite of other families ({towers(cls, every)})")
         try:
-            kwargs[name] = sub_cls(**tiny_kwargs(sub_cls))
+            kwargs[name] = sub_config(sub_cls, widths)
         except Exception as error:  # noqa: BLE001 - any refusal of the tiny sizes is a reason to skip
             raise Skip(f"sub-config {name} rejects the tiny sizes: {first_line(error)}") from None
     from ..probing.loading import quiet_transformers
 
     refusal = None
     with quiet_transformers():
-        for change in ({}, *FALLBACKS, {"hybrid": "default"}) if hybrid else ({"hybrid": "default"},):
+        every = dict(getattr(cls, "sub_configs", {}) or {})
+        widths |= {width for width in map(default_width, every.values()) if width}
+        tied = {**tied_widths(cls, widths, kwargs), **tied_sub_configs(every, kwargs, widths)}
+        for change in ({}, *([tied] if tied else []), *FALLBACKS, {"hybrid": "default"}) if hybrid \
+                else ({"hybrid": "default"},):
             tried = {**kwargs, **change}
-            if change.get("layer_types") == "default":
+            if change is tied:
+                pass
+            elif change.get("layer_types") == "default":
                 tried.pop("layer_types")
             elif change.get("hybrid") == "default":
                 tried = {k: v for k, v in kwargs.items() if k not in TINY_HYBRID or k in (overrides or {})}
@@ -490,9 +556,12 @@ def tiny_rope(cls, kwargs: dict) -> dict:
 
 
 def first_line(error: BaseException) -> str:
+    """The error's type and first line; for a config validator's error ("Class validation error for
+    validator ...:"), the line under it too, which says what was refused."""
     text = str(error).strip()
-    line = text.splitlines()[0] if text else type(error).__name__
-    return f"{type(error).__name__}: {line}"[:200]
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or [type(error).__name__]
+    line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return f"{type(error).__name__}: {line}"[:300]
 
 
 def count_parameters(config) -> int:
