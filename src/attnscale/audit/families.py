@@ -382,10 +382,10 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
         raise Skip(f"no model class of its own for {tower} in {composite_type}'s modeling files", final=True)
     refusal = None
     with quiet_transformers():
-        widths = {width for width in (default_width(cls), default_width(sub_cls)) if width}
-        tied = tied_widths(sub_cls, widths, tiny_kwargs(sub_cls))
+        tiny = tiny_kwargs(sub_cls)
+        tied = tied_widths(sub_cls, {width for width in (default_width(cls), default_width(sub_cls)) if width}, tiny)
         for change in ({}, *([tied] if tied else []), *FALLBACKS):
-            kwargs = {**tiny_kwargs(sub_cls), **change}
+            kwargs = {**tiny, **change}
             if change.get("layer_types") == "default":
                 kwargs.pop("layer_types", None)
             try:
@@ -424,7 +424,8 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
         raise composite_skip(cls, sub_configs, f"multimodal composite ({towers(cls, sub_configs)})")
     kwargs = tiny_kwargs(cls, {**FAMILY_TINY.get(model_type, {}), **(overrides or {})})
     kwargs.update(tiny_rope(cls, kwargs))
-    widths = {width for width in map(default_width, (cls, *sub_configs.values())) if width}
+    every = dict(getattr(cls, "sub_configs", {}) or {})  # optional ones too
+    widths = {width for width in map(default_width, (cls, *every.values())) if width}
     for name, sub_cls in sub_configs.items():
         if name in kwargs:
             continue
@@ -433,7 +434,6 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
             if backbone is not None:
                 kwargs[name] = backbone
                 continue
-            every = dict(getattr(cls, "sub_configs", {}) or {})
             raise composite_skip(cls, every, f"a composite of other families ({towers(cls, every)})")
         try:
             kwargs[name] = sub_config(sub_cls, widths)
@@ -443,19 +443,15 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
 
     refusal = None
     with quiet_transformers():
-        every = dict(getattr(cls, "sub_configs", {}) or {})
-        widths |= {width for width in map(default_width, every.values()) if width}
         tied = {**tied_widths(cls, widths, kwargs), **tied_sub_configs(every, kwargs, widths)}
         for change in ({}, *([tied] if tied else []), *FALLBACKS, {"hybrid": "default"}) if hybrid \
                 else ({"hybrid": "default"},):
             tried = {**kwargs, **change}
-            if change is tied:
-                pass
-            elif change.get("layer_types") == "default":
+            if change.get("layer_types") == "default":
                 tried.pop("layer_types")
             elif change.get("hybrid") == "default":
                 tried = {k: v for k, v in kwargs.items() if k not in TINY_HYBRID or k in (overrides or {})}
-            elif any(name not in kwargs for name in change):
+            elif change is not tied and any(name not in kwargs for name in change):  # a fallback for fields it has
                 continue
             try:
                 return cls(**tried)

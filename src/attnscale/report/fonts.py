@@ -35,7 +35,7 @@ CJK_PATTERN = re.compile("[" + "".join(f"\\u{low:04x}-\\u{high:04x}" for low, hi
 
 def cjk_characters(text: str) -> str:
     """The distinct CJK characters of ``text``, in code point order (a regular expression: the page
-    is megabytes of base64 figures, a Python loop over it took 6 s)."""
+    is megabytes of base64 figures; a Python loop over a 2.4 MB page took 1.5 s)."""
     return "".join(sorted(set(CJK_PATTERN.findall(text))))
 
 
