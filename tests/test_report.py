@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import sqlite3
+import time
 import re
 import sys
 import types
@@ -139,13 +140,55 @@ def test_labs_side_by_side_in_workers_give_the_numbers_they_give_here(monkeypatc
     monkeypatch.setattr(build.lab, "config_for", lambda name, preset, **kw: tiny[name])
     monkeypatch.setattr(build, "default_workers", lambda: 2)
     seen = []
+    (tmp_path / "drawn").mkdir()
     runs = run_labs("quick", 0, "cpu", Store(tmp_path / "results.sqlite"), ("variance", "audit"),
-                    progress=lambda name, fraction, message: seen.append((name, fraction)))
+                    progress=lambda name, fraction, message: seen.append((name, fraction)), figure_dir=tmp_path / "drawn")
     assert list(runs) == ["variance", "audit"] and not any(r["cached"] for r in runs.values())
     assert runs["variance"]["result"] == variance.run(tiny["variance"])
     assert runs["audit"]["result"] == audit.run(tiny["audit"])
+    (tmp_path / "here").mkdir()  # the figures a worker drew are the ones drawn here, byte for byte
+    here = build.draw(variance, runs["variance"]["result"], tmp_path / "here")
+    assert runs["variance"]["figures"] == here and here
+    for path in (p for paths in here.values() for p in paths):
+        name = path.removeprefix("figures/")
+        assert (tmp_path / "drawn" / name).read_bytes() == (tmp_path / "here" / name).read_bytes()
     assert {name for name, _ in seen} == {"variance", "audit"} and (("audit", 1.0) in seen)
     assert [name for name, fraction in seen if fraction == 0.0][:2] == ["variance", "audit"]  # bars in lab order
+
+
+def test_side_labs_run_and_are_kept_while_the_training_lab_trains_and_survive_its_failure(monkeypatch, tmp_path):
+    """The labs that run alone go on in workers while the training lab runs here: each is stored
+    as soon as it is back, before the training lab ends; when the training lab fails, they stay stored."""
+    from attnscale.lab import audit, training, variance
+    from attnscale.report import build, run_labs
+    from attnscale.store import Store
+
+    tiny = {"variance": variance.Config(d_ks=(1, 4), samples=2_000, max_elements=100_000, min_samples=500,
+                                        init_d_model=128, init_head_dim=16, init_tokens=256, ulp_max_dk=16,
+                                        ulp_per_dk=64, small_d_ks=(1, 2), small_rows=64),
+            "audit": audit.Config(families=("gpt_neo",), backends=("eager",)), "training": training.Config()}
+    monkeypatch.setattr(build.lab, "config_for", lambda name, preset, **kw: tiny[name])
+    monkeypatch.setattr(build, "default_workers", lambda: 2)
+    seen = []
+
+    def training_that_waits_then_fails(name, module, config, store, fresh, progress, run_store=None):
+        deadline = time.monotonic() + 120
+        while not {("variance", 1.0), ("audit", 1.0)} <= set(seen) and time.monotonic() < deadline:
+            progress(name, 0.5, "training")  # the side labs are polled through the training lab's progress
+            time.sleep(0.05)
+        seen.append(("training ends", 0.0))
+        raise RuntimeError("training broke")
+
+    monkeypatch.setattr(build, "_run_here", training_that_waits_then_fails)
+    store = Store(tmp_path / "results.sqlite")
+    with pytest.raises(RuntimeError, match="training broke"):
+        run_labs("quick", 0, "cpu", store, ("variance", "training", "audit"),
+                 progress=lambda name, fraction, message: seen.append((name, fraction)))
+    ends = seen.index(("training ends", 0.0))
+    assert ("variance", 1.0) in seen[:ends] and ("audit", 1.0) in seen[:ends]
+    again = run_labs("quick", 0, "cpu", store, ("variance", "audit"))  # both were stored: nothing runs again
+    assert all(run["cached"] for run in again.values())
+    assert again["variance"]["result"] == json.loads(json.dumps(variance.run(tiny["variance"])))  # as stored
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -34,12 +34,15 @@ Progress = Callable[[str, float, str], None]
 
 
 def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str, ...], fresh: bool = False,
-             progress: Progress | None = None, run_store: RunStore | None = None) -> dict[str, dict]:
+             progress: Progress | None = None, run_store: RunStore | None = None,
+             figure_dir: Path | None = None) -> dict[str, dict]:
     """Run each lab's preset (or read it from the store); returns {lab: {result, seconds, cached, config}}.
 
     With more than one core, the labs that run in this process alone (all but the training
     lab, which has worker processes of its own) run side by side in worker processes, each
-    on one torch thread as in this process; the training lab runs after them.
+    on one torch thread as in this process, while the training lab runs here; each result is
+    stored as soon as it is back.  With ``figure_dir``, those workers also draw their lab's
+    figures into it (the lab's entry gains ``figures``, as :func:`draw` returns them).
     """
     runs, todo = {}, {}
     for name in labs:
@@ -61,19 +64,24 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
     if progress:
         for name in todo:
             progress(name, 0.0, "waiting")  # one bar per lab, in the labs' order
-    alone = [name for name in todo if not lab.REGISTRY[name].uses_run_store]
-    side_by_side = len(alone) > 1 and default_workers() > 1
-    outcomes = _run_side_by_side({name: todo[name][1] for name in alone}, progress) if side_by_side else {}
-    # the labs done side by side are stored before the training lab starts: a crash there keeps them
-    for name, (module, config, key, config_text) in sorted(todo.items(), key=lambda item: item[0] not in outcomes):
-        if name in outcomes:
-            result, seconds = outcomes[name]
-        else:
-            result, seconds = _run_here(name, module, config, store, fresh, progress, run_store)
+
+    def keep(name: str, result: dict, seconds: float, figures: dict | None = None) -> None:
+        _, _, key, config_text = todo[name]
         if progress:
             progress(name, 1.0, f"done in {seconds:.1f} s")
         store.put(key, name, config_text, result, seconds)
-        runs[name] = {"result": result, "seconds": seconds, "cached": False, "config": json.loads(config_text)["config"]}
+        runs[name] = {"result": result, "seconds": seconds, "cached": False, "config": json.loads(config_text)["config"],
+                      **({"figures": figures} if figures is not None else {})}
+
+    alone = [name for name in todo if not lab.REGISTRY[name].uses_run_store]
+    beside = alone if len(alone) > 1 and default_workers() > 1 else []
+    here = [name for name in todo if name not in beside]
+    with SideLabs({name: todo[name][1] for name in beside}, keep, progress, figure_dir,
+                  yield_cpu=any(lab.REGISTRY[name].uses_run_store for name in here)) as side:
+        for name in here:
+            module, config, _, _ = todo[name]
+            keep(name, *_run_here(name, module, config, store, fresh, side.passing_on(progress), run_store))
+        side.finish()
     return {name: runs[name] for name in labs}
 
 
@@ -92,38 +100,99 @@ def run_store_beside(results_path: Path, fresh: bool) -> RunStore:
     return RunStore(results_path.with_name("runs.sqlite"), since=time.time() if fresh else None)
 
 
-def _run_side_by_side(configs: dict, progress: Progress | None) -> dict[str, tuple[dict, float]]:
-    """{lab: (result, seconds)}, the labs run in a pool of worker processes (one per core);
-    a lab's error is raised here."""
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    outcomes = {}
-    with worker_pool(context, min(default_workers(), len(configs)), 1, queue) as pool:
-        futures = {pool.submit(_run_in_worker, name, config): name for name, config in configs.items()}
-        pending = set(futures)
-        while pending:
-            done, pending = cf.wait(pending, timeout=0.2, return_when=cf.FIRST_COMPLETED)
-            _pass_on(queue, progress)
-            for future in done:
-                outcomes[futures[future]] = future.result()
-    _pass_on(queue, progress)
-    return outcomes
+# While the training lab trains in this process, the side labs' workers run under the idle
+# scheduling class (Linux's SCHED_IDLE; elsewhere the lowest niceness): they take the cores the
+# training workers leave idle (between rounds, beside a round's last group) and yield them when
+# both are busy.  A plain niceness is not enough: at nice 10 a side lab still takes about a tenth
+# of a busy core, which is about all it needs, so the training lab paid for all of it.
+def yield_cpu() -> None:
+    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    elif hasattr(os, "setpriority"):
+        os.setpriority(os.PRIO_PROCESS, 0, 19)
 
 
-def _run_in_worker(name: str, config) -> tuple[dict, float]:
+class SideLabs:
+    """Labs run side by side in a pool of worker processes (one per core) while this process goes
+    on; ``keep(name, result, seconds)`` is called here, in this thread, for each as it comes back
+    (from :meth:`poll`, which the work done here calls through :meth:`passing_on`, and from
+    :meth:`finish`).  A lab's error is raised from whichever of them sees it first.  When the
+    work done here fails, the labs still running are waited for and kept before the error goes
+    on (an interrupt stops them)."""
+
+    def __init__(self, configs: dict, keep: Callable[..., None], progress: Progress | None,
+                 figure_dir: Path | None = None, yield_cpu: bool = False):
+        self.configs, self.keep, self.progress = configs, keep, progress
+        self.figure_dir, self.yield_cpu = figure_dir, yield_cpu
+        self.futures: dict[cf.Future, str] = {}
+        self.kept: set[str] = set()
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> "SideLabs":
+        if self.configs:
+            context = multiprocessing.get_context("spawn")
+            self.queue = context.Queue()
+            pool = self._stack.enter_context(worker_pool(context, min(default_workers(), len(self.configs)), 1,
+                                                         self.queue))
+            self.futures = {pool.submit(_run_in_worker, name, config, self.yield_cpu, self.figure_dir): name
+                            for name, config in self.configs.items()}
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        try:
+            if kind is not None and issubclass(kind, Exception) and self.futures:
+                with contextlib.suppress(Exception):  # the error here is the one to raise
+                    self.finish()
+        finally:
+            self._stack.close()
+
+    def passing_on(self, progress: Progress | None) -> Progress | None:
+        """``progress``, which also polls the side labs each time it is called."""
+        if not self.futures:
+            return progress
+
+        def both(name: str, fraction: float, message: str) -> None:
+            if progress:
+                progress(name, fraction, message)
+            self.poll()
+        return both
+
+    def poll(self) -> None:
+        """Pass on the workers' progress reports; keep the labs that are done."""
+        if not self.futures:
+            return
+        for name, fraction, message in drained(self.queue):
+            if self.progress and name not in self.kept:  # a report can arrive after its lab's result
+                self.progress(name, min(fraction, 0.99), message)
+        for future in [f for f in self.futures if f.done()]:
+            name = self.futures.pop(future)
+            self.keep(name, *future.result())
+            self.kept.add(name)
+
+    def finish(self) -> None:
+        """Wait for every side lab and keep it."""
+        while self.futures:
+            cf.wait(list(self.futures), timeout=0.2, return_when=cf.FIRST_COMPLETED)
+            self.poll()
+
+
+def _run_in_worker(name: str, config, idle: bool = False,
+                   figure_dir: Path | None = None) -> tuple[dict, float, dict | None]:
+    """(result, seconds, figures or None): the lab's run, and with ``figure_dir`` its figures drawn there."""
+    if idle:
+        yield_cpu()
     queue = progress_queue()
     module = lab.load(name)
     start = time.perf_counter()
     with torch_threads(1):
         result = module.run(config, progress=lambda fraction, message: queue.put((name, fraction, message)))
-    return result, time.perf_counter() - start
+    seconds = time.perf_counter() - start
+    return result, seconds, None if figure_dir is None else draw(module, result, figure_dir)
 
 
-def _pass_on(queue, progress: Progress | None) -> None:
-    """Hand the workers' progress reports to ``progress``."""
-    for name, fraction, message in drained(queue):
-        if progress:
-            progress(name, min(fraction, 0.99), message)
+def draw(module, result: dict, figure_dir: Path) -> dict[str, list[str]]:
+    """A lab's figures drawn into ``figure_dir``: {key: ["figures/<file>", ...]}, as the report links them."""
+    return {key: [f"figures/{p}" for p in paths] for key, paths in module.figures(result, figure_dir).items()}
 
 
 def reproduce_command(lab_name: str, preset: str, seed: int) -> str:
@@ -169,12 +238,24 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
     out.mkdir(parents=True, exist_ok=True)
     started = dt.datetime.now(dt.timezone.utc)
     start = time.perf_counter()
-    runs = run_labs(preset, seed, device, store, labs, fresh, progress, run_store)
-    with staged(out) as staging:
-        report = _assemble(runs, preset, seed, device, started, start, staging / "figures")
-        for name, text in (("report.json", json.dumps(report, indent=1, ensure_ascii=False)),
-                           ("report.md", render_markdown(report)), ("index.html", render_html(report, staging))):
-            (staging / name).write_text(text, encoding="utf-8")
+    # the labs run in workers draw their figures there as they finish; moved into the staged report after
+    drawn = out / f".figures.{os.getpid()}.tmp"
+    shutil.rmtree(drawn, ignore_errors=True)
+    try:
+        try:
+            drawn.mkdir()
+        except OSError as error:
+            raise WriteError(f"could not write the report into {str(out)!r}: {error.strerror}", error.strerror) from None
+        runs = run_labs(preset, seed, device, store, labs, fresh, progress, run_store, figure_dir=drawn)
+        with staged(out) as staging:
+            for figure in drawn.iterdir():
+                os.replace(figure, staging / "figures" / figure.name)
+            report = _assemble(runs, preset, seed, device, started, start, staging / "figures")
+            for name, text in (("report.json", json.dumps(report, indent=1, ensure_ascii=False)),
+                               ("report.md", render_markdown(report)), ("index.html", render_html(report, staging))):
+                (staging / name).write_text(text, encoding="utf-8")
+    finally:
+        shutil.rmtree(drawn, ignore_errors=True)
     report["seconds"] = round(time.perf_counter() - start, 2)
     return report
 
@@ -217,7 +298,7 @@ def _assemble(runs: dict, preset: str, seed: int, device: str, started, start: f
     for name, run in runs.items():
         module = lab.load(name)
         findings[name] = module.judge(run["result"])
-        figures[name] = {key: [f"figures/{p}" for p in paths] for key, paths in module.figures(run["result"], figure_dir).items()}
+        figures[name] = run["figures"] if "figures" in run else draw(module, run["result"], figure_dir)
         tables[name] = module.tables(run["result"])
 
     claim_rows = claims.evaluate(findings)
