@@ -715,6 +715,23 @@ def test_vision_towers_that_take_packed_patches_are_fed_them(family):
     assert all(layer["path_missing"] == audit.PACKED for layer in result.layers)
 
 
+def test_a_vision_tower_that_takes_its_image_cut_into_patches_is_fed_patches_and_their_grid():
+    """SigLIP 2's vision tower (NaFlex) takes pixel_values already cut into patches, with each image's
+    patch grid (spatial_shapes) and a patch mask: fed 4 x 4 patches of 3 x 16 x 16 values, it is
+    measured under every backend, head_dim^-0.5 = 0.25 at head dim 16, and it covers SigLIP 2 and
+    LFM2-VL (whose other towers are measured in the same audit)."""
+    result = audit.audit_family("siglip2_vision_model", ("eager", "sdpa"))
+    assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
+    row = verdicts.family_row(result, ("eager", "sdpa"))
+    assert row["eager"] == row["sdpa"] == row["declared"] == "0.25"
+    rows = [r for item in (("family", "siglip2_vision_model"), ("family", "siglip2"), ("family", "lfm2_vl"),
+                           ("family", "lfm2")) for r in audit.audit_item(item, ("eager",), 0)]
+    audit.report(rows, ("eager",), 0.0)
+    by_name = {r.family: r for r in rows}
+    assert by_name["siglip2"].status == by_name["lfm2_vl"].status == "covered", (by_name["siglip2"].reason,
+                                                                                 by_name["lfm2_vl"].reason)
+
+
 def test_an_image_size_per_axis_is_shrunk_per_axis():
     """YOLOS takes (height, width) = (512, 864); the tiny image is (32, 32), and the family is measured."""
     assert tuple(families.tiny_config("yolos").image_size) == (32, 32)

@@ -52,7 +52,10 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                                 "layer_types": ["sliding_attention", "full_attention"] * 2},
                "zamba2": {"layers_block_type": ["linear_attention", "hybrid"]},
                "esm": {"pad_token_id": 1},  # its attention mask is input_ids != pad_token_id (None by default)
-               "xmod": {"default_language": "en_XX"}}  # its adapters need a language; en_XX is its default list's
+               "xmod": {"default_language": "en_XX"},  # its adapters need a language; en_XX is its default list's
+               # its adapter takes the pixel-shuffled patches (hidden / ratio^2 = 4 x hidden wide) as intermediate_size
+               "llama4_vision_model": {"intermediate_size": 256, "projector_input_dim": 64, "projector_output_dim": 64,
+                                       "vision_output_dim": 64}}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})
@@ -200,7 +203,7 @@ def tied_sub_configs(sub_configs: dict, kwargs: dict, widths: set[int]) -> dict:
     for name, sub_cls in sub_configs.items():
         if not dataclasses.is_dataclass(sub_cls) or (name in kwargs and not hasattr(kwargs[name], "to_dict")):
             continue  # AutoConfig (built elsewhere), or a value given as is
-        tiny = tiny_kwargs(sub_cls)
+        tiny = tiny_kwargs(sub_cls, FAMILY_TINY.get(getattr(sub_cls, "model_type", ""), {}))
         tied = tied_widths(sub_cls, widths, tiny)
         if tied or name not in kwargs:
             try:
@@ -382,7 +385,7 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
         raise Skip(f"no model class of its own for {tower} in {composite_type}'s modeling files", final=True)
     refusal = None
     with quiet_transformers():
-        tiny = tiny_kwargs(sub_cls)
+        tiny = tiny_kwargs(sub_cls, FAMILY_TINY.get(getattr(sub_cls, "model_type", ""), {}))
         tied = tied_widths(sub_cls, {width for width in (default_width(cls), default_width(sub_cls)) if width}, tiny)
         for change in ({}, *([tied] if tied else []), *FALLBACKS):
             kwargs = {**tiny, **change}

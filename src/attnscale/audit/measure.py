@@ -279,7 +279,7 @@ def first_inputs(model) -> dict:
     the first shape the model runs on (kept for the designed passes); raises UserError if none runs."""
     takes = whole_path.main_input(model)
     if takes == "pixel_values":
-        return {whole_path.image_name(model): whole_path.pixel_values(model.config, 1)}
+        return whole_path.image_inputs(model, 1)
     if whole_path.is_shaped(takes):
         if model in whole_path.SIGNAL_SHAPES:
             return whole_path.shaped_input(model, 1, whole_path.SIGNAL_SHAPES[model])

@@ -281,6 +281,28 @@ def pixel_values(config, batch: int) -> torch.Tensor:
     return torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))
 
 
+PATCH_GRID = 4  # a pre-cut image's patches a side (NaFlex: SigLIP 2's vision tower)
+
+
+def image_inputs(model, batch: int) -> dict:
+    """The image inputs of ``batch`` copies of one fixed image: the pixels, or, for a tower that takes
+    its image already cut into patches with their grid (``spatial_shapes``) and a patch mask,
+    PATCH_GRID x PATCH_GRID patches of channels x patch x patch values, every patch real."""
+    if "spatial_shapes" not in required_inputs(model):
+        return {image_name(model): pixel_values(model.config, batch)}
+    config = model.config
+    size = config.patch_size if isinstance(config.patch_size, int) else tuple(config.patch_size)[0]
+    patches = PATCH_GRID * PATCH_GRID
+    generator = torch.Generator().manual_seed(0)
+    one = torch.randn(1, patches, (getattr(config, "num_channels", 3) or 3) * size * size, generator=generator)
+    inputs = {"pixel_values": one.repeat(batch, 1, 1),
+              "spatial_shapes": torch.tensor([[PATCH_GRID, PATCH_GRID]] * batch)}
+    mask = next((name for name in required_inputs(model) if name.endswith("_mask")), None)
+    if mask:
+        inputs[mask] = torch.ones(batch, patches, dtype=torch.long)
+    return inputs
+
+
 AUDIO_INPUTS = ("input_values", "input_features")
 EMBEDS_SUFFIX = "_embeds"
 EMBEDS_TOKENS = 16  # vectors of an embeddings input (hidden_size wide)
@@ -411,7 +433,7 @@ def encoder_states(model, batch: int) -> dict:
 def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> dict:
     count = len(designs)
     if main_input(model) == "pixel_values":
-        return {image_name(model): pixel_values(model.config, count)}
+        return image_inputs(model, count)
     if is_shaped(main_input(model)):
         return shaped_input(model, count, SIGNAL_SHAPES[model])
     ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
