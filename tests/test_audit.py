@@ -732,6 +732,17 @@ def test_a_vision_tower_that_takes_its_image_cut_into_patches_is_fed_patches_and
                                                                                  by_name["lfm2_vl"].reason)
 
 
+def test_vision_towers_that_name_their_image_otherwise_or_take_its_patch_grid_are_measured():
+    """GOT-OCR2's vision encoder keeps input_ids as its main input's name but takes pixel_values;
+    MiniCPM-V's tower takes each image's patch grid (target_sizes) beside the pixels.  Both measured,
+    head_dim^-0.5 = 0.25 at head dim 16."""
+    got = {r.family: r for r in audit.audit_item(("family", "got_ocr2"), ("eager",), 0)}["got_ocr2.vision_config"]
+    minicpm = audit.audit_family("minicpmv4_7_vision", ("eager", "sdpa"))
+    for result in (got, minicpm):
+        assert result.status == "audited" and result.verdict == "ok", (result.family, result.reason, result.findings)
+        assert verdicts.family_row(result, ("eager",))["eager"] == "0.25"
+
+
 def test_an_image_size_per_axis_is_shrunk_per_axis():
     """YOLOS takes (height, width) = (512, 864); the tiny image is (32, 32), and the family is measured."""
     assert tuple(families.tiny_config("yolos").image_size) == (32, 32)

@@ -251,6 +251,8 @@ def main_input(model) -> str:
         return "pixel_values"
     if len(required) == 1 and required[0].endswith(EMBEDS_SUFFIX):  # a Q-Former runs on its query embeddings
         return required[0]
+    if not accepts(model, name) and accepts(model, "pixel_values"):  # GOT-OCR2's vision encoder keeps input_ids' name
+        return "pixel_values"
     return name
 
 
@@ -289,7 +291,12 @@ def image_inputs(model, batch: int) -> dict:
     its image already cut into patches with their grid (``spatial_shapes``) and a patch mask,
     PATCH_GRID x PATCH_GRID patches of channels x patch x patch values, every patch real."""
     if "spatial_shapes" not in required_inputs(model):
-        return {image_name(model): pixel_values(model.config, batch)}
+        images = pixel_values(model.config, batch)
+        inputs = {image_name(model): images}
+        if accepts(model, "target_sizes") and images.dim() == 4:  # MiniCPM-V's tower: each image's patch grid
+            size = model.config.patch_size if isinstance(model.config.patch_size, int) else model.config.patch_size[0]
+            inputs["target_sizes"] = torch.tensor([[images.shape[-2] // size, images.shape[-1] // size]] * batch)
+        return inputs
     config = model.config
     size = config.patch_size if isinstance(config.patch_size, int) else tuple(config.patch_size)[0]
     patches = PATCH_GRID * PATCH_GRID
