@@ -743,6 +743,19 @@ def test_vision_towers_that_name_their_image_otherwise_or_take_its_patch_grid_ar
         assert verdicts.family_row(result, ("eager",))["eager"] == "0.25"
 
 
+def test_an_audio_encoder_that_reads_its_frame_mask_without_a_default_gets_every_frame_real():
+    """AudioFlamingo 3's encoder sums input_features_mask, which defaults to None: given a mask of
+    every frame real, it is measured (head_dim^-0.5 = 0.25 at head dim 16) and covers AudioFlamingo 3
+    and Music Flamingo beside their Qwen2 text tower."""
+    rows = [r for name in ("audioflamingo3_encoder", "audioflamingo3", "musicflamingo", "qwen2")
+            for r in audit.audit_item(("family", name), ("eager",), 0)]
+    audit.report(rows, ("eager",), 0.0)
+    by_name = {r.family: r for r in rows}
+    encoder = by_name["audioflamingo3_encoder"]
+    assert encoder.verdict == "ok" and verdicts.family_row(encoder, ("eager",))["eager"] == "0.25", encoder.reason
+    assert by_name["audioflamingo3"].status == by_name["musicflamingo"].status == "covered"
+
+
 def test_an_image_size_per_axis_is_shrunk_per_axis():
     """YOLOS takes (height, width) = (512, 864); the tiny image is (32, 32), and the family is measured."""
     assert tuple(families.tiny_config("yolos").image_size) == (32, 32)

@@ -356,8 +356,11 @@ def audio_shapes(config, takes: str) -> list[tuple[int, ...]]:
 def audio_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     generator = torch.Generator().manual_seed(0)
     inputs = {main_input(model): torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))}
-    for name in required_inputs(model):  # a frame mask the encoder requires (Qwen3-ASR's): every frame real
-        if name.endswith("_mask") and name not in inputs and len(shape) > 1:
+    # a frame mask the encoder requires (Qwen3-ASR's) or reads without a default of its own
+    # (AudioFlamingo 3's input_features_mask): every frame real
+    masks = [*required_inputs(model), f"{main_input(model)}_mask"]
+    for name in masks:
+        if name.endswith("_mask") and name not in inputs and len(shape) > 1 and accepts(model, name):
             inputs[name] = torch.ones(batch, shape[-1], dtype=torch.long)
     if getattr(model.config, "is_encoder_decoder", False):
         inputs["decoder_input_ids"] = (torch.arange(8) % 4 + 1).repeat(batch, 1)
