@@ -756,6 +756,18 @@ def test_an_audio_encoder_that_reads_its_frame_mask_without_a_default_gets_every
     assert by_name["audioflamingo3"].status == by_name["musicflamingo"].status == "covered"
 
 
+def test_a_tower_config_with_widths_under_names_of_its_own_is_built_tiny():
+    """Qwen2-VL's vision config names its widths embed_dim, depth and num_heads (hidden_size is the
+    merger's output): built at the tiny sizes (it had 67 million parameters), the tower is measured
+    and Qwen2-VL is covered."""
+    rows = [r for name in ("qwen2_vl", "qwen2_vl_text") for r in audit.audit_item(("family", name), ("eager",), 0)]
+    audit.report(rows, ("eager",), 0.0)
+    by_name = {r.family: r for r in rows}
+    tower = by_name["qwen2_vl.vision_config"]
+    assert tower.verdict == "ok" and verdicts.family_row(tower, ("eager",))["eager"] == "0.25", tower.reason
+    assert by_name["qwen2_vl"].status == "covered"
+
+
 def test_an_image_size_per_axis_is_shrunk_per_axis():
     """YOLOS takes (height, width) = (512, 864); the tiny image is (32, 32), and the family is measured."""
     assert tuple(families.tiny_config("yolos").image_size) == (32, 32)
