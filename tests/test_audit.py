@@ -768,6 +768,21 @@ def test_a_tower_config_with_widths_under_names_of_its_own_is_built_tiny():
     assert by_name["qwen2_vl"].status == "covered"
 
 
+def test_a_vision_tower_that_takes_its_image_as_tiles_is_fed_them():
+    """Mllama's vision tower takes (batch, images, tiles, channels, height, width) with each image's
+    aspect-ratio id and tile mask, and returns the states of the layers in intermediate_layers_indices
+    (kept inside the tiny depth): fed one image as its 4 tiles, all real, it is measured under every
+    backend (head_dim^-0.5 = 0.25 at head dim 16) and, with its text tower, covers Mllama."""
+    rows = audit.audit_item(("family", "mllama"), ("eager", "sdpa"), 0)
+    audit.report(rows, ("eager", "sdpa"), 0.0)
+    by_name = {r.family: r for r in rows}
+    tower = by_name["mllama.vision_config"]
+    assert tower.verdict == "ok", (tower.reason, tower.findings)
+    row = verdicts.family_row(tower, ("eager", "sdpa"))
+    assert row["eager"] == row["sdpa"] == row["declared"] == "0.25"
+    assert by_name["mllama"].status == "covered"
+
+
 def test_an_image_size_per_axis_is_shrunk_per_axis():
     """YOLOS takes (height, width) = (512, 864); the tiny image is (32, 32), and the family is measured."""
     assert tuple(families.tiny_config("yolos").image_size) == (32, 32)

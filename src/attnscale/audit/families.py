@@ -57,7 +57,10 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "llama4_vision_model": {"intermediate_size": 256, "projector_input_dim": 64, "projector_output_dim": 64,
                                        "vision_output_dim": 64},
                # its widths under names of its own (embed_dim, depth, num_heads; hidden_size is the merger's output)
-               "qwen2_vl_vision": {"embed_dim": 64, "depth": 2, "num_heads": 4, "hidden_size": 64}}
+               "qwen2_vl_vision": {"embed_dim": 64, "depth": 2, "num_heads": 4, "hidden_size": 64},
+               # the layers whose states it also returns (3, 7, 15, 23, 30 by default) inside the tiny depth
+               "mllama_vision_model": {"intermediate_layers_indices": [0, 1], "num_global_layers": 1,
+                                       "vision_output_dim": 192}}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})

@@ -290,6 +290,11 @@ def image_inputs(model, batch: int) -> dict:
     """The image inputs of ``batch`` copies of one fixed image: the pixels, or, for a tower that takes
     its image already cut into patches with their grid (``spatial_shapes``) and a patch mask,
     PATCH_GRID x PATCH_GRID patches of channels x patch x patch values, every patch real."""
+    if "aspect_ratio_ids" in required_inputs(model):  # Mllama's tower: an image as its max_num_tiles tiles, all real
+        tiles = model.config.max_num_tiles
+        images = pixel_values(model.config, batch)[:, None, None].repeat(1, 1, tiles, 1, 1, 1)
+        return {"pixel_values": images, "aspect_ratio_ids": torch.ones(batch, 1, dtype=torch.long),
+                "aspect_ratio_mask": torch.ones(batch, 1, tiles, dtype=torch.long)}
     if "spatial_shapes" not in required_inputs(model):
         images = pixel_values(model.config, batch)
         inputs = {image_name(model): images}
