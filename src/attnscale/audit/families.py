@@ -145,7 +145,8 @@ def field_names(cls) -> set[str]:
 
 
 def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
-    """The TINY sizes under the names this config class uses, then ``overrides`` as given."""
+    """The TINY sizes under the names this config class uses, its model type's FAMILY_TINY (a family or
+    a tower alike), then ``overrides`` as given."""
     names = field_names(cls)
     attribute_map = getattr(cls, "attribute_map", {}) or {}
     defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
@@ -168,7 +169,7 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
         default = defaults.get(token)
         if isinstance(default, int) and default >= vocab:
             kwargs[token] = min(3, vocab - 1)
-    kwargs.update(overrides or {})
+    kwargs.update({**FAMILY_TINY.get(getattr(cls, "model_type", ""), {}), **(overrides or {})})
     return kwargs
 
 
@@ -208,7 +209,7 @@ def tied_sub_configs(sub_configs: dict, kwargs: dict, widths: set[int]) -> dict:
     for name, sub_cls in sub_configs.items():
         if not dataclasses.is_dataclass(sub_cls) or (name in kwargs and not hasattr(kwargs[name], "to_dict")):
             continue  # AutoConfig (built elsewhere), or a value given as is
-        tiny = tiny_kwargs(sub_cls, FAMILY_TINY.get(getattr(sub_cls, "model_type", ""), {}))
+        tiny = tiny_kwargs(sub_cls)
         tied = tied_widths(sub_cls, widths, tiny)
         if tied or name not in kwargs:
             try:
@@ -390,7 +391,7 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
         raise Skip(f"no model class of its own for {tower} in {composite_type}'s modeling files", final=True)
     refusal = None
     with quiet_transformers():
-        tiny = tiny_kwargs(sub_cls, FAMILY_TINY.get(getattr(sub_cls, "model_type", ""), {}))
+        tiny = tiny_kwargs(sub_cls)
         tied = tied_widths(sub_cls, {width for width in (default_width(cls), default_width(sub_cls)) if width}, tiny)
         for change in ({}, *([tied] if tied else []), *FALLBACKS):
             kwargs = {**tiny, **change}
@@ -430,7 +431,7 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
     multimodal = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
     if multimodal:
         raise composite_skip(cls, sub_configs, f"multimodal composite ({towers(cls, sub_configs)})")
-    kwargs = tiny_kwargs(cls, {**FAMILY_TINY.get(model_type, {}), **(overrides or {})})
+    kwargs = tiny_kwargs(cls, overrides)
     kwargs.update(tiny_rope(cls, kwargs))
     every = dict(getattr(cls, "sub_configs", {}) or {})  # optional ones too
     widths = {width for width in map(default_width, (cls, *every.values())) if width}

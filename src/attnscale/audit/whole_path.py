@@ -283,33 +283,47 @@ def pixel_values(config, batch: int) -> torch.Tensor:
     return torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))
 
 
+def patch_side(config, default: int = 14) -> int:
+    """The config's patch size, one side (the first of a per-axis pair)."""
+    size = getattr(config, "patch_size", None) or default
+    return size if isinstance(size, int) else tuple(size)[0]
+
+
 PATCH_GRID = 4  # a pre-cut image's patches a side (NaFlex: SigLIP 2's vision tower)
 
 
 def image_inputs(model, batch: int) -> dict:
-    """The image inputs of ``batch`` copies of one fixed image: the pixels, or, for a tower that takes
-    its image already cut into patches with their grid (``spatial_shapes``) and a patch mask,
-    PATCH_GRID x PATCH_GRID patches of channels x patch x patch values, every patch real."""
-    if "aspect_ratio_ids" in required_inputs(model):  # Mllama's tower: an image as its max_num_tiles tiles, all real
-        tiles = model.config.max_num_tiles
-        images = pixel_values(model.config, batch)[:, None, None].repeat(1, 1, tiles, 1, 1, 1)
-        return {"pixel_values": images, "aspect_ratio_ids": torch.ones(batch, 1, dtype=torch.long),
-                "aspect_ratio_mask": torch.ones(batch, 1, tiles, dtype=torch.long)}
-    if "spatial_shapes" not in required_inputs(model):
-        images = pixel_values(model.config, batch)
-        inputs = {image_name(model): images}
-        if accepts(model, "target_sizes") and images.dim() == 4:  # MiniCPM-V's tower: each image's patch grid
-            size = model.config.patch_size if isinstance(model.config.patch_size, int) else model.config.patch_size[0]
-            inputs["target_sizes"] = torch.tensor([[images.shape[-2] // size, images.shape[-1] // size]] * batch)
-        return inputs
-    config = model.config
-    size = config.patch_size if isinstance(config.patch_size, int) else tuple(config.patch_size)[0]
-    patches = PATCH_GRID * PATCH_GRID
+    """The image inputs of ``batch`` copies of one fixed image, in the form the model's forward asks
+    for: the pixels (with each image's patch grid where it takes ``target_sizes``, as MiniCPM-V's
+    tower does); the image already cut into patches with their grid and a patch mask (NaFlex); or
+    the image as its tiles with an aspect-ratio id and a tile mask (Mllama)."""
+    required = required_inputs(model)
+    if "aspect_ratio_ids" in required:
+        return tiled_image(model.config, batch)
+    if "spatial_shapes" in required:
+        return cut_image(model.config, batch, next((name for name in required if name.endswith("_mask")), None))
+    images = pixel_values(model.config, batch)
+    inputs = {image_name(model): images}
+    if accepts(model, "target_sizes") and images.dim() == 4:
+        size = patch_side(model.config)
+        inputs["target_sizes"] = torch.tensor([[images.shape[-2] // size, images.shape[-1] // size]] * batch)
+    return inputs
+
+
+def tiled_image(config, batch: int) -> dict:
+    """One image as its max_num_tiles tiles, all real (the aspect-ratio id only selects a learned embedding)."""
+    tiles = config.max_num_tiles
+    images = pixel_values(config, batch)[:, None, None].repeat(1, 1, tiles, 1, 1, 1)
+    return {"pixel_values": images, "aspect_ratio_ids": torch.ones(batch, 1, dtype=torch.long),
+            "aspect_ratio_mask": torch.ones(batch, 1, tiles, dtype=torch.long)}
+
+
+def cut_image(config, batch: int, mask: str | None) -> dict:
+    """PATCH_GRID x PATCH_GRID patches of channels x patch x patch values, their grid, every patch real."""
+    size, patches = patch_side(config), PATCH_GRID * PATCH_GRID
     generator = torch.Generator().manual_seed(0)
     one = torch.randn(1, patches, (getattr(config, "num_channels", 3) or 3) * size * size, generator=generator)
-    inputs = {"pixel_values": one.repeat(batch, 1, 1),
-              "spatial_shapes": torch.tensor([[PATCH_GRID, PATCH_GRID]] * batch)}
-    mask = next((name for name in required_inputs(model) if name.endswith("_mask")), None)
+    inputs = {"pixel_values": one.repeat(batch, 1, 1), "spatial_shapes": torch.tensor([[PATCH_GRID, PATCH_GRID]] * batch)}
     if mask:
         inputs[mask] = torch.ones(batch, patches, dtype=torch.long)
     return inputs
@@ -360,11 +374,11 @@ def audio_shapes(config, takes: str) -> list[tuple[int, ...]]:
 
 def audio_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     generator = torch.Generator().manual_seed(0)
-    inputs = {main_input(model): torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))}
+    takes = main_input(model)
+    inputs = {takes: torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))}
     # a frame mask the encoder requires (Qwen3-ASR's) or reads without a default of its own
     # (AudioFlamingo 3's input_features_mask): every frame real
-    masks = [*required_inputs(model), f"{main_input(model)}_mask"]
-    for name in masks:
+    for name in [*required_inputs(model), f"{takes}_mask"]:
         if name.endswith("_mask") and name not in inputs and len(shape) > 1 and accepts(model, name):
             inputs[name] = torch.ones(batch, shape[-1], dtype=torch.long)
     if getattr(model.config, "is_encoder_decoder", False):
@@ -380,8 +394,7 @@ def merge_size(config) -> int:
 def patch_shapes(config) -> list[tuple[int, ...]]:
     """Shapes of one patch to try: flattened channels x time x height x width (Qwen2-VL), then the
     same unflattened, then without the time axis."""
-    size = getattr(config, "patch_size", 14)
-    size = size if isinstance(size, int) else tuple(size)[0]
+    size = patch_side(config)
     channels = getattr(config, "in_channels", None) or getattr(config, "num_channels", None) or 3
     frames = getattr(config, "temporal_patch_size", None) or 1
     shapes = [(channels * frames * size * size,), (channels, frames, size, size), (channels * size * size,),

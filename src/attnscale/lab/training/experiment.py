@@ -98,9 +98,10 @@ class Config:
     decisive_sqrt_lrs: tuple[float, ...] = (1e-3,)
     # seeds added to a deciding cell while all its seeds agree, and to sqrt's reference cells, up to
     # this many (fewer where runs cost more: a d_head 256 run costs about 3 of d_head 64's).  At 6 and
-    # 4 the quick report keeps its 180 s budget; replaying the stored runs of base seeds 0-4, 11 and
-    # 12 at caps 8 and 6 gives the same 18 verdicts (a cell whose 6 or 4 seeds all agree has its stall
-    # rate's interval clear of DECIDED_RATE: Wilson [0.61, 1] and [0.51, 1])
+    # 4 the quick report keeps its 180 s budget.  The stored reports of base seeds 0-4, 11 and 12
+    # (trained at caps 8 and 6), judged again with each cell cut to these caps, give the same 18
+    # verdicts (an added seed is the same run whatever the cap); a cell whose 6 or 4 seeds all agree
+    # has its stall rate's interval clear of DECIDED_RATE: Wilson [0.61, 1] and [0.51, 1]
     seed_cap: int = 6
     seed_cap_large: int = 4
     large_d_head: int = 256
