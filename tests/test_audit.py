@@ -993,3 +993,18 @@ def test_widths_a_validator_ties_to_the_hidden_size_follow_the_tiny_sizes():
 def test_every_token_id_beyond_the_tiny_vocabulary_is_moved_inside_it():
     kwargs = families.tiny_kwargs(families.config_class("nemotron3_5_transcribe_word_timestamp"))
     assert kwargs["blank_token_id"] < families.TINY["vocab_size"]
+
+
+def test_the_quoted_scaling_lines_follow_the_order_the_modules_first_appear_in():
+    """PP-DocLayout v4 runs modules of two modeling files: its quoted lines come file by file, in the
+    order the model's modules first use each file (they came in a set's order, which changes between
+    runs)."""
+    import inspect
+    import sys
+
+    model = families.build(families.tiny_config("pp_doclayout_v4"))
+    files = list(dict.fromkeys(sys.modules[type(m).__module__] for m in model.modules()))
+    sources = [inspect.getsource(module).splitlines() for module in files]
+    lines = declared.scaling_lines(model)
+    first_file = [next(i for i, source in enumerate(sources) if any(s.strip() == line for s in source)) for line in lines]
+    assert len(set(first_file)) > 1 and first_file == sorted(first_file)

@@ -420,7 +420,8 @@ def scaling_lines(model) -> list[str]:
     import sys
 
     lines = []
-    for module in {sys.modules.get(type(m).__module__) for m in model.modules()}:
+    # in the order the modules first appear (a set's order changes from run to run)
+    for module in dict.fromkeys(sys.modules.get(type(m).__module__) for m in model.modules()):
         try:
             source = inspect.getsource(module) if module is not None else ""
         except (OSError, TypeError):
