@@ -1008,3 +1008,48 @@ def test_the_quoted_scaling_lines_follow_the_order_the_modules_first_appear_in()
     lines = declared.scaling_lines(model)
     first_file = [next(i for i, source in enumerate(sources) if any(s.strip() == line for s in source)) for line in lines]
     assert len(set(first_file)) > 1 and first_file == sorted(first_file)
+
+
+@pytest.mark.parametrize("family", ["patchtst", "patchtsmixer", "time_series_transformer", "decision_transformer"])
+def test_forecasters_and_trajectory_models_are_fed_their_series_and_measured(family):
+    """A forecaster takes its history as past_values (with the observed mask, time features and the
+    future values its decoder reads where its forward takes them); Decision Transformer takes states,
+    actions and returns.  Fed them, each is measured under every backend it supports: head_dim^-0.5
+    = 0.25 at head dim 16, as their sources state (``self.scaling = self.head_dim**-0.5``;
+    PatchTSMixer's attention exists only with self_attn, which the tiny config asks for)."""
+    result = audit.audit_family(family, ("eager", "sdpa"))
+    assert result.verdict == "ok", (result.reason, result.findings)
+    row = verdicts.family_row(result, ("eager", "sdpa"))
+    assert row["eager"] == "0.25" and row["sdpa"] in ("0.25", "refused"), row
+
+
+def test_series_inputs_follow_the_config_history_and_horizon():
+    """The history is the context plus the furthest lag (the Time Series Transformer builds lagged
+    copies of the series), and the decoder's future values span the prediction length."""
+    from attnscale.audit import series, whole_path
+
+    model = families.build(families.tiny_config("time_series_transformer"))
+    config = model.config
+    inputs = whole_path.shaped_input(model, 3, series.series_shapes(config)[0])
+    history = config.context_length + max(config.lags_sequence)
+    assert inputs["past_values"].shape == (3, history) and inputs["past_observed_mask"].shape == (3, history)
+    assert inputs["future_values"].shape == (3, config.prediction_length)
+    assert torch.equal(inputs["past_values"][0], inputs["past_values"][2])  # every design sees the same series
+
+
+def test_a_learned_query_scale_per_coordinate_is_declared_from_the_layer():
+    """TimesFM scales q by softplus(s_j) / (ln 2 sqrt(d)) per coordinate, s learned (ones at init),
+    and calls its attention function with scaling=1.0: the declared path is that scale, read from the
+    layer (softplus(1) / (4 ln 2) = 0.4737 at head dim 16), and the whole path measures it.  TimesFM
+    2.5's attention function is checked at 1 the same way."""
+    expected = math.log1p(math.e) / (math.log(2) * 4)
+    result = audit.audit_family("timesfm", ("eager",))
+    assert result.verdict == "ok", result.findings
+    for row in result.layers:
+        assert row["declared"]["rules"] == ["LEARNED_QUERY_SCALE"]
+        assert row["declared"]["path_first"] == pytest.approx(expected, rel=1e-9)
+        assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(expected, rel=FACTOR_REL)
+    later = audit.audit_family("timesfm2_5", ("eager",))
+    assert later.verdict == "ok", later.findings
+    assert all(row["backends"]["eager"]["function"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
+               for row in later.layers)

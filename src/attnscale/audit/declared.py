@@ -14,6 +14,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import torch
+
 
 @dataclass(frozen=True)
 class SourceRule:
@@ -97,6 +99,11 @@ TEMPERATURE_TUNING = SourceRule("models/llama4/modeling_llama4.py",
                                 "torch.log1p(torch.floor((positions.float() + 1.0) / self.floor_scale)) * self.attn_scale + 1.0",
                                 "layers without RoPE scale q by log1p(floor((i + 1) / floor_scale)) * attn_scale + 1 "
                                 "at sequence index i")
+LEARNED_QUERY_SCALE = SourceRule("models/timesfm/modeling_timesfm.py",
+                                  "scale = F.softplus(self.scaling).mul(1.442695041 / math.sqrt(self.head_dim))",
+                                  "q scaled per coordinate by a learned softplus(s_j) / (ln 2 sqrt(d_k)) before the "
+                                  "product (TimesFM); the attention function gets scaling=1.0; at s_j = 0 this is "
+                                  "1/sqrt(d_k)")
 # Mechanisms outside the factor: they change the logits of real inputs, not the factor the whole
 # path applies to the q and k that reach the product (named next to the measured factor).
 ATTENTION_IN_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py",
@@ -134,13 +141,15 @@ class Declared:
     outside: list[str] = field(default_factory=list)  # mechanisms outside the factor, named
     unread: list[str] = field(default_factory=list)  # config fields set that the layer's code never reads
     path_declared: bool = True  # False: the whole path depends on learned terms no config field sets
+    coordinate_scale: tuple[float, float] | None = None  # a learned factor on q's first and last coordinates
 
     def path(self, last: bool) -> float | None:
         """The factor the whole path should apply along the first (or last) coordinate."""
         if self.function is None or not self.path_declared:
             return None
         rotary = self.rotary_last if last else self.rotary_first
-        return self.function * self.key_multiplier * (self.rope_gain if rotary else 1.0)
+        learned = self.coordinate_scale[last] if self.coordinate_scale else 1.0
+        return self.function * self.key_multiplier * (self.rope_gain if rotary else 1.0) * learned
 
     def to_dict(self) -> dict:
         return {**asdict(self), "path_first": self.path(False), "path_last": self.path(True)}
@@ -277,14 +286,16 @@ def relative_terms(config) -> list[str]:
 
 
 def declared_for(config, model_type: str, layer_index: int | None = None, layer_type: str | None = None,
-                 d_k: int | None = None, source: str | None = None, width: int | None = None) -> Declared:
+                 d_k: int | None = None, source: str | None = None, width: int | None = None,
+                 module=None) -> Declared:
     """The factors ``config`` declares for the attention layer ``layer_index`` (of ``layer_type``).
 
     ``d_k``: the width of q.k per head as the layer computes it (the default rule's
     1/sqrt(d_k)); without it, the config's head dimension.  ``width``: the layer's embed_dim (all
     heads), for code that scales by it.  ``source``: the text of the modeling
     file whose code runs the layer (default: the family's modeling files); a rule whose line that
-    code lacks is not applied: a config field the code never reads sets no factor."""
+    code lacks is not applied: a config field the code never reads sets no factor.  ``module``: the
+    layer itself, whose learned per-coordinate query scale (TimesFM's) is part of its factor."""
     code = family_source(model_type) if source is None else source
 
     def applies(rule: SourceRule) -> bool:
@@ -363,6 +374,14 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         q_first *= head_dim**-0.5
         rules.append("QUERY_PRESCALE")
     multiplier *= q_first
+    coordinate_scale = None
+    learned = getattr(module, "scaling", None)
+    if (applies(LEARNED_QUERY_SCALE) and head_dim and isinstance(learned, torch.Tensor)
+            and learned.shape == (head_dim,)):
+        per_coordinate = torch.nn.functional.softplus(learned.detach().double()) / (math.log(2) * math.sqrt(head_dim))
+        function, coordinate_scale = 1.0, (float(per_coordinate[0]), float(per_coordinate[-1]))
+        fields["scaling (learned, first and last coordinate)"] = [float(learned[0].detach()), float(learned[-1].detach())]
+        rules = [rule for rule in rules if rule != "HEAD_DIM"] + ["LEARNED_QUERY_SCALE"]
     cap = getattr(config, "attn_logit_softcapping", None)
     unread = []
     if isinstance(cap, (int, float)) and not (applies(SOFTCAP) or applies(SOFTCAP_PASSED)):
@@ -382,7 +401,7 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         rules.append("TEMPERATURE_TUNING")
     outside = outside_the_factor(config, model_type, code, fields, rules)
     return Declared(head_dim, function, gain**2, multiplier, first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
-                    outside, unread, "CONTENT_BIAS" not in rules)
+                    outside, unread, "CONTENT_BIAS" not in rules, coordinate_scale)
 
 
 def clip_of(config) -> float | None:

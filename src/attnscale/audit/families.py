@@ -60,7 +60,16 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "qwen2_vl_vision": {"embed_dim": 64, "depth": 2, "num_heads": 4, "hidden_size": 64},
                # the layers whose states it also returns (3, 7, 15, 23, 30 by default) inside the tiny depth
                "mllama_vision_model": {"intermediate_layers_indices": [0, 1], "num_global_layers": 1,
-                                       "vision_output_dim": 192}}
+                                       "vision_output_dim": 192},
+               # forecasters: a short history and horizon (the Time Series Transformers need a horizon stated)
+               **{family: {"prediction_length": 8, "context_length": 16}
+                  for family in ("time_series_transformer", "informer", "autoformer", "patchtst")},
+               # PatchTSMixer attends only when asked to (self_attn): its attention is what there is to audit
+               "patchtsmixer": {"self_attn": True, "self_attn_heads": 4, "d_model": 64, "context_length": 32,
+                                "prediction_length": 8},
+               **{family: {"patch_length": 8, "context_length": 32, "horizon_length": 8}
+                  for family in ("timesfm", "timesfm2_5")},
+               "decision_transformer": {"state_dim": 4, "act_dim": 2, "max_ep_len": 64}}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})

@@ -37,7 +37,7 @@ from ..probing.intercept import (final_hidden, intercept_attention, model_inputs
 from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config,
                                quiet_transformers, read_json)
 from ..threads import torch_threads
-from . import attention_function, families, inline, whole_path
+from . import attention_function, families, inline, series, whole_path
 from . import declared as declared_rules
 from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, agree, caps_differ, family_row,
                        judge_family)
@@ -261,13 +261,15 @@ def declared_of(model, call, fallback_index: int, model_type: str) -> declared_r
         types = getattr(config, "layer_types", None)
         layer_type = types[index] if isinstance(types, (list, tuple)) and index < len(types) else None
     return declared_rules.declared_for(config, model_type, index, layer_type if isinstance(layer_type, str) else None,
-                                       int(call.query.shape[-1]), declared_rules.source_for(call.module))
+                                       int(call.query.shape[-1]), declared_rules.source_for(call.module),
+                                       module=call.module)
 
 
 INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_values": "raw audio samples",
-               "pixel_values": "images", whole_path.PATCHES: "image patches with their grid"}
+               "pixel_values": "images", whole_path.PATCHES: "image patches with their grid",
+               series.SERIES_INPUT: "a time series' past values", series.TRAJECTORY_INPUT: "a trajectory's states"}
 FED = ("input_ids", "pixel_values", *whole_path.SHAPED_INPUTS)  # token ids, a 32 x 32 image, audio, patches
-FED_TEXT = "token ids, images, video clips, image patches, audio and query embeddings"
+FED_TEXT = "token ids, images, video clips, image patches, audio, time series, trajectories and query embeddings"
 
 
 def is_fed(takes: str) -> bool:
@@ -357,7 +359,8 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> 
         config = getattr(module, "config", None) or model.config
         width = getattr(module, "embed_dim", None)
         return declared_rules.declared_for(config, family, layer_index(module, index), None, d_k,
-                                           declared_rules.source_for(module), width if isinstance(width, int) else None)
+                                           declared_rules.source_for(module), width if isinstance(width, int) else None,
+                                           module)
 
     try:
         result.layers = inline.inline_rows(model, declared, TOKENS, LONGER_TOKENS, far_position(model.config, TOKENS))

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import series
+
 Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn", "linear_q",
            "project_q", "projection_query", "to_query")
 K_NAMES = ("k_proj", "key", "k", "key_proj", "Wk", "wk", "k_lin", "to_k", "linear_k", "project_k", "projection_key",
@@ -419,7 +421,8 @@ def patch_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     return inputs
 
 
-SHAPED_INPUTS = (*AUDIO_INPUTS, PATCHES)  # inputs whose shape is found by trying candidates in turn
+# inputs whose shape is found by trying candidates in turn
+SHAPED_INPUTS = (*AUDIO_INPUTS, PATCHES, series.SERIES_INPUT, series.TRAJECTORY_INPUT)
 
 
 def is_shaped(takes: str) -> bool:
@@ -431,11 +434,23 @@ def input_shapes(model, takes: str) -> list[tuple[int, ...]]:
         return patch_shapes(model.config)
     if takes.endswith(EMBEDS_SUFFIX):
         return [(EMBEDS_TOKENS, model.config.hidden_size)]
+    if takes == series.SERIES_INPUT:
+        return series.series_shapes(model.config)
+    if takes == series.TRAJECTORY_INPUT:
+        return [(series.TRAJECTORY_STEPS,)]
     return audio_shapes(model.config, takes)
 
 
 def shaped_input(model, batch: int, shape: tuple[int, ...]) -> dict:
-    inputs = patch_input(model, batch, shape) if main_input(model) == PATCHES else audio_input(model, batch, shape)
+    takes = main_input(model)
+    if takes == PATCHES:
+        inputs = patch_input(model, batch, shape)
+    elif takes == series.SERIES_INPUT:
+        inputs = series.series_input(model, batch, shape, lambda name: accepts(model, name), required_inputs(model))
+    elif takes == series.TRAJECTORY_INPUT:
+        inputs = series.trajectory_input(model, batch)
+    else:
+        inputs = audio_input(model, batch, shape)
     return {**inputs, **encoder_states(model, batch)}
 
 
