@@ -1053,3 +1053,17 @@ def test_a_learned_query_scale_per_coordinate_is_declared_from_the_layer():
     assert later.verdict == "ok", later.findings
     assert all(row["backends"]["eager"]["function"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
                for row in later.layers)
+
+
+@pytest.mark.parametrize("family, class_name, starts", [
+    ("autoformer", "AutoformerAttention", "autocorrelation (Autoformer)"),
+    ("informer", "InformerProbSparseAttention", "ProbSparse attention (Informer)")])
+def test_time_series_attention_with_no_factor_to_read_is_named_from_its_code(family, class_name, starts):
+    """Autoformer's attention correlates q and k by FFT (``torch.fft.rfft(query_states`` in its
+    class) and Informer's ProbSparse attention ranks queries on keys drawn at random
+    (``sparsity_measurement``): neither has softmax rows over q.k to read, so each is named with what
+    it computes, and no factor is claimed for them."""
+    result = audit.audit_family(family, backends=("eager",))
+    named = [module for module in result.unread_attention if module["class"] == class_name]
+    assert named and all(module["mechanism"].startswith(starts) for module in named)
+    assert all(row["name"] not in {module["name"] for module in named} for row in result.layers)

@@ -389,12 +389,26 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> 
 DEFORMABLE_PARTS = ("sampling_offsets", "attention_weights")  # Deformable DETR's linear maps of the query
 DEFORMABLE = ("deformable attention: weights from a linear map of the query, a softmax over sampling points; "
               "no q.k product, so no factor")
+# What an attention module computes where its class's code shows it: (a line it contains, the mechanism)
+MECHANISMS = (("torch.fft.rfft(query_states", "autocorrelation (Autoformer): q and k correlated over time delays by "
+                                               "FFT, the top delays' values averaged; no softmax over q.k, so no factor"),
+              ("sparsity_measurement", "ProbSparse attention (Informer): only the top u = factor ln(L) queries, "
+                                       "ranked on keys drawn at random, attend; the other rows take the mean of the "
+                                       "values, so the rows read depend on the draw"))
+
+
+def mechanism_of(module) -> str:
+    """What an attention module no row reads computes, where that is recognised; "not intercepted" otherwise."""
+    if all(isinstance(getattr(module, part, None), torch.nn.Linear) for part in DEFORMABLE_PARTS):
+        return DEFORMABLE
+    code = declared_rules.source_for(module) or ""
+    return next((mechanism for line, mechanism in MECHANISMS if line in code), "not intercepted")
 
 
 def unread_attention(model, layers: list[dict]) -> list[dict]:
     """The model's attention modules (by class name) that no measured row reads: neither a row's
     module, inside one, nor holding one; each named with what it computes where that is recognised
-    (deformable attention), "not intercepted" otherwise."""
+    (deformable attention, autocorrelation, ProbSparse), "not intercepted" otherwise."""
     read = [row["name"] for row in layers]
     found = []
     for name, module in model.named_modules():
@@ -404,9 +418,7 @@ def unread_attention(model, layers: list[dict]) -> list[dict]:
             continue
         if any(name.startswith(outer["name"] + ".") for outer in found):  # inside a module already named
             continue
-        deformable = all(isinstance(getattr(module, part, None), torch.nn.Linear) for part in DEFORMABLE_PARTS)
-        found.append({"name": name, "class": type(module).__name__,
-                      "mechanism": DEFORMABLE if deformable else "not intercepted"})
+        found.append({"name": name, "class": type(module).__name__, "mechanism": mechanism_of(module)})
     return found
 
 
