@@ -1067,3 +1067,47 @@ def test_time_series_attention_with_no_factor_to_read_is_named_from_its_code(fam
     named = [module for module in result.unread_attention if module["class"] == class_name]
     assert named and all(module["mechanism"].startswith(starts) for module in named)
     assert all(row["name"] not in {module["name"] for module in named} for row in result.layers)
+
+
+@pytest.mark.parametrize("family, beside", [("bros", {"bbox"}), ("lxmert", {"visual_feats", "visual_pos"}),
+                                            ("vilt", {"pixel_values"}), ("udop", {"bbox"})])
+def test_a_token_model_that_does_not_run_on_ids_alone_is_given_what_it_reads_beside_them(family, beside):
+    """BROS and UDOP need each token's box on the page, LXMERT region features and their positions,
+    ViLT an image: refused on token ids alone, each is given them (boxes well formed on the 0-1000
+    grid) and measured (head_dim^-0.5 = 0.25 at head dim 16 for the BERT-style ones; UDOP is T5's
+    attention, unscaled: 1)."""
+    from attnscale.audit import companions
+
+    model = families.build(families.tiny_config(family))
+    inputs = audit.first_inputs(model)
+    assert beside <= set(inputs)
+    if "bbox" in inputs:
+        boxes = inputs["bbox"]
+        assert boxes.shape == (*inputs["input_ids"].shape, 4)
+        assert bool((boxes[..., 0] < boxes[..., 2]).all() and (boxes[..., 1] < boxes[..., 3]).all())
+        assert int(boxes.min()) >= 0 and int(boxes.max()) < companions.PAGE
+    result = audit.audit_family(family, ("eager",))
+    assert result.verdict == "ok", (result.reason, result.findings)
+    assert verdicts.family_row(result, ("eager",))["eager"] == ("1" if family == "udop" else "0.25")
+
+
+def test_a_token_model_that_runs_on_ids_alone_gets_nothing_beside_them():
+    """LayoutLM takes boxes but runs without them (zeros by default): it is given ids only, as before."""
+    model = families.build(families.tiny_config("layoutlm"))
+    assert "bbox" not in audit.first_inputs(model)
+
+
+@pytest.mark.parametrize("family, beside", [("grounding-dino", {"input_ids", "attention_mask"}),
+                                            ("oneformer", {"task_inputs"})])
+def test_an_image_model_that_requires_a_text_or_task_beside_its_image_is_given_it(family, beside):
+    """Grounding DINO requires a text beside its image (its decoder's queries, 8 at the tiny sizes, are
+    the top proposals of a 4 x 4 feature map), OneFormer a task prompt at its task length: given them,
+    each is measured (0.25 at head dim 16)."""
+    model = families.build(families.tiny_config(family))
+    inputs = audit.first_inputs(model)
+    assert beside <= set(inputs)
+    if "task_inputs" in inputs:
+        assert inputs["task_inputs"].shape[-1] == model.config.task_seq_len
+    result = audit.audit_family(family, ("eager",))
+    assert result.verdict == "ok", (result.reason, result.findings)
+    assert verdicts.family_row(result, ("eager",))["eager"] == "0.25"

@@ -69,7 +69,11 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                                 "prediction_length": 8},
                **{family: {"patch_length": 8, "context_length": 32, "horizon_length": 8}
                   for family in ("timesfm", "timesfm2_5")},
-               "decision_transformer": {"state_dim": 4, "act_dim": 2, "max_ep_len": 64}}
+               "decision_transformer": {"state_dim": 4, "act_dim": 2, "max_ep_len": 64},
+               # their decoder's queries are the top proposals of the encoder's 4 x 4 feature map (900 by default)
+               **{family: {"num_queries": 8} for family in ("grounding-dino", "mm-grounding-dino")},
+               # its prompt image stacked above its image: the model's height is twice the image's
+               "seggpt": {"image_size": [64, 32]}}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})

@@ -299,7 +299,15 @@ def first_inputs(model) -> dict:
         raise UserError(f"{type(model).__name__} ran on none of the {takes} shapes tried ({'; '.join(refusals)})")
     vocab = getattr(model.config, "vocab_size", None) or 100
     ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
-    return model_inputs(model, ids, torch.ones_like(ids), **whole_path.encoder_states(model, 1))
+    inputs = model_inputs(model, ids, torch.ones_like(ids), **whole_path.encoder_states(model, 1))
+    if model not in whole_path.BESIDE and whole_path.takes_companions(model):
+        try:  # ids alone first: what a model reads beside them is given only where it does not run without
+            with torch.no_grad(), quiet_transformers(), torch_threads(1):
+                model(**inputs)
+            whole_path.BESIDE[model] = False
+        except Exception:  # noqa: BLE001 - refused without: given boxes, region features or an image
+            whole_path.BESIDE[model] = True
+    return {**inputs, **whole_path.token_companions(model, 1, TOKENS)}
 
 
 def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import series
+from . import companions, series
 
 Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn", "linear_q",
            "project_q", "projection_query", "to_query")
@@ -305,11 +305,31 @@ def image_inputs(model, batch: int) -> dict:
     if "spatial_shapes" in required:
         return cut_image(model.config, batch, next((name for name in required if name.endswith("_mask")), None))
     images = pixel_values(model.config, batch)
-    inputs = {image_name(model): images}
+    if any(name.startswith(companions.PROMPT_PREFIX) for name in required):  # SegGPT: image and prompt, stacked
+        images = images[..., : images.shape[-2] // 2, :].contiguous()
+    inputs = {image_name(model): images, **companions.beside_image(model, batch, COMPANION_TOKENS, required, images)}
     if accepts(model, "target_sizes") and images.dim() == 4:
         size = patch_side(model.config)
         inputs["target_sizes"] = torch.tensor([[images.shape[-2] // size, images.shape[-1] // size]] * batch)
     return inputs
+
+
+COMPANION_TOKENS = 8  # the text an image model requires beside its image (Grounding DINO's)
+# model -> True where its token ids alone did not run and they run with what it takes beside them
+BESIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def takes_companions(model) -> bool:
+    """Whether the forward takes anything companions.beside_tokens gives (boxes, region features, an image)."""
+    return any(accepts(model, name) for name in (*companions.BOX_NAMES, "visual_feats", "pixel_values"))
+
+
+def token_companions(model, batch: int, tokens: int) -> dict:
+    """What a token-id model found to need beside its ids (:data:`BESIDE`) for ``batch`` sequences."""
+    if not BESIDE.get(model):
+        return {}
+    return companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name),
+                                    lambda count: pixel_values(model.config, count))
 
 
 def tiled_image(config, batch: int) -> dict:
@@ -481,7 +501,7 @@ def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> d
         return shaped_input(model, count, SIGNAL_SHAPES[model])
     ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
     inputs = {"input_ids": ids, "attention_mask": torch.ones(count, tokens, dtype=torch.long),
-              **encoder_states(model, count)}
+              **encoder_states(model, count), **token_companions(model, count, tokens)}
     if accepts(model, "position_ids"):
         positions = [far_position if d.position < 0 else d.position for d in designs]
         inputs["position_ids"] = torch.tensor(positions).unsqueeze(1).repeat(1, tokens)

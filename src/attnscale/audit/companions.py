@@ -1,0 +1,69 @@
+"""What a model reads beside its main input: a page's boxes, an image's region features, a task.
+
+Document models (BROS, LiLT, UDOP, LayoutLMv3) read each token's box on the page; LXMERT reads
+region features and their positions beside its text; ViLT an image beside its text; Grounding
+DINO a text beside its image; OneFormer a task prompt; SegGPT a prompt image and its mask.  As
+for the main input, the path probe overwrites q, k and v at the projections, so only shapes and
+validity matter: boxes are well formed (left < right, top < bottom, on the 0-1000 grid), every
+token and pixel real.
+"""
+
+from __future__ import annotations
+
+import torch
+
+PAGE = 1000  # the coordinate grid document models read boxes on
+REGIONS = 8  # LXMERT's region features
+BOX_NAMES = ("bbox",)
+TOKEN_NAMES = ("input_ids", "task_inputs")  # token ids a model requires beside its image
+PROMPT_PREFIX = "prompt_"  # SegGPT's prompt image and mask, the image's shape
+
+
+def token_ids(batch: int, tokens: int, vocab: int) -> torch.Tensor:
+    return ((torch.arange(tokens) * 5 + 3) % max(vocab - 3, 1) + 3).repeat(batch, 1)
+
+
+def page_boxes(batch: int, tokens: int) -> torch.Tensor:
+    """One box per token, left to right along lines of 8 words: (batch, tokens, 4) as x0, y0, x1, y1."""
+    index = torch.arange(tokens)
+    column, line = index % 8, index // 8
+    x0, y0 = column * 120 + 10, line * 40 + 10
+    boxes = torch.stack([x0, y0, x0 + 100, y0 + 30], dim=-1).clamp(max=PAGE - 1)
+    return boxes.repeat(batch, 1, 1)
+
+
+def region_features(config, batch: int) -> dict:
+    generator = torch.Generator().manual_seed(2)
+    features = torch.randn(1, REGIONS, config.visual_feat_dim, generator=generator).repeat(batch, 1, 1)
+    positions = torch.rand(1, REGIONS, config.visual_pos_dim, generator=generator).repeat(batch, 1, 1)
+    return {"visual_feats": features, "visual_pos": positions}
+
+
+def beside_tokens(model, batch: int, tokens: int, accepts, image) -> dict:
+    """Inputs a token-id model takes beside its ids, for a model that does not run on ids alone:
+    boxes, region features, an image (``image(batch)``); ``accepts(name)`` says what its forward takes."""
+    inputs = {}
+    if any(accepts(name) for name in BOX_NAMES):
+        inputs["bbox"] = page_boxes(batch, tokens)
+    if accepts("visual_feats") and hasattr(model.config, "visual_feat_dim"):
+        inputs.update(region_features(model.config, batch))
+    if accepts("pixel_values"):
+        inputs["pixel_values"] = image(batch)
+    return inputs
+
+
+def beside_image(model, batch: int, tokens: int, required: list[str], images: torch.Tensor) -> dict:
+    """What an image model requires beside its image: token ids and their mask (Grounding DINO's
+    text, OneFormer's task, at the config's task length), a prompt image and mask of the image's shape."""
+    config = model.config
+    vocab = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", 100)
+    inputs = {}
+    for name in required:
+        if name == "input_ids":
+            inputs["input_ids"] = token_ids(batch, tokens, vocab)
+            inputs["attention_mask"] = torch.ones(batch, tokens, dtype=torch.long)
+        elif name == "task_inputs":
+            inputs[name] = token_ids(batch, getattr(config, "task_seq_len", tokens), vocab)
+        elif name.startswith(PROMPT_PREFIX):
+            inputs[name] = torch.ones_like(images) if name.endswith("masks") else images.clone()
+    return inputs
