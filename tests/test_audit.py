@@ -1111,3 +1111,14 @@ def test_an_image_model_that_requires_a_text_or_task_beside_its_image_is_given_i
     result = audit.audit_family(family, ("eager",))
     assert result.verdict == "ok", (result.reason, result.findings)
     assert verdicts.family_row(result, ("eager",))["eager"] == "0.25"
+
+
+@pytest.mark.parametrize("family, head_dim", [("layoutlmv3", 16), ("lilt", 24)])
+def test_layout_embeddings_sized_to_the_tiny_width_let_document_models_run(family, head_dim):
+    """LayoutLMv3 lays 4 coordinate and 2 shape embeddings side by side (4 x 12 + 2 x 8 = 64 wide);
+    LiLT six of hidden / 6, so its tiny width is 96 (head dim 24): built so, each is measured at
+    head_dim^-0.5 as its source states."""
+    result = audit.audit_family(family, ("eager",))
+    assert result.verdict == "ok", (result.reason, result.findings)
+    factors = [row["backends"]["eager"]["path"]["factor"] for row in result.layers]
+    assert factors and all(f == pytest.approx(head_dim**-0.5, rel=FACTOR_REL) for f in factors)

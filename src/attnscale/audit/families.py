@@ -73,7 +73,11 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # their decoder's queries are the top proposals of the encoder's 4 x 4 feature map (900 by default)
                **{family: {"num_queries": 8} for family in ("grounding-dino", "mm-grounding-dino")},
                # its prompt image stacked above its image: the model's height is twice the image's
-               "seggpt": {"image_size": [64, 32]}}
+               "seggpt": {"image_size": [64, 32]},
+               # a token's layout embedding: 4 coordinates and 2 sizes side by side, hidden_size wide (LayoutLMv3),
+               # or six embeddings of hidden / 6 (LiLT, whose layout stream is hidden / channel_shrink_ratio wide)
+               "layoutlmv3": {"coordinate_size": 12, "shape_size": 8},
+               "lilt": {"hidden_size": 96, "intermediate_size": 192}}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})
