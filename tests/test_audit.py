@@ -610,8 +610,8 @@ def test_skips_name_what_the_family_lacks():
                                 "family; text_config: llama, audited as its own family)")
     towers = audit.audit_family("align", ("eager",)).reason
     assert towers.startswith("multimodal composite (vision_config: align_vision_model, no base model of its own; ")
-    series = audit.audit_family("patchtst", ("eager",))
-    assert series.reason.startswith(f"takes past_values (not token ids); the audit feeds {audit.FED_TEXT} only")
+    unfed = audit.audit_family("gemma3n_audio", ("eager",))
+    assert unfed.reason.startswith(f"takes audio_mel (not token ids); the audit feeds {audit.FED_TEXT} only")
 
 
 def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no_attention_of_its_own():
