@@ -1122,3 +1122,107 @@ def test_layout_embeddings_sized_to_the_tiny_width_let_document_models_run(famil
     assert result.verdict == "ok", (result.reason, result.findings)
     factors = [row["backends"]["eager"]["path"]["factor"] for row in result.layers]
     assert factors and all(f == pytest.approx(head_dim**-0.5, rel=FACTOR_REL) for f in factors)
+
+
+# ---------------------------------------------------------------------------------------
+# Composites built whole: their own attention, and towers with no model class of their own.
+
+def read_classes(family: str, rows) -> set[str]:
+    """The attention classes the whole row of ``family`` reads (rebuilt to look the modules up)."""
+    modules = dict(families.build_whole(family).named_modules())
+    return {type(modules[row["name"]]).__name__ for row in rows[0].layers if row["name"] in modules}
+
+
+@pytest.mark.parametrize("family, own", [("sam", {"SamAttention"}), ("sam2", {"Sam2Attention"}),
+                                         ("kyutai_speech_to_text", {"KyutaiSpeechToTextAttention"}),
+                                         ("cohere_asr", {"CohereAsrSelfAttention", "CohereAsrCrossAttention"}),
+                                         ("lightglue", {"LightGlueAttention"})])
+def test_a_composite_its_towers_cannot_cover_is_built_whole_and_its_own_attention_measured(family, own):
+    """SAM's mask decoder (no model class of its own), Kyutai's codebook decoder and Cohere ASR's decoder
+    (attention classes of the composite's own), LightGlue on an image pair: built whole with every part
+    at the tiny sizes and fed a box prompt, ids per codebook, features with decoder ids, a pair of images.
+    Each call's factor is d_k^-0.5, as every one of these classes states (head_dim**-0.5, or SAM's
+    (internal_dim // heads)**-0.5: 16 for its self-attention, 8 where it downsamples to the image)."""
+    rows = audit.audit_item(("family", family), ("eager",), 0)
+    whole = rows[0]
+    assert whole.family == family and whole.status == "audited" and whole.verdict == "ok", (whole.reason,
+                                                                                             whole.findings)
+    assert whole.own_attention == [] and all(not row.tower_of or row.tower_of == family for row in rows)
+    assert own <= read_classes(family, rows)
+    for row in whole.layers:
+        factor = row["backends"]["eager"]["function"]["factor"]
+        assert factor == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL), row["name"]
+
+
+def test_a_composite_built_whole_counts_only_where_every_attention_it_runs_is_read_somewhere():
+    """GIT's whole pass reads its text attention; its vision tower's attention, left unread there, is
+    read by the tower's own row: GIT is measured.  Granite Speech's whole pass never reaches its
+    encoder (the encoder row cannot run either): it stays unmeasured, and says which row is missing."""
+    git = audit.audit_item(("family", "git"), ("eager",), 0)
+    assert git[0].status == "audited" and git[0].verdict == "ok"
+    assert [row.family for row in git[1:]] == ["git.vision_config"] and audit.is_measured(git[1])
+    speech = audit.audit_item(("family", "granite_speech"), ("eager",), 0)
+    assert speech[0].status == "skipped"
+    assert "built whole: the attention of granite_speech.encoder_config is not read" in speech[0].reason
+    # a tower that is a family of its own is looked up when the audit is reported
+    relying = audit.FamilyAudit("composite", status="audited", verdict="ok", relies_on=["tower"])
+    tower = audit.FamilyAudit("tower", status="skipped", reason="cannot run a forward pass: ...")
+    audit.settle_whole([relying, tower])
+    assert relying.status == "skipped" and "the attention of tower is not read" in relying.reason
+
+
+def test_a_composite_whose_base_class_is_a_tower_is_built_from_its_own_class():
+    """AutoModel maps MusicGen to its decoder, which a MusicgenConfig does not build: the composite
+    class of its own package is used, so its decoder is found to be a tower (MusicgenAttention is not
+    its own) and the decoder row measures it at head_dim^-0.5."""
+    config = families.whole_config("musicgen")
+    assert type(families.composite_model(config)).__name__ == "MusicgenForConditionalGeneration"
+    skipped = audit.audit_family("musicgen", ("eager",))
+    assert skipped.own_attention == []
+    decoder = audit.audit_tower("musicgen", {"name": "decoder", "model_type": "musicgen_decoder", "own": False},
+                                ("eager",))
+    assert decoder.verdict == "ok"
+    assert all(row["backends"]["eager"]["function"]["factor"] == pytest.approx(0.25, rel=FACTOR_REL)
+               for row in decoder.layers)
+
+
+# ---------------------------------------------------------------------------------------
+# Inline attention the designs now read.
+
+@pytest.mark.parametrize("family, factor", [("mobilevit", None), ("maskformer-swin", 0.25), ("seggpt", 0.25),
+                                            ("sew-d", (16 * 3) ** -0.5), ("roformer", 0.25)])
+def test_inline_attention_with_terms_beside_q_k_is_read_at_the_factor_its_source_states(family, factor):
+    """MobileViT (36^-0.5 on its 36-wide heads: more than one patch a stage at 128 x 128), MaskFormer's Swin
+    (read from its softmaxes: asking for its weights fails inside transformers), SegGPT (decomposed
+    relative positions: a term linear in q alone, cancelled by q doubled at gap 0), SEW-D (DeBERTa's c2p
+    and p2c, 1/sqrt(3 d): the keys' own term read at q = 0), RoFormer (RoPE by the token index: one factor
+    along the last coordinate, whose pair turns slowest)."""
+    result = audit.audit_family(family, ("eager",))
+    assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
+    for row in result.layers:
+        expected = factor if factor is not None else row["d_k"] ** -0.5
+        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(expected, rel=FACTOR_REL)
+
+
+def test_cosine_attention_is_judged_on_its_temperature_read_from_the_layers_learned_scale():
+    """Swin V2 multiplies cos(q, k) by exp(min(logit_scale, ln 100)), logit_scale learned per head: at its
+    initial ln 10 the measured temperature is 10, with logit_scale set to ln 3 it is 3, as the layer
+    declares each time; the declared temperature stops at the clamp (ln 1000 declares 100)."""
+    model = families.build(families.tiny_config("swinv2"))
+    scales = [m.logit_scale for m in model.modules() if isinstance(getattr(m, "logit_scale", None), torch.nn.Parameter)]
+    for temperature in (10.0, 3.0):
+        with torch.no_grad():
+            for scale in scales:
+                scale.fill_(math.log(temperature))
+        result = audit.audit_model(model, "swinv2", ("eager",))
+        assert result.verdict == "ok", result.findings
+        for row in result.layers:
+            assert row["declared"]["cosine_temperature"] == pytest.approx(temperature, rel=1e-6)  # float32 log, exp
+            assert row["backends"]["eager"]["path"]["cosine_temperature"] == pytest.approx(temperature, rel=FACTOR_REL)
+    with torch.no_grad():
+        for scale in scales:
+            scale.fill_(math.log(1000.0))
+    call_module = next(m for m in model.modules() if isinstance(getattr(m, "logit_scale", None), torch.nn.Parameter))
+    stated = declared.declared_for(model.config, "swinv2", 0, None, 16, declared.source_for(call_module),
+                                   module=call_module)
+    assert stated.cosine_temperature == pytest.approx(100.0, rel=1e-6)

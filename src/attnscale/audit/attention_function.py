@@ -22,6 +22,7 @@ callable (a port of an attention kernel).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import asdict, dataclass
 from typing import Callable
@@ -203,6 +204,10 @@ def call_measure(call, dtype=None) -> Measure:
     tensors (batch 1 per design; designs batched when the function broadcasts the call's mask,
     one by one otherwise; float64 unless the function refuses it next to the call's mask)."""
     shapes = [(1, *t.shape[1:]) for t in (call.query, call.key, call.value)]
+    if isinstance(call.mask, torch.Tensor) and call.mask.dim() > 0 and call.mask.shape[0] > 1:
+        # a mask per batch entry (LightGlue's keypoint mask, one per image of the pair): the first
+        # entry's, which the designs' batch of 1 broadcasts (the whole mask would broadcast them to its batch)
+        call = dataclasses.replace(call, mask=call.mask[:1])
     state = {"batched": True,
              "dtype": dtype or (torch.float64 if call.query.dtype == torch.float32 else call.query.dtype)}
 

@@ -16,7 +16,11 @@ PAGE = 1000  # the coordinate grid document models read boxes on
 REGIONS = 8  # LXMERT's region features
 BOX_NAMES = ("bbox",)
 TOKEN_NAMES = ("input_ids", "task_inputs")  # token ids a model requires beside its image
+IMAGE_MASK = "image_attention_mask"  # a token-by-image mask beside images given per sequence
 PROMPT_PREFIX = "prompt_"  # SegGPT's prompt image and mask, the image's shape
+# a promptable segmenter's box (input_boxes), one an image: SAM 3 reads it normalised as (cx, cy, w, h), SAM and
+# SAM 2 in pixels as (x0, y0, x1, y1), where it is a small box at the corner; a valid prompt either way
+PROMPT_BOX = (0.25, 0.25, 0.75, 0.75)
 
 
 def token_ids(batch: int, tokens: int, vocab: int) -> torch.Tensor:
@@ -49,6 +53,9 @@ def beside_tokens(model, batch: int, tokens: int, accepts, image) -> dict:
         inputs.update(region_features(model.config, batch))
     if accepts("pixel_values"):
         inputs["pixel_values"] = image(batch)
+        if accepts(IMAGE_MASK):  # which images each token sees (IDEFICS): the images of a sequence, one here
+            inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
+            inputs[IMAGE_MASK] = torch.ones(batch, tokens, 1, dtype=torch.long)
     return inputs
 
 

@@ -104,6 +104,10 @@ LEARNED_QUERY_SCALE = SourceRule("models/timesfm/modeling_timesfm.py",
                                   "q scaled per coordinate by a learned softplus(s_j) / (ln 2 sqrt(d_k)) before the "
                                   "product (TimesFM); the attention function gets scaling=1.0; at s_j = 0 this is "
                                   "1/sqrt(d_k)")
+COSINE_LOGIT_SCALE = SourceRule("models/swinv2/modeling_swinv2.py",
+                                "logit_scale = torch.clamp(self.logit_scale, max=math.log(1.0 / 0.01)).exp()",
+                                "cosine attention: q and k normalised, their cosine times a learned per-head "
+                                "temperature exp(min(logit_scale, ln 100)) (Swin V2); no factor on q.k")
 # Mechanisms outside the factor: they change the logits of real inputs, not the factor the whole
 # path applies to the q and k that reach the product (named next to the measured factor).
 ATTENTION_IN_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py",
@@ -142,6 +146,7 @@ class Declared:
     unread: list[str] = field(default_factory=list)  # config fields set that the layer's code never reads
     path_declared: bool = True  # False: the whole path depends on learned terms no config field sets
     coordinate_scale: tuple[float, float] | None = None  # a learned factor on q's first and last coordinates
+    cosine_temperature: float | None = None  # cosine attention: the temperature on cos(q, k) (median over heads)
 
     def path(self, last: bool) -> float | None:
         """The factor the whole path should apply along the first (or last) coordinate."""
@@ -382,6 +387,13 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         function, coordinate_scale = 1.0, (float(per_coordinate[0]), float(per_coordinate[-1]))
         fields["scaling (learned, first and last coordinate)"] = [float(learned[0].detach()), float(learned[-1].detach())]
         rules = [rule for rule in rules if rule != "HEAD_DIM"] + ["LEARNED_QUERY_SCALE"]
+    cosine = None
+    logit_scale = getattr(module, "logit_scale", None)
+    if applies(COSINE_LOGIT_SCALE) and isinstance(logit_scale, torch.Tensor):
+        temperatures = logit_scale.detach().double().clamp(max=math.log(100.0)).exp().flatten()
+        cosine, function = float(temperatures.median()), None
+        fields["logit_scale (learned, per head)"] = [round(float(v), 6) for v in logit_scale.detach().flatten()]
+        rules = ["COSINE_LOGIT_SCALE"]
     cap = getattr(config, "attn_logit_softcapping", None)
     unread = []
     if isinstance(cap, (int, float)) and not (applies(SOFTCAP) or applies(SOFTCAP_PASSED)):
@@ -401,7 +413,7 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         rules.append("TEMPERATURE_TUNING")
     outside = outside_the_factor(config, model_type, code, fields, rules)
     return Declared(head_dim, function, gain**2, multiplier, first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
-                    outside, unread, "CONTENT_BIAS" not in rules, coordinate_scale)
+                    outside, unread, "CONTENT_BIAS" not in rules, coordinate_scale, cosine)
 
 
 def clip_of(config) -> float | None:

@@ -77,7 +77,41 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # a token's layout embedding: 4 coordinates and 2 sizes side by side, hidden_size wide (LayoutLMv3),
                # or six embeddings of hidden / 6 (LiLT, whose layout stream is hidden / channel_shrink_ratio wide)
                "layoutlmv3": {"coordinate_size": 12, "shape_size": 8},
-               "lilt": {"hidden_size": 96, "intermediate_size": 192}}
+               "rf_detr": {"num_queries": 8},
+               # MobileViT unfolds each stage into patch_size x patch_size patches (2 by default); on a 128 x 128
+               # image every stage keeps more than one patch, so each attention row has keys to compare
+               "mobilevit": {"patch_size": 2, "image_size": 128},
+               "lilt": {"hidden_size": 96, "intermediate_size": 192},
+               # SAM (and SAM-HQ): the neck's output and the shared positional embedding (2 x num_pos_feats) at the
+               # mask decoder's width; a global layer inside the tiny depth and 2 x 2 windows on the 4 x 4 patches
+               **{family: {"output_channels": 64, "num_pos_feats": 32, "global_attn_indexes": [1], "window_size": 2}
+                  for family in ("sam_vision_model", "sam_hq_vision_model")},
+               **{family: {"mlp_dim": 128, "iou_head_hidden_dim": 64}
+                  for family in ("sam_mask_decoder", "sam2_mask_decoder", "sam3_tracker_mask_decoder")},
+               # the HQ decoder also reads the ViT's early features: vit_dim is the vision tower's width
+               "sam_hq_mask_decoder": {"mlp_dim": 128, "iou_head_hidden_dim": 64, "vit_dim": 64},
+               # Hiera: its stem is its first stage's width; 4 stages of 1, 1, 2, 1 blocks (heads 1, 2, 4, 8 of 16
+               # dims) on a 64 x 64 image (stride 4, then 2 a stage: 16, 8, 4, 2 a side), windows 4, 4, 2, 2; a
+               # stage's first block pools its queries (its window halves), so the global block is the third
+               # stage's second, as 5, 7, 9 are by default
+               "sam2_hiera_det_model": {"hidden_size": 16, "image_size": [64, 64], "blocks_per_stage": [1, 1, 2, 1],
+                                        "embed_dim_per_stage": [16, 32, 64, 128],
+                                        "num_attention_heads_per_stage": [1, 2, 4, 8],
+                                        "window_size_per_stage": [4, 4, 2, 2], "global_attention_blocks": [3],
+                                        "window_positional_embedding_background_size": [4, 4]},
+               # its FPN reads the Hiera stages (widths last to first) into the mask decoder's width, strides 4, 8, 16
+               "sam2_vision_model": {"backbone_channel_list": [128, 64, 32, 16], "fpn_hidden_size": 64,
+                                     "backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]]},
+               # the image embedding (image_size / patch_size a side) is the last FPN level: 64 / 16 = 4
+               "sam2_prompt_encoder": {"image_size": 64, "patch_size": 16},
+               # SAM 3's ViT: a global layer inside the tiny depth, 2 x 2 windows; its position table at the tiny
+               # image (336 / 8 patches a side by default, tiled)
+               "sam3_vit_model": {"window_size": 2, "global_attn_indexes": [1], "pretrain_image_size": 32},
+               # its FPN (scales 4, 2, 1, 0.5 of the 4 x 4 patches) at the decoders' width; the tracker reads three
+               "sam3_vision_model": {"fpn_hidden_size": 64, "backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]]},
+               **{family: {"num_queries": 8} for family in ("sam3_detr_decoder", "sam3_lite_text_detr_decoder")},
+               # its first and last text layers are RepMixer convolutions: 3 layers leave one attention layer
+               "sam3_lite_text_text_model": {"num_hidden_layers": 3}}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})
@@ -345,20 +379,56 @@ def own_attention_classes(cls, sub_configs: dict) -> list[str]:
             tower_classes = tuple({type(getattr(config, name)) for name in sub_configs
                                    if getattr(config, name, None) is not None})
             with torch.device("meta"):
-                model = AutoModel.from_config(config, trust_remote_code=False)
+                model = composite_model(config)
     except Exception:  # noqa: BLE001 - cannot be built at the tiny sizes: read its modeling file instead
         module_name = cls.__module__.replace(".configuration_", ".modeling_")
         try:
             module = importlib.import_module(module_name)
         except Exception:  # noqa: BLE001 - no modeling file of its own, or one that needs a missing package
             return []
+        in_towers = tower_attention_classes(cls, sub_configs)
         return sorted(name for name, obj in vars(module).items() if isinstance(obj, type) and issubclass(obj, nn.Module)
-                      and obj.__module__ == module.__name__ and is_attention_class(name))
+                      and obj.__module__ == module.__name__ and is_attention_class(name) and name not in in_towers)
     inside: set[int] = set()
     for module in model.modules():
         if module is not model and isinstance(getattr(module, "config", None), tower_classes):
             inside.update(id(m) for m in module.modules())
     return sorted({type(m).__name__ for m in model.modules() if id(m) not in inside and is_attention_class(type(m).__name__)})
+
+
+def tower_attention_classes(cls, sub_configs: dict) -> set[str]:
+    """The attention classes the towers of a composite run, each tower built alone on the meta device
+    from its model class of the composite's package (Granite 4 Vision's text model): where the
+    composite cannot be built, its modeling file's attention classes that a tower runs are not its own."""
+    from ..probing.loading import quiet_transformers
+
+    found: set[str] = set()
+    for sub_cls in sub_configs.values():
+        model_cls = tower_class(cls, sub_cls) if isinstance(sub_cls, type) and dataclasses.is_dataclass(sub_cls) else None
+        if model_cls is None:
+            continue
+        try:
+            with quiet_transformers(), torch.device("meta"):
+                tower = model_cls(sub_cls(**tiny_kwargs(sub_cls)))
+        except Exception:  # noqa: BLE001 - a tower that cannot be built alone names nothing
+            continue
+        found.update(type(m).__name__ for m in tower.modules() if is_attention_class(type(m).__name__))
+    return found
+
+
+def composite_model(config, **kwargs):
+    """The composite's model for ``config``: AutoModel's, or where AutoModel maps its type to a tower
+    (MusicGen's base model is its decoder, which a MusicgenConfig does not build), the model class of
+    its own package that takes this config (MusicgenForConditionalGeneration)."""
+    from transformers import AutoModel
+
+    try:
+        return AutoModel.from_config(config, trust_remote_code=False, **kwargs)
+    except Exception:  # noqa: BLE001 - AutoModel's class refused the composite's config: its own class, if any
+        own = tower_class(type(config), type(config))
+        if own is None:
+            raise
+        return own._from_config(config, **kwargs) if kwargs else own(config)
 
 
 def composite_skip(cls, sub_configs: dict, reason: str) -> Skip:
@@ -436,6 +506,53 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
             except Exception as error:  # noqa: BLE001
                 raise Skip(f"cannot be built from its config: {first_line(error)}") from None
     return fit_rotary_sections(model).eval()
+
+
+def whole_config(model_type: str):
+    """A composite's config with every sub-config at the tiny sizes (each with its model type's
+    FAMILY_TINY), nested ones too (a vision config's backbone) and those its fields leave None but
+    its default config builds (SAM's vision_config); one the default leaves unset stays unset (ESM's
+    folding head).  Raises Skip with the refusal."""
+    from ..probing.loading import quiet_transformers
+
+    def tiny_tree(cls):
+        kwargs = tiny_kwargs(cls)
+        try:
+            defaults = cls()
+        except Exception:  # noqa: BLE001 - a config that needs arguments: its sub-configs as it builds them
+            defaults = None
+        for name in dict(getattr(cls, "sub_configs", {}) or {}):
+            built = getattr(defaults, name, None)
+            if name not in kwargs and built is not None:
+                # a detector's backbone as tiny_backbone shrinks it; another AutoConfig sub-config: the type
+                # its default builds
+                kwargs[name] = tiny_backbone(cls, name) or tiny_tree(type(built))
+        kwargs.update(tiny_rope(cls, kwargs))
+        tied = tied_widths(cls, {width for width in (default_width(cls),) if width}, kwargs)
+        refusal = None
+        for change in ({}, *([tied] if tied else []), *FALLBACKS):  # as tiny_config tries them
+            if any(name not in kwargs for name in change) and change is not tied:
+                continue
+            tried = {**kwargs, **change}
+            if change.get("layer_types") == "default":
+                tried.pop("layer_types")
+            try:
+                return cls(**tried)
+            except Exception as error:  # noqa: BLE001 - the next change; the first refusal is raised
+                refusal = refusal or error
+        raise refusal
+
+    with quiet_transformers():
+        try:
+            return tiny_tree(config_class(model_type))
+        except Exception as error:  # noqa: BLE001
+            raise Skip(f"built whole, the config rejects the tiny sizes: {first_line(error)}", final=True) from None
+
+
+def build_whole(model_type: str, seed: int = 0, attn_implementation: str = "eager"):
+    """The composite built whole from :func:`whole_config`, bounded by MAX_PARAMETERS (not the
+    composite bound: every part is at the tiny sizes)."""
+    return build(whole_config(model_type), seed, attn_implementation, max_composite=MAX_PARAMETERS)
 
 
 def tiny_config(model_type: str, hybrid: bool = True, **overrides):
@@ -590,10 +707,8 @@ def count_parameters(config) -> int:
     """Parameters of the model ``config`` builds, counted on the meta device (nothing allocated);
     raises Skip for a model with no attention module (a CNN, a state-space model; not final: a
     hybrid's attention layers can appear only with more layers, which the next tries give)."""
-    from transformers import AutoModel
-
     with torch.device("meta"):
-        model = AutoModel.from_config(config, trust_remote_code=False)
+        model = composite_model(config)
     return shell_parameters(model)
 
 
@@ -612,8 +727,6 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
           max_composite: int = MAX_COMPOSITE_PARAMETERS):
     """The base model (no LM head) for ``config``, random init under ``seed``, eval mode, CPU; a
     build over ``max_parameters`` (``max_composite`` for a composite with towers) is refused."""
-    from transformers import AutoModel
-
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
     from ..probing.loading import quiet_transformers
@@ -640,7 +753,7 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             try:
-                model = AutoModel.from_config(config, attn_implementation=attn_implementation, trust_remote_code=False)
+                model = composite_model(config, attn_implementation=attn_implementation)
             except Exception as error:  # noqa: BLE001
                 raise Skip(f"cannot be built from its config: {first_line(error)}") from None
     return fit_rotary_sections(model).eval()

@@ -64,6 +64,8 @@ class FamilyAudit:
     own_attention: list = field(default_factory=list)  # attention classes a composite runs outside its towers
     tower_of: str = ""  # a tower row: the composite it belongs to (not a family of its own)
     unread_attention: list = field(default_factory=list)  # attention modules no row reads, with what they compute
+    # a composite built whole: the tower rows whose attention it left unread (measured there, or it is not measured)
+    relies_on: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items()}
@@ -124,7 +126,8 @@ def choose_layouts(model, backend: str, calls, units: dict) -> tuple[dict, list 
             designed = []
         checked = {}
         for call in designed:
-            checked.setdefault(id(call.module), []).append(whole_path.layout_holds(call.query, call.key))
+            checked.setdefault(id(call.module), []).append(
+                whole_path.layout_holds(call.query, call.key, len(whole_path.DESIGNS)))
         for key, layout in trial.items():
             if checked.get(key) and all(checked[key]):
                 chosen[key] = layout
@@ -158,12 +161,15 @@ def designed_calls(model, backend: str, layouts: dict, units: dict, designs, tok
     return calls
 
 
-def rotary_unpinned(model) -> bool:
+def rotary_unpinned(model, module=None) -> bool:
     """RoPE that the designed passes cannot pin: the model rotates q and k by positions it does not
     take as position_ids (an audio encoder counts its frames), so the designed keys at positions
-    0 and 1 and a query at position t differ by a rotation of t, not by the factor alone."""
-    rope = declared_rules.rope_parameters_for(model.config, None)
-    return bool(rope) and whole_path.main_input(model) != "input_ids" and not whole_path.accepts(model, "position_ids")
+    0 and 1 and a query at position t differ by a rotation of t, not by the factor alone.  The
+    attention ``module``'s own config is read beside the model's: a composite's part rotates under
+    its sub-config (SAM 3's ViT inside its tracker)."""
+    configs = [model.config, getattr(module, "config", None)]
+    rope = any(declared_rules.rope_parameters_for(config, None) for config in configs if config is not None)
+    return rope and whole_path.main_input(model) != "input_ids" and not whole_path.accepts(model, "position_ids")
 
 
 def path_results(model, backend: str, calls, layouts: dict, units: dict, main=None) -> list[dict | None]:
@@ -184,16 +190,17 @@ def path_results(model, backend: str, calls, layouts: dict, units: dict, main=No
         except (RuntimeError, ValueError, IndexError, TypeError):
             runs[name] = None
     positions = whole_path.accepts(model, "position_ids")
+    counts = {"main": len(whole_path.DESIGNS), "longer": len(whole_path.LENGTH_DESIGNS)}
 
     def rows_of(name, index, key):
         run = runs.get(name)
         ok = run is not None and index < len(run) and id(run[index].module) == key
-        return whole_path.log_ratios(run[index].output) if ok else None
+        return whole_path.design_rows(run[index].output, counts[name]) if ok else None
 
     out = []
     for index, call in enumerate(calls):
         key = id(call.module)
-        rows = rows_of("main", index, key) if key in layouts else None
+        rows = rows_of("main", index, key) if key in layouts and not rotary_unpinned(model, call.module) else None
         if rows is None:
             out.append(None)
             continue
@@ -281,6 +288,10 @@ def first_inputs(model) -> dict:
     the first shape the model runs on (kept for the designed passes); raises UserError if none runs."""
     takes = whole_path.main_input(model)
     if takes == "pixel_values":
+        if model not in whole_path.IMAGE_BESIDE:
+            image_companions(model)
+        if model not in whole_path.IMAGE_AXIS:
+            whole_path.IMAGE_AXIS[model] = image_axis(model)
         return whole_path.image_inputs(model, 1)
     if whole_path.is_shaped(takes):
         if model in whole_path.SIGNAL_SHAPES:
@@ -299,7 +310,10 @@ def first_inputs(model) -> dict:
         raise UserError(f"{type(model).__name__} ran on none of the {takes} shapes tried ({'; '.join(refusals)})")
     vocab = getattr(model.config, "vocab_size", None) or 100
     ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
-    inputs = model_inputs(model, ids, torch.ones_like(ids), **whole_path.encoder_states(model, 1))
+    if model not in whole_path.ID_LAYOUTS and whole_path.id_layouts(model.config):
+        whole_path.ID_LAYOUTS[model] = id_layout(model, ids)
+    inputs = model_inputs(model, whole_path.shaped_ids(model, ids), torch.ones_like(ids),
+                          **whole_path.encoder_states(model, 1))
     if model not in whole_path.BESIDE and whole_path.takes_companions(model):
         try:  # ids alone first: what a model reads beside them is given only where it does not run without
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
@@ -308,6 +322,57 @@ def first_inputs(model) -> dict:
         except Exception:  # noqa: BLE001 - refused without: given boxes, region features or an image
             whole_path.BESIDE[model] = True
     return {**inputs, **whole_path.token_companions(model, 1, TOKENS)}
+
+
+def image_axis(model) -> int | None:
+    """None where the model runs on one image a sample; else the first count of
+    :data:`whole_path.IMAGE_COUNTS` it runs on with the images on an axis of their own (a pair of
+    images to match); None where none runs (the forward's own error is then the reason)."""
+    for count in (None, *whole_path.IMAGE_COUNTS):
+        whole_path.IMAGE_AXIS[model] = count
+        try:
+            with torch.no_grad(), quiet_transformers(), torch_threads(1):
+                model(**whole_path.image_inputs(model, 1))
+            return count
+        except Exception:  # noqa: BLE001 - not this layout: try the next
+            continue
+    return None
+
+
+def id_layout(model, ids: torch.Tensor):
+    """The first layout of :func:`whole_path.id_layouts` (plain ids first: None) that the model runs
+    on; plain where none does (the forward's own error is then the reason)."""
+    for layout in (None, *whole_path.id_layouts(model.config)):
+        inputs = model_inputs(model, whole_path.lay_out_ids(ids, layout), torch.ones_like(ids),
+                              **whole_path.encoder_states(model, 1))
+        try:
+            with torch.no_grad(), quiet_transformers(), torch_threads(1):
+                model(**inputs)
+            return layout
+        except Exception:  # noqa: BLE001 - a layout the model does not take: try the next
+            continue
+    return None
+
+
+def image_companions(model) -> None:
+    """What a promptable image model runs with beside its image (:data:`whole_path.IMAGE_BESIDE`): a box
+    prompt wherever it runs with one, token ids only where the image alone is refused; the first
+    option that runs is kept (the last tried where none does: the forward's error is then the reason)."""
+    options = [()]
+    if whole_path.accepts(model, "input_ids"):
+        options.append(("text",))
+    if whole_path.accepts(model, "input_boxes"):
+        options = [(*option, "boxes") for option in options] + options  # with a box first, then without
+    for option in options:
+        whole_path.IMAGE_BESIDE[model] = option
+        if len(options) == 1:
+            return
+        try:
+            with torch.no_grad(), quiet_transformers(), torch_threads(1):
+                model(**whole_path.image_inputs(model, 1))
+            return
+        except Exception:  # noqa: BLE001 - refused (SAM 3's box needs torchvision's roi_align): the next option
+            continue
 
 
 def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
@@ -484,7 +549,7 @@ def layer_rows(model, family: str, measured: dict) -> list[dict]:
                "declared": declared.to_dict(), "backends": {}, "source": class_location(call.module)}
         if eager_wholes[index] is None:
             row["path_missing"] = (PACKED if whole_path.main_input(model) == whole_path.PATCHES else
-                                   ROTARY_UNPINNED if rotary_unpinned(model) else why_no_path(call.module))
+                                   ROTARY_UNPINNED if rotary_unpinned(model, call.module) else why_no_path(call.module))
             row["inputs"] = input_norms(call)
         for backend, (b_calls, functions, wholes) in measured.items():
             if index < len(b_calls) and b_calls[index].module is call.module:
@@ -729,15 +794,79 @@ def audit_tower(composite: str, tower: dict, backends=DEFAULT_BACKENDS, seed: in
     return result
 
 
+def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
+    """A composite its towers cannot cover (``skipped``: its row as a family), built whole at the tiny
+    sizes (:func:`families.build_whole`) and fed everything its forward needs (:func:`first_inputs`: an
+    image with a prompt, ids in codebooks, a pair of images) and audited as one model: its own attention
+    is measured among its calls.  ``own_attention`` then keeps the composite's own classes no row reads."""
+    model_type = skipped.family
+    start = time.perf_counter()
+    try:
+        model = families.build_whole(model_type, seed)
+        with torch.no_grad(), quiet_transformers(), torch_threads(1):
+            model(**first_inputs(model))
+    except families.Skip as reason:
+        return FamilyAudit(model_type, status="skipped", reason=str(reason), seconds=time.perf_counter() - start)
+    except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a reason
+        return FamilyAudit(model_type, status="skipped", seconds=time.perf_counter() - start,
+                           reason=f"cannot run a forward pass: {families.first_line(error)}")
+    try:
+        result = audit_model(model, model_type, backends, seed)
+    except Exception as error:  # noqa: BLE001
+        result = FamilyAudit(model_type, type(model).__name__, status="skipped",
+                             reason=f"audit failed: {families.first_line(error)}")
+    result.towers = skipped.towers
+    # an attention class counts as read where a row reads one of its modules (the factor is the class's code)
+    modules = dict(model.named_modules())
+    read = {type(modules[row["name"]]).__name__ for row in result.layers if row["name"] in modules}
+    unread = [(u["class"], tower_row(model, skipped, u["name"])) for u in result.unread_attention
+              if u["mechanism"] == "not intercepted" and u["class"] not in read]
+    result.own_attention = sorted({name for name, row in unread if row is None})
+    result.relies_on = sorted({row for _, row in unread if row is not None})
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def tower_row(model, composite: FamilyAudit, module_name: str) -> str | None:
+    """The row that audits the tower an attention module of a composite built whole lies in (the
+    innermost part built from a sub-config: a family of its own, or ``composite.tower``); None for
+    a module of the composite's own."""
+    sub_types = {}
+    for tower in composite.towers:
+        sub = getattr(model.config, tower["name"], None)
+        if sub is not None:
+            sub_types.setdefault(type(sub), tower["model_type"] if tower["own"] else f"{composite.family}.{tower['name']}")
+    parts = module_name.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        config = getattr(model.get_submodule(".".join(parts[:end])), "config", None)  # a tower's model holds its own
+        if config is not None and config is not model.config and type(config) in sub_types:
+            return sub_types[type(config)]
+    return None
+
+
 def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
     """One planned item's rows: a folder's or a family's, then the rows of a composite's towers that
-    have no base model of their own."""
+    have no base model of their own.  A composite those rows cannot cover (a tower left unmeasured,
+    as a mask decoder with no model class of its own, or attention classes of its own) is built and
+    audited whole; where that measures it, its row replaces them."""
     kind, name = item
     if kind == "folder":
         return [audit_folder(name, backends, seed)]
     result = audit_family(name, backends, seed)
     towers = [t for t in result.towers if t["model_type"] and not t["own"]] if result.status == "skipped" else []
-    return [result, *(audit_tower(name, tower, backends, seed) for tower in towers)]
+    rows = [audit_tower(name, tower, backends, seed) for tower in towers]
+    if result.status == "skipped" and result.towers and (result.own_attention or not all(map(nothing_left, rows))):
+        whole = audit_whole(result, backends, seed)
+        by_row = {row.family: row for row in rows}
+        unmeasured = [name for name in whole.relies_on if name in by_row and not nothing_left(by_row[name])]
+        if is_measured(whole) and not whole.own_attention and not unmeasured:
+            # towers that are families of their own are looked up in the report (settle_whole)
+            whole.relies_on = [name for name in whole.relies_on if name not in by_row]
+            return [whole, *rows]
+        why = (whole.reason or "; ".join(whole.findings) if not is_measured(whole)
+               else unread_text(whole.own_attention, unmeasured))
+        result.reason += f"; built whole: {why}"
+    return [result, *rows]
 
 
 def run_parallel(items, backends, seed: int, progress, workers: int) -> list[FamilyAudit]:
@@ -776,6 +905,23 @@ def nothing_left(result: FamilyAudit) -> bool:
     """A row that leaves nothing of its attention unmeasured: measured, covered, or without attention."""
     return (is_measured(result) or result.status == "covered"
             or result.status == "skipped" and result.reason.startswith(families.NO_ATTENTION))
+
+
+def unread_text(own: list[str], towers: list[str]) -> str:
+    parts = ([f"its own attention classes {', '.join(own)} are not read"] if own else []) + (
+        [f"the attention of {', '.join(towers)} is not read, and that row is not measured"] if towers else [])
+    return "; ".join(parts)
+
+
+def settle_whole(results: list[FamilyAudit]) -> None:
+    """A composite measured whole that left a tower's attention unread stays measured only where that
+    tower is measured as a family of its own in the same audit; otherwise it is skipped with why."""
+    by_name = {r.family: r for r in results}
+    for result in results:
+        unmeasured = [name for name in result.relies_on if not (by_name.get(name) and nothing_left(by_name[name]))]
+        if result.status == "audited" and unmeasured:
+            result.status, result.verdict = "skipped", "not measured"
+            result.reason = f"built whole: {unread_text([], unmeasured)}"
 
 
 def mark_covered(results: list[FamilyAudit]) -> None:
@@ -825,6 +971,7 @@ def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
     """The audit as plain data: a table row per family, every measurement, the counts."""
     import transformers
 
+    settle_whole(results)
     mark_covered(results)
     counts = {verdict: 0 for verdict in (*VERDICTS, COVERED, "skipped")}
     for result in results:

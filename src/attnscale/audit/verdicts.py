@@ -47,14 +47,18 @@ def layer_findings(row: dict, backend: str) -> list[str]:
     found = []
     function_factor = entry["function"].get("factor")
     path = entry.get("path")
-    if path and path["form"] == "linear":
+    if path and (path["form"] == "linear" or last_only(path)):
         for last, key in ((False, "factor"), (True, "factor_last")):
             expected = declared["path_last" if last else "path_first"]
-            if last and path.get("form_last", "linear") != "linear":
-                continue  # not one factor there (a norm on the RoPE part): shown as a non-linearity, not judged
+            if (path.get("form_last", "linear") if last else path["form"]) != "linear":
+                continue  # not one factor there (a norm on the RoPE part, unpinned RoPE): shown, not judged
             if expected is not None and not agree(path[key], expected):
                 found.append(f"{row['name']}: whole path {path[key]:.6g} along the {'last' if last else 'first'} "
                              f"coordinate, config implies {expected:.6g}")
+    elif path and path["form"] == "q and k normalised" and declared.get("cosine_temperature") is not None:
+        if not agree(path["cosine_temperature"], declared["cosine_temperature"]):
+            found.append(f"{row['name']}: cosine attention temperature {path['cosine_temperature']:.6g}, the layer's "
+                         f"logit_scale implies {declared['cosine_temperature']:.6g}")
     elif declared["function"] is not None and function_factor is not None and not agree(function_factor, declared["function"]):
         found.append(f"{row['name']}: attention function applies {function_factor:.6g}, config implies "
                      f"{declared['function']:.6g}")
@@ -103,14 +107,29 @@ def is_readable(entry: dict) -> bool:
     factor = entry["function"].get("factor")
     path = entry.get("path")
     return (factor is not None and math.isfinite(factor)) or (path is not None and path["form"] == "linear"
-                                                              and math.isfinite(path["factor"]))
+                                                              and math.isfinite(path["factor"])) or (
+        path is not None and last_only(path) and math.isfinite(path["factor_last"]))
+
+
+def last_only(path: dict) -> bool:
+    """A whole path that is one factor along the head's last coordinate only: the first moves with the
+    query position (RoPE by the token index, which the designs cannot pin: RoFormer), the last does not
+    (its pair turns slowest)."""
+    return path["form"] == "varies with the query position" and path.get("form_last") == "linear"
+
+
+def cosine_read(row: dict) -> bool:
+    """A cosine-attention layer whose temperature was measured and is declared (Swin V2's logit_scale)."""
+    path = row["backends"]["eager"].get("path")
+    return (path is not None and path["form"] == "q and k normalised" and path.get("cosine_temperature") is not None
+            and math.isfinite(path["cosine_temperature"]) and row["declared"].get("cosine_temperature") is not None)
 
 
 def judge_family(result: FamilyAudit, backends) -> None:
     if result.status == "skipped":
         result.verdict = "not measured"
         return
-    readable = [row for row in result.layers if is_readable(row["backends"]["eager"])]
+    readable = [row for row in result.layers if is_readable(row["backends"]["eager"]) or cosine_read(row)]
     if not readable:
         eager = result.backends.get("eager", {})
         forms = sorted({row["backends"]["eager"]["path"]["form"] for row in result.layers
@@ -151,6 +170,8 @@ def judged_factor(entry: dict) -> float | None:
     path = entry.get("path")
     if path and path["form"] == "linear":
         return path["factor"]
+    if path and last_only(path) and entry["function"].get("factor") is None:
+        return path["factor_last"]
     return entry["function"].get("factor")
 
 

@@ -68,7 +68,10 @@ def out_features(module) -> int | None:
         if isinstance(value, int):
             return value
     weight = getattr(module, "weight", None)
-    return int(weight.shape[0]) if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None
+    if isinstance(weight, torch.Tensor):
+        return int(weight.shape[0]) if weight.dim() == 2 else None
+    inner = list(module.children())  # a wrapper of one linear map (Kyutai's KyutaiSpeechToTextLinear): its width
+    return out_features(inner[0]) if len(inner) == 1 else None
 
 
 def child(module, names):
@@ -127,12 +130,17 @@ class Design:
 
 
 # The designs of one forward pass: the factor (gaps 0, 1, 2) and q doubled along the first
-# coordinate, the same along the last one, and the far position (-1).  :func:`summarize`
-# relies on this order.
+# coordinate, the same along the last one, the far position (-1); then, along either coordinate,
+# q doubled at gap 0 and q = 0 at gap 1.  Between them they separate q.k from the logit terms
+# linear in q alone or in the keys alone that differ from key to key (decomposed relative
+# positions q.R(i - j), DeBERTa's c2p q.P(i - j) and p2c k.P(j - i)): see :func:`summarize`,
+# which relies on this order.
 DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0), Design(1, 2, False, 0), Design(2, 1, False, 0),
            Design(1, 0, True, 0), Design(1, 1, True, 0), Design(1, 0, False, -1), Design(1, 1, False, -1),
-           Design(1, 2, True, 0), Design(2, 1, True, 0))
-LENGTH_DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0))  # the factor again, at another length
+           Design(1, 2, True, 0), Design(2, 1, True, 0), Design(2, 0, False, 0), Design(2, 0, True, 0),
+           Design(0, 1, False, 0), Design(0, 1, True, 0))
+# the factor again, at another length (with q doubled at gap 0 and q = 0 at gap 1, as above)
+LENGTH_DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0), Design(2, 0, False, 0), Design(0, 1, False, 0))
 
 
 def head_vectors(designs, tokens: int, dim: int, gap_unit: float, role: str, dtype, q_unit: float = 1.0) -> torch.Tensor:
@@ -166,18 +174,24 @@ def token_layout(shape, batch: int, tokens: int | None = None) -> tuple[int, int
     return None
 
 
-def write_hook(writes: list[tuple[Block, torch.Tensor]]):
-    """A forward hook that writes each (block, vectors (B, T, dim)) into the module's output, laid
-    out as :func:`token_layout` reads it."""
+def write_hook(writes: list[tuple[Block, torch.Tensor, object]]):
+    """A forward hook that writes each (block, vectors (B, T, dim), make) into the module's output, laid
+    out as :func:`token_layout` reads it; where the output does not hold T tokens a design, the designs
+    at the count it holds (``make(count)``): the other side of a cross-attention (a mask decoder's image
+    features against its prompt tokens), a window whose queries a stage pools."""
     def hook(module, args, output):
         tensor = output[0] if isinstance(output, tuple) else output
         batch, tokens = writes[0][1].shape[:2]
-        layout = token_layout(tuple(tensor.shape), batch, tokens) if isinstance(tensor, torch.Tensor) else None
+        if not isinstance(tensor, torch.Tensor):
+            return output
+        shape = tuple(tensor.shape)
+        layout = token_layout(shape, batch, tokens) or token_layout(shape, batch)
         if layout is None:
             return output
-        windows, _, time_first = layout
-        written = (tensor.transpose(0, 1) if time_first else tensor).reshape(-1, tokens, tensor.shape[-1]).clone()
-        for block, vectors in writes:
+        windows, count, time_first = layout
+        written = (tensor.transpose(0, 1) if time_first else tensor).reshape(-1, count, tensor.shape[-1]).clone()
+        for block, vectors, make in writes:
+            vectors = vectors if vectors.shape[1] == count else make(count)
             source = vectors[..., block.first:block.first + block.size].to(written.dtype).repeat_interleave(windows, 0)
             written[..., block.index().to(written.device)] = source.repeat(1, 1, block.heads)
         written = written.transpose(0, 1).contiguous() if time_first else written.reshape(tensor.shape)
@@ -191,15 +205,19 @@ def install(layouts: dict, units: dict, designs, tokens: int, dtype, token_count
     ``layouts`` and ``units`` map an attention module's id to its Layout and gap unit G;
     ``units["q"]``, where given, is the unit of the designed q (see :func:`logit_unit`);
     ``token_counts`` maps (module id, "q" or "k") to the tokens that projection outputs, where
-    not ``tokens``."""
+    not ``tokens`` (a projection that outputs another count gets the designs at its own)."""
     writes: dict[int, tuple[torch.nn.Module, list]] = {}
     for key, layout in layouts.items():
         for role, blocks in (("q", layout.q), ("k", layout.k)):
             dim = max(b.first + b.size for b in blocks)
             count = (token_counts or {}).get((key, role), tokens)
-            vectors = head_vectors(designs, count, dim, units[key], role, dtype, units.get("q", 1.0))
+
+            def make(n, dim=dim, key=key, role=role):
+                return head_vectors(designs, n, dim, units[key], role, dtype, units.get("q", 1.0))
+
+            vectors = make(count)
             for block in blocks:
-                writes.setdefault(id(block.module), (block.module, []))[1].append((block, vectors))
+                writes.setdefault(id(block.module), (block.module, []))[1].append((block, vectors, make))
     return [module.register_forward_hook(write_hook(pairs)) for module, pairs in writes.values()]
 
 
@@ -271,11 +289,22 @@ def image_name(model) -> str:
 BACKBONE_IMAGE = 128
 
 
+def tower_image_size(config):
+    """The image size of a composite whose own config states none: its vision tower's, or that tower's
+    backbone's (SAM 2's Hiera)."""
+    vision = getattr(config, "vision_config", None)
+    for part in (vision, getattr(vision, "backbone_config", None)):
+        size = getattr(part, "image_size", None)
+        if size:
+            return size
+    return None
+
+
 def pixel_values(config, batch: int) -> torch.Tensor:
     """A fixed image batch at the config's size, or a clip of the config's frame count for a video
     model, (batch, frames, channels, height, width) (the path probe overwrites q, k and v, so only
     its shape matters; the kernel probe reads the real call's shapes)."""
-    size = (getattr(config, "image_size", None) or getattr(config, "crop_size", None)
+    size = (getattr(config, "image_size", None) or getattr(config, "crop_size", None) or tower_image_size(config)
             or (BACKBONE_IMAGE if getattr(config, "backbone_config", None) is not None else 32))
     height, width = (size, size) if isinstance(size, int) else tuple(size)[:2]
     channels = getattr(config, "num_channels", 3) or 3
@@ -307,14 +336,28 @@ def image_inputs(model, batch: int) -> dict:
     images = pixel_values(model.config, batch)
     if any(name.startswith(companions.PROMPT_PREFIX) for name in required):  # SegGPT: image and prompt, stacked
         images = images[..., : images.shape[-2] // 2, :].contiguous()
+    count = IMAGE_AXIS.get(model)
+    if count:  # images given per sample (LightGlue's pair): (batch, count, channels, height, width)
+        images = torch.stack([images.flip(-1) if i % 2 else images for i in range(count)], dim=1)
     inputs = {image_name(model): images, **companions.beside_image(model, batch, COMPANION_TOKENS, required, images)}
+    beside = IMAGE_BESIDE.get(model, ())
+    if "boxes" in beside:
+        inputs["input_boxes"] = torch.tensor([[companions.PROMPT_BOX]] * batch)
+    if "text" in beside and "input_ids" not in inputs:
+        inputs.update(companions.beside_image(model, batch, COMPANION_TOKENS, ["input_ids"], images))
     if accepts(model, "target_sizes") and images.dim() == 4:
         size = patch_side(model.config)
         inputs["target_sizes"] = torch.tensor([[images.shape[-2] // size, images.shape[-1] // size]] * batch)
     return inputs
 
 
+IMAGE_COUNTS = (1, 2)  # images per sample to try where one image a sample is refused (a pair: LightGlue)
+IMAGE_AXIS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> images per sample it ran on
 COMPANION_TOKENS = 8  # the text an image model requires beside its image (Grounding DINO's)
+# model -> what a promptable image model's image runs with: "boxes" (one box prompt, given wherever the model
+# runs with it: SAM's mask decoder reads it as two more tokens, SAM 3's geometry encoder as its input) and
+# "text" (token ids, given only where the image alone is refused: SAM 3's concept prompt); measure.first_inputs
+IMAGE_BESIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # model -> True where its token ids alone did not run and they run with what it takes beside them
 BESIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -493,6 +536,38 @@ def encoder_states(model, batch: int) -> dict:
     return {"encoder_hidden_states": states}
 
 
+CODEBOOK_FIELDS = ("num_codebooks",)  # audio-token models: every position carries one id per codebook
+# model -> how its token ids are laid out, where not (batch, tokens): see id_layouts
+ID_LAYOUTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def id_layouts(config) -> list[tuple[str, int]]:
+    """Layouts to try for token ids of a model whose positions carry one id per codebook (MusicGen's
+    decoder: the codebooks stacked on the batch axis, (batch * n, tokens); Kyutai's speech-to-text and
+    CSM's backbone: (batch, tokens, n), with a text id in front at n + 1), after plain (batch, tokens)."""
+    codebooks = next((value for name in CODEBOOK_FIELDS if isinstance(value := getattr(config, name, None), int)
+                      and value > 0), None)
+    if codebooks is None:
+        return []
+    return [("stacked", codebooks), ("last", codebooks), ("last", codebooks + 1), ("middle", codebooks)]
+
+
+def lay_out_ids(ids: torch.Tensor, layout: tuple[str, int] | None) -> torch.Tensor:
+    """(batch, tokens) ids in ``layout``: every codebook of a position given the position's id."""
+    if layout is None:
+        return ids
+    kind, count = layout
+    if kind == "stacked":
+        return ids.repeat_interleave(count, dim=0)
+    if kind == "last":
+        return ids.unsqueeze(-1).repeat(1, 1, count)
+    return ids.unsqueeze(1).repeat(1, count, 1)
+
+
+def shaped_ids(model, ids: torch.Tensor) -> torch.Tensor:
+    return lay_out_ids(ids, ID_LAYOUTS.get(model))
+
+
 def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> dict:
     count = len(designs)
     if main_input(model) == "pixel_values":
@@ -500,13 +575,13 @@ def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> d
     if is_shaped(main_input(model)):
         return shaped_input(model, count, SIGNAL_SHAPES[model])
     ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
-    inputs = {"input_ids": ids, "attention_mask": torch.ones(count, tokens, dtype=torch.long),
+    inputs = {"input_ids": shaped_ids(model, ids), "attention_mask": torch.ones(count, tokens, dtype=torch.long),
               **encoder_states(model, count), **token_companions(model, count, tokens)}
     if accepts(model, "position_ids"):
         positions = [far_position if d.position < 0 else d.position for d in designs]
         inputs["position_ids"] = torch.tensor(positions).unsqueeze(1).repeat(1, tokens)
     if getattr(model.config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = ids
+        inputs["decoder_input_ids"] = shaped_ids(model, ids)
         inputs["decoder_attention_mask"] = torch.ones(count, tokens, dtype=torch.long)
         if "position_ids" in inputs and accepts(model, "decoder_position_ids"):
             inputs["decoder_position_ids"] = inputs["position_ids"]
@@ -526,15 +601,23 @@ def changed(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a - b).abs() > CHECK_TOL * scale
 
 
-def layout_holds(call_q: torch.Tensor, call_k: torch.Tensor) -> bool:
+def design_windows(tensor: torch.Tensor, designs: int | None) -> int:
+    """The windows per design on an attention call's batch axis (designs x windows, design first)."""
+    return tensor.shape[0] // designs if designs and tensor.shape[0] % designs == 0 else 1
+
+
+def layout_holds(call_q: torch.Tensor, call_k: torch.Tensor, designs: int | None = None) -> bool:
     """Designs 0 (gap 0), 1 (gap G) and 4 (the other coordinate) as they reached the attention
     function: keys changed only at tokens 0 and 1 (in every key head), queries unchanged by
     the key design, and changed in every head by the query design.  A call with fewer batch
-    entries than designs (images packed into one sequence, as Pixtral's) cannot hold one."""
+    entries than designs (images packed into one sequence, as Pixtral's) cannot hold one.
+    ``designs``: the designs of the pass, where a call attends within windows (design b's windows
+    are rows b * windows ... (b + 1) * windows - 1, as Hiera's): each design's first window is read."""
     if min(call_q.shape[0], call_k.shape[0]) <= 4:
         return False
-    q0, q1, q4 = call_q[0].double(), call_q[1].double(), call_q[4].double()  # (H, T, d)
-    k0, k1 = call_k[0].double(), call_k[1].double()
+    w = design_windows(call_q, designs)
+    q0, q1, q4 = call_q[0].double(), call_q[w].double(), call_q[4 * w].double()  # (H, T, d)
+    k0, k1 = call_k[0].double(), call_k[w].double()
     keys_moved = changed(k0[:, :2], k1[:, :2]).flatten(1).any(dim=1).all()
     others_still = not changed(k0[:, 2:], k1[:, 2:]).any() if k0.shape[1] > 2 else True
     query_still = not changed(q0, q1).any()
@@ -549,6 +632,13 @@ def log_ratios(output: torch.Tensor) -> torch.Tensor:
     ok = (p0 > 1e-30) & (p1 > 1e-30) & torch.isfinite(p0) & torch.isfinite(p1)
     return torch.where(ok, torch.log(p0.clamp_min(1e-30)) - torch.log(p1.clamp_min(1e-30)),
                        torch.full_like(p0, float("nan")))
+
+
+def design_rows(output: torch.Tensor, designs: int) -> torch.Tensor:
+    """:func:`log_ratios` per design, (designs, windows x T_q, H): a window's query rows after the
+    previous window's, where the call attends within windows."""
+    rows = log_ratios(output)
+    return rows.reshape(designs, -1, rows.shape[-1])
 
 
 def median(values: torch.Tensor) -> float:
@@ -588,7 +678,7 @@ def length_change(longer: torch.Tensor | None, unit: float, per_query: list[floa
     length, so it is not read as a length dependence, as medians over 8 and over 24 rows would."""
     if longer is None:
         return {"length_change": None}
-    step = longer[1] - longer[0]
+    step = gap_step(longer, 0, 1, 2, 3)
     changes = []
     for t in range(min(step.shape[0], len(per_query))):
         at_longer, here = median(step[t] / unit), per_query[t]
@@ -597,24 +687,50 @@ def length_change(longer: torch.Tensor | None, unit: float, per_query: list[floa
     return {"length_change": max(changes) if changes else None}
 
 
-def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, positions: bool) -> dict:
-    """The whole path's numbers for one attention call from its log-ratio rows per design:
-    ``rows`` (len(DESIGNS), T_q, H), ``longer`` (2, T2, H); ``positions``: the model took the
-    designs' position ids (else the far-position designs sat at the usual positions)."""
-    base, last_base = rows[0], rows[4]
-    step, last_step = rows[1] - base, rows[5] - last_base
-    factor = median(step / unit)
-    ratio_k, ratio_q = median((rows[2] - base) / step), median((rows[3] - base) / step)
-    form = path_form(ratio_q, ratio_k, factor)
-    factor_last = median(last_step / unit)
-    form_last = path_form(median((rows[9] - last_base) / last_step), median((rows[8] - last_base) / last_step),
-                          factor_last)
-    per_query = [median(step[t] / unit) for t in range(step.shape[0])]
+def spread_of(per_query: list[float]) -> float:
+    """(max - min) / |median| of the readable per-query factors (0 with fewer than two)."""
     readable = [f for f in per_query if f == f]
     centre = abs(median(torch.tensor(readable))) if readable else 0.0
-    query_spread = (max(readable) - min(readable)) / max(centre, 1e-300) if len(readable) > 1 else 0.0
+    return (max(readable) - min(readable)) / max(centre, 1e-300) if len(readable) > 1 else 0.0
+
+
+def key_only(rows: torch.Tensor, base: int, doubled: int, zero_q: int) -> torch.Tensor:
+    """The part of the gap step that q does not scale: a term linear in the keys alone (p2c), read at
+    q = 0 against the gap-0 row extrapolated to q = 0 from q = 1 and 2 (which removes a term linear in
+    q alone, c2p); 0 where a row cannot be read."""
+    term = rows[zero_q] - (2 * rows[base] - rows[doubled])
+    return torch.where(torch.isfinite(term), term, torch.zeros_like(term))
+
+
+def gap_step(rows: torch.Tensor, base: int, gap: int, doubled: int, zero_q: int) -> torch.Tensor:
+    """The gap step q.k alone: the step from gap 0 to gap 1 less the keys' own term."""
+    return rows[gap] - rows[base] - key_only(rows, base, doubled, zero_q)
+
+
+def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, positions: bool) -> dict:
+    """The whole path's numbers for one attention call from its log-ratio rows per design:
+    ``rows`` (len(DESIGNS), T_q, H), ``longer`` (len(LENGTH_DESIGNS), T2, H); ``positions``: the model
+    took the designs' position ids (else the far-position designs sat at the usual positions).
+    Logit terms linear in q alone or in the keys alone cancel: the factor is q.k's, and doubling
+    q doubles it where the path is linear."""
+    base, last_base = rows[0], rows[4]
+    step, last_step = gap_step(rows, 0, 1, 10, 12), gap_step(rows, 4, 5, 11, 13)
+    factor = median(step / unit)
+    # doubling the gap doubles the whole gap term (the keys' own term with it)
+    ratio_k = median((rows[2] - base) / (rows[1] - base))
+    ratio_q = median((rows[3] - rows[10] - key_only(rows, 0, 10, 12)) / step)
+    form = path_form(ratio_q, ratio_k, factor)
+    factor_last = median(last_step / unit)
+    form_last = path_form(median((rows[9] - rows[11] - key_only(rows, 4, 11, 13)) / last_step),
+                          median((rows[8] - last_base) / (rows[5] - last_base)), factor_last)
+    per_query = [median(step[t] / unit) for t in range(step.shape[0])]
+    query_spread = spread_of(per_query)
     if form == "linear" and query_spread > QUERY_SPREAD_TOL:
         form = "varies with the query position"
+    # along the last coordinate too: RoPE the designs cannot pin (RoFormer rotates by the token index)
+    # turns the first coordinate's pair fastest and the last's slowest
+    if form_last == "linear" and spread_of([median(last_step[t] / unit) for t in range(last_step.shape[0])]) > QUERY_SPREAD_TOL:
+        form_last = "varies with the query position"
     return {
         **length_change(longer, unit, per_query),
         "factor": factor,
@@ -627,5 +743,5 @@ def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, posi
         "per_query": per_query,
         "query_spread": query_spread,
         "factor_far": median((rows[7] - rows[6]) / unit) if positions else None,
-        "factor_longer": median((longer[1] - longer[0]) / unit) if longer is not None else None,
+        "factor_longer": median(gap_step(longer, 0, 1, 2, 3) / unit) if longer is not None else None,
     }
