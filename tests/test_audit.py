@@ -610,8 +610,8 @@ def test_skips_name_what_the_family_lacks():
                                 "family; text_config: llama, audited as its own family)")
     towers = audit.audit_family("align", ("eager",)).reason
     assert towers.startswith("multimodal composite (vision_config: align_vision_model, no base model of its own; ")
-    unfed = audit.audit_family("gemma3n_audio", ("eager",))
-    assert unfed.reason.startswith(f"takes audio_mel (not token ids); the audit feeds {audit.FED_TEXT} only")
+    unfed = audit.audit_family("perceiver", ("eager",))
+    assert unfed.reason.startswith(f"takes inputs (not token ids); the audit feeds {audit.FED_TEXT} only")
 
 
 def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no_attention_of_its_own():
@@ -864,7 +864,8 @@ def test_audio_shapes_keep_the_stated_channels_first_and_add_sub_configs_and_sta
 
     shapes = whole_path.audio_shapes(WhisperConfig(num_mel_bins=16, max_source_positions=16), "input_features")
     assert shapes[:2] == [(16, 32), (32, 16)]  # the stated channel count first, frames 2 x positions
-    assert (32, 64) in shapes and (32, 80) in shapes and shapes[-1] == (6400,)
+    # raw samples last, also as a mono waveform with its channel axis (Mimi, OmniASR)
+    assert (32, 64) in shapes and (32, 80) in shapes and shapes[-2:] == [(6400,), (1, 6400)]
 
 
 def test_a_list_of_families_too_long_for_a_path_is_read_as_families():
@@ -986,8 +987,9 @@ def test_widths_a_validator_ties_to_the_hidden_size_follow_the_tiny_sizes():
     assert pocket.flow_head_config.condition_dim == pocket.hidden_size == families.TINY["hidden_size"]
     inkling = families.tiny_config("inkling2")
     assert inkling.vision_config.text_hidden_size == inkling.text_config.hidden_size == families.TINY["hidden_size"]
+    # Mamba 2 at 4 heads (its FAMILY_TINY entry has 8, which fits): the refusal names what it requires
     with pytest.raises(families.Skip, match="hidden_size \\* expand .* must equal num_heads \\* head_dim"):
-        families.tiny_config("mamba2")
+        families.tiny_config("mamba2", num_heads=4)
 
 
 def test_every_token_id_beyond_the_tiny_vocabulary_is_moved_inside_it():
@@ -1226,3 +1228,26 @@ def test_cosine_attention_is_judged_on_its_temperature_read_from_the_layers_lear
     stated = declared.declared_for(model.config, "swinv2", 0, None, 16, declared.source_for(call_module),
                                    module=call_module)
     assert stated.cosine_temperature == pytest.approx(100.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("family, factor", [
+    ("glm5_next_text", 0.25),  # its validator: kv heads = heads, no RoPE part in its MLA
+    ("cosmos3_edge", 0.25),  # a sub-config's multimodal RoPE sections at the tiny head (built whole)
+    ("inkling2_loop", None),  # an AutoConfig vision sub-config tied to the text width (head dims 128 and 64)
+    ("t5gemma2", 0.0625),  # its encoder's own text config tiny too; query_pre_attn_scalar 256
+    ("granitemoehybrid", 1.0),  # a layer pattern with an attention layer; attention_multiplier 1
+    ("dbrx", 0.25), ("axk1", 0.25), ("dory", 0.25), ("mimi", 0.25), ("trocr", 0.25), ("voxtral_realtime_text", 0.25),
+    ("evolla", 0.25), ("gemma4_vision", 1.0), ("fun_asr_nano_encoder", 0.25), ("speecht5", 0.25)])
+def test_families_whose_tiny_build_needed_more_than_the_tiny_sizes_are_measured(family, factor):
+    """Validators, layer patterns, nested and AutoConfig sub-configs, a mono waveform (Mimi), a causal LM
+    with no base class (TrOCR's decoder), a time condition only the composite computes (Voxtral Realtime's
+    text model), a config class AutoModel cannot resolve (Evolla), patches with their (x, y) ids (Gemma 4's
+    vision), stacked frames (Fun-ASR), hidden-wide frames both sides (SpeechT5): each runs and every layer
+    reads the factor its source states (head_dim^-0.5 where None; the whole path where no attention
+    function is called)."""
+    result = audit.audit_item(("family", family), ("eager",), 0)[0]
+    assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
+    assert result.layers
+    for row in result.layers:
+        expected = row["d_k"] ** -0.5 if factor is None else factor
+        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(expected, rel=FACTOR_REL), row["name"]

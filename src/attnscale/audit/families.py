@@ -30,6 +30,7 @@ TINY = {
     "d_ff": 128, "d_kv": 16, "ffn_dim": 128, "n_inner": 128, "ffn_hidden_size": 128,
     "num_experts": 4, "n_routed_experts": 4, "num_local_experts": 4, "moe_num_experts": 4, "num_experts_per_tok": 2,
     "moe_top_k": 2, "moe_intermediate_size": 32, "n_shared_experts": 1, "kv_n_heads": 2,
+    "n_group": 1, "topk_group": 1,  # DeepSeek-V3-style routers: groups of the (4) experts
     "q_lora_rank": 32, "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
     "layer_types": None, "vocab_size_per_layer_input": 128, "entity_vocab_size": 16, "pronunciation_vocab_size": 16,
     "shape_vocab_size": 16, "block_size": 8, "rotary_dim": 8,
@@ -78,10 +79,99 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # or six embeddings of hidden / 6 (LiLT, whose layout stream is hidden / channel_shrink_ratio wide)
                "layoutlmv3": {"coordinate_size": 12, "shape_size": 8},
                "rf_detr": {"num_queries": 8},
+               # validators: kv heads = heads and no RoPE part in GLM-5-Next's MLA; 2 layers hold an attention
+               # layer (linear and indexed layers shrunk too: their CPU paths dominate a pass)
+               "glm5_next_text": {"num_key_value_heads": 4, "qk_rope_head_dim": 0, "qk_nope_head_dim": 16,
+                                  "layer_types": ["linear_attention", "indexed_attention"], "linear_num_heads": 4,
+                                  "linear_head_dim": 16, "index_n_heads": 4, "index_head_dim": 16},
+               "dots3_note_vision_encoder": {"mlp_layer_types": ["dense", "sparse"]},  # per-layer keys past 2 layers
+               "mamba2": {"num_heads": 8},  # heads x head_dim = expand x hidden (2 x 64)
+               # its image and audio token ranges inside the tiny vocabulary
+               "apertus1p5": {"image_token_offset": 16, "audio_token_offset": 80,
+                              "audio_config": {"model_type": "wavtokenizer_encoder", "codebook_size": 32}},
+               "apertus1p5_vision_tokenizer": {"codebook_size": 64},
+               # hidden = the last stage's width; its RoPE fits 8 heads
+               "efficientloftr": {"out_features": [16, 16, 32, 64], "stage_num_blocks": [1, 1, 1, 1],
+                                  "num_attention_heads": 8, "num_attention_layers": 2},
+               "kolibri1_1": {"index_num_heads": 2, "layer_types": ["sliding_attention", "indexed_attention"],
+                              "mlp_only_intermediate_size": 128},
+               "muse_spark_audio": {"patch_sizes": [16, 6], "hidden_sizes": [32, 64], "depths": [1, 1]},  # 2 stages
+               # expert widths a list per modality; multimodal RoPE sections of the tiny head (8 = 3 + 3 + 2)
+               "ernie4_5_vl_moe_text": {"moe_intermediate_size": [32, 32],
+                                        "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0,
+                                                            "mrope_section": [3, 3, 2]}},
+               "hunyuan_vl_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                       "mrope_section": [2, 2, 2, 2]}},
+               # its 8 input and 8 output layers inside the depth (2 recurrent layers between)
+               "dory": {"num_hidden_layers": 4, "n_input_layers": 1, "n_output_layers": 1},
+               # hybrids whose default pattern puts no attention layer within 2 layers
+               **{family: {"layer_types": ["linear_attention", "full_attention"]}
+                  for family in ("bailing_hybrid", "kimi_linear", "granitemoehybrid")},
+               "qwen4_exp_text": {"layer_types": ["linear_attention", "indexed_attention"], "indexer_n_heads": 4,
+                                  "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8,
+                                  "indexer_compress_ratio": 4},
+               "swin2sr": {"patch_size": 1, "image_size": 16},  # its patch embedding keeps every pixel
                # MobileViT unfolds each stage into patch_size x patch_size patches (2 by default); on a 128 x 128
                # image every stage keeps more than one patch, so each attention row has keys to compare
                "mobilevit": {"patch_size": 2, "image_size": 128},
                "lilt": {"hidden_size": 96, "intermediate_size": 192},
+               # DbrxAttention reads attn_config.rope_theta, a field DbrxAttentionConfig lacks (unused: the rotary
+               # embedding reads rope_parameters), and clamps q, k, v by clip_qkv, which fails at its default None
+               "dbrx": {"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0}},
+               # the image-token map the model reads at build (None by default), and the VQ-VAE image tokenizer
+               # it always builds, shrunk (its defaults alone are 29M parameters)
+               "chameleon": {"vocabulary_map": {"<image>": 127},
+                             "vq_config": {"base_channels": 32, "channel_multiplier": [1, 2], "num_res_blocks": 1,
+                                           "embed_dim": 16, "latent_channels": 16, "num_embeddings": 64,
+                                           "resolution": 32}},
+               "emu3": {"vocabulary_map": {"<image>": 127},
+                        "vq_config": {"base_channels": 32, "channel_multiplier": [1, 2], "num_res_blocks": 1,
+                                      "attn_resolutions": [1], "codebook_size": 64, "hidden_size": 64,
+                                      "num_attention_heads": 4}},
+               # AutoModel maps funnel to two classes and picks by config.architectures, which is None by default
+               "funnel": {"architectures": ["FunnelModel"], "d_head": 16},
+               # layer_types is None by default and the model indexes it (no default pattern)
+               "lfm2_moe": {"layer_types": ["conv", "full_attention"], "num_dense_layers": 1},
+               # mlp_layer_types is None by default and the decoder layers index it
+               "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"]},
+               # per-layer-type rope_parameters: the default config leaves them empty
+               "cohere_compass_text": {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                              "mrope_section": [3, 3, 2]}}},
+               # set only by T5Gemma2Config for its encoder's text config; the encoder alone needs it stated
+               "t5gemma2_text": {"dropout_rate": 0.0},
+               # axial position embeddings: their widths sum to hidden_size, their shape covers the positions
+               "reformer": {"attention_head_size": 16, "attn_layers": ["local", "lsh"], "axial_pos_embds_dim": [16, 48],
+                            "axial_pos_shape": [8, 8], "max_position_embeddings": 64, "feed_forward_size": 128,
+                            "local_attn_chunk_length": 8, "lsh_attn_chunk_length": 8},
+               # the speech encoder, text-to-unit model and vocoder under sizes of their own
+               **{family: {"speech_encoder_layers": 1, "speech_encoder_attention_heads": 4,
+                           "speech_encoder_intermediate_size": 128, "num_conv_pos_embeddings": 16,
+                           "num_conv_pos_embedding_groups": 4, "conv_depthwise_kernel_size": 7, "t2u_encoder_layers": 1,
+                           "t2u_encoder_ffn_dim": 128, "t2u_encoder_attention_heads": 4, "t2u_decoder_layers": 1,
+                           "t2u_decoder_ffn_dim": 128, "t2u_decoder_attention_heads": 4, "t2u_vocab_size": 128,
+                           "upsample_initial_channel": 32, "unit_hifi_gan_vocab_size": 128, "unit_embed_dim": 64,
+                           "lang_embed_dim": 16, "spkr_embed_dim": 16,
+                           **({"char_vocab_size": 128, "t2u_variance_predictor_embed_dim": 64,
+                               "t2u_variance_predictor_hidden_dim": 64} if family == "seamless_m4t_v2" else {})}
+                  for family in ("seamless_m4t", "seamless_m4t_v2")},
+               # the Vocos backbone's own widths
+               "wavtokenizer": {"decoder_hidden_size": 64, "decoder_intermediate_size": 128, "decoder_num_layers": 2,
+                                "decoder_attention_num_groups": 8, "codebook_size": 128, "codebook_dim": 64},
+               "perceiver": {"num_latents": 16, "d_latents": 64, "d_model": 64, "num_self_attends_per_block": 2,
+                             "num_self_attention_heads": 4, "num_cross_attention_heads": 4, "max_position_embeddings": 64},
+               # a CNN text detector: its intra-class blocks' convolutions (None by default), to say it has no attention
+               "pp_ocrv6_medium_det": {
+                   "intraclass_block_config": {
+                       "reduce_channel": [1, 1, 0], "return_channel": [1, 1, 0],
+                       "vertical_long_to_small_conv_longratio": [[7, 1], 1, [3, 0]],
+                       "vertical_long_to_small_conv_midratio": [[5, 1], 1, [2, 0]],
+                       "vertical_long_to_small_conv_shortratio": [[3, 1], 1, [1, 0]],
+                       "horizontal_small_to_long_conv_longratio": [[1, 7], 1, [0, 3]],
+                       "horizontal_small_to_long_conv_midratio": [[1, 5], 1, [0, 2]],
+                       "horizontal_small_to_long_conv_shortratio": [[1, 3], 1, [0, 1]],
+                       "symmetric_conv_long_longratio": [7, 1, 3], "symmetric_conv_long_midratio": [5, 1, 2],
+                       "symmetric_conv_long_shortratio": [3, 1, 1]},
+                   "kernel_list": [3, 2, 2], "scale_factor_list": [8, 4, 2, 1]},
                # SAM (and SAM-HQ): the neck's output and the shared positional embedding (2 x num_pos_feats) at the
                # mask decoder's width; a global layer inside the tiny depth and 2 x 2 windows on the 4 x 4 patches
                **{family: {"output_channels": 64, "num_pos_feats": 32, "global_attn_indexes": [1], "window_size": 2}
@@ -111,7 +201,17 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "sam3_vision_model": {"fpn_hidden_size": 64, "backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]]},
                **{family: {"num_queries": 8} for family in ("sam3_detr_decoder", "sam3_lite_text_detr_decoder")},
                # its first and last text layers are RepMixer convolutions: 3 layers leave one attention layer
-               "sam3_lite_text_text_model": {"num_hidden_layers": 3}}
+               "sam3_lite_text_text_model": {"num_hidden_layers": 3},
+               # HTS-AT: the last stage's frequency rows (spec_size / 32) must be at least spec_size / num_mel_bins
+               # (modeling_clap.py:887: c_freq_bin = n_frequencies // freq_ratio, 0 at 16 mels of 256)
+               "clap_audio_model": {"num_mel_bins": 64, "spec_size": 64},
+               # its k and v projections have num_attention_heads heads, whatever num_key_value_heads says
+               # (modeling_granite_speech5.py:110-112, repeated by num_key_value_groups in eager_attention_forward)
+               "granite_speech5_encoder": {"num_key_value_heads": 4},
+               # the width of its backbone's first-stage map (HGNetV2's 128, divided as cnn_kwargs divides it)
+               "pp_doclayout_v3": {"x4_feat_dim": 128 // 8},
+               # its blocks unfold the image / 8, / 16, / 32 maps into patch_size patches (2 by default)
+               "mobilevitv2": {"patch_size": 2, "image_size": 64}}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})
@@ -224,7 +324,7 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
     return kwargs
 
 
-WIDTH_SUFFIXES = ("_dim", "_size")  # how a field holding a width under another name ends
+WIDTH_SUFFIXES = ("_dim", "_size", "_groups")  # how a field holding a width (or one group per channel) ends
 NOT_WIDTHS = ("vocab_size", "image_size", "patch_size")
 
 
@@ -252,15 +352,24 @@ def tied_widths(cls, widths: set[int], kwargs: dict) -> dict:
     return tied
 
 
-def tied_sub_configs(sub_configs: dict, kwargs: dict, widths: set[int]) -> dict:
+def tied_sub_configs(cls, sub_configs: dict, kwargs: dict, widths: set[int]) -> dict:
     """The sub-configs built at the tiny sizes again with their tied widths, where they have any
     (a vision tower's out_hidden_size that the composite requires equal to its text width); an
     optional one too, which the composite would otherwise build at its default sizes."""
     out = {}
+    specs = getattr(cls, "sub_configs_defaults", None) or {}
     for name, sub_cls in sub_configs.items():
+        stated = {}
+        if not dataclasses.is_dataclass(sub_cls):  # AutoConfig: the model type and settings its spec states
+            spec = specs.get(name)
+            try:
+                sub_cls = config_class(spec.model_type) if getattr(spec, "model_type", None) else None
+            except UserError:
+                sub_cls = None
+            stated = dict(getattr(spec, "init_kwargs", None) or {})
         if not dataclasses.is_dataclass(sub_cls) or (name in kwargs and not hasattr(kwargs[name], "to_dict")):
-            continue  # AutoConfig (built elsewhere), or a value given as is
-        tiny = tiny_kwargs(sub_cls)
+            continue  # no config class to build, or a value given as is
+        tiny = {**stated, **tiny_kwargs(sub_cls)}  # the spec's settings, under the tiny sizes
         tied = tied_widths(sub_cls, widths, tiny)
         if tied or name not in kwargs:
             try:
@@ -270,16 +379,53 @@ def tied_sub_configs(sub_configs: dict, kwargs: dict, widths: set[int]) -> dict:
     return out
 
 
+def nested_sub_configs(sub_cls, kwargs: dict, widths: set[int]) -> dict:
+    """A sub-config's own sub-configs at the tiny sizes (T5Gemma 2's encoder holds a text and a vision
+    config, which would otherwise keep their default widths); an AutoConfig one as its default's model type."""
+    out = {}
+    specs = getattr(sub_cls, "sub_configs_defaults", None) or {}
+    for name, nested in (getattr(sub_cls, "sub_configs", None) or {}).items():
+        if name in kwargs:
+            continue
+        if getattr(nested, "__name__", "") == "AutoConfig":
+            model_type = getattr(specs.get(name), "model_type", None)
+            try:
+                nested = config_class(model_type) if model_type else None
+            except UserError:
+                nested = None
+        if nested is None or not dataclasses.is_dataclass(nested):
+            continue
+        try:
+            out[name] = sub_config(nested, widths)
+        except Exception:  # noqa: BLE001 - left to the sub-config's own default
+            continue
+    return out
+
+
+def first_accepted(cls, kwargs: dict, tied: dict | None = None):
+    """``cls(**kwargs)``, or where the config refuses it, with its ``tied`` widths, then with each of the
+    FALLBACKS (for fields it has) in turn; the first refusal is raised if none is accepted."""
+    refusal = None
+    for change in ({}, *([tied] if tied else []), *FALLBACKS):
+        if change is not tied and any(name not in kwargs for name in change):
+            continue  # a fallback for fields it has
+        tried = {**kwargs, **change}
+        if change.get("layer_types") == "default":
+            tried.pop("layer_types")
+        try:
+            return cls(**tried)
+        except Exception as error:  # noqa: BLE001 - the next change; the first refusal is raised
+            refusal = refusal or error
+    raise refusal
+
+
 def sub_config(sub_cls, widths: set[int]):
-    """A sub-config at the tiny sizes; where it refuses them, again with its tied widths."""
+    """A sub-config at the tiny sizes (its own sub-configs too, its multimodal RoPE sections at the tiny
+    head); where it refuses them, again with its tied widths, then with the FALLBACKS."""
     kwargs = tiny_kwargs(sub_cls)
-    try:
-        return sub_cls(**kwargs)
-    except Exception:  # noqa: BLE001 - the tied widths may be what it refused; if not, the error is raised
-        tied = tied_widths(sub_cls, widths, kwargs)
-        if not tied:
-            raise
-        return sub_cls(**kwargs, **tied)
+    kwargs.update(nested_sub_configs(sub_cls, kwargs, widths))
+    kwargs.update(tiny_rope(sub_cls, kwargs))
+    return first_accepted(sub_cls, kwargs, tied_widths(sub_cls, widths, kwargs))
 
 
 STAGE_HEAD_DIM = 16  # the tiny head dimension of every stage of a hierarchical vision encoder
@@ -476,21 +622,13 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
     model_cls = tower_class(cls, sub_cls) if isinstance(sub_cls, type) else None
     if model_cls is None:
         raise Skip(f"no model class of its own for {tower} in {composite_type}'s modeling files", final=True)
-    refusal = None
     with quiet_transformers():
         tiny = tiny_kwargs(sub_cls)
         tied = tied_widths(sub_cls, {width for width in (default_width(cls), default_width(sub_cls)) if width}, tiny)
-        for change in ({}, *([tied] if tied else []), *FALLBACKS):
-            kwargs = {**tiny, **change}
-            if change.get("layer_types") == "default":
-                kwargs.pop("layer_types", None)
-            try:
-                config = sub_cls(**kwargs)
-                break
-            except Exception as error:  # noqa: BLE001 - try the next change, then skip
-                refusal = refusal or error
-        else:
-            raise Skip(f"config rejects the tiny sizes: {first_line(refusal)}")
+        try:
+            config = first_accepted(sub_cls, tiny, tied)
+        except Exception as refusal:  # noqa: BLE001 - every change refused
+            raise Skip(f"config rejects the tiny sizes: {first_line(refusal)}") from None
         try:
             with torch.device("meta"):
                 shell = model_cls(config)
@@ -528,19 +666,7 @@ def whole_config(model_type: str):
                 # its default builds
                 kwargs[name] = tiny_backbone(cls, name) or tiny_tree(type(built))
         kwargs.update(tiny_rope(cls, kwargs))
-        tied = tied_widths(cls, {width for width in (default_width(cls),) if width}, kwargs)
-        refusal = None
-        for change in ({}, *([tied] if tied else []), *FALLBACKS):  # as tiny_config tries them
-            if any(name not in kwargs for name in change) and change is not tied:
-                continue
-            tried = {**kwargs, **change}
-            if change.get("layer_types") == "default":
-                tried.pop("layer_types")
-            try:
-                return cls(**tried)
-            except Exception as error:  # noqa: BLE001 - the next change; the first refusal is raised
-                refusal = refusal or error
-        raise refusal
+        return first_accepted(cls, kwargs, tied_widths(cls, {width for width in (default_width(cls),) if width}, kwargs))
 
     with quiet_transformers():
         try:
@@ -555,9 +681,10 @@ def build_whole(model_type: str, seed: int = 0, attn_implementation: str = "eage
     return build(whole_config(model_type), seed, attn_implementation, max_composite=MAX_PARAMETERS)
 
 
-def tiny_config(model_type: str, hybrid: bool = True, **overrides):
+def tiny_config(model_type: str, hybrid: bool = True, tied_first: bool = False, **overrides):
     """The family's config at the tiny sizes (``overrides`` win; ``hybrid=False`` keeps the
-    recurrent layers' own sizes); raises Skip with a reason."""
+    recurrent layers' own sizes; ``tied_first``: with its tied widths from the first try, for a model
+    that refuses what its config accepts); raises Skip with a reason."""
     cls = config_class(model_type)
     sub_configs = dict(getattr(cls, "sub_configs", {}) or {})
     optional = optional_sub_configs(cls, sub_configs)  # ESM's esmfold_config: None unless asked for
@@ -586,8 +713,11 @@ def tiny_config(model_type: str, hybrid: bool = True, **overrides):
 
     refusal = None
     with quiet_transformers():
-        tied = {**tied_widths(cls, widths, kwargs), **tied_sub_configs(every, kwargs, widths)}
-        for change in ({}, *([tied] if tied else []), *FALLBACKS, {"hybrid": "default"}) if hybrid \
+        tied = {**tied_widths(cls, widths, kwargs), **tied_sub_configs(cls, every, kwargs, widths)}
+        if tied_first and not tied:
+            raise Skip("no tied widths to try")
+        first = [tied] if tied_first else [{}, *([tied] if tied else [])]
+        for change in (*first, *FALLBACKS, {"hybrid": "default"}) if hybrid \
                 else ({"hybrid": "default"},):
             tried = {**kwargs, **change}
             if change.get("layer_types") == "default":
@@ -733,7 +863,10 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
 
     model_type = getattr(config, "model_type", "")
     if model_type not in MODEL_MAPPING_NAMES:
+        if model_type in causal_lm_names():
+            return causal_decoder(config, seed, attn_implementation, max_parameters)
         raise Skip(f"no base model class (AutoModel) for {model_type!r}", final=True)
+    register_base_model(config)
     with quiet_transformers():
         try:
             parameters = count_parameters(config)
@@ -756,7 +889,111 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
                 model = composite_model(config, attn_implementation=attn_implementation)
             except Exception as error:  # noqa: BLE001
                 raise Skip(f"cannot be built from its config: {first_line(error)}") from None
-    return fit_rotary_sections(model).eval()
+    return with_time_condition(fit_rotary_sections(model)).eval()
+
+
+def causal_lm_names():  # read when called (the auto mappings load lazily)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+
+def base_model_class(config):
+    """AutoModel's class for the config's model type, found in the family's own modeling files where
+    transformers does not export it (VoxtralRealtimeTextModel is missing from its module's __all__); None if none."""
+    import importlib
+    import pkgutil
+
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    name = MODEL_MAPPING_NAMES.get(getattr(config, "model_type", ""))
+    if not isinstance(name, str):
+        return None
+    try:
+        return getattr(transformers, name)
+    except (AttributeError, ImportError, ValueError):
+        pass
+    package = type(config).__module__.rsplit(".", 1)[0]
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__):
+        if info.name.startswith("modeling_"):
+            try:
+                found = getattr(importlib.import_module(f"{package}.{info.name}"), name, None)
+            except Exception:  # noqa: BLE001 - a modeling file that needs a missing package
+                continue
+            if found is not None:
+                return found
+    return None
+
+
+def register_base_model(config) -> None:
+    """Registers the config's class for AutoModel where AutoModel cannot resolve it: Evolla's config class
+    name is also the alias model type "EvollaModel", which wins AutoModel's reverse lookup and has no model;
+    Voxtral Realtime's text model is not exported."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
+    if type(config) in MODEL_MAPPING:  # what AutoModel.from_config asks (by the class name's model type)
+        try:
+            MODEL_MAPPING[type(config)]  # and its class can be loaded
+            return
+        except (KeyError, ValueError, AttributeError, ImportError):
+            pass
+    model_cls = base_model_class(config)
+    if model_cls is not None:
+        MODEL_MAPPING.register(type(config), model_cls, exist_ok=True)
+
+
+def decoder_of(lm):
+    decoder = lm.get_decoder() if hasattr(lm, "get_decoder") else None
+    return decoder if isinstance(decoder, torch.nn.Module) and decoder is not lm else lm.base_model
+
+
+def causal_decoder(config, seed: int, attn_implementation: str, max_parameters: int):
+    """A family with a causal LM and no base model class (TrOCR): the LM's decoder, built as :func:`build` builds."""
+    from transformers import AutoModelForCausalLM
+
+    from ..probing.loading import quiet_transformers
+
+    with quiet_transformers():
+        try:
+            with torch.device("meta"):
+                shell = decoder_of(AutoModelForCausalLM.from_config(config, trust_remote_code=False))
+        except Exception as error:  # noqa: BLE001
+            raise Skip(f"cannot be built from its config: {first_line(error)}") from None
+        parameters = shell_parameters(shell)
+        if parameters > max_parameters:
+            raise too_big(parameters, max_parameters)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            try:
+                lm = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
+                                                      trust_remote_code=False)
+            except Exception as error:  # noqa: BLE001
+                raise Skip(f"cannot be built from its config: {first_line(error)}") from None
+    return fit_rotary_sections(decoder_of(lm)).eval()
+
+
+TIME_CONDITION = "t_cond"  # Voxtral Realtime's delay-time embedding, which its composite computes for its text model
+
+
+def with_time_condition(model):
+    """A text model whose layers read a time condition that only its composite computes (Voxtral Realtime:
+    x * (1 + ada_rms_norm(t_cond)) before the MLP) gets a zero one where the caller gives none: the MLP input
+    unscaled, the attention untouched."""
+    import inspect
+
+    if any(p == TIME_CONDITION for p in inspect.signature(type(model).forward).parameters):
+        return model
+    if not any(TIME_CONDITION in inspect.signature(type(m).forward).parameters for m in model.modules()):
+        return model
+
+    def fill(module, args, kwargs):
+        if kwargs.get(TIME_CONDITION) is None:
+            kwargs[TIME_CONDITION] = torch.zeros(1, module.config.hidden_size, dtype=next(module.parameters()).dtype)
+        return args, kwargs
+
+    model.register_forward_pre_hook(fill, with_kwargs=True)
+    return model
 
 
 def fit_rotary_sections(model):

@@ -327,8 +327,9 @@ def first_inputs(model) -> dict:
 def image_axis(model) -> int | None:
     """None where the model runs on one image a sample; else the first count of
     :data:`whole_path.IMAGE_COUNTS` it runs on with the images on an axis of their own (a pair of
-    images to match); None where none runs (the forward's own error is then the reason)."""
-    for count in (None, *whole_path.IMAGE_COUNTS):
+    images to match), or FOLD_FRAMES (a clip's frames along the batch axis); None where none runs (the
+    forward's own error is then the reason)."""
+    for count in (None, *whole_path.IMAGE_COUNTS, whole_path.FOLD_FRAMES):
         whole_path.IMAGE_AXIS[model] = count
         try:
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
@@ -582,7 +583,8 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
     """The tiny model, checked with one forward pass (configs that build but cannot run are
     retried with the fallback sizes, then skipped)."""
     refusal = None
-    for change in ({}, {"num_key_value_heads": 4}, {"num_hidden_layers": 4}, {"num_hidden_layers": 8}):
+    for change in ({}, {"tied_first": True}, {"num_key_value_heads": 4}, {"num_hidden_layers": 4},
+                   {"num_hidden_layers": 8}):
         try:
             config = families.tiny_config(model_type, **{**change, **overrides})
             model = families.build(config, seed)

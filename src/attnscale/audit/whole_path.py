@@ -260,14 +260,24 @@ def required_inputs(model) -> list[str]:
             and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
+def modalities(model) -> tuple[str, ...]:
+    found = getattr(model, "input_modalities", None) or ()
+    return (found,) if isinstance(found, str) else tuple(found)
+
+
 def main_input(model) -> str:
     """What the model runs on: its main_input_name, unless its forward requires something else (a
-    patch grid, or an image where the class still names token ids)."""
+    patch grid, an image where the class still names token ids or calls it ``image``, audio features
+    under another name, another encoder's states)."""
     name = getattr(model, "main_input_name", "input_ids") or "input_ids"
     required = required_inputs(model)
     if any(grid in required for grid in GRID_NAMES):
         return PATCHES
-    if required == ["pixel_values"] or name == VIDEO_INPUT:
+    if len(required) == 1 and not accepts(model, name) and modalities(model) == ("audio",):
+        return "input_features"  # Granite Speech's encoder takes its features as hidden_states
+    if required == [STATES_INPUT] and getattr(model.config, "hidden_size", None):
+        return STATES_INPUT
+    if (len(required) == 1 and required[0] in IMAGE_NAMES) or name == VIDEO_INPUT:
         return "pixel_values"
     if len(required) == 1 and required[0].endswith(EMBEDS_SUFFIX):  # a Q-Former runs on its query embeddings
         return required[0]
@@ -277,12 +287,17 @@ def main_input(model) -> str:
 
 
 VIDEO_INPUT = "pixel_values_videos"  # what V-JEPA 2 and VideoPrism call their clip
+IMAGE_NAMES = ("pixel_values", "image")  # BridgeTower's vision tower calls its image "image"
+STATES_INPUT = "hidden_states"  # FLAVA's multimodal encoder runs on its unimodal encoders' states
 FRAME_FIELDS = ("num_frames", "frames_per_clip")  # a video model's clip length (its position table's)
 
 
 def image_name(model) -> str:
     """The keyword an image (or clip) is passed under."""
-    return VIDEO_INPUT if getattr(model, "main_input_name", None) == VIDEO_INPUT else "pixel_values"
+    if getattr(model, "main_input_name", None) == VIDEO_INPUT:
+        return VIDEO_INPUT
+    required = required_inputs(model)
+    return next((name for name in IMAGE_NAMES if name in required), "pixel_values")
 
 
 # a detector's image: its backbone downsamples by 32, leaving 4 x 4 feature vectors for the encoder
@@ -333,10 +348,17 @@ def image_inputs(model, batch: int) -> dict:
         return tiled_image(model.config, batch)
     if "spatial_shapes" in required:
         return cut_image(model.config, batch, next((name for name in required if name.endswith("_mask")), None))
+    positions = next((name for name in required if name.endswith(PATCH_POSITIONS)), None)
+    if positions:  # Gemma 4: the patches with each one's (x, y), no grid
+        inputs = cut_image(model.config, batch, None)
+        del inputs["spatial_shapes"]
+        return {**inputs, positions: patch_positions(batch)}
     images = pixel_values(model.config, batch)
     if any(name.startswith(companions.PROMPT_PREFIX) for name in required):  # SegGPT: image and prompt, stacked
         images = images[..., : images.shape[-2] // 2, :].contiguous()
     count = IMAGE_AXIS.get(model)
+    if count == FOLD_FRAMES and images.dim() == 5:  # X-CLIP's vision tower: the clip's frames along the batch axis
+        images = images.flatten(0, 1)
     if count:  # images given per sample (LightGlue's pair): (batch, count, channels, height, width)
         images = torch.stack([images.flip(-1) if i % 2 else images for i in range(count)], dim=1)
     inputs = {image_name(model): images, **companions.beside_image(model, batch, COMPANION_TOKENS, required, images)}
@@ -352,8 +374,18 @@ def image_inputs(model, batch: int) -> dict:
 
 
 IMAGE_COUNTS = (1, 2)  # images per sample to try where one image a sample is refused (a pair: LightGlue)
+FOLD_FRAMES = 0  # the IMAGE_AXIS of a video model that takes its clip's frames along the batch axis (X-CLIP's tower)
 IMAGE_AXIS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> images per sample it ran on
 COMPANION_TOKENS = 8  # the text an image model requires beside its image (Grounding DINO's)
+PATCH_POSITIONS = "_position_ids"  # a pre-cut image's per-patch (x, y) (Gemma 4's pixel_position_ids)
+
+
+def patch_positions(batch: int) -> torch.Tensor:
+    """Each patch's (x, y) on the PATCH_GRID x PATCH_GRID grid, row by row: (batch, patches, 2)."""
+    index = torch.arange(PATCH_GRID * PATCH_GRID)
+    return torch.stack([index % PATCH_GRID, index // PATCH_GRID], dim=-1).repeat(batch, 1, 1)
+
+
 # model -> what a promptable image model's image runs with: "boxes" (one box prompt, given wherever the model
 # runs with it: SAM's mask decoder reads it as two more tokens, SAM 3's geometry encoder as its input) and
 # "text" (token ids, given only where the image alone is refused: SAM 3's concept prompt); measure.first_inputs
@@ -394,18 +426,20 @@ def cut_image(config, batch: int, mask: str | None) -> dict:
     return inputs
 
 
-AUDIO_INPUTS = ("input_values", "input_features")
+AUDIO_INPUTS = ("input_values", "input_features", "audio_mel")  # audio_mel: Gemma 3n's encoder
 EMBEDS_SUFFIX = "_embeds"
 EMBEDS_TOKENS = 16  # vectors of an embeddings input (hidden_size wide)
 SIGNAL_SHAPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> the audio shape it ran on
 
 
-MEL_FIELDS = ("num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels")
+MEL_FIELDS = ("num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels", "input_feat_size")
 # where the config states none at its top: its sub-configs' (an encoder's), then the common counts;
-# feature projections that take stacked frames (wav2vec2-BERT's 2 x 80) state their width themselves
-MORE_MEL_FIELDS = (*MEL_FIELDS, "feature_projection_input_dim", "input_dim")
+# feature projections that take stacked frames (wav2vec2-BERT's 2 x 80, Fun-ASR's 7 x mels) state their width themselves
+MORE_MEL_FIELDS = (*MEL_FIELDS, "feature_projection_input_dim", "input_dim", "input_size")
 COMMON_MELS = (80, 128)
 STACKED = (2, 4)  # frames stacked into one feature vector (Granite Speech: delta-expanded, then in pairs)
+SAMPLES = 6400  # raw samples: 16 frames of a 400-sample window at stride 320
+LENGTHS = "feature_lens"  # frames per clip, clips packed along time with no batch axis (Qwen2.5-Omni's audio encoder)
 
 
 def configs_within(config) -> list:
@@ -420,34 +454,74 @@ def audio_shapes(config, takes: str) -> list[tuple[int, ...]]:
     16 frames of a 400-sample window at stride 320), or features (channels, frames) and (frames,
     channels), frames twice the encoder's positions where the config has them; channels as the
     config states them (80 where it does not), then as its sub-configs state them, the common
-    counts and stacked frames; last, a whole clip of ``max_length`` frames (AST's position table)."""
+    counts and stacked frames; then one channel of (frames, channels) (CLAP's spectrogram image); last,
+    a whole clip of ``max_length`` frames (AST's position table).  Raw samples also with a channel
+    axis (a mono waveform: Mimi's, OmniASR's)."""
     first = next((value for name in MEL_FIELDS if isinstance(value := getattr(config, name, None), int) and value > 0),
                  80)
     more = [value for cfg in configs_within(config) for name in MORE_MEL_FIELDS
             if isinstance(value := getattr(cfg, name, None), int) and value > 0]
     mels = list(dict.fromkeys([first, *more, *COMMON_MELS, *(k * m for m in [first, *more] for k in STACKED)]))
-    positions = getattr(config, "max_source_positions", None)
-    frames = 2 * positions if isinstance(positions, int) and 0 < positions <= 256 else 32
-    window = getattr(config, "n_window", None)  # Qwen3-ASR reads its frames in chunks of 2 x n_window
-    lengths = [frames] + ([2 * window] if isinstance(window, int) and 0 < 2 * window != frames else [])
+    lengths = frame_lengths(config)
     features = [shape for length in lengths for mel in mels for shape in ((mel, length), (length, mel))]
+    features.append((1, lengths[0], first))
     clip = getattr(config, "max_length", None)
     if isinstance(clip, int) and 0 < clip <= 2048:
         features.append((clip, first))
-    return [(6400,), *features] if takes == "input_values" else [*features, (6400,)]
+    channels = getattr(config, "audio_channels", None)  # a codec's raw samples: (channels, samples), mono too
+    samples = list(dict.fromkeys([(SAMPLES,), (1, SAMPLES),
+                                  *([(channels, SAMPLES)] if isinstance(channels, int) and 0 < channels <= 2 else [])]))
+    return [*samples, *features] if takes == "input_values" else [*features, *samples]
+
+
+def frame_lengths(config) -> list[int]:
+    """Frames of a features input: twice the encoder's positions where the config has them (else 32),
+    then 2 x n_window (Qwen3-ASR reads its frames in chunks of that)."""
+    positions = getattr(config, "max_source_positions", None)
+    frames = 2 * positions if isinstance(positions, int) and 0 < positions <= 256 else 32
+    window = getattr(config, "n_window", None)
+    return [frames] + ([2 * window] if isinstance(window, int) and 0 < 2 * window != frames else [])
+
+
+def keyword(model, takes: str) -> str:
+    """The keyword the input goes under: its own name, else the forward's one required input."""
+    required = required_inputs(model)
+    return takes if accepts(model, takes) or len(required) != 1 else required[0]
+
+
+def padding_mask(model, name: str) -> bool:
+    """A BoolTensor mask marks padding (True = padded: Gemma 3n's audio_mel_mask), as transformers'
+    boolean masks do (bool_masked_pos, mask_time_indices); other masks mark what is real (1)."""
+    try:
+        annotation = inspect.signature(model.forward).parameters[name].annotation
+    except (TypeError, ValueError, KeyError):
+        return False
+    return "BoolTensor" in str(annotation)
 
 
 def audio_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     generator = torch.Generator().manual_seed(0)
     takes = main_input(model)
-    inputs = {takes: torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))}
+    one = torch.randn(1, *shape, generator=generator)
+    inputs = {takes: one.repeat(batch, *([1] * len(shape)))}
+    if accepts(model, LENGTHS) and len(shape) == 2:  # clips packed along time, their lengths apart
+        inputs = {takes: one[0].repeat(1, batch), LENGTHS: torch.tensor([shape[-1]] * batch)}
+    # the frames: the last axis of (channels, frames), the one before of (frames, channels)
+    frames = shape[-1] if len(shape) < 2 or shape[-1] in frame_lengths(model.config) else shape[-2]
     # a frame mask the encoder requires (Qwen3-ASR's) or reads without a default of its own
     # (AudioFlamingo 3's input_features_mask): every frame real
     for name in [*required_inputs(model), f"{takes}_mask"]:
         if name.endswith("_mask") and name not in inputs and len(shape) > 1 and accepts(model, name):
-            inputs[name] = torch.ones(batch, shape[-1], dtype=torch.long)
+            padding = padding_mask(model, name)
+            inputs[name] = torch.full((batch, frames), not padding, dtype=torch.bool if padding else torch.long)
     if getattr(model.config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = (torch.arange(8) % 4 + 1).repeat(batch, 1)
+        if not accepts(model, "decoder_input_ids") and accepts(model, f"decoder_{takes}"):
+            inputs[f"decoder_{takes}"] = inputs[takes][:, :8].clone()  # SpeechT5 without pre-nets: frames both sides
+        else:
+            inputs["decoder_input_ids"] = (torch.arange(8) % 4 + 1).repeat(batch, 1)
+    name = keyword(model, takes)
+    if name != takes:
+        inputs[name] = inputs.pop(takes)
     return inputs
 
 
@@ -462,8 +536,11 @@ def patch_shapes(config) -> list[tuple[int, ...]]:
     size = patch_side(config)
     channels = getattr(config, "in_channels", None) or getattr(config, "num_channels", None) or 3
     frames = getattr(config, "temporal_patch_size", None) or 1
+    merge = merge_size(config)
     shapes = [(channels * frames * size * size,), (channels, frames, size, size), (channels * size * size,),
               (channels, size, size), (channels * 2 * size * size,)]  # the last: two frames a patch, unstated
+    if merge > 1:  # one merge unit's pixels, channels last (Inkling 2: a row per language-model token)
+        shapes.append((merge * size, merge * size, channels))
     return list(dict.fromkeys(shapes))
 
 
@@ -489,13 +566,13 @@ SHAPED_INPUTS = (*AUDIO_INPUTS, PATCHES, series.SERIES_INPUT, series.TRAJECTORY_
 
 
 def is_shaped(takes: str) -> bool:
-    return takes in SHAPED_INPUTS or takes.endswith(EMBEDS_SUFFIX)
+    return takes in SHAPED_INPUTS or takes.endswith(EMBEDS_SUFFIX) or takes == STATES_INPUT
 
 
 def input_shapes(model, takes: str) -> list[tuple[int, ...]]:
     if takes == PATCHES:
         return patch_shapes(model.config)
-    if takes.endswith(EMBEDS_SUFFIX):
+    if takes.endswith(EMBEDS_SUFFIX) or takes == STATES_INPUT:
         return [(EMBEDS_TOKENS, model.config.hidden_size)]
     if takes == series.SERIES_INPUT:
         return series.series_shapes(model.config)
@@ -514,7 +591,29 @@ def shaped_input(model, batch: int, shape: tuple[int, ...]) -> dict:
         inputs = series.trajectory_input(model, batch)
     else:
         inputs = audio_input(model, batch, shape)
-    return {**inputs, **encoder_states(model, batch)}
+    inputs.update(encoder_states(model, batch))
+    return {**inputs, **required_states(model, batch, inputs)}
+
+
+STATES_SUFFIX = "_hidden_states"
+
+
+def states_width(config) -> int:
+    """hidden_size, times the layers whose states are concatenated where the config lists them (DFlash's target_layer_ids)."""
+    layers = next((len(value) for name, value in vars(config).items()
+                   if name.endswith("_layer_ids") and isinstance(value, (list, tuple)) and value), 1)
+    return config.hidden_size * layers
+
+
+def required_states(model, batch: int, given: dict) -> dict:
+    """States from another model that the forward requires beside its input (a draft model's context:
+    Muse Glimmer's assistant), ENCODER_TOKENS of them."""
+    names = [name for name in required_inputs(model) if name.endswith(STATES_SUFFIX) and name not in given]
+    if not names:
+        return {}
+    generator = torch.Generator().manual_seed(1)
+    states = torch.randn(1, ENCODER_TOKENS, states_width(model.config), generator=generator).repeat(batch, 1, 1)
+    return {name: states for name in names}
 
 
 CROSS_NAMES = ("crossattention", "cross_attn", "cross_attention", "encoder_attn")  # a cross-attention module's name
