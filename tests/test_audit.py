@@ -1251,3 +1251,26 @@ def test_families_whose_tiny_build_needed_more_than_the_tiny_sizes_are_measured(
     for row in result.layers:
         expected = row["d_k"] ** -0.5 if factor is None else factor
         assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(expected, rel=FACTOR_REL), row["name"]
+
+
+@pytest.mark.parametrize("family, starts", [("rwkv", "WKV recurrence (RWKV)"), ("yoso", "LSH collision expectation"),
+                                            ("swiftformer", "efficient additive attention"),
+                                            ("mobilevitv2", "separable self-attention"),
+                                            ("autoformer", "autocorrelation (Autoformer)")])
+def test_attention_with_no_softmax_over_q_k_is_named_and_left_out_of_the_unmeasured(family, starts):
+    """RWKV, YOSO, SwiftFormer, MobileViTV2 and Autoformer attend without a softmax over q.k (a recurrence,
+    a hashing expectation, a learned pooling vector, a one-channel query, an FFT correlation): each is
+    skipped with the mechanism its code shows, and counted apart from the unmeasured (nothing to scale)."""
+    result = audit.audit_family(family, ("eager",))
+    assert result.status == "skipped" and result.reason.startswith(f"{audit.NO_SOFTMAX} ({starts}")
+    assert result.reason.endswith(audit.NO_FACTOR + ")") and audit.nothing_left(result)
+    cover = audit.coverage([result])
+    assert cover["no_softmax"] == 1 and cover["unmeasured"] == 0 and cover["attention_bearing"] == 1
+
+
+def test_a_mechanism_with_a_factor_the_audit_cannot_run_stays_unmeasured_and_is_named():
+    """MRA computes exp(q.k / sqrt(head_dim)) only in its CUDA kernel: unmeasured here, with what its code
+    computes (and that heads narrower than 32 are padded to 32 before head_dim is read)."""
+    result = audit.audit_family("mra", ("eager",))
+    assert result.verdict == "not measured" and not audit.nothing_left(result)
+    assert any("multi-resolution attention (MRA)" in f and "sqrt(32)" in f for f in result.findings)

@@ -422,6 +422,12 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
         result.source_lines = declared_rules.scaling_lines(model)
     result.unread_attention = unread_attention(model, result.layers)
     judge_family(result, backends)
+    mechanisms = list(dict.fromkeys(u["mechanism"] for u in result.unread_attention if u["mechanism"] != "not intercepted"))
+    if has_no_factor(result):
+        result.status = "skipped"
+        result.reason = f"{NO_SOFTMAX} ({'; '.join(mechanisms)})"
+    elif result.verdict == "not measured" and mechanisms:  # what the code shows it computes, said beside why
+        result.findings += [f"its attention, read from the code: {mechanism}" for mechanism in mechanisms]
     result.seconds = time.perf_counter() - start
     return result
 
@@ -460,23 +466,52 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> 
             set_attn_implementation(model, previous)
 
 
+NO_SOFTMAX = "no softmax over q.k"  # how the reason of a family whose attention has none begins
+NO_FACTOR = ", so no factor"  # how the text of a mechanism with no softmax over q.k ends: nothing to scale
 DEFORMABLE_PARTS = ("sampling_offsets", "attention_weights")  # Deformable DETR's linear maps of the query
 DEFORMABLE = ("deformable attention: weights from a linear map of the query, a softmax over sampling points; "
-              "no q.k product, so no factor")
+              "no q.k product" + NO_FACTOR)
 # What an attention module computes where its class's code shows it: (a line it contains, the mechanism)
 MECHANISMS = (("torch.fft.rfft(query_states", "autocorrelation (Autoformer): q and k correlated over time delays by "
-                                               "FFT, the top delays' values averaged; no softmax over q.k, so no factor"),
+                                               "FFT, the top delays' values averaged; no softmax over q.k" + NO_FACTOR),
               ("sparsity_measurement", "ProbSparse attention (Informer): only the top u = factor ln(L) queries, "
                                        "ranked on keys drawn at random, attend; the other rows take the mean of the "
-                                       "values, so the rows read depend on the draw"))
+                                       "values, so the rows read depend on the draw"),
+              ("rwkv_linear_attention(", "WKV recurrence (RWKV): each channel's output a running exp(k)-weighted "
+                                         "average of v with a learned time decay and a bonus for the current token; "
+                                         "no query, no softmax over q.k" + NO_FACTOR),
+              ("YosoCumulation.apply(", "LSH collision expectation (YOSO): q and k normalised, weights "
+                                        "(1 - arccos(q.k) / pi)^hash_code_len, not normalised over the keys; no "
+                                        "softmax over q.k" + NO_FACTOR),
+              ("query_weight = query @ self.w_g", "efficient additive attention (SwiftFormer): q pooled over tokens "
+                                                  "by a softmax of q.w_g (a learned vector), times k elementwise; no "
+                                                  "q.k between tokens" + NO_FACTOR),
+              ("context_scores = torch.nn.functional.softmax(query, dim=-1)",
+               "separable self-attention (MobileViTV2): a one-channel query softmaxed over patches alone weights the "
+               "keys; no q.k product" + NO_FACTOR),
+              ("mra2_attention(", "multi-resolution attention (MRA): exp(q.k / sqrt(head_dim)) over blocks, computed "
+                                  "only by its CUDA kernel (its CPU path returns zeros); heads narrower than 32 are "
+                                  "zero-padded to 32 first, so its code divides by sqrt(32), not sqrt(d_k)"))
 
 
 def mechanism_of(module) -> str:
-    """What an attention module no row reads computes, where that is recognised; "not intercepted" otherwise."""
-    if all(isinstance(getattr(module, part, None), torch.nn.Linear) for part in DEFORMABLE_PARTS):
-        return DEFORMABLE
-    code = declared_rules.source_for(module) or ""
-    return next((mechanism for line, mechanism in MECHANISMS if line in code), "not intercepted")
+    """What an attention module no row reads computes, where that is recognised in its code or its
+    parts' (YOSO's YosoAttention holds the YosoSelfAttention that computes it); "not intercepted" otherwise."""
+    for part in module.modules():
+        if all(isinstance(getattr(part, name, None), torch.nn.Linear) for name in DEFORMABLE_PARTS):
+            return DEFORMABLE
+        code = declared_rules.source_for(part) or ""
+        found = next((mechanism for line, mechanism in MECHANISMS if line in code), None)
+        if found:
+            return found
+    return "not intercepted"
+
+
+def has_no_factor(result: FamilyAudit) -> bool:
+    """A family none of whose attention could be read because none of it has a softmax over q.k: every
+    attention module is named by a mechanism with no factor (RWKV, YOSO, SwiftFormer, Autoformer, ...)."""
+    return (result.status == "audited" and result.verdict == "not measured" and bool(result.unread_attention)
+            and all(u["mechanism"].endswith(NO_FACTOR) for u in result.unread_attention))
 
 
 def unread_attention(model, layers: list[dict]) -> list[dict]:
@@ -906,7 +941,7 @@ def is_measured(result: FamilyAudit) -> bool:
 def nothing_left(result: FamilyAudit) -> bool:
     """A row that leaves nothing of its attention unmeasured: measured, covered, or without attention."""
     return (is_measured(result) or result.status == "covered"
-            or result.status == "skipped" and result.reason.startswith(families.NO_ATTENTION))
+            or result.status == "skipped" and result.reason.startswith((families.NO_ATTENTION, NO_SOFTMAX)))
 
 
 def unread_text(own: list[str], towers: list[str]) -> str:
@@ -963,9 +998,11 @@ def coverage(results: list[FamilyAudit]) -> dict:
     bearing = [r for r in results if not (r.status == "skipped" and r.reason.startswith(families.NO_ATTENTION))]
     measured = sum(map(is_measured, bearing))
     covered = sum(r.status == "covered" for r in bearing)
-    unmeasured = len(bearing) - measured - covered
+    # attention with no softmax over q.k (RWKV's recurrence, YOSO's hashing, ...): named, nothing to measure
+    no_softmax = sum(r.status == "skipped" and r.reason.startswith(NO_SOFTMAX) for r in bearing)
+    unmeasured = len(bearing) - measured - covered - no_softmax
     return {"families": len(results), "attention_bearing": len(bearing), "measured": measured, "covered": covered,
-            "unmeasured": unmeasured, "unmeasured_share": unmeasured / len(bearing) if bearing else 0.0,
+            "no_softmax": no_softmax, "unmeasured": unmeasured, "unmeasured_share": unmeasured / len(bearing) if bearing else 0.0,
             "tower_rows": len(towers), "tower_rows_measured": sum(map(is_measured, towers))}
 
 

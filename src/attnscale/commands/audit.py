@@ -69,7 +69,8 @@ def print_table(report: dict) -> None:
                   ", ".join(f"{n} {v}" for v, n in counts.items() if n), markup=False, highlight=False)
     cover = report["coverage"]
     console.print(f"coverage: of {cover['attention_bearing']} families with attention, {cover['measured']} measured, "
-                  f"{cover['covered']} covered by their towers, {cover['unmeasured']} "
+                  f"{cover['covered']} covered by their towers, {cover['no_softmax']} with no softmax over q.k "
+                  f"(nothing to scale, each mechanism named), {cover['unmeasured']} "
                   f"({cover['unmeasured_share']:.0%}) unmeasured, each with its reason; {cover['tower_rows']} rows for "
                   f"towers without a base model of their own, {cover['tower_rows_measured']} of them measured",
                   markup=False, highlight=False)
