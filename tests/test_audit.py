@@ -1274,3 +1274,41 @@ def test_a_mechanism_with_a_factor_the_audit_cannot_run_stays_unmeasured_and_is_
     result = audit.audit_family("mra", ("eager",))
     assert result.verdict == "not measured" and not audit.nothing_left(result)
     assert any("multi-resolution attention (MRA)" in f and "sqrt(32)" in f for f in result.findings)
+
+
+KEY_SCALE_GEMMA4 = math.log(1 + math.e) / math.log(2)  # modeling_gemma4.py: self.k_scale
+
+
+@pytest.mark.parametrize("family, factor", [
+    ("wavlm", 0.25),  # torch's multi-head attention function, its in-projections read as q and k
+    ("squeezebert", 0.25), ("wavtokenizer", 0.125),  # 1 x 1 Conv1d projections, (B, C, T) outputs
+    ("gemma3n_audio", 8 ** -0.5),  # chunked local attention: a 5-D softmax unfolded to rows
+    ("gemma4_audio", 0.25 * KEY_SCALE_GEMMA4),  # the same, and k scaled by ln(1 + e) / ln 2
+    ("funnel", 0.25),  # q_head / k_head; its position terms and content bias cancel between designs
+    ("longformer", 0.25)])  # banded (B, T, H, 2w + 1) probabilities unfolded to rows
+def test_inline_attention_of_other_shapes_is_read_at_the_factor_its_source_states(family, factor):
+    result = audit.audit_item(("family", family), ("eager",), 0)[0]
+    assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
+    for row in result.layers:
+        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(factor, rel=FACTOR_REL), row["name"]
+
+
+def test_a_learned_per_coordinate_query_scale_and_a_key_scale_are_declared_from_the_layer():
+    """Gemma 4's audio attention scales q by q_scale softplus(s_j) and k by k_scale: with s set to 1 on
+    the first coordinate and -1 on the last, the whole path reads softplus(+-1) / ln 2 times
+    ln(1 + e) / (ln 2 sqrt(d_k)) along each, as the layer's parameters declare."""
+    model = families.build(families.tiny_config("gemma4_audio"))
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(getattr(module, "per_dim_scale", None), torch.nn.Parameter):
+                module.per_dim_scale.zero_()
+                module.per_dim_scale[0], module.per_dim_scale[-1] = 1.0, -1.0
+    result = audit.audit_model(model, "gemma4_audio", ("eager",))
+    assert result.verdict == "ok", result.findings
+    softplus = lambda x: math.log1p(math.exp(x))  # noqa: E731
+    for row in result.layers:
+        base = row["d_k"] ** -0.5 * KEY_SCALE_GEMMA4 / math.log(2)
+        path = row["backends"]["eager"]["path"]
+        assert path["factor"] == pytest.approx(base * softplus(1.0), rel=FACTOR_REL)
+        assert path["factor_last"] == pytest.approx(base * softplus(-1.0), rel=FACTOR_REL)
+        assert "PER_DIM_QUERY_SCALE" in row["declared"]["rules"] and "KEY_SCALE" in row["declared"]["rules"]

@@ -104,6 +104,16 @@ LEARNED_QUERY_SCALE = SourceRule("models/timesfm/modeling_timesfm.py",
                                   "q scaled per coordinate by a learned softplus(s_j) / (ln 2 sqrt(d_k)) before the "
                                   "product (TimesFM); the attention function gets scaling=1.0; at s_j = 0 this is "
                                   "1/sqrt(d_k)")
+PER_DIM_QUERY_SCALE = SourceRule("models/gemma4/modeling_gemma4.py",
+                                  "query_states = query_states * self.q_scale * F.softplus(self.per_dim_scale)",
+                                  "q scaled per coordinate by q_scale softplus(s_j), q_scale = head_dim^-0.5 / "
+                                  "softplus(0) (Gemma 3n's and Gemma 4's audio encoders): at s_j = 0 this is "
+                                  "head_dim^-0.5",
+                                  called_as=("query_states * self.q_scale * per_dim_scale_sp_broadcast",))
+KEY_SCALE = SourceRule("models/gemma4/modeling_gemma4.py", "self.k_scale = math.log(1 + math.e) / math.log(2)",
+                      "k scaled by k_scale = ln(1 + e) / ln 2 (1.8946) before the product (Gemma 4's audio "
+                      "encoder), beside q's q_scale softplus(s_j) = softplus(s_j) / (ln 2 sqrt(d_k)): at s_j = 0 "
+                      "the factor is ln(1 + e) / (ln 2 sqrt(d_k)), 1.89 times head_dim^-0.5")
 COSINE_LOGIT_SCALE = SourceRule("models/swinv2/modeling_swinv2.py",
                                 "logit_scale = torch.clamp(self.logit_scale, max=math.log(1.0 / 0.01)).exp()",
                                 "cosine attention: q and k normalised, their cosine times a learned per-head "
@@ -387,6 +397,18 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         function, coordinate_scale = 1.0, (float(per_coordinate[0]), float(per_coordinate[-1]))
         fields["scaling (learned, first and last coordinate)"] = [float(learned[0].detach()), float(learned[-1].detach())]
         rules = [rule for rule in rules if rule != "HEAD_DIM"] + ["LEARNED_QUERY_SCALE"]
+    per_dim = getattr(module, "per_dim_scale", None)
+    if (applies(PER_DIM_QUERY_SCALE) and head_dim and isinstance(per_dim, torch.Tensor)
+            and per_dim.shape == (head_dim,)):
+        per_coordinate = torch.nn.functional.softplus(per_dim.detach().double()) / math.log(2)  # 1 at s_j = 0
+        coordinate_scale = (float(per_coordinate[0]), float(per_coordinate[-1]))
+        fields["per_dim_scale (learned, first and last coordinate)"] = [float(per_dim[0]), float(per_dim[-1])]
+        rules.append("PER_DIM_QUERY_SCALE")
+    key_scale = getattr(module, "k_scale", None)
+    if applies(KEY_SCALE) and isinstance(key_scale, float):
+        multiplier *= key_scale
+        fields["k_scale"] = key_scale
+        rules.append("KEY_SCALE")
     cosine = None
     logit_scale = getattr(module, "logit_scale", None)
     if applies(COSINE_LOGIT_SCALE) and isinstance(logit_scale, torch.Tensor):

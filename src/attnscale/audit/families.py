@@ -80,10 +80,10 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "layoutlmv3": {"coordinate_size": 12, "shape_size": 8},
                "rf_detr": {"num_queries": 8},
                # validators: kv heads = heads and no RoPE part in GLM-5-Next's MLA; 2 layers hold an attention
-               # layer (linear and indexed layers shrunk too: their CPU paths dominate a pass)
+               # layer (its indexer shrunk too: its CPU path dominates a pass)
                "glm5_next_text": {"num_key_value_heads": 4, "qk_rope_head_dim": 0, "qk_nope_head_dim": 16,
-                                  "layer_types": ["linear_attention", "indexed_attention"], "linear_num_heads": 4,
-                                  "linear_head_dim": 16, "index_n_heads": 4, "index_head_dim": 16},
+                                  "layer_types": ["linear_attention", "indexed_attention"], "index_n_heads": 4,
+                                  "index_head_dim": 16},
                "dots3_note_vision_encoder": {"mlp_layer_types": ["dense", "sparse"]},  # per-layer keys past 2 layers
                "mamba2": {"num_heads": 8},  # heads x head_dim = expand x hidden (2 x 64)
                # its image and audio token ranges inside the tiny vocabulary
@@ -221,7 +221,7 @@ TINY_HYBRID = {"mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16, "mamb
                "ssm_state_size": 16, "mamba_num_heads": 4, "mamba_head_dim": 16, "linear_key_head_dim": 16,
                "linear_value_head_dim": 16, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
                "shared_expert_intermediate_size": 32, "moe_shared_expert_intermediate_size": 32, "n_groups": 1,
-               "mamba_n_groups": 1}
+               "mamba_n_groups": 1, "linear_head_dim": 16, "linear_num_heads": 4}
 # Vision encoders: a 32 x 32 image in 8 x 8 patches (16 patches, and a class token where the family has one).
 VISION_TINY = {"image_size": 32, "patch_size": 8}
 ATTENTION_WORDS = ("attention", "attn")  # in the class name of a module that attends

@@ -14,7 +14,9 @@ from a measurement otherwise.
 
 from __future__ import annotations
 
+import inspect
 import math
+import weakref
 
 import torch
 
@@ -35,16 +37,55 @@ def head_count(module, config) -> int | None:
     return None
 
 
+class InProjection(torch.nn.Module):
+    """One of q, k, v of a torch ``nn.MultiheadAttention``, whose projections are slices of one
+    in_proj_weight applied inside ``F.multi_head_attention_forward``: a module of its own, so that
+    its output can be hooked (read and overwritten) as any projection's; :class:`Watch` calls it."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.out_features = width
+
+    def forward(self, x, weight, bias):
+        return torch.nn.functional.linear(x, weight, bias)
+
+
+IN_PROJECTIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # nn.MultiheadAttention -> (q, k, v)
+
+
+def in_projections(module: torch.nn.MultiheadAttention) -> tuple[InProjection, ...]:
+    if module not in IN_PROJECTIONS:
+        IN_PROJECTIONS[module] = tuple(InProjection(module.embed_dim) for _ in range(3))
+    return IN_PROJECTIONS[module]
+
+
+def project(module, x, weight, bias) -> torch.Tensor | None:
+    """``x`` through the projection ``module`` where the in-projection ``weight`` (and ``bias``) are its own."""
+    if isinstance(module, InProjection):
+        return module(x, weight, bias)
+    own = getattr(module, "bias", None)
+    same_bias = (own is None) == (bias is None) and (bias is None or torch.equal(own, bias))
+    return module(x) if getattr(module, "weight", None) is weight and same_bias else None
+
+
 def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path.Layout]]]:
     """(name, module, candidate layouts) for every module that owns q and k projections (separate,
-    or fused with as many key heads as query heads, one, or the config's key/value heads)."""
+    or fused with as many key heads as query heads, one, or the config's key/value heads; a torch
+    nn.MultiheadAttention's in_proj_weight as its q, k and v)."""
     found = []
     config = model.config
     for name, module in model.named_modules():
-        heads = head_count(module, config)
-        if heads is None:
+        if isinstance(module, torch.nn.MultiheadAttention):
+            q_mod, k_mod, _ = in_projections(module)
+            heads, d = module.num_heads, module.head_dim
+            found.append((name, module, [whole_path.Layout("separate (nn.MultiheadAttention in_proj_weight, weights read)",
+                                                          [whole_path.Block(q_mod, 0, heads, d, 0, d)],
+                                                          [whole_path.Block(k_mod, 0, heads, d, 0, d)])]))
             continue
         q_mod, k_mod = whole_path.child(module, whole_path.Q_NAMES), whole_path.child(module, whole_path.K_NAMES)
+        heads = head_count(module, config) or (1 if q_mod is not None and k_mod is not None else None)  # one head
+        if heads is None:
+            continue
         layouts = []
         if q_mod is not None and k_mod is not None:
             q_out, k_out = whole_path.out_features(q_mod), whole_path.out_features(k_mod)
@@ -67,6 +108,8 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
 NO_WEIGHTS = ("no attention probabilities were found: none came back with output_attentions=True and no softmax "
               "inside the attention module gave rows over its keys")
 SOFTMAXES = (torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax)
+MHA_FORWARD = torch.nn.functional.multi_head_attention_forward
+MHA_ARGUMENTS = inspect.signature(MHA_FORWARD)
 
 
 class Watch(torch.overrides.TorchFunctionMode):
@@ -83,8 +126,12 @@ class Watch(torch.overrides.TorchFunctionMode):
         self.handles: list = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is MHA_FORWARD and self.active:
+            out = self.multi_head_attention(*self.found[self.active[-1]], args, kwargs or {})
+            if out is not None:
+                return out
         out = func(*args, **(kwargs or {}))
-        if self.active and func in SOFTMAXES and isinstance(out, torch.Tensor) and out.dim() in (3, 4):
+        if self.active and func in SOFTMAXES and isinstance(out, torch.Tensor) and out.dim() in (3, 4, 5):
             self.tensors[self.active[-1]].append(out.detach())
         return out
 
@@ -95,6 +142,36 @@ class Watch(torch.overrides.TorchFunctionMode):
             for role, blocks in (("q", layout.q), ("k", layout.k)):
                 self.handles.append(blocks[0].module.register_forward_hook(self.shape_of(key, role)))
         return super().__enter__()
+
+    def multi_head_attention(self, module, layout, args, kwargs):
+        """``F.multi_head_attention_forward`` called inside a watched module (nn.MultiheadAttention, or
+        a module that passes it its own projections' weights, as WavLM's): q and k projected by the
+        layout's modules (hooked like any projection; an nn.MultiheadAttention's :class:`InProjection`),
+        identity in-projections after them, and its per-head weights (B, H, T_q, T_k) recorded.  None
+        where the layout's modules are not the weights it is given (the call is then left alone)."""
+        bound = MHA_ARGUMENTS.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        width = a["embed_dim_to_check"]
+        if a["use_separate_proj_weight"]:
+            weights = (a["q_proj_weight"], a["k_proj_weight"], a["v_proj_weight"])
+        else:
+            weights = a["in_proj_weight"].split(width)
+        biases = a["in_proj_bias"].split(width) if a["in_proj_bias"] is not None else (None, None, None)
+        inputs = (a["query"], a["key"], a["value"])
+        projected = [project(block.module, x, w, b)
+                     for block, x, w, b in zip((layout.q[0], layout.k[0]), inputs, weights, biases)]
+        if any(item is None for item in projected):
+            return None
+        projected.append(torch.nn.functional.linear(inputs[2], weights[2], biases[2]))
+        eye = torch.eye(width, dtype=projected[0].dtype, device=projected[0].device)
+        asked, average = a["need_weights"], a["average_attn_weights"]
+        a.update(query=projected[0], key=projected[1], value=projected[2], use_separate_proj_weight=False,
+                 in_proj_weight=eye.repeat(3, 1), in_proj_bias=None, need_weights=True, average_attn_weights=False,
+                 q_proj_weight=None, k_proj_weight=None, v_proj_weight=None)
+        output, weights = MHA_FORWARD(**a)
+        self.tensors[self.active[-1]].append(weights.detach())
+        return output, ((weights.mean(dim=-3) if average else weights) if asked else None)
 
     def __exit__(self, *exc):
         for handle in self.handles:
@@ -112,6 +189,7 @@ class Watch(torch.overrides.TorchFunctionMode):
     def shape_of(self, key, role):
         def hook(module, args, output):
             tensor = output[0] if isinstance(output, tuple) else output
+            tensor = tensor.transpose(-1, -2) if whole_path.channels_first(module) else tensor
             self.shapes.setdefault((key, role), tuple(tensor.shape))
         return hook
 
@@ -131,6 +209,13 @@ class Watch(torch.overrides.TorchFunctionMode):
             return None
         rows, t_q, t_k = batch * q_layout[0], q_layout[1], k_layout[1]
         for item in self.tensors[key]:
+            if item.dim() == 5 and item.shape[:2] == (rows, heads):
+                item = unblock(item, self.found[key][0], t_q, t_k)
+            elif item.dim() == 4 and item.shape[:3] == (rows, t_q, heads):  # banded, or T_q = H: as it is
+                banded = unband(item, self.found[key][0], t_k)
+                item = item if banded is None else banded
+            if item is None:
+                continue
             if item.dim() == 3 and item.shape == (rows * heads, t_q, t_k):
                 item = item.reshape(rows, heads, t_q, t_k)
             if item.dim() == 4 and item.shape == (rows, heads, t_q, t_k):  # other heads: a wrong layout
@@ -138,6 +223,40 @@ class Watch(torch.overrides.TorchFunctionMode):
                 if torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
                     return item
         return None
+
+
+def unblock(weights: torch.Tensor, module, t_q: int, t_k: int) -> torch.Tensor | None:
+    """Chunked local attention's weights (B, H, blocks, chunk, context), queries in blocks of
+    ``module.chunk_size`` and block n's context starting ``module.max_past_horizon`` keys before it
+    (Gemma 3n's and Gemma 4's audio encoders), as (B, H, T_q, T_k): each context column at its key."""
+    chunk, past = getattr(module, "chunk_size", None), getattr(module, "max_past_horizon", None)
+    batch, heads, blocks, size, context = weights.shape
+    if not isinstance(chunk, int) or not isinstance(past, int) or size != chunk or blocks * chunk < t_q:
+        return None
+    out = weights.new_zeros(batch, heads, blocks, chunk, t_k)
+    for n in range(blocks):
+        start = n * chunk - past  # the key of context column 0
+        first, end = max(0, -start), min(context, t_k - start)
+        if end > first:
+            out[..., n, :, start + first:start + end] = weights[..., n, :, first:end]
+    return out.reshape(batch, heads, blocks * chunk, t_k)[:, :, :t_q]
+
+
+def unband(weights: torch.Tensor, module, t_k: int) -> torch.Tensor | None:
+    """Sliding-window weights (B, T_q, H, 2w + 1) over keys i - w .. i + w, w the module's
+    ``one_sided_attn_window_size`` (Longformer's and LED's local attention), as (B, H, T_q, T_k)."""
+    window = getattr(module, "one_sided_attn_window_size", None)
+    batch, t_q, heads, width = weights.shape
+    if not isinstance(window, int) or width != 2 * window + 1:
+        return None
+    out = weights.new_zeros(batch, heads, t_q, t_k)
+    banded = weights.permute(0, 2, 1, 3)
+    for column in range(width):
+        shift = column - window  # key = query + shift
+        first, end = max(0, -shift), min(t_q, t_k - shift)
+        if end > first:
+            out[:, :, torch.arange(first, end), torch.arange(first + shift, end + shift)] = banded[:, :, first:end, column]
+    return out
 
 
 def projection_shapes(model, layouts: dict, inputs: dict) -> dict:

@@ -32,9 +32,9 @@ import torch
 from . import companions, series
 
 Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn", "linear_q",
-           "project_q", "projection_query", "to_query")
+           "project_q", "projection_query", "to_query", "q_head")
 K_NAMES = ("k_proj", "key", "k", "key_proj", "Wk", "wk", "k_lin", "to_k", "linear_k", "project_k", "projection_key",
-           "to_key")
+           "to_key", "k_head")
 FUSED_NAMES = ("c_attn", "qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "in_proj")
 CHECK_TOL = 1e-6  # relative change that counts as "changed" in the layout check
 
@@ -62,7 +62,14 @@ class Layout:
     k: list[Block]
 
 
+def channels_first(module) -> bool:
+    """A 1x1 Conv1d projection (SqueezeBERT, WavTokenizer): its output is (B, out, T), the channels before the tokens."""
+    return isinstance(module, torch.nn.Conv1d) and module.kernel_size == (1,)
+
+
 def out_features(module) -> int | None:
+    if channels_first(module):
+        return module.out_channels
     for name in ("out_features", "nf"):
         value = getattr(module, name, None)
         if isinstance(value, int):
@@ -184,6 +191,9 @@ def write_hook(writes: list[tuple[Block, torch.Tensor, object]]):
         batch, tokens = writes[0][1].shape[:2]
         if not isinstance(tensor, torch.Tensor):
             return output
+        if channels_first(module):  # written as (B, T, out), given back as (B, out, T)
+            written = hook(None, args, tensor.transpose(-1, -2))
+            return written.transpose(-1, -2).contiguous()
         shape = tuple(tensor.shape)
         layout = token_layout(shape, batch, tokens) or token_layout(shape, batch)
         if layout is None:
