@@ -610,8 +610,13 @@ def test_skips_name_what_the_family_lacks():
                                 "family; text_config: llama, audited as its own family)")
     towers = audit.audit_family("align", ("eager",)).reason
     assert towers.startswith("multimodal composite (vision_config: align_vision_model, no base model of its own; ")
-    unfed = audit.audit_family("perceiver", ("eager",))
-    assert unfed.reason.startswith(f"takes inputs (not token ids); the audit feeds {audit.FED_TEXT} only")
+    # every family of the installed release takes an input the audit feeds; a model whose main input is
+    # none of them (here a BERT told its main input is a point cloud) is refused with what it takes
+    model = families.build(families.tiny_config("bert"))
+    model.main_input_name = "point_cloud"
+    unfed = audit.audit_model(model, "bert", ("eager",))
+    assert unfed.backends["eager"]["reason"] == f"takes point_cloud (not token ids); the audit feeds {audit.FED_TEXT} only"
+    assert unfed.verdict == "not measured" and not unfed.layers
 
 
 def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no_attention_of_its_own():
@@ -1312,3 +1317,38 @@ def test_a_learned_per_coordinate_query_scale_and_a_key_scale_are_declared_from_
         assert path["factor"] == pytest.approx(base * softplus(1.0), rel=FACTOR_REL)
         assert path["factor_last"] == pytest.approx(base * softplus(-1.0), rel=FACTOR_REL)
         assert "PER_DIM_QUERY_SCALE" in row["declared"]["rules"] and "KEY_SCALE" in row["declared"]["rules"]
+
+
+@pytest.mark.parametrize("family, factor", [
+    ("longcat_flash", 0.25 * math.sqrt(2)),  # q times (hidden / q_lora_rank)^0.5 = sqrt(2) before the product
+    ("dia", 1.0),  # self.scaling = 1; its decoder ids laid out per channel
+    ("perceiver", 0.25), ("mimi_decoder", 0.25),  # continuous inputs (latents, embeddings) fed as they are
+    ("levit", 0.25), ("hiera", 0.25), ("tvp", 0.25), ("lw_detr", None), ("omdet-turbo", None),
+    ("kosmos-2.5", None), ("idefics2", None), ("step3p7", None), ("clvp", None), ("paddleocr_vl", None)])
+def test_odd_inputs_and_composite_towers_are_fed_and_read_at_the_factor_their_source_states(family, factor):
+    """LongCat's LoRA scale on q, Dia's channels of decoder ids, Perceiver's embeddings, a codec decoder's
+    latents, LeViT's fused q/k/v with wider values, Hiera's global stage, TVP's one-image position
+    embeddings (one design a pass), LW-DETR's ViT and decoder, OmDet-Turbo's class and task prompts; the
+    towers of Kosmos-2.5 (flattened patches), IDEFICS2 (its perceiver's context), Step 3.7, CLVP and
+    PaddleOCR-VL (packed patches): every row of the family reads the factor its source states
+    (head_dim^-0.5 where None)."""
+    rows = [row for row in audit.audit_item(("family", family), ("eager",), 0) if row.status == "audited"]
+    assert rows and all(row.verdict == "ok" for row in rows), [(row.family, row.findings) for row in rows]
+    for result in rows:
+        for layer in result.layers:
+            expected = layer["d_k"] ** -0.5 if factor is None else factor
+            assert verdicts.judged_factor(layer["backends"]["eager"]) == pytest.approx(expected, rel=FACTOR_REL), (
+                result.family, layer["name"])
+
+
+def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights_or_keeps_a_tower_uncovered():
+    """SigLIP 2's pooling head (torch's nn.MultiheadAttention beside the encoder's intercepted calls) is
+    read from its weights at head_dim^-0.5; a measured row that still leaves an attention module
+    unread does not cover its composite."""
+    result = audit.audit_family("siglip2_vision_model", ("eager",))
+    head = [row for row in result.layers if row["name"] == "head.attention"]
+    assert head and verdicts.judged_factor(head[0]["backends"]["eager"]) == pytest.approx(0.25, rel=FACTOR_REL)
+    assert result.unread_attention == []
+    partial = audit.FamilyAudit("tower", status="audited", verdict="ok", layers=result.layers,
+                                unread_attention=[{"name": "x", "class": "X", "mechanism": "not intercepted"}])
+    assert audit.is_measured(partial) and not audit.nothing_left(partial)

@@ -17,6 +17,8 @@ REGIONS = 8  # LXMERT's region features
 BOX_NAMES = ("bbox",)
 TOKEN_NAMES = ("input_ids", "task_inputs")  # token ids a model requires beside its image
 IMAGE_MASK = "image_attention_mask"  # a token-by-image mask beside images given per sequence
+TEXTS_SUFFIXES = ("_input_ids", "_attention_mask")  # a text beside the image under a name of its own, and its mask
+STRUCTURE_SUFFIX = "_structure"  # the texts per image, where a model takes a list of them (one each here)
 PROMPT_PREFIX = "prompt_"  # SegGPT's prompt image and mask, the image's shape
 # a promptable segmenter's box (input_boxes), one an image: SAM 3 reads it normalised as (cx, cy, w, h), SAM and
 # SAM 2 in pixels as (x0, y0, x1, y1), where it is a small box at the corner; a valid prompt either way
@@ -71,6 +73,11 @@ def beside_image(model, batch: int, tokens: int, required: list[str], images: to
             inputs["attention_mask"] = torch.ones(batch, tokens, dtype=torch.long)
         elif name == "task_inputs":
             inputs[name] = token_ids(batch, getattr(config, "task_seq_len", tokens), vocab)
+        elif name.endswith(TEXTS_SUFFIXES):  # texts of their own beside the image: OmDet-Turbo's classes and task
+            ids = token_ids(batch, tokens, vocab)
+            inputs[name] = ids if name.endswith("input_ids") else torch.ones_like(ids)
+        elif name.endswith(STRUCTURE_SUFFIX):  # how many of those texts each image has (classes_structure): one
+            inputs[name] = torch.ones(batch, dtype=torch.long)
         elif name.startswith(PROMPT_PREFIX):
             inputs[name] = torch.ones_like(images) if name.endswith("masks") else images.clone()
     return inputs

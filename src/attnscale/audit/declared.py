@@ -90,6 +90,9 @@ Q_SCALED_FIRST = SourceRule("models/whisper/modeling_whisper.py",
 UNIT_SCALING = SourceRule("models/gemma3n/modeling_gemma3n.py", "self.scaling = 1.0",
                          "the layer's code sets factor 1 and no config field changes it (Gemma 3n: q and k are "
                          "normalised, QK-norm)")
+UNIT_SCALING_INT = SourceRule("models/dia/modeling_dia.py", "self.scaling = 1",
+                             "the layer's code sets factor 1 (as an int) and no config field changes it (Dia's self- "
+                             "and cross-attention, as its original code: the factor is left to the weights)")
 INVERSE_HEAD_DIM = SourceRule("models/inkling/modeling_inkling.py", "self.scaling = 1.0 / self.head_dim",
                               "factor = 1/head_dim: q and k are RMS-normalised per head (Inkling)")
 HALF_HEAD_DIM = SourceRule("models/zamba2/modeling_zamba2.py", "self.scaling = (self.head_dim / 2) ** -0.5",
@@ -118,6 +121,12 @@ COSINE_LOGIT_SCALE = SourceRule("models/swinv2/modeling_swinv2.py",
                                 "logit_scale = torch.clamp(self.logit_scale, max=math.log(1.0 / 0.01)).exp()",
                                 "cosine attention: q and k normalised, their cosine times a learned per-head "
                                 "temperature exp(min(logit_scale, ln 100)) (Swin V2); no factor on q.k")
+MLA_Q_LORA_SCALE = SourceRule("models/longcat_flash/modeling_longcat_flash.py",
+                              "self.mla_scale_q_lora = (config.hidden_size / self.q_lora_rank) ** 0.5",
+                              "q times (hidden_size / q_lora_rank)^0.5 after q_b_proj, both its no-RoPE and RoPE parts "
+                              "(q_pass = q_pass * self.mla_scale_q_lora, q_rot = q_rot * self.mla_scale_q_lora), "
+                              "before the product (LongCat-Flash's LoRA scaling): the whole path applies the "
+                              "function's factor times it")
 # Mechanisms outside the factor: they change the logits of real inputs, not the factor the whole
 # path applies to the q and k that reach the product (named next to the measured factor).
 ATTENTION_IN_MULTIPLIER = SourceRule("models/falcon_h1/modeling_falcon_h1.py",
@@ -132,6 +141,11 @@ CONTENT_BIAS = SourceRule("models/parakeet/modeling_parakeet.py",
                           "a learned bias u added to q before the product (Transformer-XL's content bias, in "
                           "Conformer-style encoders): the logit gap of a designed q = m e is factor x (m + u_e), so "
                           "the whole path has no factor the config declares")
+MLA_KV_LORA_SCALE = SourceRule("models/longcat_flash/modeling_longcat_flash.py",
+                               "k_pass = k_pass * self.mla_scale_kv_lora",
+                               "the normalised key latent times (hidden_size / kv_lora_rank)^0.5 before kv_b_proj: the "
+                               "no-RoPE part of k of a given hidden state scales by it upstream of k's projection (not "
+                               "the RoPE part), outside the factor")
 RULES = {name: rule for name, rule in globals().items() if isinstance(rule, SourceRule)}
 
 # Families whose modeling file states T5's convention (each is a copy of T5's attention).
@@ -328,6 +342,8 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         function, rules = 1.0, ["T5_NO_SCALING"]
     elif has_line(UNIT_SCALING) and not applies(HEAD_DIM):
         function, rules = 1.0, ["UNIT_SCALING"]
+    elif has_line(UNIT_SCALING_INT) and not applies(HEAD_DIM):
+        function, rules = 1.0, ["UNIT_SCALING_INT"]
     if applies(HALF_HEAD_DIM) and head_dim:
         function, rules = (head_dim / 2) ** -0.5, ["HALF_HEAD_DIM"]
     if has_line(INVERSE_HEAD_DIM) and head_dim:
@@ -388,6 +404,11 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     if applies(QUERY_PRESCALE) and head_dim:
         q_first *= head_dim**-0.5
         rules.append("QUERY_PRESCALE")
+    q_lora, hidden = getattr(config, "q_lora_rank", None), getattr(config, "hidden_size", None)
+    if applies(MLA_Q_LORA_SCALE) and isinstance(q_lora, int) and q_lora > 0 and isinstance(hidden, int):
+        q_first *= (hidden / q_lora) ** 0.5
+        fields.update(hidden_size=hidden, q_lora_rank=q_lora)
+        rules.append("MLA_Q_LORA_SCALE")
     multiplier *= q_first
     coordinate_scale = None
     learned = getattr(module, "scaling", None)
@@ -459,6 +480,14 @@ def outside_the_factor(config, model_type: str, code: str, fields: dict, rules: 
         rules.append("CONTENT_BIAS")
         found.append("a learned bias added to q before the product (bias_u, Transformer-XL's content bias: the whole "
                      "path reads factor x (1 + u) on the designed q, and is compared with nothing)")
+    kv_lora, hidden = getattr(config, "kv_lora_rank", None), getattr(config, "hidden_size", None)
+    if MLA_KV_LORA_SCALE.in_code(code) and isinstance(kv_lora, int) and kv_lora > 0 and isinstance(hidden, int):
+        scale = (hidden / kv_lora) ** 0.5
+        fields.update(hidden_size=hidden, kv_lora_rank=kv_lora)
+        rules.append("MLA_KV_LORA_SCALE")
+        found.append(f"the key latent x{scale:.4g} before kv_b_proj (mla_scale_kv_lora = (hidden_size / kv_lora_rank)"
+                     f"^0.5, read from the code: the no-RoPE part of k of a given hidden state x{scale:.4g}, upstream "
+                     "of k's projection)")
     clip = clip_of(config)
     if clip is not None and "clip_qkv" in code and ".clamp" in code:
         fields["clip_qkv"] = clip

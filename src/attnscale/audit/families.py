@@ -29,6 +29,7 @@ TINY = {
     "encoder_attention_heads": 4, "decoder_attention_heads": 4, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
     "d_ff": 128, "d_kv": 16, "ffn_dim": 128, "n_inner": 128, "ffn_hidden_size": 128,
     "num_experts": 4, "n_routed_experts": 4, "num_local_experts": 4, "moe_num_experts": 4, "num_experts_per_tok": 2,
+    "top_k_experts": 2,  # Gemma 4's name for experts per token (None by default in DiffusionGemma's text config)
     "moe_top_k": 2, "moe_intermediate_size": 32, "n_shared_experts": 1, "kv_n_heads": 2,
     "n_group": 1, "topk_group": 1,  # DeepSeek-V3-style routers: groups of the (4) experts
     "q_lora_rank": 32, "kv_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
@@ -43,6 +44,7 @@ TINY = {
     "num_frames": 4, "frames_per_clip": 4, "crop_size": 32,
     # vision towers' projections into their text model's width (GLM-4V's merger, Inkling's projector)
     "out_hidden_size": 64, "projection_intermediate_size": 128, "projection_hidden_dim": 64, "text_hidden_size": 64,
+    "adapter_out_dim": 64,  # Dots3 Note's vision and audio adapters (their output must be the text width)
 }
 # Families whose config needs more than the tiny sizes to be consistent.
 FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
@@ -211,7 +213,65 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # the width of its backbone's first-stage map (HGNetV2's 128, divided as cnn_kwargs divides it)
                "pp_doclayout_v3": {"x4_feat_dim": 128 // 8},
                # its blocks unfold the image / 8, / 16, / 32 maps into patch_size patches (2 by default)
-               "mobilevitv2": {"patch_size": 2, "image_size": 64}}
+               "mobilevitv2": {"patch_size": 2, "image_size": 64},
+               # its rotary embedding is head_dim wide (modeling_longcat_flash.py:96), applied to the qk_rope_head_dim
+               # part of q and k (64 = 64 by default): head_dim is the tiny qk_rope_head_dim
+               "longcat_flash": {"head_dim": TINY["qk_rope_head_dim"]},
+               # LW-DETR's ViT: the stages it returns (2, 4, 5, 9 of 10 by default) inside the tiny depth, a windowed
+               # first layer, 2 x 2 windows (image_size / num_windows divisible by their side: 32 / 4 % 2); one
+               # projector level (none by default: nothing to concatenate) and 8 queries (300 x 13 groups)
+               "lw_detr_vit": {"out_indices": [1, 2], "window_block_indices": [0], "num_windows": 4},
+               "lw_detr": {"projector_scale_factors": [1.0], "num_queries": 8},
+               # the vocoder reads the spectrogram model's mel channels (80 each by default)
+               "fastspeech2_conformer_hifigan": {"model_in_dim": TINY["num_mel_bins"], "upsample_initial_channel": 32},
+               # VideoPrism's own depths and its 288 x 288 frames in 18 x 18 tubelets (its factor is the same at any
+               # size; 12 + 4 layers at 288 px took 15 s a run): 2 + 2 layers, 32 x 32 frames in 8 x 8 tubelets
+               "videoprism_vision_model": {"image_size": 32, "tubelet_size": [1, 8, 8], "num_spatial_layers": 2,
+                                           "num_temporal_layers": 2, "num_auxiliary_layers": 1},
+               # its HF Swin backbone's stages (2, 3, 4: 32, 64, 128 wide at the tiny sizes) into the encoder; the
+               # text tower's width into the class and task embeddings; a 128 x 128 image (640 by default) and 8
+               # queries. The layer norms after the backbone expect timm's channels-last maps (Swin's are
+               # channels-first): off, outside the attention
+               "omdet-turbo": {"encoder_in_channels": [32, 64, 128], "text_projection_in_dim": 64,
+                               "text_projection_out_dim": 64, "class_embed_dim": 64, "task_encoder_hidden_dim": 128,
+                               "image_size": 128, "num_queries": 8, "apply_layernorm_after_vision_backbone": False},
+               # LeViT's stem is 4 stride-2 convolutions (16 a side, as patch_size says by default; its position
+               # biases are sized by image_size / patch_size); 128 x 128 leaves 8, 4 and 2 patches a side to its
+               # 3 stages (at 32 its last stage has one key)
+               "levit": {"patch_size": 16, "image_size": 128},
+               # Hiera's stem: a 7 x 7 convolution at stride 4, padding 3 (the tiny patch 8 leaves a token count its
+               # mask units do not tile); its first two stages attend within mask units (their tokens interleaved) and
+               # each stage's first block pools its queries: the third stage's second block is a plain global one
+               "hiera": {"patch_size": [7, 7], "depths": [1, 1, 2, 1]},
+               # the visual prompt is added to frames max_img_size a side (448 by default): the detector-sized
+               # image (whole_path.BACKBONE_IMAGE), with a band narrower than half of it (96 by default)
+               "tvp": {"max_img_size": 128, "visual_prompt_size": 16},
+               # Step 3.7's text model builds its sliding-window mask on every pass (modeling_step3p7.py:897),
+               # sliding layers or not: the window must be set (None by default); 8 covers the 8-token probe
+               "step3p5": {"sliding_window": 8},
+               # its full-attention layers' head (a constructor argument, 512 by default: not a field) at the tiny head
+               "diffusion_gemma_text": {"global_head_dim": 16},
+               # its eager attention repeats no key/value heads (modeling_unlimited_ocr.py:635): as many as query heads
+               "unlimited_ocr_text": {"num_key_value_heads": 4},
+               # DeepSeek-OCR-style SAM encoders feeding a second encoder: 2 x 2 patches of the 32 x 32 image (16 a
+               # side), 4 x 4 windows and one global layer; the neck's two stride-2 convolutions end at the second
+               # encoder's width (64) on a 4 x 4 map
+               **{family: {"patch_size": 2, "window_size": 4, "global_attn_indexes": [1], "output_channels": 16,
+                           "downsample_channels": [32, 64], "mlp_dim": 128}
+                  for family in ("unlimited_ocr_sam_vision_model", "deepseek_ocr2_sam_vision_model")},
+               # its conformer's convolution widths (its hidden size by default: the model, not the config, requires
+               # them equal) and its depth under a name of its own
+               "phi4_multimodal_audio": {"ext_pw_out_channel": 64, "depthwise_separable_out_channel": 64,
+                                         "nemo_conv_channels": 64, "num_blocks": 2},
+               # Janus's VQ-VAE image tokenizer shrunk as Chameleon's is (its defaults alone are 72M parameters at the
+               # tiny sizes); its projections into the text width; its token grid (32 x 32 image, one halving)
+               "janus_vqgan": {"base_channels": 32, "channel_multiplier": [1, 2], "num_res_blocks": 1, "embed_dim": 8,
+                               "latent_channels": 16, "num_embeddings": 64, "projection_dim": 64,
+                               "image_token_embed_dim": 64, "num_patches": 16},
+               # its rotary embedding turns max(projection_dim / (2 x heads), 32) dims of each head (modeling_clvp.py:255):
+               # heads of 64 with 32 turned, as the default's (768 / 12 heads, 768 / 24 = 32 turned)
+               "clvp_encoder": {"hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 256,
+                                "projection_dim": 128}}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})
@@ -624,7 +684,11 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
         raise Skip(f"no model class of its own for {tower} in {composite_type}'s modeling files", final=True)
     with quiet_transformers():
         tiny = tiny_kwargs(sub_cls)
-        tied = tied_widths(sub_cls, {width for width in (default_width(cls), default_width(sub_cls)) if width}, tiny)
+        widths = {width for width in (default_width(cls), default_width(sub_cls)) if width}
+        # its own sub-configs at the tiny sizes too (a vision tower's SAM and CLIP encoders, which it
+        # would otherwise build at their defaults), as a composite's sub-config has them (sub_config)
+        tiny.update(nested_sub_configs(sub_cls, tiny, widths))
+        tied = tied_widths(sub_cls, widths, tiny)
         try:
             config = first_accepted(sub_cls, tiny, tied)
         except Exception as refusal:  # noqa: BLE001 - every change refused

@@ -68,6 +68,19 @@ def project(module, x, weight, bias) -> torch.Tensor | None:
     return module(x) if getattr(module, "weight", None) is weight and same_bias else None
 
 
+HEAD_WIDTH_NAMES = ("key_dim", "head_dim", "attention_head_size")  # q.k's width per head, where the module states it
+
+
+def head_width(module, q_mod, heads: int) -> int | None:
+    """The module's q.k width per head: as it states it, else its q projection's width over its heads."""
+    for name in HEAD_WIDTH_NAMES:
+        value = getattr(module, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    q_out = whole_path.out_features(q_mod) if q_mod is not None else None
+    return q_out // heads if q_out and q_out % heads == 0 else None
+
+
 def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path.Layout]]]:
     """(name, module, candidate layouts) for every module that owns q and k projections (separate,
     or fused with as many key heads as query heads, one, or the config's key/value heads; a torch
@@ -93,8 +106,9 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
                 d = q_out // heads
                 layouts.append(whole_path.Layout("separate (weights read)", [whole_path.Block(q_mod, 0, heads, d, 0, d)],
                                             [whole_path.Block(k_mod, 0, k_out // d, d, 0, d)]))
-        elif whole_path.child(module, whole_path.FUSED_NAMES) is not None:
-            d = getattr(config, "hidden_size", 0) // heads
+        elif whole_path.child(module, whole_path.FUSED_NAMES) is not None or (
+                q_mod is not None and whole_path.child(module, whole_path.KV_NAMES) is not None):
+            d = head_width(module, q_mod, heads) or (getattr(config, "hidden_size", None) or 0) // heads
             kv_heads = {heads, 1, getattr(config, "num_key_value_heads", None) or heads}
             for key_heads in sorted(kv_heads, reverse=True):
                 for layout in whole_path.candidate_layouts(module, (1, heads, 1, d), (1, key_heads, 1, d)):
@@ -183,7 +197,8 @@ class Watch(torch.overrides.TorchFunctionMode):
             if self.active and self.active[-1] == key:
                 self.active.pop()
             items = output if isinstance(output, (tuple, list)) else (output,)
-            self.tensors[key] += [item.detach() for item in items if isinstance(item, torch.Tensor) and item.dim() in (3, 4)]
+            self.tensors[key] += [item.detach() for item in items
+                                  if isinstance(item, torch.Tensor) and item.dim() in (3, 4, 5)]
         return hook
 
     def shape_of(self, key, role):
@@ -210,7 +225,9 @@ class Watch(torch.overrides.TorchFunctionMode):
         rows, t_q, t_k = batch * q_layout[0], q_layout[1], k_layout[1]
         for item in self.tensors[key]:
             if item.dim() == 5 and item.shape[:2] == (rows, heads):
-                item = unblock(item, self.found[key][0], t_q, t_k)
+                # chunked local attention (Gemma 3n/4 audio), else one window's axis (Hiera's global stages)
+                unblocked = unblock(item, self.found[key][0], t_q, t_k)
+                item = unblocked if unblocked is not None else item.squeeze(2) if item.shape[2] == 1 else None
             elif item.dim() == 4 and item.shape[:3] == (rows, t_q, heads):  # banded, or T_q = H: as it is
                 banded = unband(item, self.found[key][0], t_k)
                 item = item if banded is None else banded
@@ -267,6 +284,19 @@ def projection_shapes(model, layouts: dict, inputs: dict) -> dict:
 
 
 def designed_weights(model, layouts: dict, units: dict, designs, tokens: int, far: int) -> dict:
+    """:func:`designed_pass` of all the designs, or where the model refuses them as one batch (TVP's 2-d
+    position embeddings are viewed at batch 1), one pass a design, their weights stacked."""
+    try:
+        return designed_pass(model, layouts, units, designs, tokens, far)
+    except RuntimeError:
+        if len(designs) == 1:
+            raise
+    passes = [designed_pass(model, layouts, units, (design,), tokens, far) for design in designs]
+    return {key: torch.cat([found[key] for found in passes]) for key in passes[0]
+            if all(key in found for found in passes)}
+
+
+def designed_pass(model, layouts: dict, units: dict, designs, tokens: int, far: int) -> dict:
     """{module id: (B, H, T, T_k) weights, windows laid end to end along T} for one designed forward
     pass; ``layouts`` maps module ids to (module, Layout).  The designs are written at the token
     counts the projections output (an image's patches, keys reduced as PVT's are), per window
@@ -315,9 +345,14 @@ def rows_from_weights(weights: torch.Tensor) -> torch.Tensor:
     return rows.transpose(1, 2)
 
 
-def inline_rows(model, declared_of, tokens: int, longer_tokens: int, far: int) -> list[dict]:
-    """Layer rows (as audit.layer_rows makes them) with the whole path read from the weights."""
-    found = attention_modules(model)
+def inside(name: str, names) -> bool:
+    return any(name == outer or name.startswith(outer + ".") for outer in names)
+
+
+def inline_rows(model, declared_of, tokens: int, longer_tokens: int, far: int, only=None) -> list[dict]:
+    """Layer rows (as audit.layer_rows makes them) with the whole path read from the weights; ``only``:
+    the names of the modules to read (and those inside them), where the others are read otherwise."""
+    found = [item for item in attention_modules(model) if only is None or inside(item[0], only)]
     if not found:
         raise UserError("no attention function to intercept and no module with q and k projections")
     units = whole_path.inside_clip({id(module): 0.1 * math.sqrt(options[0].q[0].size) for _, module, options in found},

@@ -276,7 +276,8 @@ INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_v
                "pixel_values": "images", whole_path.PATCHES: "image patches with their grid",
                series.SERIES_INPUT: "a time series' past values", series.TRAJECTORY_INPUT: "a trajectory's states"}
 FED = ("input_ids", "pixel_values", *whole_path.SHAPED_INPUTS)  # token ids, a 32 x 32 image, audio, patches
-FED_TEXT = "token ids, images, video clips, image patches, audio, time series, trajectories and query embeddings"
+FED_TEXT = ("token ids, images, video clips, image patches, audio, time series, trajectories, query embeddings and "
+            "continuous inputs (latents)")
 
 
 def is_fed(takes: str) -> bool:
@@ -314,6 +315,8 @@ def first_inputs(model) -> dict:
         whole_path.ID_LAYOUTS[model] = id_layout(model, ids)
     inputs = model_inputs(model, whole_path.shaped_ids(model, ids), torch.ones_like(ids),
                           **whole_path.encoder_states(model, 1))
+    if "decoder_input_ids" in inputs:
+        inputs["decoder_input_ids"] = whole_path.decoder_ids(ids, whole_path.ID_LAYOUTS.get(model))
     if model not in whole_path.BESIDE and whole_path.takes_companions(model):
         try:  # ids alone first: what a model reads beside them is given only where it does not run without
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
@@ -346,6 +349,8 @@ def id_layout(model, ids: torch.Tensor):
     for layout in (None, *whole_path.id_layouts(model.config)):
         inputs = model_inputs(model, whole_path.lay_out_ids(ids, layout), torch.ones_like(ids),
                               **whole_path.encoder_states(model, 1))
+        if "decoder_input_ids" in inputs:
+            inputs["decoder_input_ids"] = whole_path.decoder_ids(ids, layout)
         try:
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
                 model(**inputs)
@@ -421,6 +426,10 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     if result.layers:
         result.source_lines = declared_rules.scaling_lines(model)
     result.unread_attention = unread_attention(model, result.layers)
+    if result.layers:
+        with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
+            torch.manual_seed(seed)
+            inline_beside(model, model_type, result)
     judge_family(result, backends)
     mechanisms = list(dict.fromkeys(u["mechanism"] for u in result.unread_attention if u["mechanism"] != "not intercepted"))
     if has_no_factor(result):
@@ -432,18 +441,39 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     return result
 
 
-def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> None:
-    """A family without an attention function: the whole path read from its attention weights
-    (:mod:`.inline`), and the other backends' output against eager."""
+def inline_declared(model, family: str):
+    """What the config declares for a module whose attention is read from its weights."""
     def declared(module, index, d_k):
         config = getattr(module, "config", None) or model.config
         width = getattr(module, "embed_dim", None)
         return declared_rules.declared_for(config, family, layer_index(module, index), None, d_k,
                                            declared_rules.source_for(module), width if isinstance(width, int) else None,
                                            module)
+    return declared
 
+
+def inline_beside(model, family: str, result: FamilyAudit) -> None:
+    """Attention modules left unread beside the intercepted calls (a pooling head's torch
+    nn.MultiheadAttention, an inline encoder inside a composite) read from their weights where they can
+    be; the rest stay in ``unread_attention``."""
+    names = [u["name"] for u in result.unread_attention if u["mechanism"] == "not intercepted"]
+    if not names:
+        return
     try:
-        result.layers = inline.inline_rows(model, declared, TOKENS, LONGER_TOKENS, far_position(model.config, TOKENS))
+        rows = inline.inline_rows(model, inline_declared(model, family), TOKENS, LONGER_TOKENS,
+                                  far_position(model.config, TOKENS), only=names)
+    except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError):
+        return
+    result.layers += rows
+    result.unread_attention = unread_attention(model, result.layers)
+
+
+def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> None:
+    """A family without an attention function: the whole path read from its attention weights
+    (:mod:`.inline`), and the other backends' output against eager."""
+    try:
+        result.layers = inline.inline_rows(model, inline_declared(model, family), TOKENS, LONGER_TOKENS,
+                                           far_position(model.config, TOKENS))
     except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError) as error:
         result.backends["eager"] = {"accepted": False, "reason": f"inline attention: {families.first_line(error)}",
                                     "parity": None}
@@ -939,8 +969,11 @@ def is_measured(result: FamilyAudit) -> bool:
 
 
 def nothing_left(result: FamilyAudit) -> bool:
-    """A row that leaves nothing of its attention unmeasured: measured, covered, or without attention."""
-    return (is_measured(result) or result.status == "covered"
+    """A row that leaves nothing of its attention unmeasured: measured with every attention module read
+    (none left "not intercepted": an inline SAM encoder beside a tower's intercepted encoder), covered,
+    without attention, or with no softmax over q.k."""
+    unread = any(u.get("mechanism") == "not intercepted" for u in result.unread_attention)
+    return (is_measured(result) and not unread or result.status == "covered"
             or result.status == "skipped" and result.reason.startswith((families.NO_ATTENTION, NO_SOFTMAX)))
 
 

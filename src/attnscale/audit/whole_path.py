@@ -32,10 +32,12 @@ import torch
 from . import companions, series
 
 Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn", "linear_q",
-           "project_q", "projection_query", "to_query", "q_head")
+           "project_q", "projection_query", "to_query", "q_head", "queries")
 K_NAMES = ("k_proj", "key", "k", "key_proj", "Wk", "wk", "k_lin", "to_k", "linear_k", "project_k", "projection_key",
            "to_key", "k_head")
-FUSED_NAMES = ("c_attn", "qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "in_proj")
+FUSED_NAMES = ("c_attn", "qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "in_proj",
+               "queries_keys_values", "att_proj")  # att_proj: Bark's
+KV_NAMES = ("c_attn", "kv_proj", "keys_values")  # k and v from one projection beside a q projection
 CHECK_TOL = 1e-6  # relative change that counts as "changed" in the layout check
 
 
@@ -78,7 +80,19 @@ def out_features(module) -> int | None:
     if isinstance(weight, torch.Tensor):
         return int(weight.shape[0]) if weight.dim() == 2 else None
     inner = list(module.children())  # a wrapper of one linear map (Kyutai's KyutaiSpeechToTextLinear): its width
+    if len(inner) == 2 and norm_width(inner[1]) is not None:  # a linear map, then a norm of its width (LeViT's)
+        width = out_features(inner[0])
+        return width if width == norm_width(inner[1]) else None
     return out_features(inner[0]) if len(inner) == 1 else None
+
+
+def norm_width(module) -> int | None:
+    """The width a batch or layer norm normalises (None for any other module)."""
+    if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+        return module.num_features
+    if isinstance(module, torch.nn.LayerNorm) and module.normalized_shape:
+        return module.normalized_shape[-1]
+    return None
 
 
 def child(module, names):
@@ -112,9 +126,13 @@ def candidate_layouts(module, q_shape, k_shape) -> list[Layout]:
         k_blocks = []
         if k_mod is not None and out_features(k_mod) == heads_k * d_k:
             k_blocks.append([Block(k_mod, 0, heads_k, d_k, 0, d_k)])
-        fused_kv = child(module, ("c_attn", "kv_proj"))
-        if k_mod is None and fused_kv is not None and out_features(fused_kv) == 2 * heads_k * d_k:
+        fused_kv = child(module, KV_NAMES)
+        kv_out = out_features(fused_kv) if fused_kv is not None else None
+        if k_mod is None and kv_out == 2 * heads_k * d_k:
             k_blocks.append([Block(fused_kv, 0, heads_k, d_k, 0, d_k)])  # [k | v], e.g. GPT-2 cross-attention
+        if k_mod is None and kv_out and kv_out % heads_k == 0 and kv_out // heads_k > d_k:
+            stride = kv_out // heads_k  # per head [k | v], v as wide as it is (LeViT's keys_values)
+            k_blocks.append([Block(fused_kv, 0, heads_k, stride, 0, d_k)])
         layouts += [Layout("separate", q, k) for q in q_blocks for k in k_blocks]
     fused = child(module, FUSED_NAMES)
     if fused is not None and d_q == d_k:
@@ -122,9 +140,10 @@ def candidate_layouts(module, q_shape, k_shape) -> list[Layout]:
         if total == heads_q * d + 2 * heads_k * d:
             layouts.append(Layout("fused [q|k|v]", [Block(fused, 0, heads_q, d, 0, d)],
                                   [Block(fused, heads_q * d, heads_k, d, 0, d)]))
-        if heads_q == heads_k and total == 3 * heads_q * d:
-            layouts.append(Layout("fused per head [q|k|v]", [Block(fused, 0, heads_q, 3 * d, 0, d)],
-                                  [Block(fused, d, heads_k, 3 * d, 0, d)]))
+        if heads_q == heads_k and total % heads_q == 0 and total // heads_q > 2 * d:
+            stride = total // heads_q  # v as wide as it is: 3 d, or LeViT's attention_ratio x d
+            layouts.append(Layout("fused per head [q|k|v]", [Block(fused, 0, heads_q, stride, 0, d)],
+                                  [Block(fused, d, heads_k, stride, 0, d)]))
     return layouts
 
 
@@ -283,9 +302,12 @@ def main_input(model) -> str:
     required = required_inputs(model)
     if any(grid in required for grid in GRID_NAMES):
         return PATCHES
-    if len(required) == 1 and not accepts(model, name) and modalities(model) == ("audio",):
-        return "input_features"  # Granite Speech's encoder takes its features as hidden_states
-    if required == [STATES_INPUT] and getattr(model.config, "hidden_size", None):
+    if required == ["pixel_values"] and any(accepts(model, grid) for grid in GRID_NAMES) and not accepts(model, "input_ids"):
+        return PATCHES  # a grid it takes as optional but reads (PaddleOCR-VL's vision tower)
+    data = data_inputs(required)
+    if len(data) == 1 and not accepts(model, name) and modalities(model) == ("audio",):
+        return "input_features"  # Granite Speech's encoder takes its features as hidden_states (Phi-4's with a mask)
+    if len(data) == 1 and data[0] in STATES_NAMES and getattr(model.config, "hidden_size", None):
         return STATES_INPUT
     if (len(required) == 1 and required[0] in IMAGE_NAMES) or name == VIDEO_INPUT:
         return "pixel_values"
@@ -293,13 +315,22 @@ def main_input(model) -> str:
         return required[0]
     if not accepts(model, name) and accepts(model, "pixel_values"):  # GOT-OCR2's vision encoder keeps input_ids' name
         return "pixel_values"
+    if accepts(model, FLATTENED) and not accepts(model, "pixel_values") and (name == FLATTENED or not accepts(model, name)):
+        return "pixel_values"  # an image given as its flattened patches (Pix2Struct, Kosmos-2.5's vision tower)
     return name
 
 
 VIDEO_INPUT = "pixel_values_videos"  # what V-JEPA 2 and VideoPrism call their clip
 IMAGE_NAMES = ("pixel_values", "image")  # BridgeTower's vision tower calls its image "image"
 STATES_INPUT = "hidden_states"  # FLAVA's multimodal encoder runs on its unimodal encoders' states
+STATES_NAMES = (STATES_INPUT, "context")  # "context": a perceiver resampler's (Idefics2's) image states
 FRAME_FIELDS = ("num_frames", "frames_per_clip")  # a video model's clip length (its position table's)
+
+
+def data_inputs(required: list[str]) -> list[str]:
+    """The required inputs that carry data: a mask the forward requires beside them is made with them
+    (audio_input: every position real), so it does not make the input another kind."""
+    return [name for name in required if not name.endswith("mask")]
 
 
 def image_name(model) -> str:
@@ -354,6 +385,8 @@ def image_inputs(model, batch: int) -> dict:
     tower does); the image already cut into patches with their grid and a patch mask (NaFlex); or
     the image as its tiles with an aspect-ratio id and a tile mask (Mllama)."""
     required = required_inputs(model)
+    if accepts(model, FLATTENED) and not accepts(model, "pixel_values"):
+        return flattened_image(model.config, batch)
     if "aspect_ratio_ids" in required:
         return tiled_image(model.config, batch)
     if "spatial_shapes" in required:
@@ -425,6 +458,22 @@ def tiled_image(config, batch: int) -> dict:
             "aspect_ratio_mask": torch.ones(batch, 1, tiles, dtype=torch.long)}
 
 
+FLATTENED = "flattened_patches"  # Pix2Struct-style: (batch, patches, 2 + patch values), each patch's row and column first
+
+
+def flattened_image(config, batch: int) -> dict:
+    """PATCH_GRID x PATCH_GRID patches as Pix2Struct's processor flattens them: each patch's row and column
+    (from 1; 0 marks padding) and then its patch_embed_hidden_size values (channels x patch x patch)."""
+    patches = PATCH_GRID * PATCH_GRID
+    width = getattr(config, "patch_embed_hidden_size", None) or (
+        (getattr(config, "num_channels", 3) or 3) * patch_side(config) ** 2)
+    index = torch.arange(patches)
+    places = torch.stack([index // PATCH_GRID + 1, index % PATCH_GRID + 1], dim=-1).float()
+    generator = torch.Generator().manual_seed(0)
+    one = torch.cat([places, torch.randn(patches, width, generator=generator)], dim=-1).unsqueeze(0)
+    return {FLATTENED: one.repeat(batch, 1, 1)}
+
+
 def cut_image(config, batch: int, mask: str | None) -> dict:
     """PATCH_GRID x PATCH_GRID patches of channels x patch x patch values, their grid, every patch real."""
     size, patches = patch_side(config), PATCH_GRID * PATCH_GRID
@@ -449,6 +498,7 @@ MORE_MEL_FIELDS = (*MEL_FIELDS, "feature_projection_input_dim", "input_dim", "in
 COMMON_MELS = (80, 128)
 STACKED = (2, 4)  # frames stacked into one feature vector (Granite Speech: delta-expanded, then in pairs)
 SAMPLES = 6400  # raw samples: 16 frames of a 400-sample window at stride 320
+SAMPLE_LENGTHS = "sample_lengths"  # how a required input of each clip's waveform samples ends
 LENGTHS = "feature_lens"  # frames per clip, clips packed along time with no batch axis (Qwen2.5-Omni's audio encoder)
 
 
@@ -495,8 +545,8 @@ def frame_lengths(config) -> list[int]:
 
 def keyword(model, takes: str) -> str:
     """The keyword the input goes under: its own name, else the forward's one required input."""
-    required = required_inputs(model)
-    return takes if accepts(model, takes) or len(required) != 1 else required[0]
+    data = data_inputs(required_inputs(model))
+    return takes if accepts(model, takes) or len(data) != 1 else data[0]
 
 
 def padding_mask(model, name: str) -> bool:
@@ -521,9 +571,15 @@ def audio_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     # a frame mask the encoder requires (Qwen3-ASR's) or reads without a default of its own
     # (AudioFlamingo 3's input_features_mask): every frame real
     for name in [*required_inputs(model), f"{takes}_mask"]:
-        if name.endswith("_mask") and name not in inputs and len(shape) > 1 and accepts(model, name):
+        if name.endswith("mask") and name not in inputs and len(shape) > 1 and accepts(model, name):
             padding = padding_mask(model, name)
             inputs[name] = torch.full((batch, frames), not padding, dtype=torch.bool if padding else torch.long)
+    # each clip's length in waveform samples, which the forward requires beside its features (Dots3 Note's
+    # chunk_sample_lengths): every frame real, hop_length samples a frame
+    hop = getattr(model.config, "hop_length", None)
+    for name in required_inputs(model):
+        if name.endswith(SAMPLE_LENGTHS) and name not in inputs and len(shape) > 1 and isinstance(hop, int) and hop > 0:
+            inputs[name] = torch.tensor([frames * hop] * batch)
     if getattr(model.config, "is_encoder_decoder", False):
         if not accepts(model, "decoder_input_ids") and accepts(model, f"decoder_{takes}"):
             inputs[f"decoder_{takes}"] = inputs[takes][:, :8].clone()  # SpeechT5 without pre-nets: frames both sides
@@ -551,7 +607,11 @@ def patch_shapes(config) -> list[tuple[int, ...]]:
               (channels, size, size), (channels * 2 * size * size,)]  # the last: two frames a patch, unstated
     if merge > 1:  # one merge unit's pixels, channels last (Inkling 2: a row per language-model token)
         shapes.append((merge * size, merge * size, channels))
+    shapes.append((BATCH_OF_ONE, channels, size, size))  # the packed patches under a batch axis of one (PaddleOCR-VL)
     return list(dict.fromkeys(shapes))
+
+
+BATCH_OF_ONE = 0  # a patch shape's first entry: the packed sequence is passed as (1, patches, *shape[1:])
 
 
 def patch_input(model, batch: int, shape: tuple[int, ...]) -> dict:
@@ -560,23 +620,37 @@ def patch_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     per design, so only the attention function's factor is read)."""
     side = 2 * merge_size(model.config)
     required = required_inputs(model)
-    grid = next(name for name in GRID_NAMES if name in required)
+    grid = next(name for name in GRID_NAMES if accepts(model, name))
     data = next((name for name in required if name not in (*GRID_NAMES, "merge_sizes")),
                 getattr(model, "main_input_name", "pixel_values"))
     generator = torch.Generator().manual_seed(0)
+    lead = shape[:1] == (BATCH_OF_ONE,)
+    shape = shape[1:] if lead else shape
     one = torch.randn(side * side, *shape, generator=generator)
-    inputs = {data: one.repeat(batch, *([1] * len(shape))), grid: torch.tensor([[1, side, side]] * batch)}
+    packed = one.repeat(batch, *([1] * len(shape)))
+    inputs = {data: packed.unsqueeze(0) if lead else packed, grid: torch.tensor([[1, side, side]] * batch)}
     if "merge_sizes" in required:
         inputs["merge_sizes"] = torch.tensor([merge_size(model.config)] * batch)
     return inputs
 
 
+# vectors a model takes as they are: a codec decoder's latents (batch, width, frames: Mimi's, Pocket TTS's), a
+# Perceiver's inputs without a preprocessor (batch, tokens, d_model); their width is one of WIDTH_FIELDS
+CONTINUOUS_INPUTS = ("latents", "inputs")
+WIDTH_FIELDS = ("hidden_size", "d_model")
 # inputs whose shape is found by trying candidates in turn
-SHAPED_INPUTS = (*AUDIO_INPUTS, PATCHES, series.SERIES_INPUT, series.TRAJECTORY_INPUT)
+SHAPED_INPUTS = (*AUDIO_INPUTS, PATCHES, series.SERIES_INPUT, series.TRAJECTORY_INPUT, *CONTINUOUS_INPUTS)
 
 
 def is_shaped(takes: str) -> bool:
     return takes in SHAPED_INPUTS or takes.endswith(EMBEDS_SUFFIX) or takes == STATES_INPUT
+
+
+def continuous_shapes(config) -> list[tuple[int, ...]]:
+    """EMBEDS_TOKENS vectors of each width the config states, tokens first, then channels first."""
+    widths = dict.fromkeys(value for name in WIDTH_FIELDS
+                           if isinstance(value := getattr(config, name, None), int) and value > 0)
+    return [shape for width in widths for shape in ((EMBEDS_TOKENS, width), (width, EMBEDS_TOKENS))]
 
 
 def input_shapes(model, takes: str) -> list[tuple[int, ...]]:
@@ -584,6 +658,8 @@ def input_shapes(model, takes: str) -> list[tuple[int, ...]]:
         return patch_shapes(model.config)
     if takes.endswith(EMBEDS_SUFFIX) or takes == STATES_INPUT:
         return [(EMBEDS_TOKENS, model.config.hidden_size)]
+    if takes in CONTINUOUS_INPUTS:
+        return continuous_shapes(model.config)
     if takes == series.SERIES_INPUT:
         return series.series_shapes(model.config)
     if takes == series.TRAJECTORY_INPUT:
@@ -656,14 +732,36 @@ def id_layouts(config) -> list[tuple[str, int]]:
     CSM's backbone: (batch, tokens, n), with a text id in front at n + 1), after plain (batch, tokens)."""
     codebooks = next((value for name in CODEBOOK_FIELDS if isinstance(value := getattr(config, name, None), int)
                       and value > 0), None)
+    channels = decoder_channels(config)
+    decoder = [("decoder", channels)] if channels else []
     if codebooks is None:
-        return []
-    return [("stacked", codebooks), ("last", codebooks), ("last", codebooks + 1), ("middle", codebooks)]
+        return decoder
+    return [("stacked", codebooks), ("last", codebooks), ("last", codebooks + 1), ("middle", codebooks), *decoder]
+
+
+DECODER_CHANNEL_FIELDS = ("num_channels",)  # a seq2seq decoder's ids per position (Dia's: 9 audio channels)
+
+
+def decoder_channels(config) -> int | None:
+    """The ids per position of a seq2seq model's decoder, where its decoder config states more than one."""
+    decoder = getattr(config, "decoder_config", None)
+    if not getattr(config, "is_encoder_decoder", False) or decoder is None:
+        return None
+    return next((value for name in DECODER_CHANNEL_FIELDS
+                 if isinstance(value := getattr(decoder, name, None), int) and value > 1), None)
+
+
+def decoder_ids(ids: torch.Tensor, layout: tuple[str, int] | None) -> torch.Tensor:
+    """A seq2seq model's decoder ids: (batch, tokens, n) under the "decoder" layout (the encoder's ids stay
+    plain; Dia reshapes 2-d decoder ids to (batch, n, -1)), else laid out as the encoder's."""
+    if layout is not None and layout[0] == "decoder":
+        return ids.unsqueeze(-1).repeat(1, 1, layout[1])
+    return lay_out_ids(ids, layout)
 
 
 def lay_out_ids(ids: torch.Tensor, layout: tuple[str, int] | None) -> torch.Tensor:
     """(batch, tokens) ids in ``layout``: every codebook of a position given the position's id."""
-    if layout is None:
+    if layout is None or layout[0] == "decoder":
         return ids
     kind, count = layout
     if kind == "stacked":
@@ -690,7 +788,7 @@ def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> d
         positions = [far_position if d.position < 0 else d.position for d in designs]
         inputs["position_ids"] = torch.tensor(positions).unsqueeze(1).repeat(1, tokens)
     if getattr(model.config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = shaped_ids(model, ids)
+        inputs["decoder_input_ids"] = decoder_ids(ids, ID_LAYOUTS.get(model))
         inputs["decoder_attention_mask"] = torch.ones(count, tokens, dtype=torch.long)
         if "position_ids" in inputs and accepts(model, "decoder_position_ids"):
             inputs["decoder_position_ids"] = inputs["position_ids"]
