@@ -1352,3 +1352,16 @@ def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights
     partial = audit.FamilyAudit("tower", status="audited", verdict="ok", layers=result.layers,
                                 unread_attention=[{"name": "x", "class": "X", "mechanism": "not intercepted"}])
     assert audit.is_measured(partial) and not audit.nothing_left(partial)
+
+
+def test_a_hybrids_delta_rule_layers_are_named_and_leave_its_attention_layers_to_cover_the_composite():
+    """GLM-5-Next's text model mixes softmax layers with gated delta-rule layers (no softmax over q.k): the
+    latter are named from their code, so the measured text tower with the vision tower covers GLM-5-Next."""
+    rows = [r for name in ("glm5_next", "glm5_next_text", "glm5_next_vision")
+            for r in audit.audit_item(("family", name), ("eager",), 0)]
+    audit.report(rows, ("eager",), 0.0)
+    by_name = {r.family: r for r in rows}
+    text = by_name["glm5_next_text"]
+    assert text.verdict == "ok" and text.unread_attention
+    assert all(u["mechanism"].startswith("gated delta rule") for u in text.unread_attention)
+    assert by_name["glm5_next"].status == "covered", by_name["glm5_next"].reason

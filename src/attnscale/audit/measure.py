@@ -519,6 +519,9 @@ MECHANISMS = (("torch.fft.rfft(query_states", "autocorrelation (Autoformer): q a
               ("context_scores = torch.nn.functional.softmax(query, dim=-1)",
                "separable self-attention (MobileViTV2): a one-channel query softmaxed over patches alone weights the "
                "keys; no q.k product" + NO_FACTOR),
+              *((call, "gated delta rule (GatedDeltaNet, Kimi delta attention): q reads a recurrent state that "
+                       "k and v update under a decay gate; no softmax over q.k" + NO_FACTOR)
+                for call in ("chunk_gated_delta_rule(", "recurrent_kimi_delta_attention(")),
               ("mra2_attention(", "multi-resolution attention (MRA): exp(q.k / sqrt(head_dim)) over blocks, computed "
                                   "only by its CUDA kernel (its CPU path returns zeros); heads narrower than 32 are "
                                   "zero-padded to 32 first, so its code divides by sqrt(32), not sqrt(d_k)"))
