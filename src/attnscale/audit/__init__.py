@@ -3,6 +3,9 @@ applies, under each backend, measured and compared with what its config declares
 
 ``measure``             planning and measuring: a family, a folder, a callable; the worker pool
 ``families``            the installed transformers' model types, as tiny random-init models
+``sizes``               the tiny sizes, and the fields some families need beside them (with why)
+``companions``          what a model reads beside its main input (boxes, region features, prompts)
+``series``              time series and trajectories, fed to forecasters and Decision Transformer
 ``attention_function``  what an attention function does to q.k: factor, soft cap, sinks
 ``whole_path``          the whole path, from the q and k projections to the product
 ``inline``              families that compute attention inline (no function to intercept)
