@@ -154,16 +154,10 @@ def tied_sub_configs(cls, sub_configs: dict, kwargs: dict, widths: set[int]) -> 
     (a vision tower's out_hidden_size that the composite requires equal to its text width); an
     optional one too, which the composite would otherwise build at its default sizes."""
     out = {}
-    specs = getattr(cls, "sub_configs_defaults", None) or {}
     for name, sub_cls in sub_configs.items():
         stated = {}
         if not dataclasses.is_dataclass(sub_cls):  # AutoConfig: the model type and settings its spec states
-            spec = specs.get(name)
-            try:
-                sub_cls = config_class(spec.model_type) if getattr(spec, "model_type", None) else None
-            except UserError:
-                sub_cls = None
-            stated = dict(getattr(spec, "init_kwargs", None) or {})
+            sub_cls, stated = spec_class(cls, name)
         if not dataclasses.is_dataclass(sub_cls) or (name in kwargs and not hasattr(kwargs[name], "to_dict")):
             continue  # no config class to build, or a value given as is
         tiny = {**stated, **tiny_kwargs(sub_cls)}  # the spec's settings, under the tiny sizes
@@ -176,20 +170,27 @@ def tied_sub_configs(cls, sub_configs: dict, kwargs: dict, widths: set[int]) -> 
     return out
 
 
+def spec_class(cls, name: str) -> tuple[type | None, dict]:
+    """An AutoConfig sub-config's class and settings as ``cls``'s spec for it states them (its model
+    type's config class and init_kwargs); (None, {}) where it states no model type of this release."""
+    spec = (getattr(cls, "sub_configs_defaults", None) or {}).get(name)
+    model_type = getattr(spec, "model_type", None)
+    try:
+        sub_cls = config_class(model_type) if model_type else None
+    except UserError:  # a model type with no config class in the installed release
+        return None, {}
+    return sub_cls, dict(getattr(spec, "init_kwargs", None) or {})
+
+
 def nested_sub_configs(sub_cls, kwargs: dict, widths: set[int]) -> dict:
     """A sub-config's own sub-configs at the tiny sizes (T5Gemma 2's encoder holds a text and a vision
     config, which would otherwise keep their default widths); an AutoConfig one as its default's model type."""
     out = {}
-    specs = getattr(sub_cls, "sub_configs_defaults", None) or {}
     for name, nested in (getattr(sub_cls, "sub_configs", None) or {}).items():
         if name in kwargs:
             continue
         if getattr(nested, "__name__", "") == "AutoConfig":
-            model_type = getattr(specs.get(name), "model_type", None)
-            try:
-                nested = config_class(model_type) if model_type else None
-            except UserError:
-                nested = None
+            nested = spec_class(sub_cls, name)[0]
         if nested is None or not dataclasses.is_dataclass(nested):
             continue
         try:
@@ -362,9 +363,13 @@ def tower_attention_classes(cls, sub_configs: dict) -> set[str]:
 def composite_model(config, **kwargs):
     """The composite's model for ``config``: AutoModel's, or where AutoModel maps its type to a tower
     (MusicGen's base model is its decoder, which a MusicgenConfig does not build), the model class of
-    its own package that takes this config (MusicgenForConditionalGeneration)."""
-    from transformers import AutoModel
+    its own package that takes this config (MusicgenForConditionalGeneration); for a family with a
+    causal LM and no base model class (TrOCR), the LM's decoder."""
+    from transformers import AutoModel, AutoModelForCausalLM
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
+    if getattr(config, "model_type", "") not in MODEL_MAPPING_NAMES:  # a causal LM with no base class: its decoder
+        return decoder_of(AutoModelForCausalLM.from_config(config, trust_remote_code=False, **kwargs))
     try:
         return AutoModel.from_config(config, trust_remote_code=False, **kwargs)
     except Exception:  # noqa: BLE001 - AutoModel's class refused the composite's config: its own class, if any
@@ -561,19 +566,16 @@ def tiny_backbone(cls, name: str):
     default (its sub-config spec's model type and settings), at the tiny sizes: the backbone, and a
     text encoder or mask decoder beside it.  None for a config without a backbone, a spec without a
     model type of the installed transformers, or one that needs timm."""
-    spec = (getattr(cls, "sub_configs_defaults", None) or {}).get(name)
-    model_type = getattr(spec, "model_type", None)
-    if BACKBONE not in (getattr(cls, "sub_configs", None) or {}) or not model_type or model_type in NO_BACKBONES:
+    if BACKBONE not in (getattr(cls, "sub_configs", None) or {}):
         return None
-    try:
-        sub_cls = config_class(model_type)
-    except UserError:  # a backbone type with no config class of its own in the installed release
+    sub_cls, stated = spec_class(cls, name)
+    model_type = getattr(sub_cls, "model_type", None)
+    if sub_cls is None or model_type in NO_BACKBONES:
         return None
     defaults = {f.name: f.default for f in dataclasses.fields(sub_cls)} if dataclasses.is_dataclass(sub_cls) else {}
     tiny = tiny_kwargs(sub_cls)
     if not stage_kwargs(defaults):  # no heads per stage: a CNN (a Swin backbone is shrunk by stage_kwargs)
         tiny.update(cnn_kwargs(defaults))
-    stated = dict(getattr(spec, "init_kwargs", None) or {})
     refusal = None
     # the spec's stage selection may name stages the tiny sizes do not have: then the backbone's default
     for kwargs in ({**stated, **tiny}, {**{k: v for k, v in stated.items() if k not in STAGE_SELECTION}, **tiny}):
@@ -663,9 +665,7 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
     from ..probing.loading import quiet_transformers
 
     model_type = getattr(config, "model_type", "")
-    if model_type not in MODEL_MAPPING_NAMES:
-        if model_type in causal_lm_names():
-            return causal_decoder(config, seed, attn_implementation, max_parameters)
+    if model_type not in MODEL_MAPPING_NAMES and model_type not in causal_lm_names():
         raise Skip(f"no base model class (AutoModel) for {model_type!r}", final=True)
     register_base_model(config)
     with quiet_transformers():
@@ -747,31 +747,6 @@ def register_base_model(config) -> None:
 def decoder_of(lm):
     decoder = lm.get_decoder() if hasattr(lm, "get_decoder") else None
     return decoder if isinstance(decoder, torch.nn.Module) and decoder is not lm else lm.base_model
-
-
-def causal_decoder(config, seed: int, attn_implementation: str, max_parameters: int):
-    """A family with a causal LM and no base model class (TrOCR): the LM's decoder, built as :func:`build` builds."""
-    from transformers import AutoModelForCausalLM
-
-    from ..probing.loading import quiet_transformers
-
-    with quiet_transformers():
-        try:
-            with torch.device("meta"):
-                shell = decoder_of(AutoModelForCausalLM.from_config(config, trust_remote_code=False))
-        except Exception as error:  # noqa: BLE001
-            raise Skip(f"cannot be built from its config: {first_line(error)}") from None
-        parameters = shell_parameters(shell)
-        if parameters > max_parameters:
-            raise too_big(parameters, max_parameters)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            try:
-                lm = AutoModelForCausalLM.from_config(config, attn_implementation=attn_implementation,
-                                                      trust_remote_code=False)
-            except Exception as error:  # noqa: BLE001
-                raise Skip(f"cannot be built from its config: {first_line(error)}") from None
-    return fit_rotary_sections(decoder_of(lm)).eval()
 
 
 TIME_CONDITION = "t_cond"  # Voxtral Realtime's delay-time embedding, which its composite computes for its text model

@@ -313,18 +313,32 @@ def first_inputs(model) -> dict:
     ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
     if model not in whole_path.ID_LAYOUTS and whole_path.id_layouts(model.config):
         whole_path.ID_LAYOUTS[model] = id_layout(model, ids)
-    inputs = model_inputs(model, whole_path.shaped_ids(model, ids), torch.ones_like(ids),
+    inputs = token_inputs(model, ids, whole_path.ID_LAYOUTS.get(model))
+    if model not in whole_path.BESIDE and whole_path.takes_companions(model):
+        # ids alone first: what a model reads beside them (boxes, region features, an image) is given only
+        # where it does not run without
+        whole_path.BESIDE[model] = not runs(model, lambda: inputs)
+    return {**inputs, **whole_path.token_companions(model, 1, TOKENS)}
+
+
+def runs(model, make_inputs) -> bool:
+    """Whether the model runs one forward pass on the inputs ``make_inputs()`` gives (no gradients, one
+    thread, transformers quiet); any refusal, in making the inputs or in the model's code, is a no."""
+    try:
+        with torch.no_grad(), quiet_transformers(), torch_threads(1):
+            model(**make_inputs())
+        return True
+    except Exception:  # noqa: BLE001 - third-party model code: whatever it raises means it does not run so
+        return False
+
+
+def token_inputs(model, ids: torch.Tensor, layout) -> dict:
+    """Token ids (and their mask, encoder states) laid out as ``layout`` (see :func:`whole_path.id_layouts`)."""
+    inputs = model_inputs(model, whole_path.lay_out_ids(ids, layout), torch.ones_like(ids),
                           **whole_path.encoder_states(model, 1))
     if "decoder_input_ids" in inputs:
-        inputs["decoder_input_ids"] = whole_path.decoder_ids(ids, whole_path.ID_LAYOUTS.get(model))
-    if model not in whole_path.BESIDE and whole_path.takes_companions(model):
-        try:  # ids alone first: what a model reads beside them is given only where it does not run without
-            with torch.no_grad(), quiet_transformers(), torch_threads(1):
-                model(**inputs)
-            whole_path.BESIDE[model] = False
-        except Exception:  # noqa: BLE001 - refused without: given boxes, region features or an image
-            whole_path.BESIDE[model] = True
-    return {**inputs, **whole_path.token_companions(model, 1, TOKENS)}
+        inputs["decoder_input_ids"] = whole_path.decoder_ids(ids, layout)
+    return inputs
 
 
 def image_axis(model) -> int | None:
@@ -334,12 +348,8 @@ def image_axis(model) -> int | None:
     forward's own error is then the reason)."""
     for count in (None, *whole_path.IMAGE_COUNTS, whole_path.FOLD_FRAMES):
         whole_path.IMAGE_AXIS[model] = count
-        try:
-            with torch.no_grad(), quiet_transformers(), torch_threads(1):
-                model(**whole_path.image_inputs(model, 1))
+        if runs(model, lambda: whole_path.image_inputs(model, 1)):
             return count
-        except Exception:  # noqa: BLE001 - not this layout: try the next
-            continue
     return None
 
 
@@ -347,23 +357,16 @@ def id_layout(model, ids: torch.Tensor):
     """The first layout of :func:`whole_path.id_layouts` (plain ids first: None) that the model runs
     on; plain where none does (the forward's own error is then the reason)."""
     for layout in (None, *whole_path.id_layouts(model.config)):
-        inputs = model_inputs(model, whole_path.lay_out_ids(ids, layout), torch.ones_like(ids),
-                              **whole_path.encoder_states(model, 1))
-        if "decoder_input_ids" in inputs:
-            inputs["decoder_input_ids"] = whole_path.decoder_ids(ids, layout)
-        try:
-            with torch.no_grad(), quiet_transformers(), torch_threads(1):
-                model(**inputs)
+        if runs(model, lambda: token_inputs(model, ids, layout)):  # noqa: B023 - called before the next layout
             return layout
-        except Exception:  # noqa: BLE001 - a layout the model does not take: try the next
-            continue
     return None
 
 
 def image_companions(model) -> None:
     """What a promptable image model runs with beside its image (:data:`whole_path.IMAGE_BESIDE`): a box
     prompt wherever it runs with one, token ids only where the image alone is refused; the first
-    option that runs is kept (the last tried where none does: the forward's error is then the reason)."""
+    option that runs is kept (the last tried where none does: the forward's error is then the reason;
+    SAM 3's box needs torchvision's roi_align, so it runs without)."""
     options = [()]
     if whole_path.accepts(model, "input_ids"):
         options.append(("text",))
@@ -371,14 +374,8 @@ def image_companions(model) -> None:
         options = [(*option, "boxes") for option in options] + options  # with a box first, then without
     for option in options:
         whole_path.IMAGE_BESIDE[model] = option
-        if len(options) == 1:
+        if len(options) == 1 or runs(model, lambda: whole_path.image_inputs(model, 1)):
             return
-        try:
-            with torch.no_grad(), quiet_transformers(), torch_threads(1):
-                model(**whole_path.image_inputs(model, 1))
-            return
-        except Exception:  # noqa: BLE001 - refused (SAM 3's box needs torchvision's roi_align): the next option
-            continue
 
 
 def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
@@ -918,7 +915,7 @@ def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
     """One planned item's rows: a folder's or a family's, then the rows of a composite's towers that
     have no base model of their own.  A composite those rows cannot cover (a tower left unmeasured,
     as a mask decoder with no model class of its own, or attention classes of its own) is built and
-    audited whole; where that measures it, its row replaces them."""
+    audited whole; where that measures it, its row takes the place of the composite's skipped one."""
     kind, name = item
     if kind == "folder":
         return [audit_folder(name, backends, seed)]
