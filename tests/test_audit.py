@@ -1324,11 +1324,13 @@ def test_a_learned_per_coordinate_query_scale_and_a_key_scale_are_declared_from_
     ("dia", 1.0),  # self.scaling = 1; its decoder ids laid out per channel
     ("perceiver", 0.25), ("mimi_decoder", 0.25),  # continuous inputs (latents, embeddings) fed as they are
     ("levit", 0.25), ("hiera", 0.25), ("tvp", 0.25), ("lw_detr", None), ("omdet-turbo", None),
-    ("kosmos-2.5", None), ("idefics2", None), ("step3p7", None), ("clvp", None), ("paddleocr_vl", None)])
+    ("kosmos-2.5", None), ("idefics2", None), ("step3p7", None), ("clvp", None), ("paddleocr_vl", None),
+    ("efficientloftr", None)])
 def test_odd_inputs_and_composite_towers_are_fed_and_read_at_the_factor_their_source_states(family, factor):
     """LongCat's LoRA scale on q, Dia's channels of decoder ids, Perceiver's embeddings, a codec decoder's
     latents, LeViT's fused q/k/v with wider values, Hiera's global stage, TVP's one-image position
-    embeddings (one design a pass), LW-DETR's ViT and decoder, OmDet-Turbo's class and task prompts; the
+    embeddings (one design a pass), LW-DETR's ViT and decoder, OmDet-Turbo's class and task prompts,
+    EfficientLoFTR's attention over pooled image features (2 x 2 of them at its tiny pooling); the
     towers of Kosmos-2.5 (flattened patches), IDEFICS2 (its perceiver's context), Step 3.7, CLVP and
     PaddleOCR-VL (packed patches): every row of the family reads the factor its source states
     (head_dim^-0.5 where None)."""
@@ -1339,6 +1341,40 @@ def test_odd_inputs_and_composite_towers_are_fed_and_read_at_the_factor_their_so
             expected = layer["d_k"] ** -0.5 if factor is None else factor
             assert verdicts.judged_factor(layer["backends"]["eager"]) == pytest.approx(expected, rel=FACTOR_REL), (
                 result.family, layer["name"])
+
+
+def test_alike_vectors_say_nothing_about_qk_norm():
+    """Equal norms over tokens mean QK-norm only where the tokens' vectors differ: a deep layer of a tiny
+    random model can hand every token nearly the same q (EfficientLoFTR's pooled features), whose norms
+    are then equal whatever the layer does.  Unit vectors in distinct directions are read as normalised."""
+    from types import SimpleNamespace
+
+    generator = torch.Generator().manual_seed(0)
+    distinct = torch.nn.functional.normalize(torch.randn(1, 2, 6, 16, generator=generator), dim=-1)
+    alike = torch.randn(1, 2, 1, 16, generator=generator).repeat(1, 1, 6, 1)
+    alike = alike + 1e-5 * torch.randn(alike.shape, generator=generator)
+    assert audit.input_norms(SimpleNamespace(query=distinct, key=distinct))["normalised"] == ["q", "k"]
+    assert audit.input_norms(SimpleNamespace(query=alike, key=distinct))["normalised"] == ["k"]
+    assert audit.input_norms(SimpleNamespace(query=alike, key=alike))["normalised"] == []
+
+
+def test_composites_whose_sub_configs_are_typed_by_their_spec_or_class_alone_are_resolved():
+    """Gemma 4's assistant leaves its text config unset by default; its AutoConfig spec names gemma4_text,
+    whose measured row covers it.  Inkling's multimodal model builds (its vision patcher imports scipy):
+    its text tower is measured and its vision and audio towers have no attention module.  Fun-ASR-Nano's
+    adaptor has a config class and no model type: it is sized by its class name (FFN a quarter of the
+    text width) and the composite is built whole, where nothing feeds the adaptor audio: it stays
+    unmeasured and says so."""
+    rows = {row.family: row for item in ("gemma4_assistant", "gemma4_text", "inkling_mm_model", "inkling_text")
+            for row in audit.audit_item(("family", item), ("eager",), 0)}
+    audit.settle_whole(list(rows.values()))
+    audit.mark_covered(list(rows.values()))
+    assert rows["gemma4_assistant"].status == "covered", rows["gemma4_assistant"].reason
+    assert "text_config = gemma4_text" in rows["gemma4_assistant"].reason
+    assert rows["inkling_mm_model"].status == "covered", rows["inkling_mm_model"].reason
+    fun = audit.audit_item(("family", "fun_asr_nano"), ("eager",), 0)[0]
+    audit.settle_whole([fun])
+    assert fun.status == "skipped" and "built whole: the attention of fun_asr_nano.adaptor_config" in fun.reason
 
 
 def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights_or_keeps_a_tower_uncovered():

@@ -94,7 +94,7 @@ def field_names(cls) -> set[str]:
 
 def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
     """The TINY sizes under the names this config class uses, its model type's FAMILY_TINY (a family or
-    a tower alike), then ``overrides`` as given."""
+    a tower alike; a sub-config class with no model type under its class name), then ``overrides`` as given."""
     names = field_names(cls)
     attribute_map = getattr(cls, "attribute_map", {}) or {}
     defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
@@ -117,7 +117,8 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
         default = defaults.get(token)
         if isinstance(default, int) and default >= vocab:
             kwargs[token] = min(3, vocab - 1)
-    kwargs.update({**FAMILY_TINY.get(getattr(cls, "model_type", ""), {}), **(overrides or {})})
+    family = getattr(cls, "model_type", "") or cls.__name__  # a sub-config with no model type: by its class
+    kwargs.update({**FAMILY_TINY.get(family, {}), **(overrides or {})})
     return kwargs
 
 
@@ -283,7 +284,9 @@ def tower_types(cls, sub_configs: dict) -> list[dict]:
         built = None
     found = []
     for name in sub_configs:
-        model_type = getattr(getattr(built, name, None), "model_type", None) or None
+        # where the default config leaves it unset, the type its AutoConfig spec states (Gemma 4 assistant's text)
+        model_type = (getattr(getattr(built, name, None), "model_type", None)
+                      or getattr(spec_class(cls, name)[0], "model_type", None) or None)
         found.append({"name": name, "model_type": model_type, "own": model_type in MODEL_MAPPING_NAMES})
     return found
 

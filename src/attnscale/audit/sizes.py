@@ -64,6 +64,10 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                **{family: {"num_queries": 8} for family in ("grounding-dino", "mm-grounding-dino")},
                # its prompt image stacked above its image: the model's height is twice the image's
                "seggpt": {"image_size": [64, 32]},
+               # its image size is typed a list (height, width), None by default
+               "molmo2_vision": {"image_size": [32, 32]},
+               # Fun-ASR-Nano's adaptor (a config class with no model type): its FFN a quarter of the text width
+               "FunAsrNanoAdaptorConfig": {"intermediate_size": 16, "projector_hidden_size": 64},
                # a token's layout embedding: 4 coordinates and 2 sizes side by side, hidden_size wide (LayoutLMv3),
                # or six embeddings of hidden / 6 (LiLT, whose layout stream is hidden / channel_shrink_ratio wide)
                "layoutlmv3": {"coordinate_size": 12, "shape_size": 8},
@@ -79,9 +83,12 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "apertus1p5": {"image_token_offset": 16, "audio_token_offset": 80,
                               "audio_config": {"model_type": "wavtokenizer_encoder", "codebook_size": 32}},
                "apertus1p5_vision_tokenizer": {"codebook_size": 64},
-               # hidden = the last stage's width; its RoPE fits 8 heads
+               # hidden = the last stage's width; its RoPE fits 8 heads; its attention runs on the 1/8-scale
+               # features pooled again by 4 (one token of a 32 x 32 image): pooled by 2, it sees 2 x 2
                "efficientloftr": {"out_features": [16, 16, 32, 64], "stage_num_blocks": [1, 1, 1, 1],
-                                  "num_attention_heads": 8, "num_attention_layers": 2},
+                                  "num_attention_heads": 8, "num_attention_layers": 2,
+                                  "q_aggregation_kernel_size": 2, "kv_aggregation_kernel_size": 2,
+                                  "q_aggregation_stride": 2, "kv_aggregation_stride": 2},
                "kolibri1_1": {"index_num_heads": 2, "layer_types": ["sliding_attention", "indexed_attention"],
                               "mlp_only_intermediate_size": 128},
                "muse_spark_audio": {"patch_sizes": [16, 6], "hidden_sizes": [32, 64], "depths": [1, 1]},  # 2 stages
