@@ -1377,6 +1377,32 @@ def test_composites_whose_sub_configs_are_typed_by_their_spec_or_class_alone_are
     assert fun.status == "skipped" and "built whole: the attention of fun_asr_nano.adaptor_config" in fun.reason
 
 
+def test_a_sam_encoder_inside_a_larger_vision_tower_is_read_at_its_own_head_width():
+    """DeepSeek-OCR 2's vision tower runs a SAM encoder (fused qkv, decomposed relative positions, its
+    scale head_dim^-0.5 with head_dim = its own hidden / heads) before an intercepted encoder whose
+    config holds no hidden size: the SAM layers' head width is read off their fused projection
+    (3 x heads x 16 wide), and the whole path reads 16^-0.5 there, as the source states."""
+    rows = audit.audit_item(("family", "deepseek_ocr2"), ("eager",), 0)
+    vision = next(row for row in rows if row.family == "deepseek_ocr2.vision_config")
+    assert audit.nothing_left(vision), vision.unread_attention
+    sam = [layer for layer in vision.layers if layer["name"].startswith("sam_encoder.")]
+    assert sam and all(layer["d_k"] == 16 for layer in sam)
+    for layer in sam:
+        assert layer["backends"]["eager"]["path"]["factor"] == pytest.approx(16 ** -0.5, rel=FACTOR_REL)
+
+
+def test_a_relative_position_bias_table_is_not_counted_as_attention():
+    """Phi-4's audio tower computes one learned logit per relative position in a module of its own
+    (Phi4MultimodalAudioRelativeAttentionBias, an nn.Embedding over distances) and passes it to every
+    layer: no q.k of its own, so it leaves nothing unread, and Phi-4 multimodal is measured whole."""
+    assert not families.is_attention_class("Phi4MultimodalAudioRelativeAttentionBias")
+    assert families.is_attention_class("Phi4MultimodalAudioAttention")
+    rows = audit.audit_item(("family", "phi4_multimodal"), ("eager",), 0)
+    assert audit.is_measured(rows[0]) and not rows[0].own_attention, rows[0].reason
+    audio = next(row for row in rows if row.family == "phi4_multimodal.audio_config")
+    assert audit.nothing_left(audio)
+
+
 def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights_or_keeps_a_tower_uncovered():
     """SigLIP 2's pooling head (torch's nn.MultiheadAttention beside the encoder's intercepted calls) is
     read from its weights at head_dim^-0.5; a measured row that still leaves an attention module

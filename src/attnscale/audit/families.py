@@ -31,8 +31,14 @@ MULTIMODAL_WORDS = ("vision", "audio", "speech", "image", "vq", "patcher", "proj
                     "depth", "timestamp", "esmfold")
 
 
+# parts that only make what an attention adds to its logits (Phi-4's audio relative-position bias table,
+# passed to every layer): no q.k of their own
+NOT_ATTENTION_SUFFIXES = ("AttentionBias",)
+
+
 def is_attention_class(name: str) -> bool:
-    return any(word in name.lower() for word in ATTENTION_WORDS) or name.endswith(ATTENTION_SUFFIXES)
+    return ((any(word in name.lower() for word in ATTENTION_WORDS) or name.endswith(ATTENTION_SUFFIXES))
+            and not name.endswith(NOT_ATTENTION_SUFFIXES))
 
 
 class Skip(Exception):

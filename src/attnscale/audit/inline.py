@@ -108,9 +108,14 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
                                             [whole_path.Block(k_mod, 0, k_out // d, d, 0, d)]))
         elif whole_path.child(module, whole_path.FUSED_NAMES) is not None or (
                 q_mod is not None and whole_path.child(module, whole_path.KV_NAMES) is not None):
-            d = head_width(module, q_mod, heads) or (getattr(config, "hidden_size", None) or 0) // heads
+            stated = head_width(module, q_mod, heads)
+            fused = whole_path.out_features(whole_path.child(module, whole_path.FUSED_NAMES)) if q_mod is None else None
             kv_heads = {heads, 1, getattr(config, "num_key_value_heads", None) or heads}
             for key_heads in sorted(kv_heads, reverse=True):
+                # a width the module does not state: its fused [q|k|v]'s over its heads (a SAM encoder inside a
+                # larger tower, whose config's hidden size is another part's), else the config's hidden size
+                d = stated or (fused // (heads + 2 * key_heads) if fused and fused % (heads + 2 * key_heads) == 0
+                               else (getattr(config, "hidden_size", None) or 0) // heads)
                 for layout in whole_path.candidate_layouts(module, (1, heads, 1, d), (1, key_heads, 1, d)):
                     layout.name += " (weights read)"
                     layouts.append(layout)
