@@ -318,6 +318,12 @@ def first_inputs(model) -> dict:
         # ids alone first: what a model reads beside them (boxes, region features, an image) is given only
         # where it does not run without
         whole_path.BESIDE[model] = not runs(model, lambda: inputs)
+        if whole_path.BESIDE[model] and whole_path.accepts(model, "pixel_values") and not runs(
+                model, lambda: {**inputs, **whole_path.token_companions(model, 1, TOKENS)}):
+            # one image refused: a clip of frames (X-CLIP's video), kept where it runs
+            whole_path.BESIDE_FRAMES[model] = whole_path.clip_frames(model.config)
+            if not runs(model, lambda: {**inputs, **whole_path.token_companions(model, 1, TOKENS)}):
+                del whole_path.BESIDE_FRAMES[model]
     return {**inputs, **whole_path.token_companions(model, 1, TOKENS)}
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 
 from . import companions, series
+from .sizes import TINY
 
 Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn", "linear_q",
            "project_q", "projection_query", "to_query", "q_head", "queries")
@@ -435,6 +436,14 @@ def patch_positions(batch: int) -> torch.Tensor:
 IMAGE_BESIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 # model -> True where its token ids alone did not run and they run with what it takes beside them
 BESIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# model -> the frames of the clip a token model takes beside its ids where one image is refused (X-CLIP)
+BESIDE_FRAMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def clip_frames(config) -> int:
+    """The frames of a clip: the vision config's num_frames (the tiny size), else the tiny size itself."""
+    vision = getattr(config, "vision_config", None) or config
+    return getattr(vision, "num_frames", None) or TINY["num_frames"]
 
 
 def takes_companions(model) -> bool:
@@ -446,8 +455,10 @@ def token_companions(model, batch: int, tokens: int) -> dict:
     """What a token-id model found to need beside its ids (:data:`BESIDE`) for ``batch`` sequences."""
     if not BESIDE.get(model):
         return {}
-    return companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name),
-                                    lambda count: pixel_values(model.config, count))
+    frames = BESIDE_FRAMES.get(model)
+    image = ((lambda count: pixel_values(model.config, count).unsqueeze(1).repeat(1, frames, 1, 1, 1)) if frames
+             else (lambda count: pixel_values(model.config, count)))
+    return companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name), image)
 
 
 def tiled_image(config, batch: int) -> dict:
