@@ -1325,14 +1325,15 @@ def test_a_learned_per_coordinate_query_scale_and_a_key_scale_are_declared_from_
     ("perceiver", 0.25), ("mimi_decoder", 0.25),  # continuous inputs (latents, embeddings) fed as they are
     ("levit", 0.25), ("hiera", 0.25), ("tvp", 0.25), ("lw_detr", None), ("omdet-turbo", None),
     ("kosmos-2.5", None), ("idefics2", None), ("step3p7", None), ("clvp", None), ("paddleocr_vl", None),
-    ("efficientloftr", None), ("xclip", None)])
+    ("efficientloftr", None), ("xclip", None), ("xcodec2", None), ("neucodec", None)])
 def test_odd_inputs_and_composite_towers_are_fed_and_read_at_the_factor_their_source_states(family, factor):
     """LongCat's LoRA scale on q, Dia's channels of decoder ids, Perceiver's embeddings, a codec decoder's
     latents, LeViT's fused q/k/v with wider values, Hiera's global stage, TVP's one-image position
     embeddings (one design a pass), LW-DETR's ViT and decoder, OmDet-Turbo's class and task prompts,
     EfficientLoFTR's attention over pooled image features (2 x 2 of them at its tiny pooling), X-CLIP
     built whole on a clip of frames beside its text (one image refused), its prompt generator's cross-attention
-    read at (its projection width)^-0.5; the
+    read at (its projection width)^-0.5, the X-Codec 2 and NeuCodec codecs fed their semantic encoder's
+    features beside the waveform (a frame every encoder hop); the
     towers of Kosmos-2.5 (flattened patches), IDEFICS2 (its perceiver's context), Step 3.7, CLVP and
     PaddleOCR-VL (packed patches): every row of the family reads the factor its source states
     (head_dim^-0.5 where None)."""

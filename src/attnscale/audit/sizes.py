@@ -66,6 +66,11 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "seggpt": {"image_size": [64, 32]},
                # its image size is typed a list (height, width), None by default
                "molmo2_vision": {"image_size": [32, 32]},
+               # their acoustic encoders double the channels at each of 5 downsamplings (48 -> 1536: 34M parameters);
+               # the quantizer projects quantization_dim (2048) = twice the hidden width (the semantic and acoustic
+               # features side by side); RoPE runs over the heads (position_ids of shape (1, heads)), so k has them all
+               **{family: {"encoder_hidden_size": 8, "quantization_dim": 128, "num_key_value_heads": 4}
+                  for family in ("xcodec2", "neucodec")},
                # Fun-ASR-Nano's adaptor (a config class with no model type): its FFN a quarter of the text width
                "FunAsrNanoAdaptorConfig": {"intermediate_size": 16, "projector_hidden_size": 64},
                # a token's layout embedding: 4 coordinates and 2 sizes side by side, hidden_size wide (LayoutLMv3),

@@ -591,6 +591,7 @@ def audio_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     for name in required_inputs(model):
         if name.endswith(SAMPLE_LENGTHS) and name not in inputs and len(shape) > 1 and isinstance(hop, int) and hop > 0:
             inputs[name] = torch.tensor([frames * hop] * batch)
+    inputs.update(features_beside_samples(model, batch, shape, inputs))
     if getattr(model.config, "is_encoder_decoder", False):
         if not accepts(model, "decoder_input_ids") and accepts(model, f"decoder_{takes}"):
             inputs[f"decoder_{takes}"] = inputs[takes][:, :8].clone()  # SpeechT5 without pre-nets: frames both sides
@@ -655,6 +656,22 @@ SHAPED_INPUTS = (*AUDIO_INPUTS, PATCHES, series.SERIES_INPUT, series.TRAJECTORY_
 
 def is_shaped(takes: str) -> bool:
     return takes in SHAPED_INPUTS or takes.endswith(EMBEDS_SUFFIX) or takes == STATES_INPUT
+
+
+def features_beside_samples(model, batch: int, shape: tuple[int, ...], given: dict) -> dict:
+    """Features a codec requires beside its raw samples for a semantic encoder (X-Codec 2's and NeuCodec's
+    input_features): (frames, width), a frame every hop_length samples, as wide as a sub-config's feature
+    projection states (wav2vec2-BERT's 2 x 80 stacked mels); the encoder's hop where the config states one
+    apart from its output's (NeuCodec resynthesises at another sampling rate)."""
+    hop = getattr(model.config, "encoder_hop_length", None) or getattr(model.config, "hop_length", None)
+    names = [name for name in required_inputs(model) if name in AUDIO_INPUTS and name not in given]
+    if not names or not isinstance(hop, int) or hop <= 0 or shape[-1] % hop:
+        return {}
+    width = next((value for cfg in configs_within(model.config) for name in MORE_MEL_FIELDS
+                  if isinstance(value := getattr(cfg, name, None), int) and value > 0), COMMON_MELS[0])
+    generator = torch.Generator().manual_seed(3)
+    features = torch.randn(1, shape[-1] // hop, width, generator=generator).repeat(batch, 1, 1)
+    return {name: features for name in names}
 
 
 def continuous_shapes(config) -> list[tuple[int, ...]]:
