@@ -1430,3 +1430,23 @@ def test_a_hybrids_delta_rule_layers_are_named_and_leave_its_attention_layers_to
     assert text.verdict == "ok" and text.unread_attention
     assert all(u["mechanism"].startswith("gated delta rule") for u in text.unread_attention)
     assert by_name["glm5_next"].status == "covered", by_name["glm5_next"].reason
+
+
+def test_a_window_attention_merger_inside_the_tiny_depth_is_read_and_its_towers_cover_their_composites():
+    """MiniCPM-V 4.6/4.7 and MiniCPM-OCR run their vision tower's window-attention merger (vit_merger, a
+    MiniCPM*VisionAttention over 2 x 2 windows, scaling head_dim**-0.5) after encoder layer insert_layer_id:
+    set inside the tiny depth, every window's call reads 0.25, nothing is left unread, and the measured
+    towers with Qwen3.5's text model cover the three composites."""
+    names = ("qwen3_5_text", "minicpm_ocr_vision", "minicpmv4_7_vision", "minicpm_ocr", "minicpmv4_6", "minicpmv4_7")
+    rows = [r for name in names for r in audit.audit_item(("family", name), ("eager",), 0)]
+    audit.report(rows, ("eager",), 0.0)
+    by_name = {r.family: r for r in rows}
+    for tower in ("minicpm_ocr_vision", "minicpmv4_7_vision", "minicpmv4_6.vision_config"):
+        result = by_name[tower]
+        assert result.verdict == "ok" and result.unread_attention == [], (tower, result.unread_attention)
+        merger = [row for row in result.layers if row["name"] == "vit_merger.self_attn"]
+        assert len(merger) == 4  # the 4 x 4 patches in 2 x 2 windows, one call each
+        for row in result.layers:
+            assert row["backends"]["eager"]["function"]["factor"] == pytest.approx(0.25, rel=FACTOR_REL), row["name"]
+    for composite in ("minicpm_ocr", "minicpmv4_6", "minicpmv4_7"):
+        assert by_name[composite].status == "covered", by_name[composite].reason

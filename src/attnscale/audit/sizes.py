@@ -267,6 +267,12 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "janus_vqgan": {"base_channels": 32, "channel_multiplier": [1, 2], "num_res_blocks": 1, "embed_dim": 8,
                                "latent_channels": 16, "num_embeddings": 64, "projection_dim": 64,
                                "image_token_embed_dim": 64, "num_patches": 16},
+               # MiniCPM-V 4.6/4.7 and MiniCPM-OCR: the window-attention merger (vit_merger) runs after encoder layer
+               # insert_layer_id (6 by default, past the tiny depth: never run); after the first layer, its 2 x 2
+               # windows tile the 4 x 4 patches. The composites copy theirs onto the vision config
+               **{family: {"insert_layer_id": 0}
+                  for family in ("minicpm_ocr_vision", "minicpmv4_6_vision", "minicpmv4_7_vision",
+                                 "minicpm_ocr", "minicpmv4_6", "minicpmv4_7")},
                # its rotary embedding turns max(projection_dim / (2 x heads), 32) dims of each head (modeling_clvp.py:255):
                # heads of 64 with 32 turned, as the default's (768 / 12 heads, 768 / 24 = 32 turned)
                "clvp_encoder": {"hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 256,
