@@ -1450,3 +1450,30 @@ def test_a_window_attention_merger_inside_the_tiny_depth_is_read_and_its_towers_
             assert row["backends"]["eager"]["function"]["factor"] == pytest.approx(0.25, rel=FACTOR_REL), row["name"]
     for composite in ("minicpm_ocr", "minicpmv4_6", "minicpmv4_7"):
         assert by_name[composite].status == "covered", by_name[composite].reason
+
+
+def test_a_softmax_over_the_queries_is_read_with_q_and_k_swapped_and_its_weights_transposed():
+    """GroupViT's assignment of image tokens to groups (GroupViTAssignAttention) takes one head of
+    q.k times self.scale = config.hidden_size**-0.5 and softmaxes it over the query axis (dim=-2, the
+    groups); the hard assignment is its argmax, the soft one is returned as its attentions.  Read with
+    the roles swapped, both stages read hidden_size^-0.5 (64^-0.5 at the tiny width); a scale set on
+    the module is what is read, and the tower then covers GroupViT."""
+    model = families.build_tower("groupvit", "vision_config")
+    result = audit.audit_model(model, "groupvit.vision_config", ("eager",), model_type="groupvit_vision_model")
+    assert result.verdict == "ok" and result.unread_attention == [], result.unread_attention
+    assign = [row for row in result.layers if row["name"].endswith("downsample.assign")]
+    assert len(assign) == 2
+    for row in assign:
+        assert row["d_k"] == model.config.hidden_size
+        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(model.config.hidden_size ** -0.5,
+                                                                                rel=FACTOR_REL)
+    for module in model.modules():
+        if type(module).__name__ == "GroupViTAssignAttention":
+            module.scale = 0.3
+    changed = audit.audit_model(model, "groupvit.vision_config", ("eager",), model_type="groupvit_vision_model")
+    for row in changed.layers:
+        if row["name"].endswith("downsample.assign"):
+            assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(0.3, rel=FACTOR_REL)
+    rows = audit.audit_item(("family", "groupvit"), ("eager",), 0)
+    audit.report(rows, ("eager",), 0.0)
+    assert rows[0].status == "covered", rows[0].reason

@@ -22,7 +22,7 @@ import torch
 
 from ..errors import UserError
 from . import whole_path
-from .declared import clip_of
+from .declared import clip_of, source_for
 
 HEAD_COUNT_NAMES = ("num_attention_heads", "num_heads", "num_attn_heads", "n_heads", "n_head",
                     "num_attention_heads_per_partition")
@@ -81,6 +81,27 @@ def head_width(module, q_mod, heads: int) -> int | None:
     return q_out // heads if q_out and q_out % heads == 0 else None
 
 
+# GroupViT's assignment of image tokens to groups (GroupViTAssignAttention.get_attn, modeling_groupvit.py): a
+# softmax over the query axis (the groups), each key's weights over the queries summing to 1
+OVER_QUERIES = "nn.functional.softmax(attn, dim=-2)"
+
+
+def softmax_over_queries(module) -> bool:
+    return OVER_QUERIES in (source_for(module) or "")
+
+
+def over_queries_layout(module, q_mod, k_mod) -> whole_path.Layout:
+    """A module whose softmax runs over its queries for each key, on q.k of one head as wide as its
+    projections (more only where the module states its heads): read with the roles swapped, the
+    designs' q written into its keys and their keys into its queries, its weights transposed (rows
+    over its queries).  q.k is symmetric, so the factor read is the one it applies."""
+    heads = head_count(module, None) or 1
+    d = whole_path.out_features(q_mod) // heads
+    return whole_path.Layout("separate, softmax over the queries (weights read transposed)",
+                             [whole_path.Block(k_mod, 0, heads, d, 0, d)], [whole_path.Block(q_mod, 0, heads, d, 0, d)],
+                             over_queries=True)
+
+
 def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path.Layout]]]:
     """(name, module, candidate layouts) for every module that owns q and k projections (separate,
     or fused with as many key heads as query heads, one, or the config's key/value heads; a torch
@@ -96,6 +117,9 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
                                                           [whole_path.Block(k_mod, 0, heads, d, 0, d)])]))
             continue
         q_mod, k_mod = whole_path.child(module, whole_path.Q_NAMES), whole_path.child(module, whole_path.K_NAMES)
+        if q_mod is not None and k_mod is not None and softmax_over_queries(module):
+            found.append((name, module, [over_queries_layout(module, q_mod, k_mod)]))
+            continue
         heads = head_count(module, config) or (1 if q_mod is not None and k_mod is not None else None)  # one head
         if heads is None:
             continue
@@ -228,7 +252,9 @@ class Watch(torch.overrides.TorchFunctionMode):
         if q_layout is None or k_layout is None:
             return None
         rows, t_q, t_k = batch * q_layout[0], q_layout[1], k_layout[1]
+        over_queries = self.found[key][1].over_queries
         for item in self.tensors[key]:
+            item = item.transpose(-1, -2) if over_queries else item  # rows over the module's queries
             if item.dim() == 5 and item.shape[:2] == (rows, heads):
                 # chunked local attention (Gemma 3n/4 audio), else one window's axis (Hiera's global stages)
                 unblocked = unblock(item, self.found[key][0], t_q, t_k)

@@ -63,6 +63,7 @@ class Layout:
     name: str
     q: list[Block]
     k: list[Block]
+    over_queries: bool = False  # the module's softmax runs over its queries: q and k swapped (inline.over_queries_layout)
 
 
 def channels_first(module) -> bool:
