@@ -1477,3 +1477,24 @@ def test_a_softmax_over_the_queries_is_read_with_q_and_k_swapped_and_its_weights
     rows = audit.audit_item(("family", "groupvit"), ("eager",), 0)
     audit.report(rows, ("eager",), 0.0)
     assert rows[0].status == "covered", rows[0].reason
+
+
+def test_attention_with_1x1_conv2d_projections_is_read_over_the_maps_positions():
+    """Janus's VQ-VAE attention blocks (JanusVQVAEAttnBlock) project q, k and v by 1 x 1 Conv2d and
+    attend over the map's H x W positions with one head, scaled by int(channels) ** (-0.5): every block
+    of the encoder and decoder reads in_channels^-0.5, and with its text and vision towers the VQ row
+    covers Janus."""
+    rows = [r for name in ("llama", "janus") for r in audit.audit_item(("family", name), ("eager",), 0)]
+    audit.report(rows, ("eager",), 0.0)
+    by_name = {r.family: r for r in rows}
+    vq = by_name["janus.vq_config"]
+    assert vq.verdict == "ok" and vq.unread_attention == [], vq.unread_attention
+    model = families.build_tower("janus", "vq_config")
+    channels = {name: module.in_channels for name, module in model.named_modules()
+                if type(module).__name__ == "JanusVQVAEAttnBlock"}
+    assert sorted(row["name"] for row in vq.layers) == sorted(channels)
+    for row in vq.layers:
+        assert row["d_k"] == channels[row["name"]]
+        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(channels[row["name"]] ** -0.5,
+                                                                                rel=FACTOR_REL)
+    assert by_name["janus"].status == "covered", by_name["janus"].reason

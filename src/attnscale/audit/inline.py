@@ -233,7 +233,7 @@ class Watch(torch.overrides.TorchFunctionMode):
     def shape_of(self, key, role):
         def hook(module, args, output):
             tensor = output[0] if isinstance(output, tuple) else output
-            tensor = tensor.transpose(-1, -2) if whole_path.channels_first(module) else tensor
+            tensor = whole_path.as_tokens(tensor) if whole_path.channels_first(module) else tensor
             self.shapes.setdefault((key, role), tuple(tensor.shape))
         return hook
 

@@ -67,8 +67,15 @@ class Layout:
 
 
 def channels_first(module) -> bool:
-    """A 1x1 Conv1d projection (SqueezeBERT, WavTokenizer): its output is (B, out, T), the channels before the tokens."""
-    return isinstance(module, torch.nn.Conv1d) and module.kernel_size == (1,)
+    """A 1x1 Conv1d projection (SqueezeBERT, WavTokenizer): its output is (B, out, T), the channels before the
+    tokens; or a 1x1 Conv2d one (the attention blocks of Janus's VQ-VAE): (B, out, H, W), the tokens its positions."""
+    return ((isinstance(module, torch.nn.Conv1d) and module.kernel_size == (1,))
+            or (isinstance(module, torch.nn.Conv2d) and module.kernel_size == (1, 1)))
+
+
+def as_tokens(tensor: torch.Tensor) -> torch.Tensor:
+    """A channels-first output (B, out, T) or (B, out, H, W) as (B, tokens, out)."""
+    return tensor.flatten(2).transpose(-1, -2)
 
 
 def out_features(module) -> int | None:
@@ -212,9 +219,9 @@ def write_hook(writes: list[tuple[Block, torch.Tensor, object]]):
         batch, tokens = writes[0][1].shape[:2]
         if not isinstance(tensor, torch.Tensor):
             return output
-        if channels_first(module):  # written as (B, T, out), given back as (B, out, T)
-            written = hook(None, args, tensor.transpose(-1, -2))
-            return written.transpose(-1, -2).contiguous()
+        if channels_first(module):  # written as (B, T, out), given back as (B, out, T) or (B, out, H, W)
+            written = hook(None, args, as_tokens(tensor))
+            return written.transpose(-1, -2).reshape(tensor.shape).contiguous()
         shape = tuple(tensor.shape)
         layout = token_layout(shape, batch, tokens) or token_layout(shape, batch)
         if layout is None:
