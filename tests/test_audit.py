@@ -1498,3 +1498,19 @@ def test_attention_with_1x1_conv2d_projections_is_read_over_the_maps_positions()
         assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(channels[row["name"]] ** -0.5,
                                                                                 rel=FACTOR_REL)
     assert by_name["janus"].status == "covered", by_name["janus"].reason
+
+
+def test_a_model_that_predicts_one_codebook_is_given_its_index_beside_ids_per_codebook():
+    """Bark's fine acoustics model takes codebook_idx (its main_input_name; an int from n_codes_given on)
+    beside input_ids of one id per Encodec codebook (batch, tokens, n_codes_total): given both, its
+    non-causal BarkSelfAttention reads 1 / sqrt(head_dim) at every query, and with the semantic and
+    coarse models and Encodec (no attention) it covers Bark."""
+    rows = [r for name in ("bark", "encodec") for r in audit.audit_item(("family", name), ("eager",), 0)]
+    audit.report(rows, ("eager",), 0.0)
+    by_name = {r.family: r for r in rows}
+    fine = by_name["bark.fine_acoustics_config"]
+    assert fine.verdict == "ok" and fine.unread_attention == [], (fine.reason, fine.unread_attention)
+    for row in fine.layers:
+        path = row["backends"]["eager"]["path"]
+        assert all(factor == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL) for factor in path["per_query"])
+    assert by_name["bark"].status == "covered", by_name["bark"].reason

@@ -341,7 +341,7 @@ def runs(model, make_inputs) -> bool:
 def token_inputs(model, ids: torch.Tensor, layout) -> dict:
     """Token ids (and their mask, encoder states) laid out as ``layout`` (see :func:`whole_path.id_layouts`)."""
     inputs = model_inputs(model, whole_path.lay_out_ids(ids, layout), torch.ones_like(ids),
-                          **whole_path.encoder_states(model, 1))
+                          **whole_path.encoder_states(model, 1), **whole_path.codebook_index(model))
     if "decoder_input_ids" in inputs:
         inputs["decoder_input_ids"] = whole_path.decoder_ids(ids, layout)
     return inputs

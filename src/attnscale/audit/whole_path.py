@@ -308,6 +308,7 @@ def main_input(model) -> str:
     patch grid, an image where the class still names token ids or calls it ``image``, audio features
     under another name, another encoder's states)."""
     name = getattr(model, "main_input_name", "input_ids") or "input_ids"
+    name = "input_ids" if name == CODEBOOK_INDEX else name  # the index is given beside the ids (codebook_index)
     required = required_inputs(model)
     if any(grid in required for grid in GRID_NAMES):
         return PATCHES
@@ -757,7 +758,18 @@ def encoder_states(model, batch: int) -> dict:
     return {"encoder_hidden_states": states}
 
 
-CODEBOOK_FIELDS = ("num_codebooks",)  # audio-token models: every position carries one id per codebook
+# audio-token models: every position carries one id per codebook (Bark's fine acoustics model: all of Encodec's)
+CODEBOOK_FIELDS = ("num_codebooks", "n_codes_total")
+# Bark's fine acoustics model predicts codebook codebook_idx (its main input's name, an int) from the sum of the
+# embeddings of the codebooks up to it; its lm_heads cover n_codes_given .. n_codes_total - 1
+CODEBOOK_INDEX = "codebook_idx"
+
+
+def codebook_index(model) -> dict:
+    """The codebook a model that takes CODEBOOK_INDEX predicts: its first predicted one (n_codes_given)."""
+    if not accepts(model, CODEBOOK_INDEX):
+        return {}
+    return {CODEBOOK_INDEX: model.config.n_codes_given}
 # model -> how its token ids are laid out, where not (batch, tokens): see id_layouts
 ID_LAYOUTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
@@ -819,7 +831,7 @@ def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> d
         return shaped_input(model, count, SIGNAL_SHAPES[model])
     ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
     inputs = {"input_ids": shaped_ids(model, ids), "attention_mask": torch.ones(count, tokens, dtype=torch.long),
-              **encoder_states(model, count), **token_companions(model, count, tokens)}
+              **encoder_states(model, count), **token_companions(model, count, tokens), **codebook_index(model)}
     if accepts(model, "position_ids"):
         positions = [far_position if d.position < 0 else d.position for d in designs]
         inputs["position_ids"] = torch.tensor(positions).unsqueeze(1).repeat(1, tokens)
