@@ -344,7 +344,7 @@ def token_inputs(model, ids: torch.Tensor, layout) -> dict:
                           **whole_path.encoder_states(model, 1), **whole_path.codebook_index(model))
     if "decoder_input_ids" in inputs:
         inputs["decoder_input_ids"] = whole_path.decoder_ids(ids, layout)
-    return inputs
+    return whole_path.mask_queries(inputs)
 
 
 def image_axis(model) -> int | None:

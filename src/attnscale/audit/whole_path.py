@@ -755,7 +755,34 @@ def encoder_states(model, batch: int) -> dict:
     width = getattr(model.config, "encoder_hidden_size", None) or model.config.hidden_size
     generator = torch.Generator().manual_seed(1)
     states = torch.randn(1, ENCODER_TOKENS, width, generator=generator).repeat(batch, 1, 1)
-    return {"encoder_hidden_states": states}
+    return {"encoder_hidden_states": states, **query_embeddings(model, batch)}
+
+
+QUERY_TOKENS = 4  # the learned queries given to a Q-Former beside its text ids
+
+
+def query_embeddings(model, batch: int) -> dict:
+    """Query embeddings for a Q-Former that runs on token ids and takes its queries apart
+    (InstructBLIP's): its cross-attention reads the encoder states only from the query tokens
+    (query_length = query_embeds.shape[1], 0 without them), so it runs only when they are given."""
+    if not accepts(model, QUERY_INPUT) or main_input(model) != "input_ids":
+        return {}
+    generator = torch.Generator().manual_seed(2)
+    queries = torch.randn(1, QUERY_TOKENS, model.config.hidden_size, generator=generator)
+    return {QUERY_INPUT: queries.repeat(batch, 1, 1)}
+
+
+QUERY_INPUT = "query_embeds"
+
+
+def mask_queries(inputs: dict) -> dict:
+    """``inputs`` with the attention mask over the query tokens and the ids, as InstructBLIP's model
+    builds it (ones for the queries before the ids' mask): flex_attention refuses a mask over the ids alone."""
+    if QUERY_INPUT in inputs and isinstance(inputs.get("attention_mask"), torch.Tensor):
+        mask = inputs["attention_mask"]
+        queries = mask.new_ones(mask.shape[0], inputs[QUERY_INPUT].shape[1])
+        inputs = {**inputs, "attention_mask": torch.cat([queries, mask], dim=1)}
+    return inputs
 
 
 # audio-token models: every position carries one id per codebook (Bark's fine acoustics model: all of Encodec's)
@@ -840,7 +867,7 @@ def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> d
         inputs["decoder_attention_mask"] = torch.ones(count, tokens, dtype=torch.long)
         if "position_ids" in inputs and accepts(model, "decoder_position_ids"):
             inputs["decoder_position_ids"] = inputs["position_ids"]
-    return inputs
+    return mask_queries(inputs)
 
 
 def designed_values(value: torch.Tensor) -> torch.Tensor:
