@@ -59,6 +59,43 @@ def in_projections(module: torch.nn.MultiheadAttention) -> tuple[InProjection, .
     return IN_PROJECTIONS[module]
 
 
+class CallQuery(torch.nn.Module):
+    """The query an attention module hands ``F.scaled_dot_product_attention`` with no q projection
+    before it (a learned query: AIMv2's pooling head reshapes its cls token into the call): a module of
+    its own, called by :class:`Watch` on the call's query laid out as (B, T, H * d), so that its
+    output can be hooked (read and overwritten) as any projection's; the identity."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.out_features = width
+
+    def forward(self, query):
+        return query
+
+
+CALL_QUERIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # attention module -> CallQuery
+
+
+def learned_query(module, config) -> list[whole_path.Layout]:
+    """The layout of a module whose code calls ``F.scaled_dot_product_attention`` on keys from a k
+    projection and a query from no projection (its learned query): q designed at the call (what the
+    code does to its query before the call is not read), k at the k projection."""
+    k_mod = whole_path.child(module, whole_path.K_NAMES)
+    heads = head_count(module, config)
+    if (k_mod is None or heads is None or whole_path.child(module, whole_path.Q_NAMES) is not None
+            or SDPA_CALL not in (source_for(module) or "")):
+        return []
+    width = whole_path.out_features(k_mod)
+    if width % heads:
+        return []
+    d = width // heads
+    if module not in CALL_QUERIES:
+        CALL_QUERIES[module] = CallQuery(width)
+    return [whole_path.Layout("learned query designed at the call, separate k (weights read)",
+                              [whole_path.Block(CALL_QUERIES[module], 0, heads, d, 0, d)],
+                              [whole_path.Block(k_mod, 0, heads, d, 0, d)])]
+
+
 def project(module, x, weight, bias) -> torch.Tensor | None:
     """``x`` through the projection ``module`` where the in-projection ``weight`` (and ``bias``) are its own."""
     if isinstance(module, InProjection):
@@ -143,6 +180,8 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
                 for layout in whole_path.candidate_layouts(module, (1, heads, 1, d), (1, key_heads, 1, d)):
                     layout.name += " (weights read)"
                     layouts.append(layout)
+        if not layouts:
+            layouts = learned_query(module, config)
         if layouts:
             found.append((name, module, layouts))
     return found
@@ -153,6 +192,39 @@ NO_WEIGHTS = ("no attention probabilities were found: none came back with output
 SOFTMAXES = (torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax)
 MHA_FORWARD = torch.nn.functional.multi_head_attention_forward
 MHA_ARGUMENTS = inspect.signature(MHA_FORWARD)
+SDPA = torch.nn.functional.scaled_dot_product_attention
+SDPA_CALL = "scaled_dot_product_attention("  # in a module's code: it calls the function itself
+# F.scaled_dot_product_attention's arguments (a builtin: no signature to bind)
+SDPA_ARGUMENTS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
+SDPA_DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
+
+
+def sdpa_weights(arguments: dict) -> torch.Tensor:
+    """The probabilities ``F.scaled_dot_product_attention`` applies on these arguments, as its
+    documentation defines them (float64): softmax(q k^T * scale + mask), scale 1 / sqrt(E) unless one
+    is passed, a causal or boolean mask as -inf."""
+    query, key = arguments["query"].double(), arguments["key"].double()
+    if arguments["enable_gqa"]:
+        key = key.repeat_interleave(query.shape[-3] // key.shape[-3], dim=-3)
+    scale = arguments["scale"] if arguments["scale"] is not None else query.shape[-1] ** -0.5
+    logits = query @ key.transpose(-2, -1) * scale
+    if arguments["is_causal"]:
+        causal = torch.ones(logits.shape[-2:], dtype=torch.bool, device=logits.device).tril()
+        logits = logits.masked_fill(~causal, float("-inf"))
+    mask = arguments["attn_mask"]
+    if isinstance(mask, torch.Tensor):
+        logits = logits.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else logits + mask.double()
+    return torch.softmax(logits, dim=-1)
+
+
+def reproduces(weights: torch.Tensor, arguments: dict, output: torch.Tensor) -> bool:
+    """Whether ``weights`` times the call's values give the call's output (the weights are the call's)."""
+    value = arguments["value"].double()
+    if arguments["enable_gqa"]:
+        value = value.repeat_interleave(weights.shape[-3] // value.shape[-3], dim=-3)
+    expected = weights @ value
+    scale = float(expected.abs().max().clamp_min(1e-30))
+    return expected.shape == output.shape and bool(((expected - output.double()).abs() <= 1e-4 * scale).all())
 
 
 class Watch(torch.overrides.TorchFunctionMode):
@@ -173,6 +245,8 @@ class Watch(torch.overrides.TorchFunctionMode):
             out = self.multi_head_attention(*self.found[self.active[-1]], args, kwargs or {})
             if out is not None:
                 return out
+        if func is SDPA and self.active:
+            return self.scaled_dot_product(self.found[self.active[-1]][1], args, kwargs or {})
         out = func(*args, **(kwargs or {}))
         if self.active and func in SOFTMAXES and isinstance(out, torch.Tensor) and out.dim() in (3, 4, 5):
             self.tensors[self.active[-1]].append(out.detach())
@@ -215,6 +289,25 @@ class Watch(torch.overrides.TorchFunctionMode):
         output, weights = MHA_FORWARD(**a)
         self.tensors[self.active[-1]].append(weights.detach())
         return output, ((weights.mean(dim=-3) if average else weights) if asked else None)
+
+    def scaled_dot_product(self, layout, args, kwargs):
+        """``F.scaled_dot_product_attention`` called by a watched module's own code (Granite Speech's
+        conformer, AIMv2's pooling head): the call runs as it was made, its query first through the
+        layout's :class:`CallQuery` where the module has no q projection, and its probabilities
+        (B, H, T_q, T_k), recomputed from its arguments, recorded where they reproduce its output."""
+        arguments = {**SDPA_DEFAULTS, **dict(zip(SDPA_ARGUMENTS, args)), **kwargs}
+        at_call = layout.q[0].module
+        if isinstance(at_call, CallQuery):
+            query = arguments["query"]
+            batch, heads, tokens, width = query.shape
+            flat = at_call(query.transpose(1, 2).reshape(batch, tokens, heads * width))
+            arguments["query"] = flat.reshape(batch, tokens, heads, width).transpose(1, 2)
+        output = SDPA(**arguments)
+        if not arguments["dropout_p"]:
+            weights = sdpa_weights(arguments)
+            if reproduces(weights, arguments, output):
+                self.tensors[self.active[-1]].append(weights)
+        return output
 
     def __exit__(self, *exc):
         for handle in self.handles:

@@ -209,6 +209,9 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # its k and v projections have num_attention_heads heads, whatever num_key_value_heads says
                # (modeling_granite_speech5.py:110-112, repeated by num_key_value_groups in eager_attention_forward)
                "granite_speech5_encoder": {"num_key_value_heads": 4},
+               # its conformer attends within blocks of context_size frames (200 by default), the last block padded
+               # and its padded rows dropped (modeling_granite_speech.py:174-209): one block of the 32 frames fed
+               **{family: {"context_size": 32} for family in ("granite_speech_encoder", "granite_speech_plus_encoder")},
                # the width of its backbone's first-stage map (HGNetV2's 128, divided as cnn_kwargs divides it)
                "pp_doclayout_v3": {"x4_feat_dim": 128 // 8},
                # its blocks unfold the image / 8, / 16, / 32 maps into patch_size patches (2 by default)

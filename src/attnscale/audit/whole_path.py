@@ -38,7 +38,7 @@ K_NAMES = ("k_proj", "key", "k", "key_proj", "Wk", "wk", "k_lin", "to_k", "linea
            "to_key", "k_head")
 FUSED_NAMES = ("c_attn", "qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "in_proj",
                "queries_keys_values", "att_proj")  # att_proj: Bark's
-KV_NAMES = ("c_attn", "kv_proj", "keys_values")  # k and v from one projection beside a q projection
+KV_NAMES = ("c_attn", "kv_proj", "keys_values", "to_kv")  # k and v from one projection beside a q projection
 CHECK_TOL = 1e-6  # relative change that counts as "changed" in the layout check
 
 
