@@ -1514,3 +1514,82 @@ def test_a_model_that_predicts_one_codebook_is_given_its_index_beside_ids_per_co
         path = row["backends"]["eager"]["path"]
         assert all(factor == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL) for factor in path["per_query"])
     assert by_name["bark"].status == "covered", by_name["bark"].reason
+
+
+@pytest.mark.parametrize("family, tower, class_name, call", [
+    ("aimv2_vision_model", None, "Aimv2AttentionPoolingHead", "F.scaled_dot_product_attention(query, key, value)"),
+    ("granite_speech", "encoder_config", "GraniteSpeechConformerAttention", "scale=self.scale"),
+    ("granite_speech_plus", "encoder_config", "GraniteSpeechPlusConformerAttention", "scale=self.scale")])
+def test_attention_that_calls_scaled_dot_product_attention_itself_is_read_at_the_scale_it_passes(
+        family, tower, class_name, call):
+    """AIMv2's pooling head (a learned cls query, keys from k_proj) calls F.scaled_dot_product_attention
+    with no scale: 1 / sqrt(E), E = hidden / heads; Granite Speech's conformer (to_q, a fused to_kv, a
+    Shaw relative-position term added as the mask) passes scale = dim_head^-0.5.  The calls are read
+    from their recomputed probabilities at those factors, and no attention module is left unread."""
+    from attnscale.audit import declared as declared_rules
+
+    if tower is None:
+        result = audit.audit_family(family, ("eager",))
+    else:
+        cls = families.config_class(family)
+        spec = next(t for t in families.tower_types(cls, dict(cls.sub_configs)) if t["name"] == tower)
+        result = audit.audit_tower(family, spec, ("eager",))
+    model = families.build_tower(family, tower, 0) if tower else families.build(families.tiny_config(family))
+    module = next(m for m in model.modules() if type(m).__name__ == class_name)
+    assert call in declared_rules.source_for(module)
+    config = model.config
+    expected = config.dim_head ** -0.5 if tower else (config.hidden_size // config.num_attention_heads) ** -0.5
+    rows = [row for row in result.layers if type(model.get_submodule(row["name"])).__name__ == class_name]
+    assert result.verdict == "ok" and rows and result.unread_attention == [], (result.findings, result.unread_attention)
+    for row in rows:
+        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(expected, rel=FACTOR_REL)
+
+
+def test_a_scale_passed_to_scaled_dot_product_attention_is_the_factor_read():
+    """Granite Speech's conformer passes its own ``scale`` to F.scaled_dot_product_attention (and scales
+    its relative-position term by it): set to 0.3, the whole path reads 0.3, not 1 / sqrt(E)."""
+    model = families.build_tower("granite_speech", "encoder_config", 0)
+    for module in model.modules():
+        if type(module).__name__ == "GraniteSpeechConformerAttention":
+            module.scale = 0.3
+    result = audit.audit_model(model, "granite_speech_encoder", ("eager",))
+    assert result.layers and result.verdict == "mismatch", result.findings
+    for row in result.layers:
+        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(0.3, rel=FACTOR_REL)
+
+
+def test_direct_scaled_dot_product_attention_probabilities_are_recorded_only_where_they_reproduce_the_call():
+    """The probabilities recomputed from a call's arguments (a float mask, a causal mask, GQA) give back
+    its output; the call's output is left as the function computed it."""
+    from attnscale.audit import inline
+
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8, generator=generator) for _ in range(3))
+    bias = torch.randn(2, 4, 5, 5, generator=generator)
+    for arguments in ({"attn_mask": bias, "scale": 0.3}, {"is_causal": True}, {"enable_gqa": True}):
+        key, value = (k[:, :2], v[:, :2]) if arguments.get("enable_gqa") else (k, v)
+        full = {**inline.SDPA_DEFAULTS, "query": q, "key": key, "value": value, **arguments}
+        output = torch.nn.functional.scaled_dot_product_attention(q, key, value, **arguments)
+        assert inline.reproduces(inline.sdpa_weights(full), full, output)
+    wrong = {**inline.SDPA_DEFAULTS, "query": q, "key": k, "value": v, "scale": 0.5}
+    assert not inline.reproduces(inline.sdpa_weights(wrong), wrong, torch.nn.functional.scaled_dot_product_attention(q, k, v))
+
+
+@pytest.mark.parametrize("composite, towers", [("instructblip", ("opt",)), ("instructblipvideo", ("opt",)),
+                                               ("aimv2", ("aimv2_vision_model",)),
+                                               ("granite_speech", ("granite", "blip_2_qformer"))])
+def test_composites_whose_towers_read_every_attention_they_run_are_covered(composite, towers):
+    """InstructBLIP's Q-Former runs its cross-attention only on query tokens (query_length =
+    query_embeds.shape[1]): its tower row is given query embeddings beside its ids and reads that layer at
+    attention_head_size^-0.5; AIMv2's vision tower reads its pooling head and Granite Speech's encoder its
+    conformer: each composite is covered by its towers."""
+    rows = [r for name in (composite, *towers) for r in audit.audit_item(("family", name), ("eager",), 0)]
+    audit.report(rows, ("eager",), 0.0)
+    by_name = {r.family: r for r in rows}
+    assert by_name[composite].status == "covered", by_name[composite].reason
+    qformer = by_name.get(f"{composite}.qformer_config")
+    if qformer is not None:
+        cross = [row for row in qformer.layers if "crossattention" in row["name"]]
+        assert cross and not qformer.unread_attention
+        for row in cross:
+            assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL)

@@ -4,7 +4,8 @@ Older families in transformers (GPT-Neo, BLOOM, DeBERTa, BigBird, XLM, ...) comp
 softmax inside their attention module.  Their q and k projections are still designed as
 in :mod:`.whole_path`, and the probabilities are read from the (B, H, T_q, T_k) tensor whose rows
 sum to 1, among those the module returns with ``output_attentions=True`` or, where it returns
-none, among the softmaxes computed while it runs (:class:`Watch`).  T_q and T_k are what the q
+none, among the softmaxes computed while it runs and the probabilities of the
+``F.scaled_dot_product_attention`` calls its own code makes (:class:`Watch`).  T_q and T_k are what the q
 and k projections output in a plain pass (an image's patches; keys reduced, as PVT's are), and a
 module that attends within windows (Swin, ViTDet, SAM) gets the designs in every window.  A fused
 projection is used only where its designs read back as a finite factor, linear or normalised in
