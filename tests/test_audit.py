@@ -1161,13 +1161,17 @@ def test_a_composite_its_towers_cannot_cover_is_built_whole_and_its_own_attentio
         assert factor == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL), row["name"]
 
 
-def test_a_composite_built_whole_counts_only_where_every_attention_it_runs_is_read_somewhere():
+def test_a_composite_built_whole_counts_only_where_every_attention_it_runs_is_read_somewhere(monkeypatch):
     """GIT's whole pass reads its text attention; its vision tower's attention, left unread there, is
-    read by the tower's own row: GIT is measured.  Granite Speech's whole pass never reaches its
-    encoder (the encoder row cannot run either): it stays unmeasured, and says which row is missing."""
+    read by the tower's own row: GIT is measured.  With its encoder's fused to_kv not taken as its k
+    projection, Granite Speech's encoder is read neither by its whole pass nor by the encoder row: it
+    stays unmeasured, and says which row is missing."""
+    from attnscale.audit import whole_path
+
     git = audit.audit_item(("family", "git"), ("eager",), 0)
     assert git[0].status == "audited" and git[0].verdict == "ok"
     assert [row.family for row in git[1:]] == ["git.vision_config"] and audit.is_measured(git[1])
+    monkeypatch.setattr(whole_path, "KV_NAMES", tuple(name for name in whole_path.KV_NAMES if name != "to_kv"))
     speech = audit.audit_item(("family", "granite_speech"), ("eager",), 0)
     assert speech[0].status == "skipped"
     assert "built whole: the attention of granite_speech.encoder_config is not read" in speech[0].reason
