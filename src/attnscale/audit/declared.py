@@ -139,8 +139,9 @@ CLIP_QKV = SourceRule("models/mpt/modeling_mpt.py", "mixed_qkv = mixed_qkv.clamp
 CONTENT_BIAS = SourceRule("models/parakeet/modeling_parakeet.py",
                           "query_states_with_bias_u = query_states + self.bias_u.view(",
                           "a learned bias u added to q before the product (Transformer-XL's content bias, in "
-                          "Conformer-style encoders): the logit gap of a designed q = m e is factor x (m + u_e), so "
-                          "the whole path has no factor the config declares")
+                          "Conformer-style encoders and XLNet's r_w_bias): the logit gap of a designed q = m e is "
+                          "factor x (m + u_e) g, and its u_e g part is linear in the keys alone, which the whole "
+                          "path's designs cancel (q = 0 at gap 1): the path reads the factor the config declares")
 MLA_KV_LORA_SCALE = SourceRule("models/longcat_flash/modeling_longcat_flash.py",
                                "k_pass = k_pass * self.mla_scale_kv_lora",
                                "the normalised key latent times (hidden_size / kv_lora_rank)^0.5 before kv_b_proj: the "
@@ -168,13 +169,12 @@ class Declared:
     fields: dict = field(default_factory=dict)
     outside: list[str] = field(default_factory=list)  # mechanisms outside the factor, named
     unread: list[str] = field(default_factory=list)  # config fields set that the layer's code never reads
-    path_declared: bool = True  # False: the whole path depends on learned terms no config field sets
     coordinate_scale: tuple[float, float] | None = None  # a learned factor on q's first and last coordinates
     cosine_temperature: float | None = None  # cosine attention: the temperature on cos(q, k) (median over heads)
 
     def path(self, last: bool) -> float | None:
         """The factor the whole path should apply along the first (or last) coordinate."""
-        if self.function is None or not self.path_declared:
+        if self.function is None:
             return None
         rotary = self.rotary_last if last else self.rotary_first
         learned = self.coordinate_scale[last] if self.coordinate_scale else 1.0
@@ -456,7 +456,7 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         rules.append("TEMPERATURE_TUNING")
     outside = outside_the_factor(config, model_type, code, fields, rules)
     return Declared(head_dim, function, gain**2, multiplier, first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
-                    outside, unread, "CONTENT_BIAS" not in rules, coordinate_scale, cosine)
+                    outside, unread, coordinate_scale, cosine)
 
 
 def clip_of(config) -> float | None:
@@ -464,6 +464,9 @@ def clip_of(config) -> float | None:
     value = (attn_config.get("clip_qkv") if isinstance(attn_config, dict) else getattr(attn_config, "clip_qkv", None))
     value = getattr(config, "clip_qkv", None) if value is None else value
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+CONTENT_BIASES = ("bias_u", "pos_bias_u", "r_w_bias")  # what Parakeet, Conformers and XLNet call u
 
 
 def outside_the_factor(config, model_type: str, code: str, fields: dict, rules: list[str]) -> list[str]:
@@ -476,10 +479,11 @@ def outside_the_factor(config, model_type: str, code: str, fields: dict, rules: 
         rules.append("ATTENTION_IN_MULTIPLIER")
         found.append(f"attention input x{multiplier:g} (attention_in_multiplier, read from the code: q.k of a given "
                      f"hidden state x{multiplier**2:.4g})")
-    if "+ self.bias_u" in code or "+ self.pos_bias_u" in code:
+    bias = next((name for name in CONTENT_BIASES if f"+ self.{name}" in code), None)
+    if bias is not None:
         rules.append("CONTENT_BIAS")
-        found.append("a learned bias added to q before the product (bias_u, Transformer-XL's content bias: the whole "
-                     "path reads factor x (1 + u) on the designed q, and is compared with nothing)")
+        found.append(f"a learned bias added to q before the product ({bias}, Transformer-XL's content bias: its term "
+                     "u.k is linear in the keys alone, cancelled by the whole path's designs)")
     kv_lora, hidden = getattr(config, "kv_lora_rank", None), getattr(config, "hidden_size", None)
     if MLA_KV_LORA_SCALE.in_code(code) and isinstance(kv_lora, int) and kv_lora > 0 and isinstance(hidden, int):
         scale = (hidden / kv_lora) ** 0.5

@@ -1024,6 +1024,7 @@ def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, posi
         "cosine_temperature": median(step / 2) if form == "q and k normalised" else None,
         "per_query": per_query,
         "query_spread": query_spread,
-        "factor_far": median((rows[7] - rows[6]) / unit) if positions else None,
+        # less the keys' own term read at position 0 (a content bias's u.k: the same at every position)
+        "factor_far": median((rows[7] - rows[6] - key_only(rows, 0, 10, 12)) / unit) if positions else None,
         "factor_longer": median(gap_step(longer, 0, 1, 2, 3) / unit) if longer is not None else None,
     }
