@@ -39,8 +39,8 @@ from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, est
 from ..threads import torch_threads
 from . import attention_function, families, inline, series, whole_path
 from . import declared as declared_rules
-from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, agree, caps_differ, family_row,
-                       judge_family)
+from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, NOT_FINITE, PARITY_TOL, VERDICTS, agree, caps_differ,
+                       family_row, judge_family)
 
 DEFAULT_BACKENDS = ("eager", "sdpa", "flex_attention")
 NO_CALL = "no attention function was called"  # attention computed inline: read from its weights instead
@@ -421,6 +421,8 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
             if backend == "eager":
                 reference = hidden
             result.backends[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls)}
+            if isinstance(hidden, torch.Tensor) and not bool(torch.isfinite(hidden).all()):
+                result.backends[backend]["output"] = NOT_FINITE
             if reference is not None and backend != "eager":
                 result.backends[backend]["positions"] = differing_positions(hidden, reference, PARITY_TOL[torch.float32])
             measured[backend] = (calls, functions, wholes)
@@ -619,6 +621,17 @@ def input_norms(call) -> dict:
     return out
 
 
+def rows_masked_everywhere(mask) -> list[int] | None:
+    """[rows, of rows]: the query rows (first batch entry, every head) in which the mask an attention call
+    received masks every key (False, or -inf, at each), whose softmax is NaN; None where it masks no row whole."""
+    if not isinstance(mask, torch.Tensor) or mask.dim() < 2 or mask.shape[-1] == 0:
+        return None
+    first = mask[0] if mask.dim() > 2 else mask
+    blocked = ~first if first.dtype == torch.bool else torch.isneginf(first)
+    whole = blocked.all(dim=-1)
+    return [int(whole.sum()), whole.numel()] if bool(whole.any()) else None
+
+
 def layer_rows(model, family: str, measured: dict) -> list[dict]:
     calls, _, eager_wholes = measured["eager"]
     rows = []
@@ -633,6 +646,9 @@ def layer_rows(model, family: str, measured: dict) -> list[dict]:
         for backend, (b_calls, functions, wholes) in measured.items():
             if index < len(b_calls) and b_calls[index].module is call.module:
                 row["backends"][backend] = {"function": functions[index], "path": wholes[index]}
+                masked = rows_masked_everywhere(b_calls[index].mask)
+                if masked:
+                    row["backends"][backend]["rows_masked_everywhere"] = masked
         rows.append(row)
     return rows
 
@@ -1010,6 +1026,11 @@ def settle_whole(results: list[FamilyAudit]) -> None:
             result.reason = f"built whole: {unread_text([], unmeasured)}"
 
 
+def attending(towers: list[dict]) -> list[dict]:
+    """The towers that run attention (all but the parts families.composite_skip found to run none)."""
+    return [tower for tower in towers if tower.get("attention", True)]
+
+
 def mark_covered(results: list[FamilyAudit]) -> None:
     """A composite skipped as a whole is covered where every tower is measured in the same audit (a
     family, a tower row, or a composite covered in turn, as SAM 3's vision model is for SAM 3) or
@@ -1022,16 +1043,18 @@ def mark_covered(results: list[FamilyAudit]) -> None:
     while covered_one:  # until no composite is newly covered
         covered_one = False
         for result in composites:
-            rows = [by_name.get(row_of(result, t)) for t in result.towers]
+            towers = attending(result.towers)
+            rows = [by_name.get(row_of(result, t)) for t in towers]
             if result.status == "skipped" and not result.own_attention and all(r and nothing_left(r) for r in rows):
                 result.status, result.verdict, covered_one = "covered", COVERED, True
                 result.reason = "every tower measured: " + ", ".join(
-                    f"{t['name']} = {r.family} ({tower_state(r)})" for t, r in zip(result.towers, rows))
+                    [f"{t['name']} = {r.family} ({tower_state(r)})" for t, r in zip(towers, rows)]
+                    + [f"{t['name']}: no attention" for t in result.towers if t not in towers])
     for result in composites:
         if result.status != "skipped":
             continue
         reason = result.reason.split("; its own attention")[0].split("; not measured here")[0]  # once per report
-        left_out = [t["name"] for t in result.towers
+        left_out = [t["name"] for t in attending(result.towers)
                     if not (by_name.get(row_of(result, t)) and nothing_left(by_name[row_of(result, t)]))]
         if result.own_attention:
             result.reason = reason + f"; its own attention classes are not audited ({', '.join(result.own_attention)})"

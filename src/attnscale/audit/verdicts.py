@@ -14,6 +14,7 @@ import math
 
 import torch
 
+NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
 FACTOR_TOL = 1e-3  # measured and declared factors agree within 0.1%
 CAP_TOL = 0.05  # soft caps agree within 5%
 PARITY_TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # max |diff| / max |eager|
@@ -125,11 +126,42 @@ def cosine_read(row: dict) -> bool:
             and math.isfinite(path["cosine_temperature"]) and row["declared"].get("cosine_temperature") is not None)
 
 
+def stand_in(result) -> str | None:
+    """The backend the layers are judged on where eager's output is not finite and another's is and reads
+    as a factor (Nemotron ASR streaming: eager's calls get a mask that blocks every key); None otherwise."""
+    if result.backends.get("eager", {}).get("output") != NOT_FINITE:
+        return None
+    return next((backend for backend, info in result.backends.items()
+                 if backend != "eager" and info.get("accepted") and info.get("output") != NOT_FINITE
+                 and all(backend in row["backends"] for row in result.layers)
+                 and any(is_readable(row["backends"][backend]) for row in result.layers)), None)
+
+
+def masked_rows_text(result, backend: str) -> str:
+    """How many query rows a backend's attention calls mask at every key, over the layers."""
+    counts = [row["backends"][backend].get("rows_masked_everywhere") or [0, 0] for row in result.layers
+              if backend in row["backends"]]
+    masked = sum(count[0] for count in counts)
+    return f"{masked} query rows masked at every key" if masked else "no query row masked at every key"
+
+
+def not_finite_finding(result, backend: str) -> str:
+    return (f"eager output is not finite where {backend}'s is (eager's attention calls: "
+            f"{masked_rows_text(result, 'eager')}; {backend}'s: {masked_rows_text(result, backend)}); the layers are "
+            f"judged on {backend} ({result.model_class}, {attention_source(result)})")
+
+
+def judged_backend(result) -> str:
+    return stand_in(result) or "eager"
+
+
 def judge_family(result: FamilyAudit, backends) -> None:
     if result.status == "skipped":
         result.verdict = "not measured"
         return
-    readable = [row for row in result.layers if is_readable(row["backends"]["eager"]) or cosine_read(row)]
+    judged = judged_backend(result)
+    readable = [row for row in result.layers if judged in row["backends"] and
+                (is_readable(row["backends"][judged]) or cosine_read(row))]
     if not readable:
         eager = result.backends.get("eager", {})
         forms = sorted({row["backends"]["eager"]["path"]["form"] for row in result.layers
@@ -140,8 +172,8 @@ def judge_family(result: FamilyAudit, backends) -> None:
         result.findings = [f"whole path: {', '.join(forms)}{why}" if forms and eager.get("accepted") else
                            eager.get("reason") or "no attention call could be read"]
         return
-    mismatches = [f for row in readable for f in layer_findings(row, "eager")]
-    disagreements = []
+    mismatches = [f for row in readable for f in layer_findings(row, judged)]
+    disagreements = [not_finite_finding(result, judged)] if judged != "eager" else []
     for backend, info in result.backends.items():
         if backend == "eager" or not info["accepted"]:
             continue
@@ -183,11 +215,11 @@ def span(values) -> str:
     return fmt(low) if relative(low, high) <= FACTOR_TOL else f"{fmt(low)}..{fmt(high)}"
 
 
-def dependence(rows: list[dict]) -> str:
-    """Where the eager whole path moves: with the query index, the position ids, the length."""
+def dependence(rows: list[dict], backend: str = "eager") -> str:
+    """Where the judged backend's whole path moves: with the query index, the position ids, the length."""
     found = []
     for row in rows:
-        path = row["backends"]["eager"].get("path")
+        path = row["backends"][backend].get("path")
         if not path:
             continue
         base = path["factor"]
@@ -197,19 +229,19 @@ def dependence(rows: list[dict]) -> str:
             found.append("position ids")
         if path.get("length_change") is not None and path["length_change"] > DEPENDENCE_TOL:
             found.append("length")  # row by row: a factor of the query row alone is not a length one
-    read = sum(bool(row["backends"]["eager"].get("path")) for row in rows)
+    read = sum(bool(row["backends"][backend].get("path")) for row in rows)
     if rows and not read:
         return "not measured (no whole path read)"
     text = ", ".join(dict.fromkeys(found)) or ("none" if rows else "-")
-    if read and all((row["backends"]["eager"].get("path") or {}).get("length_change") is None for row in rows):
+    if read and all((row["backends"][backend].get("path") or {}).get("length_change") is None for row in rows):
         text += " (length not measured)"  # an image or audio input: one length at the audit's size
     return text if read == len(rows) else f"{text} ({read} of {len(rows)} layers' whole path read)"
 
 
-def nonlinearity(rows: list[dict]) -> str:
+def nonlinearity(rows: list[dict], backend: str = "eager") -> str:
     found = []
     for row in rows:
-        entry = row["backends"]["eager"]
+        entry = row["backends"][backend]
         function = entry["function"]
         if function.get("nonlinearity") == "soft cap":
             found.append(f"soft cap {function['cap']:.4g}")
@@ -226,7 +258,7 @@ def nonlinearity(rows: list[dict]) -> str:
             found.append("QK-norm (from the layer's own q and k)" if len(normalised) == 2 else
                          f"{normalised[0]} normalised (from the layer's own {normalised[0]})")
     text = ", ".join(dict.fromkeys(found)) or ("linear" if rows else "-")
-    if rows and not any(row["backends"]["eager"].get("path") for row in rows):
+    if rows and not any(row["backends"][backend].get("path") for row in rows):
         return f"{text} (attention function only: {rows[0].get('path_missing', 'no whole path read')})"
     return text
 
@@ -277,7 +309,9 @@ def family_row(result, backends) -> dict:
     unread = unread_mechanisms(getattr(result, "unread_attention", []))
     if unread:
         mechanisms = ", ".join(([] if mechanisms in ("none", "-") else [mechanisms]) + unread)
-    row.update({"non-linearity": nonlinearity(rows), "other mechanisms": mechanisms, "position dependence": dependence(rows),
+    judged = judged_backend(result) if rows else "eager"
+    row.update({"non-linearity": nonlinearity(rows, judged), "other mechanisms": mechanisms,
+                "position dependence": dependence(rows, judged),
                 "verdict": result.verdict if result.status in ("audited", "covered") else "skipped",
                 "seconds": round(result.seconds, 2)})
     return row
