@@ -309,11 +309,13 @@ def towers(cls, sub_configs: dict) -> str:
     return "; ".join(parts)
 
 
-def own_attention_classes(cls, sub_configs: dict) -> list[str]:
+def own_attention_classes(cls, sub_configs: dict, tower_names=None) -> list[str]:
     """The attention classes a composite runs outside its towers (cross-attention, a Q-Former, a
     perceiver): built on the meta device at the tiny sizes, every module with an attention class
-    name that no tower (a module built from a sub-config's class) contains.  Where the composite
-    cannot be built so, every attention class of its own modeling file counts (the towers' too)."""
+    name that no tower (a module built from a sub-config's class; those of ``tower_names`` where
+    given) contains.  Where the composite cannot be built so, every attention class of its own
+    modeling file counts (the towers' too)."""
+    tower_names = list(sub_configs) if tower_names is None else tower_names
     import importlib
 
     import torch.nn as nn
@@ -329,7 +331,7 @@ def own_attention_classes(cls, sub_configs: dict) -> list[str]:
                 if sub is not None and name not in kwargs:
                     kwargs[name] = type(sub)(**tiny_kwargs(type(sub)))
             config = cls(**kwargs)
-            tower_classes = tuple({type(getattr(config, name)) for name in sub_configs
+            tower_classes = tuple({type(getattr(config, name)) for name in tower_names
                                    if getattr(config, name, None) is not None})
             with torch.device("meta"):
                 model = composite_model(config)
@@ -339,7 +341,7 @@ def own_attention_classes(cls, sub_configs: dict) -> list[str]:
             module = importlib.import_module(module_name)
         except Exception:  # noqa: BLE001 - no modeling file of its own, or one that needs a missing package
             return []
-        in_towers = tower_attention_classes(cls, sub_configs)
+        in_towers = tower_attention_classes(cls, {name: sub_configs[name] for name in tower_names})
         return sorted(name for name, obj in vars(module).items() if isinstance(obj, type) and issubclass(obj, nn.Module)
                       and obj.__module__ == module.__name__ and is_attention_class(name) and name not in in_towers)
     inside: set[int] = set()
@@ -393,8 +395,14 @@ def composite_skip(cls, sub_configs: dict, reason: str) -> Skip:
     report marks it covered where every tower is measured as its own family and it has none)."""
     skip = Skip(reason, final=True)
     skip.towers = tower_types(cls, sub_configs)
-    if all(tower["model_type"] for tower in skip.towers):  # only then can the towers cover it
+    typed = [tower["name"] for tower in skip.towers if tower["model_type"]]
+    if len(typed) == len(skip.towers):  # only then can the towers cover it
         skip.own_attention = own_attention_classes(cls, sub_configs)
+    elif typed and not own_attention_classes(cls, sub_configs, typed):
+        # no attention outside the typed towers: the parts with no model type of their own (a head's or a
+        # streaming cache's settings: Nemotron 3 Diarization's) run none, and leave nothing to measure
+        for tower in skip.towers:
+            tower.setdefault("attention", bool(tower["model_type"]))
     return skip
 
 
