@@ -106,6 +106,39 @@ def project(module, x, weight, bias) -> torch.Tensor | None:
     return module(x) if getattr(module, "weight", None) is weight and same_bias else None
 
 
+EINSUM_PROJECTION = "ibh,hnd->ibnd"  # XLNet's q and k heads: x (T, B, hidden) times a (hidden, heads, d) parameter
+
+
+class ParameterProjection(torch.nn.Module):
+    """XLNet's q or k: a (hidden, heads, d) parameter its attention applies by ``torch.einsum(EINSUM_PROJECTION,
+    x, parameter)`` inside its forward; a module of its own whose output, (T, B, heads x d) time first, can
+    be hooked (read and overwritten) as any projection's; :class:`Watch` routes that einsum through it."""
+
+    def __init__(self, weight: torch.nn.Parameter):
+        super().__init__()
+        self.weight_of = weakref.ref(weight)  # not a parameter of this module: the attention module owns it
+        self.heads, self.width = weight.shape[1], weight.shape[2]
+        self.out_features = self.heads * self.width
+
+    def forward(self, x):
+        return torch.einsum(EINSUM_PROJECTION, x, self.weight_of()).flatten(-2)
+
+
+PARAMETER_PROJECTIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # module -> (q, k) projections
+
+
+def parameter_projections(module) -> tuple[ParameterProjection, ParameterProjection] | None:
+    """A module's q and k as :class:`ParameterProjection`, where both are (hidden, heads, d) parameters of
+    the same shape (XLNet's relative attention); None otherwise."""
+    q, k = getattr(module, "q", None), getattr(module, "k", None)
+    if not (isinstance(q, torch.nn.Parameter) and isinstance(k, torch.nn.Parameter) and q.dim() == 3
+            and q.shape == k.shape):
+        return None
+    if module not in PARAMETER_PROJECTIONS:
+        PARAMETER_PROJECTIONS[module] = (ParameterProjection(q), ParameterProjection(k))
+    return PARAMETER_PROJECTIONS[module]
+
+
 HEAD_WIDTH_NAMES = ("key_dim", "head_dim", "attention_head_size")  # q.k's width per head, where the module states it
 
 
@@ -153,6 +186,13 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
             found.append((name, module, [whole_path.Layout("separate (nn.MultiheadAttention in_proj_weight, weights read)",
                                                           [whole_path.Block(q_mod, 0, heads, d, 0, d)],
                                                           [whole_path.Block(k_mod, 0, heads, d, 0, d)])]))
+            continue
+        shims = parameter_projections(module)
+        if shims is not None:
+            heads, d = shims[0].heads, shims[0].width
+            found.append((name, module, [whole_path.Layout("separate (q and k parameters applied by einsum, weights read)",
+                                                          [whole_path.Block(shims[0], 0, heads, d, 0, d)],
+                                                          [whole_path.Block(shims[1], 0, heads, d, 0, d)])]))
             continue
         q_mod, k_mod = whole_path.child(module, whole_path.Q_NAMES), whole_path.child(module, whole_path.K_NAMES)
         if q_mod is not None and k_mod is not None and softmax_over_queries(module):
@@ -248,6 +288,10 @@ class Watch(torch.overrides.TorchFunctionMode):
                 return out
         if func is SDPA and self.active:
             return self.scaled_dot_product(self.found[self.active[-1]][1], args, kwargs or {})
+        if func is torch.einsum and self.active and not kwargs:
+            out = self.parameter_projection(self.found[self.active[-1]][0], args)
+            if out is not None:
+                return out
         out = func(*args, **(kwargs or {}))
         if self.active and func in SOFTMAXES and isinstance(out, torch.Tensor) and out.dim() in (3, 4, 5):
             self.tensors[self.active[-1]].append(out.detach())
@@ -260,6 +304,17 @@ class Watch(torch.overrides.TorchFunctionMode):
             for role, blocks in (("q", layout.q), ("k", layout.k)):
                 self.handles.append(blocks[0].module.register_forward_hook(self.shape_of(key, role)))
         return super().__enter__()
+
+    def parameter_projection(self, module, args) -> torch.Tensor | None:
+        """``torch.einsum(EINSUM_PROJECTION, x, q or k)`` inside a watched module whose q and k are parameters
+        (XLNet's): through its :class:`ParameterProjection` (hooked like any projection), as (T, B, heads, d)."""
+        shims = PARAMETER_PROJECTIONS.get(module)
+        if shims is None or len(args) != 3 or args[0] != EINSUM_PROJECTION:
+            return None
+        for shim, parameter in zip(shims, (module.q, module.k)):
+            if args[2] is parameter:
+                return shim(args[1]).unflatten(-1, (shim.heads, shim.width))
+        return None
 
     def multi_head_attention(self, module, layout, args, kwargs):
         """``F.multi_head_attention_forward`` called inside a watched module (nn.MultiheadAttention, or
