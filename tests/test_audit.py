@@ -827,14 +827,89 @@ def test_a_config_field_the_code_never_reads_is_a_finding_with_its_source():
     assert read.verdict == "ok" and verdicts.family_row(read, ("eager",))["non-linearity"] == "soft cap 50"
 
 
-def test_a_learned_query_bias_is_named_and_not_judged_as_a_factor():
-    """Parakeet adds Transformer-XL's content bias u to q before the product: the designed q reads
-    factor x (1 + u), which no config field declares; named, and no false mismatch."""
-    result = audit.audit_family("parakeet_encoder", ("eager",))
-    row = verdicts.family_row(result, ("eager",))
+def content_biased(model_type: str, names: tuple[str, ...], value: float):
+    """The family's tiny model with every learned bias of ``names`` set to ``value``."""
+    model = audit.tiny_model(model_type, 0, {})
+    with torch.no_grad():
+        for module in model.modules():
+            for name in names:
+                if isinstance(getattr(module, name, None), torch.nn.Parameter):
+                    getattr(module, name).fill_(value)
+    return model
+
+
+def test_a_learned_query_bias_cancels_in_the_whole_path():
+    """Parakeet adds Transformer-XL's content bias u to q before the product
+    (query_states + self.bias_u, scaled by self.scaling = head_dim**-0.5 with bias_v's position term
+    added as the mask): the logit gap of a designed q = m e is factor x (m + u_e) g, whose u_e g part is
+    linear in the keys alone, which the designs cancel.  With u and v at 0.5 (u_e g alone would move a
+    raw read by 50%) the whole path still reads head_dim^-0.5 = 0.25 and is judged against it."""
+    source = (TRANSFORMERS / "models/parakeet/modeling_parakeet.py").read_text(encoding="utf-8")
+    assert "query_states_with_bias_u = query_states + self.bias_u.view(" in source
+    model = content_biased("parakeet_encoder", ("bias_u", "bias_v"), 0.5)
+    result = audit.audit_model(model, "parakeet_encoder", ("eager",))
     assert result.verdict == "ok", result.findings
-    assert "CONTENT_BIAS" in result.layers[0]["declared"]["rules"] and result.layers[0]["declared"]["path_first"] is None
-    assert "bias_u, Transformer-XL's content bias" in row["other mechanisms"]
+    layer = result.layers[0]
+    assert "CONTENT_BIAS" in layer["declared"]["rules"] and layer["declared"]["path_first"] == 0.25
+    assert layer["backends"]["eager"]["path"]["form"] == "linear"
+    assert math.isclose(layer["backends"]["eager"]["path"]["factor"], 0.25, rel_tol=FACTOR_REL)
+    assert "bias_u, Transformer-XL's content bias" in verdicts.family_row(result, ("eager",))["other mechanisms"]
+
+
+def test_xlnet_relative_attention_is_read_through_its_parameter_projections():
+    """XLNet's attention applies q and k as (d_model, n_head, d_head) parameters by einsum and adds a
+    content bias (q + r_w_bias).k, a position term (q + r_r_bias).k_r and a segment term, all times
+    self.scale = 1 / d_head**0.5: its q and k are written through einsum and the factor on q.k read
+    from its softmax, d_head^-0.5 at d_head 16 and 8, with the biases at 0.5 cancelled."""
+    source = (TRANSFORMERS / "models/xlnet/modeling_xlnet.py").read_text(encoding="utf-8")
+    assert "self.scale = 1 / (config.d_head**0.5)" in source
+    assert 'ac = torch.einsum("ibnd,jbnd->bnij", q_head + self.r_w_bias, k_head_h)' in source
+    model = content_biased("xlnet", ("r_w_bias", "r_r_bias", "r_s_bias"), 0.5)
+    biased = audit.audit_model(model, "xlnet", ("eager",))
+    narrow = audit.audit_family("xlnet", ("eager",), n_head=8)
+    for result, d_head in ((biased, 16), (narrow, 8)):
+        assert result.verdict == "ok", result.findings
+        assert len(result.layers) == 2 and not result.unread_attention
+        for layer in result.layers:
+            path = layer["backends"]["eager"]["path"]
+            assert layer["d_k"] == d_head and path["form"] == "linear"
+            assert math.isclose(path["factor"], d_head**-0.5, rel_tol=FACTOR_REL)
+            assert layer["declared"]["path_first"] == d_head**-0.5
+
+
+def test_an_eager_mask_that_blocks_every_key_is_a_backend_disagreement():
+    """Nemotron ASR streaming masks its position term with matrix_bd.masked_fill_(attention_mask.logical_not(),
+    -inf) and passes it as the mask.  Under sdpa the mask is boolean (True = attend); under eager it is
+    additive (0 = attend), so logical_not() is True at every key it lets through: at the tiny size (one
+    chunk) eager's calls block every key of every row and its output is NaN.  The layers are judged on
+    sdpa (head_dim^-0.5 = 0.25, as the config declares), and the family is a backend disagreement."""
+    source = (TRANSFORMERS / "models/nemotron_asr_streaming/modeling_nemotron_asr_streaming.py").read_text(encoding="utf-8")
+    assert 'matrix_bd = matrix_bd.masked_fill_(attention_mask.logical_not(), float("-inf"))' in source
+    assert "self.scaling = self.head_dim**-0.5" in source
+    result = audit.audit_family("nemotron_asr_streaming_encoder", ("eager", "sdpa"))
+    assert result.backends["eager"]["output"] == "not finite" and "output" not in result.backends["sdpa"]
+    assert result.verdict == "backend disagreement" and audit.is_measured(result)
+    assert result.findings[0].startswith("eager output is not finite where sdpa's is (eager's attention calls: ")
+    for layer in result.layers:
+        rows, of = layer["backends"]["eager"]["rows_masked_everywhere"]
+        assert rows == of > 0 and "rows_masked_everywhere" not in layer["backends"]["sdpa"]
+        assert math.isclose(verdicts.judged_factor(layer["backends"]["sdpa"]), 0.25, rel_tol=FACTOR_REL)
+    row = verdicts.family_row(result, ("eager", "sdpa"))
+    assert row["eager"] == "-" and row["sdpa"] == "0.25" and row["position dependence"].startswith("none")
+
+
+def test_composite_parts_without_attention_leave_nothing_to_cover():
+    """Nemotron 3 Diarization's head_config (a projection, a subpixel upsampler, a classifier) and
+    streaming_config (speaker-cache settings, no module) have no model type and run no attention
+    class: the composite is covered by its audio tower alone, and so are the composites above it."""
+    composite = audit.audit_family("nemotron3_diarization", ("eager",))
+    assert composite.status == "skipped" and not composite.own_attention
+    attention = {tower["name"]: tower["attention"] for tower in composite.towers}
+    assert attention == {"audio_config": True, "head_config": False, "streaming_config": False}
+    tower = audit.audit_family("nemotron3_diarization_audio", ("eager",))
+    audit.mark_covered([composite, tower])
+    assert composite.status == "covered", composite.reason
+    assert "head_config: no attention, streaming_config: no attention" in composite.reason
 
 
 def test_rope_that_cannot_be_pinned_leaves_the_whole_path_unread():
