@@ -17,7 +17,7 @@ import torch
 
 from ..errors import UserError
 from ..hub import offline
-from .sizes import FALLBACKS, FAMILY_TINY, TINY, TINY_HYBRID, VISION_TINY  # noqa: F401 - families.TINY etc.
+from .sizes import FALLBACKS, FAMILY_TINY, TINY, TINY_HYBRID, VISION_TINY, WHOLE_TINY  # noqa: F401 - families.TINY etc.
 
 offline()
 
@@ -473,11 +473,12 @@ def whole_config(model_type: str):
     """A composite's config with every sub-config at the tiny sizes (each with its model type's
     FAMILY_TINY), nested ones too (a vision config's backbone) and those its fields leave None but
     its default config builds (SAM's vision_config); one the default leaves unset stays unset (ESM's
-    folding head).  Raises Skip with the refusal."""
+    folding head); a sub-config with WHOLE_TINY fields takes them beside its own.  Raises Skip with the
+    refusal."""
     from ..probing.loading import quiet_transformers
 
-    def tiny_tree(cls):
-        kwargs = tiny_kwargs(cls)
+    def tiny_tree(cls, extra=None):
+        kwargs = tiny_kwargs(cls, extra)
         try:
             defaults = cls()
         except Exception:  # noqa: BLE001 - a config that needs arguments: its sub-configs as it builds them
@@ -487,7 +488,7 @@ def whole_config(model_type: str):
             if name not in kwargs and built is not None:
                 # a detector's backbone as tiny_backbone shrinks it; another AutoConfig sub-config: the type
                 # its default builds
-                kwargs[name] = tiny_backbone(cls, name) or tiny_tree(type(built))
+                kwargs[name] = tiny_backbone(cls, name) or tiny_tree(type(built), WHOLE_TINY.get((cls.model_type, name)))
         kwargs.update(tiny_rope(cls, kwargs))
         return first_accepted(cls, kwargs, tied_widths(cls, {width for width in (default_width(cls),) if width}, kwargs))
 
@@ -707,7 +708,7 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
                 model = composite_model(config, attn_implementation=attn_implementation)
             except Exception as error:  # noqa: BLE001
                 raise Skip(f"cannot be built from its config: {first_line(error)}") from None
-    return with_time_condition(fit_rotary_sections(model)).eval()
+    return with_video_session(with_time_condition(fit_rotary_sections(model))).eval()
 
 
 def causal_lm_names():  # read when called (the auto mappings load lazily)
@@ -786,6 +787,63 @@ def with_time_condition(model):
         return args, kwargs
 
     model.register_forward_pre_hook(fill, with_kwargs=True)
+    return model
+
+
+VIDEO_SESSION = "inference_session"  # what a video tracker's forward runs on (SAM 2's video model, EdgeTAM's)
+
+
+def session_class(model):
+    """The inference session a video tracker's forward takes (its annotation), None for another model."""
+    import inspect
+    import sys
+    import typing
+
+    parameters = inspect.signature(type(model).forward).parameters
+    if VIDEO_SESSION not in parameters:
+        return None
+    annotation = parameters[VIDEO_SESSION].annotation
+    if isinstance(annotation, str):  # postponed annotations: resolved in the model's module
+        annotation = typing.get_type_hints(type(model).forward, vars(sys.modules[type(model).__module__])).get(
+            VIDEO_SESSION)
+    return annotation if isinstance(annotation, type) else None
+
+
+def prompted_session(model, image: torch.Tensor):
+    """A fresh session of a two-frame clip (the image, then it mirrored) with one box prompt
+    (companions.PROMPT_BOX, in pixels as the processor leaves it) on frame 0 for object 1, set up as
+    the processor's add_inputs_to_inference_session does (the box as two points labelled 2 and 3)."""
+    from .companions import PROMPT_BOX
+
+    frames = torch.stack([image, image.flip(-1)])
+    session = session_class(model)(video=frames, video_height=frames.shape[-2], video_width=frames.shape[-1],
+                                   dtype=frames.dtype)
+    obj_idx = session.obj_id_to_idx(1)
+    corners = torch.tensor(PROMPT_BOX, dtype=frames.dtype).reshape(1, 1, 2, 2)
+    session.add_point_inputs(obj_idx, 0, {"point_coords": corners,
+                                          "point_labels": torch.tensor([[[2, 3]]], dtype=torch.int32)})
+    session.obj_with_new_inputs = [1]
+    return session
+
+
+def with_video_session(model):
+    """A video tracker (its forward takes an inference session and a frame index) run on an image as
+    the audit feeds one: a fresh prompted session of two frames (:func:`prompted_session`, from the
+    first image of the batch) in which the prompted frame 0 runs first (vision encoder, prompt encoder,
+    the mask decoder's two-way transformer, the memory encoder) and the call then runs frame 1, which
+    attends to frame 0's memory (the memory attention); the attention of both passes is read."""
+    if session_class(model) is None:
+        return model
+
+    def open_session(module, args, kwargs):
+        images = kwargs.pop("pixel_values", None)
+        if images is None or kwargs.get(VIDEO_SESSION) is not None:
+            return args, {**kwargs, **({"pixel_values": images} if images is not None else {})}
+        session = prompted_session(module, images[0])
+        module.forward(inference_session=session, frame_idx=0)  # the prompted frame, its memory stored
+        return args, {**kwargs, VIDEO_SESSION: session, "frame_idx": 1}
+
+    model.register_forward_pre_hook(open_session, with_kwargs=True)
     return model
 
 

@@ -195,6 +195,19 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                                      "backbone_feature_sizes": [[16, 16], [8, 8], [4, 4]]},
                # the image embedding (image_size / patch_size a side) is the last FPN level: 64 / 16 = 4
                "sam2_prompt_encoder": {"image_size": 64, "patch_size": 16},
+               # SAM 2's video tracker (and SAM 3's, EdgeTAM's): the image and its 4 x 4 embedding as SAM 2's; the
+               # memory attention's cross-attention reads 64-wide memories whatever the config says (kv_in_dim=64,
+               # modeling_sam2_video.py:946) and the object pointers are cut into hidden / 64 of them (line 433: at
+               # hidden 64 the uncut pointer keeps an axis too many), so every width is 128 (WHOLE_TINY: the FPN's)
+               **{family: {"image_size": 64, "memory_attention_hidden_size": 128, "memory_attention_num_layers": 2,
+                           "memory_attention_feed_forward_hidden_size": 128, "memory_attention_rope_feat_sizes": [4, 4],
+                           "memory_encoder_hidden_size": 128, "mask_downsampler_embed_dim": 128,
+                           "memory_fuser_embed_dim": 128, "memory_fuser_intermediate_dim": 256}
+                  for family in ("sam2_video", "sam3_tracker_video", "edgetam_video")},
+               **{f"{family}_prompt_encoder": {"hidden_size": 128, "image_size": 64, "patch_size": 16}
+                  for family in ("sam2_video", "sam3_tracker_video", "edgetam_video")},
+               **{f"{family}_mask_decoder": {"hidden_size": 128, "mlp_dim": 128, "iou_head_hidden_dim": 64}
+                  for family in ("sam2_video", "sam3_tracker_video", "edgetam_video")},
                # SAM 3's ViT: a global layer inside the tiny depth, 2 x 2 windows; its position table at the tiny
                # image (336 / 8 patches a side by default, tiled)
                "sam3_vit_model": {"window_size": 2, "global_attn_indexes": [1], "pretrain_image_size": 32},
@@ -280,6 +293,10 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # heads of 64 with 32 turned, as the default's (768 / 12 heads, 768 / 24 = 32 turned)
                "clvp_encoder": {"hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 256,
                                 "projection_dim": 128}}
+# A composite built whole: (its model type, a sub-config) -> fields that sub-config takes there beside its own tiny
+# sizes (a tower shared with a family measured at width 64, widened where the composite needs more)
+WHOLE_TINY = {(family, "vision_config"): {"fpn_hidden_size": 128}
+              for family in ("sam2_video", "sam3_tracker_video", "edgetam_video")}
 # When a config refuses the tiny sizes, these changes are tried in turn (validators ask for
 # equal key/value heads, one expert per token, their own layer pattern).
 FALLBACKS = ({"num_key_value_heads": 4}, {"num_experts_per_tok": 1}, {"layer_types": "default"})
