@@ -31,9 +31,10 @@ MULTIMODAL_WORDS = ("vision", "audio", "speech", "image", "vq", "patcher", "proj
                     "depth", "timestamp", "esmfold")
 
 
-# parts that only make what an attention adds to its logits (Phi-4's audio relative-position bias table,
-# passed to every layer): no q.k of their own
-NOT_ATTENTION_SUFFIXES = ("AttentionBias",)
+# parts named after the attention they sit in but computing no q.k: a table of what an attention adds to its
+# logits (Phi-4's audio relative-position bias, passed to every layer) and a feed-forward block
+# (EdgeTamVideoMemoryAttentionMLP: up, act, down)
+NOT_ATTENTION_SUFFIXES = ("AttentionBias", "MLP")
 
 
 def is_attention_class(name: str) -> bool:

@@ -199,13 +199,20 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # memory attention's cross-attention reads 64-wide memories whatever the config says (kv_in_dim=64,
                # modeling_sam2_video.py:946) and the object pointers are cut into hidden / 64 of them (line 433: at
                # hidden 64 the uncut pointer keeps an axis too many), so every width is 128 (WHOLE_TINY: the FPN's)
-               **{family: {"image_size": 64, "memory_attention_hidden_size": 128, "memory_attention_num_layers": 2,
-                           "memory_attention_feed_forward_hidden_size": 128, "memory_attention_rope_feat_sizes": [4, 4],
+               # (SAM 3's: its ViT's 32 x 32 image in 8 x 8 patches, which its image_size setter passes on)
+               **{family: {"image_size": 32 if family == "sam3_tracker_video" else 64,
+                           "memory_attention_hidden_size": 128, "memory_attention_num_layers": 2,
+                           "memory_attention_rope_feat_sizes": [4, 4],
                            "memory_encoder_hidden_size": 128, "mask_downsampler_embed_dim": 128,
-                           "memory_fuser_embed_dim": 128, "memory_fuser_intermediate_dim": 256}
+                           "memory_fuser_embed_dim": 128, "memory_fuser_intermediate_dim": 256,
+                           **({"memory_attention_mlp_hidden_size": 128, "perceiver_resampler_num_latents": 8,
+                               "perceiver_resampler_num_latents_2d": 4, "memory_attention_rope_k_sizes": [2, 2],
+                               "perceiver_resampler_mlp_intermediate_size": 128}
+                              if family == "edgetam_video" else {"memory_attention_feed_forward_hidden_size": 128})}
                   for family in ("sam2_video", "sam3_tracker_video", "edgetam_video")},
                **{f"{family}_prompt_encoder": {"hidden_size": 128, "image_size": 64, "patch_size": 16}
-                  for family in ("sam2_video", "sam3_tracker_video", "edgetam_video")},
+                  for family in ("sam2_video", "edgetam_video")},
+               "sam3_tracker_video_prompt_encoder": {"hidden_size": 128},
                **{f"{family}_mask_decoder": {"hidden_size": 128, "mlp_dim": 128, "iou_head_hidden_dim": 64}
                   for family in ("sam2_video", "sam3_tracker_video", "edgetam_video")},
                # SAM 3's ViT: a global layer inside the tiny depth, 2 x 2 windows; its position table at the tiny
