@@ -1236,6 +1236,40 @@ def test_a_composite_its_towers_cannot_cover_is_built_whole_and_its_own_attentio
         assert factor == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL), row["name"]
 
 
+@pytest.mark.parametrize("family, own", [
+    ("sam2_video", {"Sam2VideoRoPEAttention", "Sam2VideoAttention"}),
+    ("sam3_tracker_video", {"Sam3TrackerVideoRoPEAttention", "Sam3TrackerVideoAttention"}),
+    ("edgetam_video", {"EdgeTamVideoRoPESelfAttention", "EdgeTamVideoRoPECrossAttention",
+                       "EdgeTamVideoPerceiverAttention", "EdgeTamVideoAttention"})])
+def test_a_video_tracker_is_run_through_a_prompted_session_and_its_memory_attention_read(family, own):
+    """A video tracker's forward takes an inference session, not an image: the audit opens one of two
+    frames with a box on frame 0 and runs frame 1, which attends to frame 0's memory.  Every attention
+    class it runs is read (the memory attention's RoPE self- and cross-attention, EdgeTAM's perceiver,
+    the mask decoder's two-way transformer), each at head_dim**-0.5 as the classes state (self.scaling =
+    self.head_dim**-0.5; the memory attention's head: memory_attention_hidden_size / its heads)."""
+    rows = audit.audit_item(("family", family), ("eager",), 0)
+    whole = rows[0]
+    assert whole.status == "audited" and whole.verdict == "ok", (whole.reason, whole.findings)
+    assert whole.own_attention == [] and whole.relies_on == [] and whole.unread_attention == []
+    assert own <= read_classes(family, rows)
+    config = families.whole_config(family)
+    memory_head = config.memory_attention_hidden_size // config.memory_attention_num_attention_heads
+    memory_rows = [row for row in whole.layers if row["name"].startswith("memory_attention.")]
+    assert memory_rows and {row["d_k"] for row in memory_rows} == {memory_head}
+    read = [row for row in whole.layers if math.isfinite(row["backends"]["eager"]["function"]["factor"])]
+    assert {row["name"] for row in read} == {row["name"] for row in whole.layers}  # every module read at least once
+    for row in read:
+        factor = row["backends"]["eager"]["function"]["factor"]
+        assert factor == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL), row["name"]
+
+
+def test_a_feed_forward_block_named_after_its_attention_is_not_attention():
+    """EdgeTAM's memory attention MLP is up_proj, act_fn, down_proj (modeling_edgetam_video.py): no q.k."""
+    assert not families.is_attention_class("EdgeTamVideoMemoryAttentionMLP")
+    assert families.is_attention_class("EdgeTamVideoRoPECrossAttention")
+    assert families.is_attention_class("LongcatFlashMLA")
+
+
 def test_a_composite_built_whole_counts_only_where_every_attention_it_runs_is_read_somewhere(monkeypatch):
     """GIT's whole pass reads its text attention; its vision tower's attention, left unread there, is
     read by the tower's own row: GIT is measured.  With its encoder's fused to_kv not taken as its k

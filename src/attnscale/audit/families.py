@@ -489,7 +489,8 @@ def whole_config(model_type: str):
             if name not in kwargs and built is not None:
                 # a detector's backbone as tiny_backbone shrinks it; another AutoConfig sub-config: the type
                 # its default builds
-                kwargs[name] = tiny_backbone(cls, name) or tiny_tree(type(built), WHOLE_TINY.get((cls.model_type, name)))
+                widened = WHOLE_TINY.get((cls.model_type, name))
+                kwargs[name] = tiny_backbone(cls, name) or tiny_tree(type(built), widened)
         kwargs.update(tiny_rope(cls, kwargs))
         return first_accepted(cls, kwargs, tied_widths(cls, {width for width in (default_width(cls),) if width}, kwargs))
 
