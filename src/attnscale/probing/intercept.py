@@ -207,7 +207,7 @@ def run_attention(model, inputs: dict, scale: str | None = None, on_call=None, b
 
 def final_hidden(outputs) -> torch.Tensor:
     hidden = getattr(outputs, "last_hidden_state", None)
-    if hidden is None and hasattr(outputs, "values"):  # the first tensor (a video tracker's first field is its ids)
+    if hidden is None and isinstance(outputs, dict):  # its first tensor (a video tracker's first field is its ids)
         hidden = next((value for value in outputs.values() if isinstance(value, torch.Tensor)), None)
     return hidden if hidden is not None else outputs[0]
 
