@@ -640,6 +640,24 @@ def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no
     assert alone.status == "skipped" and alone.reason.startswith("a composite of other families")
 
 
+def test_measured_families_that_leave_attention_unread_are_counted_and_named():
+    """A family measured while some attention module of it is "not intercepted" is counted apart in the
+    coverage (measured_partly, partly_read) and named with its classes on the summary line; a module named
+    by what it computes (no softmax over q.k) is not unread, and a composite built whole counts each module
+    it leaves only where a row it relies on reads it, so it is not partly read."""
+    unread = [{"name": "layers.0.local", "class": "LocalAttention", "mechanism": "not intercepted"}]
+    named = [{"name": "layers.0.wkv", "class": "WkvAttention", "mechanism": "WKV recurrence" + audit.NO_FACTOR}]
+    rows = [audit.FamilyAudit("partial", status="audited", verdict="ok", unread_attention=unread),
+            audit.FamilyAudit("named", status="audited", verdict="ok", unread_attention=named),
+            audit.FamilyAudit("whole", status="audited", verdict="ok", unread_attention=unread,
+                              towers=[{"name": "vision_config", "model_type": "vit", "own": True}]),
+            audit.FamilyAudit("full", status="audited", verdict="ok")]
+    cover = audit.coverage(rows)
+    assert (cover["measured"], cover["measured_partly"], cover["partly_read"]) == (4, 1, ["partial"])
+    longt5 = audit.audit_item(("family", "longt5"), ("eager",), 0)[0]  # its local attention computes inline
+    assert audit.partly_read(longt5) == any(u["mechanism"] == "not intercepted" for u in longt5.unread_attention)
+
+
 def test_a_composite_covered_by_its_towers_covers_the_composites_it_is_a_tower_of():
     """SAM 3's vision model is a composite of a ViT; SAM 3 has that vision model as a tower.  Whatever
     order the rows come in, both are covered once the ViT is measured, and a tower that is missing

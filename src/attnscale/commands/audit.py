@@ -64,11 +64,19 @@ def print_table(report: dict) -> None:
     if skipped:
         console.print(f"skipped {len(skipped)}: " + "; ".join(f"{r['family']} ({r['reason']})" for r in skipped[:12]) +
                       (" ..." if len(skipped) > 12 else ""), markup=False, highlight=False)
+    partly = [r for r in report["families"] if r["family"] in set(report["coverage"]["partly_read"])]
+    if partly:
+        unread = lambda r: ", ".join(sorted({u["class"] for u in r["unread_attention"]  # noqa: E731
+                                             if u["mechanism"] == "not intercepted"}))
+        console.print(f"measured, leaving attention unread {len(partly)}: " +
+                      "; ".join(f"{r['family']} ({unread(r)})" for r in partly), markup=False, highlight=False)
     counts = report["counts"]
     console.print(f"{report['coverage']['families']} families in {report['seconds']:.1f} s: " +
                   ", ".join(f"{n} {v}" for v, n in counts.items() if n), markup=False, highlight=False)
     cover = report["coverage"]
-    console.print(f"coverage: of {cover['attention_bearing']} families with attention, {cover['measured']} measured, "
+    console.print(f"coverage: of {cover['attention_bearing']} families with attention, {cover['measured']} measured "
+                  f"({cover['measured_partly']} of them leaving some attention module unread, named in their other "
+                  f"mechanisms), "
                   f"{cover['covered']} covered by their towers, {cover['no_softmax']} with no softmax over q.k "
                   f"(nothing to scale, each mechanism named), {cover['unmeasured']} "
                   f"({cover['unmeasured_share']:.0%}) unmeasured, each with its reason; {cover['tower_rows']} rows for "
