@@ -1404,6 +1404,37 @@ def test_attention_with_no_softmax_over_q_k_is_named_and_left_out_of_the_unmeasu
     assert cover["no_softmax"] == 1 and cover["unmeasured"] == 0 and cover["attention_bearing"] == 1
 
 
+@pytest.mark.parametrize("family, names", [
+    ("lxmert", ("LxmertAttentionOutput",)),  # dense, dropout, LayerNorm(hidden + input)
+    ("funnel", ("FunnelAttentionStructure",)),  # position embeddings and masks for FunnelRelMultiheadAttention
+])
+def test_an_attention_s_output_layer_or_helper_structure_is_not_attention(family, names):
+    """Parts named after an attention that compute no q.k (modeling_lxmert.py, modeling_funnel.py): not
+    counted as attention, so the family leaves nothing unread; the attention beside them still is."""
+    for name in names:
+        assert not families.is_attention_class(name)
+    assert families.is_attention_class("LxmertSelfAttentionLayer") and families.is_attention_class(
+        "FunnelRelMultiheadAttention")
+    result = audit.audit_family(family, ("eager",))
+    assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
+
+
+@pytest.mark.parametrize("family, module_class, starts", [
+    ("minimax", "MiniMaxLightningAttention", "lightning attention (MiniMax)"),
+    ("patchtsmixer", "PatchTSMixerGatedAttention", "gated attention (PatchTSMixer)"),
+])
+def test_attention_beside_the_measured_with_no_softmax_over_q_k_is_named(family, module_class, starts):
+    """MiniMax's lightning layers multiply q.k by a decay and keep a k^T v state, no softmax; PatchTSMixer's
+    gating block softmaxes a linear map of each token over its features (modeling_minimax.py,
+    modeling_patchtsmixer.py): named with no factor beside the measured softmax attention."""
+    result = audit.audit_family(family, ("eager",))
+    assert result.verdict == "ok" and result.layers
+    unread = [u for u in result.unread_attention if u["class"] == module_class]
+    assert unread and all(u["mechanism"].startswith(starts) and u["mechanism"].endswith(audit.NO_FACTOR)
+                          for u in unread)
+    assert audit.nothing_left(result), result.unread_attention
+
+
 def test_a_mechanism_with_a_factor_the_audit_cannot_run_stays_unmeasured_and_is_named():
     """MRA computes exp(q.k / sqrt(head_dim)) only in its CUDA kernel: unmeasured here, with what its code
     computes (and that heads narrower than 32 are padded to 32 before head_dim is read)."""

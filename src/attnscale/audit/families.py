@@ -32,9 +32,11 @@ MULTIMODAL_WORDS = ("vision", "audio", "speech", "image", "vq", "patcher", "proj
 
 
 # parts named after the attention they sit in but computing no q.k: a table of what an attention adds to its
-# logits (Phi-4's audio relative-position bias, passed to every layer) and a feed-forward block
-# (EdgeTamVideoMemoryAttentionMLP: up, act, down)
-NOT_ATTENTION_SUFFIXES = ("AttentionBias", "MLP")
+# logits (Phi-4's audio relative-position bias, passed to every layer), a feed-forward block
+# (EdgeTamVideoMemoryAttentionMLP: up, act, down), the dense layer after an attention (LxmertAttentionOutput,
+# NeighborhoodAttentionOutput: dense, dropout, norm) and a holder of position and mask helpers
+# (FunnelAttentionStructure, whose tensors FunnelRelMultiheadAttention takes)
+NOT_ATTENTION_SUFFIXES = ("AttentionBias", "MLP", "AttentionOutput", "AttentionStructure")
 
 
 def is_attention_class(name: str) -> bool:

@@ -527,6 +527,12 @@ MECHANISMS = (("torch.fft.rfft(query_states", "autocorrelation (Autoformer): q a
               *((call, "gated delta rule (GatedDeltaNet, Kimi delta attention): q reads a recurrent state that "
                        "k and v update under a decay gate; no softmax over q.k" + NO_FACTOR)
                 for call in ("chunk_gated_delta_rule(", "recurrent_kimi_delta_attention(")),
+              ("attn_weights_intra * current_diagonal_decay",
+               "lightning attention (MiniMax): linear attention, (q.k) times a per-head exponential decay over "
+               "distance within a block, a decayed k^T v state across blocks; no softmax over q.k" + NO_FACTOR),
+              ("attn_weight = self.attn_softmax(self.attn_layer(inputs))",
+               "gated attention (PatchTSMixer): a softmax over the features of a linear map of each token gates that "
+               "token elementwise; no q.k" + NO_FACTOR),
               ("mra2_attention(", "multi-resolution attention (MRA): exp(q.k / sqrt(head_dim)) over blocks, computed "
                                   "only by its CUDA kernel (its CPU path returns zeros); heads narrower than 32 are "
                                   "zero-padded to 32 first, so its code divides by sqrt(32), not sqrt(d_k)"))
