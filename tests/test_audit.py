@@ -1435,6 +1435,22 @@ def test_attention_beside_the_measured_with_no_softmax_over_q_k_is_named(family,
     assert audit.nothing_left(result), result.unread_attention
 
 
+@pytest.mark.parametrize("family", ["grounding-dino", "mm-grounding-dino"])
+def test_grounding_dino_s_image_text_fusion_is_read_at_its_head_dim(family):
+    """GroundingDinoBiMultiHeadAttention scales vision_proj(image) by head_dim**-0.5, head_dim =
+    (encoder_ffn_dim // 2) / (encoder_attention_heads // 2), and softmaxes its product with text_proj(text)
+    over the text (and, transposed, over the image): read from its weights at that factor, the family
+    leaves nothing unread (its deformable attention has no q.k)."""
+    result = audit.audit_family(family, ("eager",))
+    config = families.tiny_config(family)
+    head_dim = (config.encoder_ffn_dim // 2) // (config.encoder_attention_heads // 2)
+    fusion = [row for row in result.layers if row["name"].endswith("fusion_layer.attn")]
+    assert fusion and all(row["d_k"] == head_dim for row in fusion)
+    for row in fusion:
+        assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
+    assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
+
+
 def test_a_mechanism_with_a_factor_the_audit_cannot_run_stays_unmeasured_and_is_named():
     """MRA computes exp(q.k / sqrt(head_dim)) only in its CUDA kernel: unmeasured here, with what its code
     computes (and that heads narrower than 32 are padded to 32 before head_dim is read)."""

@@ -173,6 +173,23 @@ def over_queries_layout(module, q_mod, k_mod) -> whole_path.Layout:
                              over_queries=True)
 
 
+# Grounding DINO's fusion of image and text (GroundingDinoBiMultiHeadAttention, modeling_grounding_dino.py): one
+# q.k of image queries (vision_proj, scaled) and text keys (text_proj), softmaxed over the text for the image and,
+# transposed, over the image for the text; both directions share those logits, so the first's factor is theirs
+BIDIRECTIONAL = "attn_weights_transposed = attn_weights.transpose(1, 2)"
+BIDIRECTIONAL_NAMES = ("vision_proj", "text_proj")  # its q (the image's) and k (the text's)
+
+
+def bidirectional_layout(module) -> list[whole_path.Layout]:
+    q_mod, k_mod = (whole_path.child(module, (name,)) for name in BIDIRECTIONAL_NAMES)
+    heads, d = getattr(module, "num_heads", None), getattr(module, "head_dim", None)
+    if (q_mod is None or k_mod is None or not isinstance(heads, int) or not isinstance(d, int)
+            or BIDIRECTIONAL not in (source_for(module) or "")):
+        return []
+    return [whole_path.Layout("image queries over text keys, one q.k for both directions (weights read)",
+                              [whole_path.Block(q_mod, 0, heads, d, 0, d)], [whole_path.Block(k_mod, 0, heads, d, 0, d)])]
+
+
 def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path.Layout]]]:
     """(name, module, candidate layouts) for every module that owns q and k projections (separate,
     or fused with as many key heads as query heads, one, or the config's key/value heads; a torch
@@ -193,6 +210,10 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
             found.append((name, module, [whole_path.Layout("separate (q and k parameters applied by einsum, weights read)",
                                                           [whole_path.Block(shims[0], 0, heads, d, 0, d)],
                                                           [whole_path.Block(shims[1], 0, heads, d, 0, d)])]))
+            continue
+        bidirectional = bidirectional_layout(module)
+        if bidirectional:
+            found.append((name, module, bidirectional))
             continue
         q_mod, k_mod = whole_path.child(module, whole_path.Q_NAMES), whole_path.child(module, whole_path.K_NAMES)
         if q_mod is not None and k_mod is not None and softmax_over_queries(module):
