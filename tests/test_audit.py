@@ -1451,6 +1451,23 @@ def test_grounding_dino_s_image_text_fusion_is_read_at_its_head_dim(family):
     assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
 
 
+def test_dab_detr_s_decoder_attention_is_read_where_its_q_and_k_are_handed_in():
+    """DabDetrAttention takes q and k projected (content plus position projections; in cross-attention each
+    head's q and k concatenated with a sine or position part, embed_dim = 2 * hidden_size) and scales q by
+    attention_head_dim**-0.5, attention_head_dim = embed_dim / decoder_attention_heads
+    (modeling_dab_detr.py): both decoder attentions read at that factor, nothing left unread."""
+    result = audit.audit_family("dab-detr", ("eager",))
+    config = families.tiny_config("dab-detr")
+    widths = {"self_attn": config.hidden_size, "cross_attn": 2 * config.hidden_size}
+    for part, width in widths.items():
+        rows = [row for row in result.layers if row["name"].startswith("decoder.") and f".{part}." in row["name"]]
+        head_dim = width // config.decoder_attention_heads
+        assert rows and all(row["d_k"] == head_dim for row in rows), part
+        for row in rows:
+            assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
+    assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
+
+
 def test_a_mechanism_with_a_factor_the_audit_cannot_run_stays_unmeasured_and_is_named():
     """MRA computes exp(q.k / sqrt(head_dim)) only in its CUDA kernel: unmeasured here, with what its code
     computes (and that heads narrower than 32 are padded to 32 before head_dim is read)."""

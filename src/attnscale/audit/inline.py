@@ -97,6 +97,52 @@ def learned_query(module, config) -> list[whole_path.Layout]:
                               [whole_path.Block(k_mod, 0, heads, d, 0, d)])]
 
 
+class HandedIn(torch.nn.Module):
+    """The q or k an attention module is handed already projected (DabDetrAttention: "The key q_proj, k_proj,
+    v_proj are defined outside the attention"; its layer sums content and position projections, and its
+    cross-attention concatenates a sine embedding, before the call): a module of its own, which
+    :class:`Watch` passes that argument through, so that it can be hooked (read and overwritten) as any
+    projection's output; the identity."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.out_features = width
+
+    def forward(self, states):
+        return states
+
+
+HANDED_IN_ARGUMENTS = ("hidden_states", "key_states")  # the q and k such a module's forward takes
+HANDED_INS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # attention module -> (q, k) HandedIn
+
+
+def handed_in_layout(module) -> list[whole_path.Layout]:
+    """The layout of a module with no q or k projection of its own whose forward takes q and k projected
+    (as ``HANDED_IN_ARGUMENTS``), where it states its heads and their width (``attention_heads``,
+    ``attention_head_dim``): q and k designed where they are handed in; what the layer does before the
+    call (a sum of projections, a concatenation) is not read, only the product the module computes."""
+    heads, d = getattr(module, "attention_heads", None), getattr(module, "attention_head_dim", None)
+    forward = getattr(type(module), "forward", None)
+    taken = inspect.signature(forward).parameters if forward is not None else {}
+    if not (isinstance(heads, int) and isinstance(d, int) and all(name in taken for name in HANDED_IN_ARGUMENTS)):
+        return []
+    if whole_path.child(module, whole_path.Q_NAMES) is not None or whole_path.child(module, whole_path.K_NAMES) is not None:
+        return []
+    if module not in HANDED_INS:
+        HANDED_INS[module] = (HandedIn(heads * d), HandedIn(heads * d))
+    q_mod, k_mod = HANDED_INS[module]
+    return [whole_path.Layout("q and k designed where they are handed in (weights read)",
+                              [whole_path.Block(q_mod, 0, heads, d, 0, d)], [whole_path.Block(k_mod, 0, heads, d, 0, d)])]
+
+
+def through_handed_in(module, args, kwargs):
+    """A forward pre-hook: the module's handed-in q and k (keyword arguments) through its :class:`HandedIn`."""
+    shims = HANDED_INS.get(module)
+    if shims is None or not all(isinstance(kwargs.get(name), torch.Tensor) for name in HANDED_IN_ARGUMENTS):
+        return None
+    return args, {**kwargs, **{name: shim(kwargs[name]) for name, shim in zip(HANDED_IN_ARGUMENTS, shims)}}
+
+
 def project(module, x, weight, bias) -> torch.Tensor | None:
     """``x`` through the projection ``module`` where the in-projection ``weight`` (and ``bias``) are its own."""
     if isinstance(module, InProjection):
@@ -244,6 +290,8 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
                     layouts.append(layout)
         if not layouts:
             layouts = learned_query(module, config)
+        if not layouts:
+            layouts = handed_in_layout(module)
         if layouts:
             found.append((name, module, layouts))
     return found
@@ -321,6 +369,8 @@ class Watch(torch.overrides.TorchFunctionMode):
     def __enter__(self):
         for key, (module, layout) in self.found.items():
             self.handles.append(module.register_forward_pre_hook(lambda m, a, key=key: self.active.append(key)))
+            if isinstance(layout.q[0].module, HandedIn):
+                self.handles.append(module.register_forward_pre_hook(through_handed_in, with_kwargs=True))
             self.handles.append(module.register_forward_hook(self.leave(key)))
             for role, blocks in (("q", layout.q), ("k", layout.k)):
                 self.handles.append(blocks[0].module.register_forward_hook(self.shape_of(key, role)))
