@@ -1468,6 +1468,24 @@ def test_dab_detr_s_decoder_attention_is_read_where_its_q_and_k_are_handed_in():
     assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
 
 
+def test_longt5_s_local_attention_is_read_across_its_blocks():
+    """LongT5LocalAttention splits the tokens into blocks of local_radius + 1 and scores each block's queries
+    against the block before, its own and the next, einsum(q, k) with no scaling (T5's), keys at a distance
+    over local_radius masked (modeling_longt5.py): unblocked, read at factor 1, for the queries that see the
+    designed keys 0 and 1 (those within local_radius of key 0), and nothing left unread."""
+    radius = 3  # blocks of 4: the designs' keys lie in block 0, seen from block 1's first queries too
+    result = audit.audit_family("longt5", ("eager",), local_radius=radius)
+    local = [row for row in result.layers if row["name"].endswith("LocalSelfAttention")]
+    assert local
+    for row in local:
+        path = row["backends"]["eager"]["path"]
+        assert path["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
+        seen = path["per_query"][:radius + 1]
+        assert all(value == pytest.approx(1.0, rel=FACTOR_REL) for value in seen)
+        assert all(math.isnan(value) for value in path["per_query"][radius + 1:])  # key 0 out of their reach
+    assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
+
+
 def test_a_mechanism_with_a_factor_the_audit_cannot_run_stays_unmeasured_and_is_named():
     """MRA computes exp(q.k / sqrt(head_dim)) only in its CUDA kernel: unmeasured here, with what its code
     computes (and that heads narrower than 32 are padded to 32 before head_dim is read)."""

@@ -475,7 +475,10 @@ class Watch(torch.overrides.TorchFunctionMode):
         over_queries = self.found[key][1].over_queries
         for item in self.tensors[key]:
             item = item.transpose(-1, -2) if over_queries else item  # rows over the module's queries
-            if item.dim() == 5 and item.shape[:2] == (rows, heads):
+            if three_blocks(item, self.found[key][0], rows, heads):  # LongT5's local attention
+                block = self.found[key][0].block_len
+                item = unblock(item.transpose(1, 2), self.found[key][0], t_q, t_k, chunk=block, past=block)
+            elif item.dim() == 5 and item.shape[:2] == (rows, heads):
                 # chunked local attention (Gemma 3n/4 audio), else one window's axis (Hiera's global stages)
                 unblocked = unblock(item, self.found[key][0], t_q, t_k)
                 item = unblocked if unblocked is not None else item.squeeze(2) if item.shape[2] == 1 else None
@@ -493,11 +496,21 @@ class Watch(torch.overrides.TorchFunctionMode):
         return None
 
 
-def unblock(weights: torch.Tensor, module, t_q: int, t_k: int) -> torch.Tensor | None:
+def three_blocks(weights: torch.Tensor, module, rows: int, heads: int) -> bool:
+    """Weights (B, blocks, H, block_len, 3 block_len): each block of ``module.block_len`` queries over the keys
+    of the block before it, its own and the next (LongT5LocalAttention, modeling_longt5.py)."""
+    block = getattr(module, "block_len", None)
+    return (isinstance(block, int) and weights.dim() == 5 and weights.shape[0] == rows and weights.shape[2] == heads
+            and weights.shape[3:] == (block, 3 * block))
+
+
+def unblock(weights: torch.Tensor, module, t_q: int, t_k: int, chunk=None, past=None) -> torch.Tensor | None:
     """Chunked local attention's weights (B, H, blocks, chunk, context), queries in blocks of
     ``module.chunk_size`` and block n's context starting ``module.max_past_horizon`` keys before it
-    (Gemma 3n's and Gemma 4's audio encoders), as (B, H, T_q, T_k): each context column at its key."""
-    chunk, past = getattr(module, "chunk_size", None), getattr(module, "max_past_horizon", None)
+    (Gemma 3n's and Gemma 4's audio encoders), or the ``chunk`` and ``past`` given, as (B, H, T_q, T_k):
+    each context column at its key."""
+    chunk = chunk if chunk is not None else getattr(module, "chunk_size", None)
+    past = past if past is not None else getattr(module, "max_past_horizon", None)
     batch, heads, blocks, size, context = weights.shape
     if not isinstance(chunk, int) or not isinstance(past, int) or size != chunk or blocks * chunk < t_q:
         return None
