@@ -1486,6 +1486,26 @@ def test_longt5_s_local_attention_is_read_across_its_blocks():
     assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
 
 
+def test_prophetnet_s_ngram_self_attention_is_read_in_its_main_and_predict_streams():
+    """ProphetNetNgramSelfAttention projects q over its 1 + ngram streams, divides it by head_dim**0.5, then
+    chunks it: the main stream attends over itself, each predict stream over the main stream and itself
+    (modeling_prophetnet.py).  Laid back at their keys, every stream's queries read head_dim**-0.5."""
+    result = audit.audit_family("prophetnet", ("eager",))
+    config = families.tiny_config("prophetnet")
+    head_dim = config.hidden_size // config.num_decoder_attention_heads
+    rows = [row for row in result.layers if row["name"].startswith("decoder.") and row["name"].endswith("self_attn")]
+    assert rows
+    for row in rows:
+        assert row["d_k"] == head_dim
+        per_query = row["backends"]["eager"]["path"]["per_query"]
+        assert len(per_query) == (1 + config.ngram) * audit.TOKENS
+        streams = [per_query[start:start + audit.TOKENS] for start in range(0, len(per_query), audit.TOKENS)]
+        for stream in streams:  # each stream has queries that see the designed keys, each at the factor
+            seen = [value for value in stream if not math.isnan(value)]
+            assert seen and all(value == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL) for value in seen)
+    assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
+
+
 def test_a_mechanism_with_a_factor_the_audit_cannot_run_stays_unmeasured_and_is_named():
     """MRA computes exp(q.k / sqrt(head_dim)) only in its CUDA kernel: unmeasured here, with what its code
     computes (and that heads narrower than 32 are padded to 32 before head_dim is read)."""

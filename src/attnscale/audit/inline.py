@@ -485,6 +485,8 @@ class Watch(torch.overrides.TorchFunctionMode):
             elif item.dim() == 4 and item.shape[:3] == (rows, t_q, heads):  # banded, or T_q = H: as it is
                 banded = unband(item, self.found[key][0], t_k)
                 item = item if banded is None else banded
+            elif item.dim() == 4 and item.shape[:2] == (rows, heads) and item.shape[2:] != (t_q, t_k):
+                item = ngram_streams(item, self.tensors[key], self.found[key][0], t_q, t_k)  # ProphetNet's
             if item is None:
                 continue
             if item.dim() == 3 and item.shape == (rows * heads, t_q, t_k):
@@ -521,6 +523,27 @@ def unblock(weights: torch.Tensor, module, t_q: int, t_k: int, chunk=None, past=
         if end > first:
             out[..., n, :, start + first:start + end] = weights[..., n, :, first:end]
     return out.reshape(batch, heads, blocks * chunk, t_k)[:, :, :t_q]
+
+
+def ngram_streams(main: torch.Tensor, tensors: list, module, t_q: int, t_k: int) -> torch.Tensor | None:
+    """An n-gram self-attention's weights as (B, H, T_q, T_k), its q and k projected over its 1 + ``module.ngram``
+    streams of T tokens laid end to end (ProphetNetNgramSelfAttention, T_q = T_k = (1 + ngram) T): the main
+    stream's (B, H, T, T), its queries over its keys, and, from among ``tensors``, the predict streams'
+    (B, ngram, H, T, 2T), stream s's queries over the main stream's keys, then its own, each at its key."""
+    ngram = getattr(module, "ngram", None)
+    if not isinstance(ngram, int) or t_q != t_k or t_q % (1 + ngram):
+        return None
+    batch, heads, tokens = main.shape[0], main.shape[1], t_q // (1 + ngram)
+    predict = next((item for item in tensors if item.shape == (batch, ngram, heads, tokens, 2 * tokens)), None)
+    if main.shape[2:] != (tokens, tokens) or predict is None:
+        return None
+    out = main.new_zeros(batch, heads, t_q, t_k)
+    out[..., :tokens, :tokens] = main
+    for stream in range(1, 1 + ngram):
+        rows = slice(stream * tokens, (stream + 1) * tokens)
+        out[..., rows, :tokens] = predict[:, stream - 1, ..., :tokens]
+        out[..., rows, rows] = predict[:, stream - 1, ..., tokens:]
+    return out
 
 
 def unband(weights: torch.Tensor, module, t_k: int) -> torch.Tensor | None:
