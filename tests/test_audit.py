@@ -1298,6 +1298,7 @@ def test_a_composite_built_whole_counts_only_where_every_attention_it_runs_is_re
     git = audit.audit_item(("family", "git"), ("eager",), 0)
     assert git[0].status == "audited" and git[0].verdict == "ok"
     assert [row.family for row in git[1:]] == ["git.vision_config"] and audit.is_measured(git[1])
+    assert git[0].relies_on == ["git.vision_config"]  # kept, so the report checks it again (settle_whole)
     monkeypatch.setattr(whole_path, "KV_NAMES", tuple(name for name in whole_path.KV_NAMES if name != "to_kv"))
     speech = audit.audit_item(("family", "granite_speech"), ("eager",), 0)
     assert speech[0].status == "skipped"
@@ -1826,3 +1827,88 @@ def test_composites_whose_towers_read_every_attention_they_run_are_covered(compo
         assert cross and not qformer.unread_attention
         for row in cross:
             assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL)
+
+
+# ---------------------------------------------------------------------------------------
+# Composites audited on token ids: the attention their towers run outside that pass.
+
+def classes_of(model, names) -> set[str]:
+    """The attention classes of the modules read as ``names``, and of those holding one (SigLIP's pooling
+    head holds the nn.MultiheadAttention its row reads)."""
+    modules = dict(model.named_modules())
+    holders = {".".join(name.split(".")[:end]) for name in names for end in range(1, name.count(".") + 2)}
+    return {type(modules[name]).__name__ for name in holders
+            if name in modules and families.is_attention_class(type(modules[name]).__name__)}
+
+
+@pytest.mark.parametrize("composite, unread, row", [
+    ("inkling2", {"Inkling2VisionAttention"}, "inkling2_vision"),
+    ("granite_docling", {"GraniteDoclingVisionAttention"}, "granite_docling_vision"),
+    ("omdet-turbo", {"CLIPAttention"}, "clip_text_model"),  # its language backbone: a CLIP text model
+    # its vision tower lies in its encoder (a composite of its own): the innermost family, SigLIP's, is relied on
+    ("t5gemma2", {"SiglipAttention", "SiglipMultiheadAttentionPoolingHead"}, "siglip_vision_model")])
+def test_a_composite_audited_on_token_ids_relies_on_the_row_that_reads_its_towers_attention(composite, unread, row):
+    """A composite small enough to be audited directly runs on token ids, and its vision tower never runs:
+    the attention modules left unread there rely on the tower's own row, which builds the same classes
+    (the classes of the installed modeling files) and reads every one of them; without that row in the
+    report the composite is not measured."""
+    rows = audit.audit_item(("family", composite), ("eager",), 0)
+    result = rows[0]
+    assert audit.is_measured(result) and result.relies_on == [row], (result.reason, result.relies_on)
+    assert {u["class"] for u in result.unread_attention if u["mechanism"] == "not intercepted"} == unread
+    tower = audit.audit_item(("family", row), ("eager",), 0)[0]
+    assert audit.nothing_left(tower), tower.unread_attention
+    assert unread <= classes_of(audit.tiny_model(row, 0, {}), [layer["name"] for layer in tower.layers])
+    audit.settle_whole([result, tower])
+    assert audit.is_measured(result)
+    alone = audit.audit_item(("family", composite), ("eager",), 0)[0]
+    audit.settle_whole([alone])
+    assert alone.status == "skipped" and f"the attention of {row} is not read" in alone.reason
+
+
+@pytest.mark.parametrize("composite, d_k, names", [
+    # ChameleonVQVAEEncoderAttnBlock: attn_weights * (int(channels) ** (-0.5)), 64 channels at its middle
+    # (base_channels 32 x channel_multiplier 2); computed inline, read from its 1 x 1 convolutions' weights
+    ("chameleon", 64, ["encoder.mid.attn_1"]),
+    # Emu3VQVAEAttentionBlock: scaling=self.head_dim**-0.5, head_dim = hidden_size / heads = 16; its decoder's
+    # blocks run only in decode, which the round trip calls
+    ("emu3", 16, ["encoder.down_block.down.1.attn.0", "encoder.middle_block.attn_1", "decoder.middle_block.attn_1",
+                  "decoder.up_block.up.1.attn.0", "decoder.up_block.up.1.attn.1"])])
+def test_a_vq_image_tokenizer_with_no_forward_is_read_through_its_round_trip(composite, d_k, names):
+    """Chameleon's and Emu3's VQ-VAEs define encode (and Emu3's decode), no forward; a text pass of the
+    composite never runs them.  The tokenizer's row runs the image through encode, then decode where there
+    is one, and reads every attention block at d_k^-0.5; the composite relies on that row."""
+    rows = {row.family: row for row in audit.audit_item(("family", composite), ("eager",), 0)}
+    result, vq = rows[composite], rows[f"{composite}.vq_config"]
+    assert audit.is_measured(result) and result.relies_on == [f"{composite}.vq_config"]
+    assert audit.nothing_left(vq) and [layer["name"] for layer in vq.layers] == names
+    for layer in vq.layers:
+        assert layer["d_k"] == d_k
+        assert verdicts.judged_factor(layer["backends"]["eager"]) == pytest.approx(d_k ** -0.5, rel=FACTOR_REL)
+    audit.settle_whole(list(rows.values()))
+    assert audit.is_measured(result)
+
+
+def test_inkling2_loops_message_attention_runs_in_its_second_pass_and_is_read():
+    """Inkling2LoopMessageAttentionResidual runs only from the second pass over the looped layers (6 to 18
+    by default): with the loop inside the tiny depth, its learned queries attend over the previous pass's
+    block states at scaling=hidden_size**-0.5, as its forward states."""
+    result = audit.audit_family("inkling2_loop_text", ("eager",))
+    messages = [row for row in result.layers if row["name"] == "message_input"]
+    hidden = families.tiny_config("inkling2_loop_text").hidden_size
+    assert messages and result.unread_attention == [] and audit.is_measured(result)
+    for row in messages:
+        assert row["d_k"] == hidden
+        assert row["backends"]["eager"]["function"]["factor"] == pytest.approx(hidden ** -0.5, rel=FACTOR_REL)
+
+
+@pytest.mark.skipif(__import__("importlib").util.find_spec("torchvision") is not None,
+                    reason="with torchvision, SAM 3's box prompt runs")
+def test_sam3s_geometry_encoder_left_unread_says_its_box_prompt_is_refused():
+    """SAM 3 runs its geometry encoder only on a box prompt (has_geometry_prompts), whose features it pools
+    with torchvision.ops.roi_align: without torchvision the box is refused, and each geometry encoder
+    module left unread says so."""
+    result = audit.audit_item(("family", "sam3"), ("eager",), 0)[0]
+    unread = [u for u in result.unread_attention if u["mechanism"] == "not intercepted"]
+    assert unread and all(u["name"].startswith("geometry_encoder.") for u in unread)
+    assert all("box prompt" in u["why"] and "torchvision" in u["why"] for u in unread)

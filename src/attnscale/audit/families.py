@@ -469,7 +469,29 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
                 model = model_cls._from_config(config, attn_implementation=attn_implementation)
             except Exception as error:  # noqa: BLE001
                 raise Skip(f"cannot be built from its config: {first_line(error)}") from None
-    return fit_rotary_sections(model).eval()
+    return with_round_trip(fit_rotary_sections(model)).eval()
+
+
+def with_round_trip(model):
+    """A VQ image tokenizer with no forward of its own (Chameleon's and Emu3's: encode and decode methods,
+    which their composites call) runs as Janus's VQ-VAE forward does: the image encoded to its tokens, then
+    decoded where it has a decoder (Emu3's), so every attention block of both halves runs."""
+    if type(model).forward is not torch.nn.Module.forward or not hasattr(model, "encode"):
+        return model
+    import inspect
+
+    takes_sizes = "image_sizes" in inspect.signature(model.encode).parameters
+
+    def forward(pixel_values):
+        sizes = {"image_sizes": torch.tensor([list(pixel_values.shape[-2:])] * len(pixel_values))} if takes_sizes else {}
+        encoded = model.encode(pixel_values, **sizes)
+        if not hasattr(model, "decode"):
+            return encoded
+        tokens = encoded.image_tokens
+        return model.decode(torch.stack(tokens) if isinstance(tokens, (list, tuple)) else tokens)
+
+    model.forward = forward
+    return model
 
 
 def whole_config(model_type: str):

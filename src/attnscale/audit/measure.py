@@ -25,6 +25,7 @@ import math
 import os
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +65,8 @@ class FamilyAudit:
     own_attention: list = field(default_factory=list)  # attention classes a composite runs outside its towers
     tower_of: str = ""  # a tower row: the composite it belongs to (not a family of its own)
     unread_attention: list = field(default_factory=list)  # attention modules no row reads, with what they compute
-    # a composite built whole: the tower rows whose attention it left unread (measured there, or it is not measured)
+    # a composite built whole, or audited on token ids its towers never see: the tower rows whose attention it
+    # left unread (measured there, or it is not measured)
     relies_on: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
@@ -330,12 +332,22 @@ def first_inputs(model) -> dict:
 def runs(model, make_inputs) -> bool:
     """Whether the model runs one forward pass on the inputs ``make_inputs()`` gives (no gradients, one
     thread, transformers quiet); any refusal, in making the inputs or in the model's code, is a no."""
+    return refusal_of(model, make_inputs) is None
+
+
+def refusal_of(model, make_inputs) -> str | None:
+    """The first line of the error one forward pass on ``make_inputs()`` raises (see :func:`runs`); None where it runs."""
     try:
         with torch.no_grad(), quiet_transformers(), torch_threads(1):
             model(**make_inputs())
-        return True
-    except Exception:  # noqa: BLE001 - third-party model code: whatever it raises means it does not run so
-        return False
+        return None
+    except Exception as error:  # noqa: BLE001 - third-party model code: whatever it raises means it does not run so
+        return families.first_line(error)
+
+
+# model -> why its last box prompt was refused, where it runs without one (SAM 3: its geometry encoder pools the
+# box's features with torchvision.ops.roi_align, and torchvision is not installed)
+BOX_REFUSALS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def token_inputs(model, ids: torch.Tensor, layout) -> dict:
@@ -380,8 +392,22 @@ def image_companions(model) -> None:
         options = [(*option, "boxes") for option in options] + options  # with a box first, then without
     for option in options:
         whole_path.IMAGE_BESIDE[model] = option
-        if len(options) == 1 or runs(model, lambda: whole_path.image_inputs(model, 1)):
+        refusal = None if len(options) == 1 else refusal_of(model, lambda: whole_path.image_inputs(model, 1))
+        if refusal is None:
             return
+        if "boxes" in option:
+            BOX_REFUSALS[model] = refusal
+
+
+def box_refused(model, unread: list[dict]) -> None:
+    """Says, beside each attention module left unread (not intercepted) by a model that runs without the
+    box prompt it refused, that refusal: what would run such a module is not run here, and why."""
+    refusal = BOX_REFUSALS.get(model)
+    if refusal is None or "boxes" in whole_path.IMAGE_BESIDE.get(model, ()):
+        return
+    for entry in unread:
+        if entry["mechanism"] == "not intercepted":
+            entry["why"] = f"not run by the inputs that run here; the box prompt it takes beside them is refused ({refusal})"
 
 
 def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
@@ -435,6 +461,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
         with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
             torch.manual_seed(seed)
             inline_beside(model, model_type, result)
+    box_refused(model, result.unread_attention)
     judge_family(result, backends)
     mechanisms = list(dict.fromkeys(u["mechanism"] for u in result.unread_attention if u["mechanism"] != "not intercepted"))
     if has_no_factor(result):
@@ -675,8 +702,36 @@ def audit_family(model_type: str, backends=DEFAULT_BACKENDS, seed: int = 0, **ov
     except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a result, not a crash
         result = FamilyAudit(model_type, type(model).__name__, status="skipped",
                              reason=f"audit failed: {families.first_line(error)}")
+    rely_on_towers(model, result)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def rely_on_towers(model, result: FamilyAudit) -> None:
+    """A composite audited on its token ids, whose towers that pass does not run (a vision or audio
+    tower, a VQ image tokenizer): each attention module it leaves unread inside a tower relies on the
+    row that audits that tower (:func:`tower_row`), which :func:`settle_whole` requires measured with
+    nothing left; a module outside every tower stays unread."""
+    unread = [u["name"] for u in result.unread_attention if u["mechanism"] == "not intercepted"]
+    sub_configs = dict(getattr(type(model.config), "sub_configs", {}) or {})
+    if result.status != "audited" or not unread or not sub_configs:
+        return
+    result.towers = families.tower_types(type(model.config), sub_configs)
+    result.relies_on = sorted({row for name in unread if (row := own_family(model, name) or tower_row(model, result, name))})
+
+
+def own_family(model, module_name: str) -> str | None:
+    """The model type of the innermost part holding ``module_name`` built from the config of a family of
+    its own, whose row reads the same classes (T5Gemma 2's SigLIP vision model, inside its encoder: a
+    composite covered only once the report is settled); None where there is none."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
+
+    parts = module_name.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        config = getattr(model.get_submodule(".".join(parts[:end])), "config", None)
+        if config is not None and config is not model.config and getattr(config, "model_type", None) in MODEL_MAPPING_NAMES:
+            return config.model_type
+    return None
 
 
 def tiny_model(model_type: str, seed: int, overrides: dict):
@@ -955,7 +1010,8 @@ def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
     if kind == "folder":
         return [audit_folder(name, backends, seed)]
     result = audit_family(name, backends, seed)
-    towers = [t for t in result.towers if t["model_type"] and not t["own"]] if result.status == "skipped" else []
+    towers = [t for t in result.towers if t["model_type"] and not t["own"]
+              and (result.status == "skipped" or f"{name}.{t['name']}" in result.relies_on)]
     rows = [audit_tower(name, tower, backends, seed) for tower in towers]
     # a tower with no model type of its own (Fun-ASR-Nano's adaptor: a config class only) has no row to cover it
     typeless = any(not tower["model_type"] for tower in result.towers)
@@ -965,8 +1021,7 @@ def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
         by_row = {row.family: row for row in rows}
         unmeasured = [name for name in whole.relies_on if name in by_row and not nothing_left(by_row[name])]
         if is_measured(whole) and not whole.own_attention and not unmeasured:
-            # towers that are families of their own are looked up in the report (settle_whole)
-            whole.relies_on = [name for name in whole.relies_on if name not in by_row]
+            # its relies_on are checked again in the report (settle_whole), families of their own only there
             return [whole, *rows]
         why = (whole.reason or "; ".join(whole.findings) if not is_measured(whole)
                else unread_text(whole.own_attention, unmeasured))

@@ -33,6 +33,11 @@ TINY = {
     "out_hidden_size": 64, "projection_intermediate_size": 128, "projection_hidden_dim": 64, "text_hidden_size": 64,
     "adapter_out_dim": 64,  # Dots3 Note's vision and audio adapters (their output must be the text width)
 }
+# Chameleon's and Emu3's VQ-VAE image tokenizers: 2 resolutions of 32 and 64 channels, a 64-code codebook
+CHAMELEON_VQ = {"base_channels": 32, "channel_multiplier": [1, 2], "num_res_blocks": 1, "embed_dim": 16,
+                "latent_channels": 16, "num_embeddings": 64, "resolution": 32}
+EMU3_VQ = {"base_channels": 32, "channel_multiplier": [1, 2], "num_res_blocks": 1, "attn_resolutions": [1],
+           "codebook_size": 64, "hidden_size": 64, "num_attention_heads": 4}
 # Families whose config needs more than the tiny sizes to be consistent.
 FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "llama4_text": {"num_hidden_layers": 4},  # every 4th layer has no RoPE (and the temperature)
@@ -119,16 +124,16 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # DbrxAttention reads attn_config.rope_theta, a field DbrxAttentionConfig lacks (unused: the rotary
                # embedding reads rope_parameters), and clamps q, k, v by clip_qkv, which fails at its default None
                "dbrx": {"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0}},
+               # its looped layers (6 to 18 by default) inside the tiny depth, run twice, one block a layer: the
+               # second pass's message attention reads the first's two last block states (a key per block)
+               "inkling2_loop_text": {"num_hidden_layers": 4, "n_layers_per_attn_res_block": 1,
+                                      "loop_layer_index_start": 1, "loop_layer_index_end": 3, "loop_num_passes": 2},
                # the image-token map the model reads at build (None by default), and the VQ-VAE image tokenizer
-               # it always builds, shrunk (its defaults alone are 29M parameters)
-               "chameleon": {"vocabulary_map": {"<image>": 127},
-                             "vq_config": {"base_channels": 32, "channel_multiplier": [1, 2], "num_res_blocks": 1,
-                                           "embed_dim": 16, "latent_channels": 16, "num_embeddings": 64,
-                                           "resolution": 32}},
-               "emu3": {"vocabulary_map": {"<image>": 127},
-                        "vq_config": {"base_channels": 32, "channel_multiplier": [1, 2], "num_res_blocks": 1,
-                                      "attn_resolutions": [1], "codebook_size": 64, "hidden_size": 64,
-                                      "num_attention_heads": 4}},
+               # it always builds, shrunk (its defaults alone are 29M parameters); the tokenizer's own row alike
+               "chameleon": {"vocabulary_map": {"<image>": 127}, "vq_config": CHAMELEON_VQ},
+               "chameleon_vqgan": CHAMELEON_VQ,
+               "emu3": {"vocabulary_map": {"<image>": 127}, "vq_config": EMU3_VQ},
+               "emu3_vqgan": EMU3_VQ,
                # AutoModel maps funnel to two classes and picks by config.architectures, which is None by default
                "funnel": {"architectures": ["FunnelModel"], "d_head": 16},
                # layer_types is None by default and the model indexes it (no default pattern)
