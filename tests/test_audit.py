@@ -643,14 +643,14 @@ def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no
 def test_measured_families_that_leave_attention_unread_are_counted_and_named():
     """A family measured while some attention module of it is "not intercepted" is counted apart in the
     coverage (measured_partly, partly_read) and named with its classes on the summary line; a module named
-    by what it computes (no softmax over q.k) is not unread, and a composite built whole counts each module
-    it leaves only where a row it relies on reads it, so it is not partly read."""
+    by what it computes (no softmax over q.k) is not unread, nor one a row it relies on reads (a composite's
+    tower, which settle_whole requires measured with nothing left)."""
     unread = [{"name": "layers.0.local", "class": "LocalAttention", "mechanism": "not intercepted"}]
     named = [{"name": "layers.0.wkv", "class": "WkvAttention", "mechanism": "WKV recurrence" + audit.NO_FACTOR}]
+    read_by = [{**unread[0], "read_by": "vit"}]
     rows = [audit.FamilyAudit("partial", status="audited", verdict="ok", unread_attention=unread),
             audit.FamilyAudit("named", status="audited", verdict="ok", unread_attention=named),
-            audit.FamilyAudit("whole", status="audited", verdict="ok", unread_attention=unread,
-                              towers=[{"name": "vision_config", "model_type": "vit", "own": True}]),
+            audit.FamilyAudit("whole", status="audited", verdict="ok", unread_attention=read_by, relies_on=["vit"]),
             audit.FamilyAudit("full", status="audited", verdict="ok")]
     cover = audit.coverage(rows)
     assert (cover["measured"], cover["measured_partly"], cover["partly_read"]) == (4, 1, ["partial"])

@@ -717,7 +717,10 @@ def rely_on_towers(model, result: FamilyAudit) -> None:
     if result.status != "audited" or not unread or not sub_configs:
         return
     result.towers = families.tower_types(type(model.config), sub_configs)
-    result.relies_on = sorted({row for name in unread if (row := own_family(model, name) or tower_row(model, result, name))})
+    for module in result.unread_attention:
+        if module["name"] in unread and (row := own_family(model, module["name"]) or tower_row(model, result, module["name"])):
+            module["read_by"] = row
+    result.relies_on = sorted({module["read_by"] for module in result.unread_attention if module.get("read_by")})
 
 
 def own_family(model, module_name: str) -> str | None:
@@ -976,8 +979,15 @@ def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) 
     # an attention class counts as read where a row reads one of its modules (the factor is the class's code)
     modules = dict(model.named_modules())
     read = {type(modules[row["name"]]).__name__ for row in result.layers if row["name"] in modules}
-    unread = [(u["class"], tower_row(model, skipped, u["name"])) for u in result.unread_attention
-              if u["mechanism"] == "not intercepted" and u["class"] not in read]
+    unread = []
+    for module in result.unread_attention:
+        if module["mechanism"] != "not intercepted":
+            continue
+        row = model_type if module["class"] in read else tower_row(model, skipped, module["name"])
+        if row:
+            module["read_by"] = row  # the row that reads its class (this one, or its tower's)
+        if module["class"] not in read:
+            unread.append((module["class"], row))
     result.own_attention = sorted({name for name, row in unread if row is None})
     result.relies_on = sorted({row for _, row in unread if row is not None})
     result.seconds = time.perf_counter() - start
@@ -1141,12 +1151,16 @@ def coverage(results: list[FamilyAudit]) -> dict:
             "tower_rows": len(towers), "tower_rows_measured": sum(map(is_measured, towers))}
 
 
+def unread_here(result: FamilyAudit) -> list[dict]:
+    """The attention modules of a row "not intercepted" that no row reads: not its own row reading the
+    same class, nor a tower's row it relies on (``read_by``; settle_whole keeps the row measured only
+    where that row is measured with nothing left)."""
+    return [u for u in result.unread_attention if u.get("mechanism") == "not intercepted" and not u.get("read_by")]
+
+
 def partly_read(result: FamilyAudit) -> bool:
-    """A family counted measured that leaves some attention module "not intercepted" (named in its other
-    mechanisms).  A composite built whole is not: each module it leaves is read by a measured row it
-    relies on, or by its own row reading the same class, or it would not count as measured."""
-    return (is_measured(result) and not result.towers
-            and any(u.get("mechanism") == "not intercepted" for u in result.unread_attention))
+    """A family counted measured that leaves some attention module unread (named in its other mechanisms)."""
+    return is_measured(result) and bool(unread_here(result))
 
 
 def report(results: list[FamilyAudit], backends, seconds: float) -> dict:

@@ -67,7 +67,7 @@ def print_table(report: dict) -> None:
     partly = [r for r in report["families"] if r["family"] in set(report["coverage"]["partly_read"])]
     if partly:
         unread = lambda r: ", ".join(sorted({u["class"] for u in r["unread_attention"]  # noqa: E731
-                                             if u["mechanism"] == "not intercepted"}))
+                                             if u["mechanism"] == "not intercepted" and not u.get("read_by")}))
         console.print(f"measured, leaving attention unread {len(partly)}: " +
                       "; ".join(f"{r['family']} ({unread(r)})" for r in partly), markup=False, highlight=False)
     counts = report["counts"]
