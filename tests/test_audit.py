@@ -930,6 +930,32 @@ def test_composite_parts_without_attention_leave_nothing_to_cover():
     assert "head_config: no attention, streaming_config: no attention" in composite.reason
 
 
+def test_a_composite_part_with_no_model_class_and_no_attention_leaves_nothing_to_cover():
+    """VibeVoice's diffusion head (vibevoice_diffusion: no model class of its own) is AdaLN-modulated MLPs
+    under a timestep embedding, with no softmax in its code: no row audits it and none is needed; the
+    composite is covered by its text model and its (attention-free) acoustic tokenizers."""
+    import inspect
+
+    from transformers.models.vibevoice import configuration_vibevoice, modeling_vibevoice
+
+    head = modeling_vibevoice.VibeVoiceDiffusionHead(families.sub_config(
+        configuration_vibevoice.VibeVoiceDiffusionHeadConfig, set()))
+    parts = {type(module) for module in head.modules()}
+    code = "".join(inspect.getsource(cls) for cls in parts if cls.__module__ == modeling_vibevoice.__name__)
+    assert not any(families.is_attention_class(cls.__name__) for cls in parts)
+    assert "VibeVoiceMLP" in code and "softmax" not in code and "matmul" not in code and " @ " not in code
+    rows = audit.audit_item(("family", "vibevoice"), ("eager",), 0)
+    composite = rows[0]
+    assert [row.family for row in rows] == ["vibevoice"] and not composite.own_attention
+    attention = {tower["name"]: tower["attention"] for tower in composite.towers}
+    assert attention == {"text_config": True, "diffusion_head_config": False, "semantic_model_config": True,
+                         "audio_config": True}
+    towers = [r for name in ("qwen2", "vibevoice_acoustic_tokenizer_encoder", "vibevoice_acoustic_tokenizer")
+              for r in audit.audit_item(("family", name), ("eager",), 0)]
+    audit.mark_covered([composite, *towers])
+    assert composite.status == "covered" and "diffusion_head_config: no attention" in composite.reason
+
+
 def test_rope_that_cannot_be_pinned_leaves_the_whole_path_unread():
     """Moonshine's audio encoder rotates q and k by frame positions it takes no position_ids for: a
     query at frame t and the designed keys at frames 0 and 1 differ by a rotation of t (the logit

@@ -401,12 +401,21 @@ def composite_skip(cls, sub_configs: dict, reason: str) -> Skip:
     typed = [tower["name"] for tower in skip.towers if tower["model_type"]]
     if len(typed) == len(skip.towers):  # only then can the towers cover it
         skip.own_attention = own_attention_classes(cls, sub_configs)
-    elif typed and not own_attention_classes(cls, sub_configs, typed):
-        # no attention outside the typed towers: the parts with no model type of their own (a head's or a
-        # streaming cache's settings: Nemotron 3 Diarization's) run none, and leave nothing to measure
+    rowed = [tower["name"] for tower in skip.towers if has_row(cls, sub_configs, tower)]
+    if rowed and len(rowed) < len(skip.towers) and not own_attention_classes(cls, sub_configs, rowed):
+        # no attention outside the towers a row audits: the parts no row can (a head's or a streaming cache's
+        # settings with no model type: Nemotron 3 Diarization's; a part with no model class of its own:
+        # VibeVoice's diffusion head, AdaLN-modulated MLPs) run none, and leave nothing to measure
         for tower in skip.towers:
-            tower.setdefault("attention", bool(tower["model_type"]))
+            tower.setdefault("attention", tower["name"] in rowed)
     return skip
+
+
+def has_row(cls, sub_configs: dict, tower: dict) -> bool:
+    """Whether a row can audit a composite's tower: a family of its own, or a model class of the
+    composite's package built from the tower's config (audited as ``composite.tower``)."""
+    sub_cls = sub_configs.get(tower["name"])
+    return bool(tower["model_type"]) and (tower["own"] or isinstance(sub_cls, type) and tower_class(cls, sub_cls) is not None)
 
 
 def tower_class(cls, sub_cls):

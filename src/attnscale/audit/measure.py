@@ -1020,7 +1020,7 @@ def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
     if kind == "folder":
         return [audit_folder(name, backends, seed)]
     result = audit_family(name, backends, seed)
-    towers = [t for t in result.towers if t["model_type"] and not t["own"]
+    towers = [t for t in attending(result.towers) if t["model_type"] and not t["own"]
               and (result.status == "skipped" or f"{name}.{t['name']}" in result.relies_on)]
     rows = [audit_tower(name, tower, backends, seed) for tower in towers]
     # a tower with no model type of its own (Fun-ASR-Nano's adaptor: a config class only) has no row to cover it
