@@ -1280,6 +1280,34 @@ def test_a_composite_its_towers_cannot_cover_is_built_whole_and_its_own_attentio
             row["name"])
 
 
+@pytest.mark.parametrize("family, part, placeholders", [("aria", "multi_modal_projector.cross_attn", 4),
+                                                        ("fun_asr_nano", "multi_modal_projector.layers", 32)])
+def test_a_composite_is_fed_the_media_its_placeholder_tokens_take_and_its_projector_read(family, part, placeholders):
+    """Aria's projector (AriaCrossAttention: 4 learned queries over the image's 16 patches through a torch
+    nn.MultiheadAttention) and Fun-ASR-Nano's adaptor (FunAsrNanoAttention layers over the audio encoder's 32
+    frames) run only on media merged into the ids at image_token_id / audio_token_id: built whole, the model is
+    fed its tower's media and ids ending in as many placeholders as the projector outputs vectors, and every
+    attention it runs is read at head_dim**-0.5 (torch's MultiheadAttention scales by (embed_dim // num_heads)**-0.5,
+    embed_dim and heads the vision tower's; FunAsrNanoAttention's self.scaling = self.head_dim**-0.5)."""
+    rows = audit.audit_item(("family", family), ("eager",), 0)
+    whole = rows[0]
+    assert whole.family == family and whole.status == "audited" and whole.verdict == "ok", (whole.reason,
+                                                                                             whole.findings)
+    assert not whole.own_attention and not whole.relies_on and not whole.unread_attention
+    model = families.build_whole(family)
+    assert [count for _, count, _ in audit.placeholder_media(model)] == [placeholders]
+    modules = dict(model.named_modules())
+    read = [row for row in whole.layers if row["name"].startswith(part)]
+    assert read and {row["name"].split(".")[0] for row in whole.layers} == {
+        "vision_tower" if family == "aria" else "audio_tower", "multi_modal_projector", "language_model"}
+    for row in read:
+        module = modules[row["name"]]
+        head = (module.head_dim if hasattr(module, "head_dim") and isinstance(module.head_dim, int)
+                else module.embed_dim // module.num_heads)
+        assert row["d_k"] == head == 16
+        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(head ** -0.5, rel=FACTOR_REL)
+
+
 @pytest.mark.parametrize("family, own", [
     ("sam2_video", {"Sam2VideoRoPEAttention", "Sam2VideoAttention"}),
     ("sam3_tracker_video", {"Sam3TrackerVideoRoPEAttention", "Sam3TrackerVideoAttention"}),

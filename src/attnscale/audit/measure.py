@@ -352,6 +352,7 @@ BOX_REFUSALS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def token_inputs(model, ids: torch.Tensor, layout) -> dict:
     """Token ids (and their mask, encoder states) laid out as ``layout`` (see :func:`whole_path.id_layouts`)."""
+    ids = whole_path.with_placeholders(model, ids)
     inputs = model_inputs(model, whole_path.lay_out_ids(ids, layout), torch.ones_like(ids),
                           **whole_path.encoder_states(model, 1), **whole_path.codebook_index(model))
     if "decoder_input_ids" in inputs:
@@ -964,6 +965,7 @@ def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) 
     try:
         model = families.build_whole(model_type, seed)
         with torch.no_grad(), quiet_transformers(), torch_threads(1):
+            whole_path.MEDIA[model] = placeholder_media(model)
             model(**first_inputs(model))
     except families.Skip as reason:
         return FamilyAudit(model_type, status="skipped", reason=str(reason), seconds=time.perf_counter() - start)
@@ -992,6 +994,32 @@ def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) 
     result.relies_on = sorted({row for _, row in unread if row is not None})
     result.seconds = time.perf_counter() - start
     return result
+
+
+MEDIA_KINDS = (("image", "vision_config"), ("audio", "audio_config"))  # a medium and the sub-config of its tower
+
+
+def placeholder_media(model) -> list[tuple[int, int, dict]]:
+    """The media a composite merges into its ids at placeholder tokens, for :data:`whole_path.MEDIA`: each kind
+    whose token the config names (image_token_id, audio_token_id) and whose features the model computes
+    (get_<kind>_features), given as its tower runs on them (:func:`first_inputs` of the module built from the
+    tower's sub-config, under the names the composite takes), with as many placeholders as those features hold
+    vectors of the text's width; without them the ids alone run and the towers' media path never does."""
+    found = []
+    for kind, sub_name in MEDIA_KINDS:
+        token, sub = getattr(model.config, f"{kind}_token_id", None), getattr(model.config, sub_name, None)
+        features = getattr(model, f"get_{kind}_features", None)
+        tower = next((m for m in model.modules() if m is not model and getattr(m, "config", None) is sub), None)
+        if not isinstance(token, int) or features is None or tower is None:
+            continue
+        try:
+            inputs = {name: value for name, value in first_inputs(tower).items() if whole_path.accepts(model, name)}
+            output = features(**inputs)
+            pooled = getattr(output, "pooler_output", output)
+            found.append((token, pooled.numel() // model.get_input_embeddings().embedding_dim, inputs))
+        except Exception:  # noqa: BLE001 - third-party model code: media it cannot compute are not fed (ids alone)
+            continue
+    return found
 
 
 def tower_row(model, composite: FamilyAudit, module_name: str) -> str | None:

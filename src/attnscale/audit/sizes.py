@@ -93,6 +93,9 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                "apertus1p5": {"image_token_offset": 16, "audio_token_offset": 80,
                               "audio_config": {"model_type": "wavtokenizer_encoder", "codebook_size": 32}},
                "apertus1p5_vision_tokenizer": {"codebook_size": 64},
+               # its projector's learned queries per image, by the image's patches (1225 and 4900 by default): the
+               # 32 x 32 image's 16 patches read by 4 queries
+               "aria": {"projector_patch_to_query_dict": {16: 4}},
                # hidden = the last stage's width; its RoPE fits 8 heads; its attention runs on the 1/8-scale
                # features pooled again by 4 (one token of a 32 x 32 image): pooled by 2, it sees 2 x 2
                "efficientloftr": {"out_features": [16, 16, 32, 64], "stage_num_blocks": [1, 1, 1, 1],

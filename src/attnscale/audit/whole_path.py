@@ -460,14 +460,34 @@ def takes_companions(model) -> bool:
     return any(accepts(model, name) for name in (*companions.BOX_NAMES, "visual_feats", "pixel_values"))
 
 
+# model -> [(placeholder token id, placeholders a sequence, the media inputs of one sequence)]: the media a
+# composite built whole merges into its ids at placeholder tokens (Aria's image, Fun-ASR-Nano's audio), fed beside
+# its ids, which end in that many placeholders (measure.placeholder_media)
+MEDIA: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def with_placeholders(model, ids: torch.Tensor) -> torch.Tensor:
+    """(batch, tokens) ids followed by the placeholders of each medium the model is fed beside them (:data:`MEDIA`)."""
+    tails = [torch.full((ids.shape[0], count), token, dtype=ids.dtype) for token, count, _ in MEDIA.get(model, ())]
+    return torch.cat([ids, *tails], dim=-1)
+
+
+def media_inputs(model, batch: int) -> dict:
+    """The inputs of each medium of :data:`MEDIA`, repeated for ``batch`` sequences."""
+    return {name: value.repeat(batch, *([1] * (value.dim() - 1)))
+            for _, _, inputs in MEDIA.get(model, ()) for name, value in inputs.items()}
+
+
 def token_companions(model, batch: int, tokens: int) -> dict:
-    """What a token-id model found to need beside its ids (:data:`BESIDE`) for ``batch`` sequences."""
+    """What a token-id model found to need beside its ids (:data:`BESIDE`) for ``batch`` sequences, and the media
+    merged into its placeholders (:data:`MEDIA`)."""
     if not BESIDE.get(model):
-        return {}
+        return media_inputs(model, batch)
     frames = BESIDE_FRAMES.get(model)
     image = ((lambda count: pixel_values(model.config, count).unsqueeze(1).repeat(1, frames, 1, 1, 1)) if frames
              else (lambda count: pixel_values(model.config, count)))
-    return companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name), image)
+    return {**companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name), image),
+            **media_inputs(model, batch)}
 
 
 def tiled_image(config, batch: int) -> dict:
@@ -856,7 +876,8 @@ def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> d
         return image_inputs(model, count)
     if is_shaped(main_input(model)):
         return shaped_input(model, count, SIGNAL_SHAPES[model])
-    ids = ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1)
+    ids = with_placeholders(model, ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1))
+    tokens = ids.shape[-1]
     inputs = {"input_ids": shaped_ids(model, ids), "attention_mask": torch.ones(count, tokens, dtype=torch.long),
               **encoder_states(model, count), **token_companions(model, count, tokens), **codebook_index(model)}
     if accepts(model, "position_ids"):
