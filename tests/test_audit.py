@@ -1788,6 +1788,30 @@ def test_attention_with_1x1_conv2d_projections_is_read_over_the_maps_positions()
     assert by_name["janus"].status == "covered", by_name["janus"].reason
 
 
+def test_a_tower_with_only_an_encode_is_run_through_it_and_its_attention_blocks_read():
+    """Apertus 1.5's vision tokenizer has no forward (its composite calls vision_tokenizer.encode): its tower
+    row runs encode, and its VQGAN attention blocks (1 x 1 Conv2d q and k, one head over the map's positions,
+    scaled by int(channels) ** (-0.5)) are read at channels^-0.5: the stage at resolution 16 (attn_resolutions)
+    and the middle block, both 64 channels wide.  With its text tower (and its audio tokenizer, which has no
+    attention) it covers Apertus 1.5."""
+    rows = [r for name in ("apertus1p5_text", "wavtokenizer_encoder", "apertus1p5")
+            for r in audit.audit_item(("family", name), ("eager",), 0)]
+    audit.report(rows, ("eager",), 0.0)
+    by_name = {r.family: r for r in rows}
+    tower = by_name["apertus1p5.vision_config"]
+    assert tower.verdict == "ok" and tower.unread_attention == [], (tower.reason, tower.unread_attention)
+    model = families.build_tower("apertus1p5", "vision_config")
+    assert model.forward == model.encode
+    channels = {name: module.in_channels for name, module in model.named_modules()
+                if type(module).__name__ == "Apertus1p5VisionTokenizerAttnBlock"}
+    assert sorted(row["name"] for row in tower.layers) == sorted(channels) and set(channels.values()) == {64}
+    for row in tower.layers:
+        assert row["d_k"] == channels[row["name"]]
+        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(channels[row["name"]] ** -0.5,
+                                                                                rel=FACTOR_REL)
+    assert by_name["apertus1p5"].status == "covered", by_name["apertus1p5"].reason
+
+
 def test_a_model_that_predicts_one_codebook_is_given_its_index_beside_ids_per_codebook():
     """Bark's fine acoustics model takes codebook_idx (its main_input_name; an int from n_codes_given on)
     beside input_ids of one id per Encodec codebook (batch, tokens, n_codes_total): given both, its

@@ -92,7 +92,11 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # its image and audio token ranges inside the tiny vocabulary
                "apertus1p5": {"image_token_offset": 16, "audio_token_offset": 80,
                               "audio_config": {"model_type": "wavtokenizer_encoder", "codebook_size": 32}},
-               "apertus1p5_vision_tokenizer": {"codebook_size": 64},
+               # its VQGAN encoder shrunk as Chameleon's is (184M parameters at its defaults): 2 stages of one block
+               # (the second, at resolution 16, carries attention as attn_resolutions (16,) says) and the middle block's
+               "apertus1p5_vision_tokenizer": {"codebook_size": 64, "base_channels": 32, "channel_multiplier": [1, 2],
+                                               "num_res_blocks": 1, "embed_dim": 16, "latent_channels": 16,
+                                               "resolution": 32},
                # its projector's learned queries per image, by the image's patches (1225 and 4900 by default): the
                # 32 x 32 image's 16 patches read by 4 queries
                "aria": {"projector_patch_to_query_dict": {16: 4}},
