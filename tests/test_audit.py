@@ -1280,6 +1280,27 @@ def test_a_composite_its_towers_cannot_cover_is_built_whole_and_its_own_attentio
             row["name"])
 
 
+def test_a_byte_model_built_whole_is_given_patches_of_two_bytes_and_its_cross_attention_read():
+    """BLT's local encoder and decoder run only inside the composite (they need the patcher's patches and the
+    encoder's states): built whole (its hash embeddings shrunk) and fed bytes with patch_lengths of 2 (its own
+    entropy patching always starts patches at bytes 0 and 1, so no patch query would see both designed keys),
+    every BltCrossAttention (patches over bytes in the encoder, bytes over patches in the decoder) reads
+    head_dim**-0.5, as the class states (self.scaling = self.head_dim**-0.5)."""
+    rows = audit.audit_item(("family", "blt"), ("eager",), 0)
+    whole = rows[0]
+    assert whole.family == "blt" and whole.status == "audited" and whole.verdict == "ok", (whole.reason,
+                                                                                          whole.findings)
+    assert not whole.own_attention and not whole.relies_on
+    model = families.build_whole("blt")
+    cross = {name: module for name, module in model.named_modules() if type(module).__name__ == "BltCrossAttention"}
+    read = {row["name"]: row for row in whole.layers if row["name"] in cross}
+    assert set(read) == set(cross) and any(name.startswith("local_encoder") for name in read)
+    for name, row in read.items():
+        assert row["d_k"] == cross[name].head_dim
+        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(cross[name].scaling, rel=FACTOR_REL)
+        assert cross[name].scaling == cross[name].head_dim ** -0.5
+
+
 @pytest.mark.parametrize("family, part, placeholders", [("aria", "multi_modal_projector.cross_attn", 4),
                                                         ("fun_asr_nano", "multi_modal_projector.layers", 32)])
 def test_a_composite_is_fed_the_media_its_placeholder_tokens_take_and_its_projector_read(family, part, placeholders):

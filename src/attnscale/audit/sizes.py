@@ -94,6 +94,12 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                               "audio_config": {"model_type": "wavtokenizer_encoder", "codebook_size": 32}},
                # its VQGAN encoder shrunk as Chameleon's is (184M parameters at its defaults): 2 stages of one block
                # (the second, at resolution 16, carries attention as attn_resolutions (16,) says) and the middle block's
+               # BLT: its byte n-gram hash embeddings (6 tables of 500,002 rows: 192M parameters at the tiny width) at
+               # 64 rows; no cache (its forward builds one from BltConfig, which has no num_hidden_layers:
+               # modeling_blt.py:1190); the local encoder's and decoder's view of the global transformer's width tiny
+               "blt": {"encoder_hash_byte_group_vocab": 64, "use_cache": False},
+               **{family: {"hidden_size_global": TINY["hidden_size"]} for family in ("blt_local_encoder",
+                                                                                     "blt_local_decoder")},
                "apertus1p5_vision_tokenizer": {"codebook_size": 64, "base_channels": 32, "channel_multiplier": [1, 2],
                                                "num_res_blocks": 1, "embed_dim": 16, "latent_channels": 16,
                                                "resolution": 32},

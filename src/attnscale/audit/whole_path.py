@@ -478,16 +478,28 @@ def media_inputs(model, batch: int) -> dict:
             for _, _, inputs in MEDIA.get(model, ()) for name, value in inputs.items()}
 
 
+# a byte model's patch lengths (BLT), given as patches of 2 bytes: its own entropy patching always starts patches at
+# bytes 0 and 1 (patch_lengths_from_entropies), so no patch query of its local encoder's cross-attention would see
+# both designed keys (bytes 0 and 1)
+PATCH_LENGTHS, PATCH_BYTES = "patch_lengths", 2
+
+
+def patch_lengths(model, batch: int, tokens: int) -> dict:
+    if not accepts(model, PATCH_LENGTHS) or tokens % PATCH_BYTES:
+        return {}
+    return {PATCH_LENGTHS: torch.full((batch, tokens // PATCH_BYTES), PATCH_BYTES, dtype=torch.long)}
+
+
 def token_companions(model, batch: int, tokens: int) -> dict:
-    """What a token-id model found to need beside its ids (:data:`BESIDE`) for ``batch`` sequences, and the media
-    merged into its placeholders (:data:`MEDIA`)."""
+    """What a token-id model found to need beside its ids (:data:`BESIDE`) for ``batch`` sequences, the media
+    merged into its placeholders (:data:`MEDIA`) and a byte model's patch lengths."""
     if not BESIDE.get(model):
-        return media_inputs(model, batch)
+        return {**media_inputs(model, batch), **patch_lengths(model, batch, tokens)}
     frames = BESIDE_FRAMES.get(model)
     image = ((lambda count: pixel_values(model.config, count).unsqueeze(1).repeat(1, frames, 1, 1, 1)) if frames
              else (lambda count: pixel_values(model.config, count)))
     return {**companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name), image),
-            **media_inputs(model, batch)}
+            **media_inputs(model, batch), **patch_lengths(model, batch, tokens)}
 
 
 def tiled_image(config, batch: int) -> dict:
