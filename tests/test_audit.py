@@ -1449,11 +1449,11 @@ def test_cosine_attention_is_judged_on_its_temperature_read_from_the_layers_lear
     ("t5gemma2", 0.0625),  # its encoder's own text config tiny too; query_pre_attn_scalar 256
     ("granitemoehybrid", 1.0),  # a layer pattern with an attention layer; attention_multiplier 1
     ("dbrx", 0.25), ("axk1", 0.25), ("dory", 0.25), ("mimi", 0.25), ("trocr", 0.25), ("voxtral_realtime_text", 0.25),
-    ("evolla", 0.25), ("gemma4_vision", 1.0), ("fun_asr_nano_encoder", 0.25), ("speecht5", 0.25)])
+    ("gemma4_vision", 1.0), ("fun_asr_nano_encoder", 0.25), ("speecht5", 0.25)])
 def test_families_whose_tiny_build_needed_more_than_the_tiny_sizes_are_measured(family, factor):
     """Validators, layer patterns, nested and AutoConfig sub-configs, a mono waveform (Mimi), a causal LM
     with no base class (TrOCR's decoder), a time condition only the composite computes (Voxtral Realtime's
-    text model), a config class AutoModel cannot resolve (Evolla), patches with their (x, y) ids (Gemma 4's
+    text model), patches with their (x, y) ids (Gemma 4's
     vision), stacked frames (Fun-ASR), hidden-wide frames both sides (SpeechT5): each runs and every layer
     reads the factor its source states (head_dim^-0.5 where None; the whole path where no attention
     function is called)."""
@@ -2012,3 +2012,31 @@ def test_sam3s_geometry_encoder_left_unread_says_its_box_prompt_is_refused():
     unread = [u for u in result.unread_attention if u["mechanism"] == "not intercepted"]
     assert unread and all(u["name"].startswith("geometry_encoder.") for u in unread)
     assert all("box prompt" in u["why"] and "torchvision" in u["why"] for u in unread)
+
+
+def test_evolla_s_protein_path_runs_on_protein_ids_beside_its_text_and_each_class_is_read_at_its_source_s_factor():
+    """EvollaModel runs its protein encoder only on protein_input_ids with protein_attention_mask beside its text
+    ids (modeling_evolla.py): given them, every class is read at what its code applies.  EvollaSaProtSelfAttention
+    multiplies q by attention_head_size**-0.5 before its RoPE (positions an arange over the protein, pinned by
+    the designs) and passes scaling=1.0; EvollaSequenceCompressorAttention scales q by dim_head**-0.5 over the
+    protein and latents (to_kv fused); EvollaSequenceAlignerCrossAttention scales q by num_attention_heads**-0.5,
+    the number of heads, not head_dim (4 heads of 16 here: 0.5, not 0.25).  Its config class is one AutoModel
+    cannot resolve; it reads every class itself and relies on no tower row (SaProt's has no model type)."""
+    result = audit.audit_item(("family", "evolla"), ("eager",), 0)[0]
+    config = families.build_whole("evolla", 0).config
+    protein = config.protein_encoder_config
+    expected = {"EvollaSaProtSelfAttention": (protein.hidden_size // protein.num_attention_heads) ** -0.5,
+                "EvollaSequenceCompressorAttention": config.resampler_dim_head ** -0.5,
+                "EvollaSequenceAlignerCrossAttention": config.num_attention_heads ** -0.5}
+    assert expected["EvollaSequenceAlignerCrossAttention"] != (config.hidden_size // config.num_attention_heads) ** -0.5
+    suffixes = {"EvollaSaProtSelfAttention": ".attention.self", "EvollaSequenceCompressorAttention": ".0",
+                "EvollaSequenceAlignerCrossAttention": ".adapter"}
+    for cls, factor in expected.items():
+        rows = [row for row in result.layers if row["name"].endswith(suffixes[cls])
+                and ("protein_encoder.model" in row["name"]) == (cls == "EvollaSaProtSelfAttention")]
+        assert rows, cls
+        for row in rows:
+            assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
+            assert row["declared"]["path_first"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
+    assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
+    assert audit.nothing_left(result) and not result.relies_on, result.unread_attention

@@ -19,6 +19,9 @@ TOKEN_NAMES = ("input_ids", "task_inputs")  # token ids a model requires beside 
 IMAGE_MASK = "image_attention_mask"  # a token-by-image mask beside images given per sequence
 TEXTS_SUFFIXES = ("_input_ids", "_attention_mask")  # a text beside the image under a name of its own, and its mask
 STRUCTURE_SUFFIX = "_structure"  # the texts per image, where a model takes a list of them (one each here)
+# a sequence of its own a text model reads beside its ids, as <name>_input_ids and <name>_attention_mask: Evolla's
+# protein (its SaProt encoder, sequence compressor and aligner cross-attention run only where it is given)
+TEXTS_BESIDE = ("protein",)
 PROMPT_PREFIX = "prompt_"  # SegGPT's prompt image and mask, the image's shape
 # a promptable segmenter's box (input_boxes), one an image: SAM 3 reads it normalised as (cx, cy, w, h), SAM and
 # SAM 2 in pixels as (x0, y0, x1, y1), where it is a small box at the corner; a valid prompt either way
@@ -58,6 +61,19 @@ def beside_tokens(model, batch: int, tokens: int, accepts, image) -> dict:
         if accepts(IMAGE_MASK):  # which images each token sees (IDEFICS): the images of a sequence, one here
             inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
             inputs[IMAGE_MASK] = torch.ones(batch, tokens, 1, dtype=torch.long)
+    return inputs
+
+
+def texts_beside(model, batch: int, tokens: int, accepts) -> dict:
+    """The sequences of :data:`TEXTS_BESIDE` the forward takes (``accepts(name)``), each ``tokens`` ids of its own
+    vocabulary (the sub-config's ``<name>_encoder_config`` where there is one) and their mask, all real."""
+    inputs = {}
+    for name in TEXTS_BESIDE:
+        if not (accepts(f"{name}_input_ids") and accepts(f"{name}_attention_mask")):
+            continue
+        config = getattr(model.config, f"{name}_encoder_config", None) or model.config
+        ids = token_ids(batch, tokens, getattr(config, "vocab_size", None) or 100)
+        inputs.update({f"{name}_input_ids": ids, f"{name}_attention_mask": torch.ones_like(ids)})
     return inputs
 
 

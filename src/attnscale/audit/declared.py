@@ -50,6 +50,9 @@ DISENTANGLED_COUNTED = SourceRule("models/deberta_v2/modeling_deberta_v2.py", "s
 WIDTH_SCALE = SourceRule("models/cvt/modeling_cvt.py", "self.scale = embed_dim**-0.5",
                          "factor = embed_dim^-0.5, the layer's whole width (all heads), not head_dim (CvT, as its "
                          "original code)")
+HEAD_COUNT_SCALE = SourceRule("models/evolla/modeling_evolla.py", "self.scale = self.num_attention_heads**-0.5",
+                              "factor = num_attention_heads^-0.5, the number of heads, not head_dim (Evolla's "
+                              "sequence aligner cross-attention)")
 ATTENTION_MULTIPLIER = SourceRule("models/granite/modeling_granite.py", "self.scaling = config.attention_multiplier",
                                   "factor = attention_multiplier")
 SCALE_ATTN_WEIGHTS = SourceRule("models/gpt2/modeling_gpt2.py", "self.scaling = self.head_dim**-0.5",
@@ -354,6 +357,9 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         rules = ["QUERY_PRE_ATTN_SCALAR"]
     if width and has_line(WIDTH_SCALE):
         function, fields["embed_dim"], rules = width**-0.5, width, ["WIDTH_SCALE"]
+    heads = getattr(module, "num_attention_heads", None)
+    if isinstance(heads, int) and heads > 0 and has_line(HEAD_COUNT_SCALE):
+        function, fields["num_attention_heads"], rules = heads**-0.5, heads, ["HEAD_COUNT_SCALE"]
     kinds = relative_terms(config)
     if head_dim and applies(DISENTANGLED_TERMS):
         function, fields["pos_att_type"], rules = (head_dim * (1 + len(kinds))) ** -0.5, kinds, ["DISENTANGLED_TERMS"]

@@ -152,9 +152,11 @@ def far_position(config, tokens: int) -> int:
 def designed_calls(model, backend: str, layouts: dict, units: dict, designs, tokens: int, vocab: int):
     """One forward pass of the designs with the projections overwritten; returns the calls (whose
     ``output`` was computed with the designed values)."""
+    far = far_position(model.config, tokens)
     handles = whole_path.install(layouts, units, designs, tokens, next(model.parameters()).dtype)
+    handles += whole_path.pin_beside_positions(model, designs, far)
     try:
-        inputs = whole_path.path_inputs(model, designs, tokens, far_position(model.config, tokens), vocab)
+        inputs = whole_path.path_inputs(model, designs, tokens, far, vocab)
         rewrite = lambda module, q, k, v: (q, k, whole_path.designed_values(v))  # noqa: E731
         _, calls = run_attention(model, inputs, backend=backend, rewrite=rewrite)
     finally:

@@ -173,6 +173,10 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                            **({"char_vocab_size": 128, "t2u_variance_predictor_embed_dim": 64,
                                "t2u_variance_predictor_hidden_dim": 64} if family == "seamless_m4t_v2" else {})}
                   for family in ("seamless_m4t", "seamless_m4t_v2")},
+               # its sequence compressor (perceiver resampler) at 4 heads of 16 over 8 latents, 2 deep (64 latents,
+               # 8 heads of 64 and 6 layers by default); its aligner's 4 heads of 16 scale by heads**-0.5 = 0.5, not 0.25
+               "evolla": {"resampler_depth": 2, "resampler_dim_head": 16, "resampler_heads": 4,
+                          "resampler_num_latents": 8},
                # the Vocos backbone's own widths
                "wavtokenizer": {"decoder_hidden_size": 64, "decoder_intermediate_size": 128, "decoder_num_layers": 2,
                                 "decoder_attention_num_groups": 8, "codebook_size": 128, "codebook_dim": 64},

@@ -35,7 +35,7 @@ from .sizes import TINY
 Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn", "linear_q",
            "project_q", "projection_query", "to_query", "q_head", "queries")
 K_NAMES = ("k_proj", "key", "k", "key_proj", "Wk", "wk", "k_lin", "to_k", "linear_k", "project_k", "projection_key",
-           "to_key", "k_head")
+           "to_key", "k_head", "key_protein")  # key_protein: Evolla's aligner, its keys the compressed protein
 FUSED_NAMES = ("c_attn", "qkv_proj", "query_key_value", "Wqkv", "qkv", "W_pack", "qkv_linear", "in_proj",
                "queries_keys_values", "att_proj")  # att_proj: Bark's
 KV_NAMES = ("c_attn", "kv_proj", "keys_values", "to_kv")  # k and v from one projection beside a q projection
@@ -491,15 +491,17 @@ def patch_lengths(model, batch: int, tokens: int) -> dict:
 
 
 def token_companions(model, batch: int, tokens: int) -> dict:
-    """What a token-id model found to need beside its ids (:data:`BESIDE`) for ``batch`` sequences, the media
+    """What a token-id model found to need beside its ids (:data:`BESIDE`) for ``batch`` sequences, the
+    sequences of its own it reads beside them wherever it takes them (companions.texts_beside), the media
     merged into its placeholders (:data:`MEDIA`) and a byte model's patch lengths."""
+    given = {**companions.texts_beside(model, batch, tokens, lambda name: accepts(model, name)),
+             **media_inputs(model, batch), **patch_lengths(model, batch, tokens)}
     if not BESIDE.get(model):
-        return {**media_inputs(model, batch), **patch_lengths(model, batch, tokens)}
+        return given
     frames = BESIDE_FRAMES.get(model)
     image = ((lambda count: pixel_values(model.config, count).unsqueeze(1).repeat(1, frames, 1, 1, 1)) if frames
              else (lambda count: pixel_values(model.config, count)))
-    return {**companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name), image),
-            **media_inputs(model, batch), **patch_lengths(model, batch, tokens)}
+    return {**given, **companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name), image)}
 
 
 def tiled_image(config, batch: int) -> dict:
