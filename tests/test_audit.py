@@ -2040,3 +2040,23 @@ def test_evolla_s_protein_path_runs_on_protein_ids_beside_its_text_and_each_clas
             assert row["declared"]["path_first"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
     assert audit.nothing_left(result) and not result.relies_on, result.unread_attention
+
+
+def test_pegasus_x_s_global_local_attention_is_read_in_its_blocks_beside_the_global_keys():
+    """PegasusXGlobalLocalAttention scales q_proj(tokens) by head_dim**-0.5 and softmaxes each block of block_size
+    queries over [the global tokens' keys | its own block's keys] (modeling_pegasus_x.py): laid back at their keys
+    (the global columns after them), read at head_dim**-0.5 for the queries of the block holding the designed keys,
+    the other blocks' queries not seeing them.  A staggered layer pads block_size // 2 tokens before its own, so
+    its first projected tokens are padding: it stays named unread, not read at a factor it does not show."""
+    result = audit.audit_family("pegasus_x", ("eager",))
+    config = families.tiny_config("pegasus_x")
+    head_dim = config.d_model // config.encoder_attention_heads
+    block = config.block_size
+    rows = [row for row in result.layers if row["name"].startswith("encoder.")]
+    assert [row["name"] for row in rows] == ["encoder.layers.0.self_attn"]
+    path = rows[0]["backends"]["eager"]["path"]
+    assert path["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
+    assert all(value == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL) for value in path["per_query"][:block])
+    assert all(math.isnan(value) for value in path["per_query"][block:])  # blocks without keys 0 and 1
+    assert [u["name"] for u in result.unread_attention] == ["encoder.layers.1.self_attn"]  # staggered
+    assert result.verdict == "ok", result.findings

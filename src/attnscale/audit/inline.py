@@ -475,6 +475,9 @@ class Watch(torch.overrides.TorchFunctionMode):
         over_queries = self.found[key][1].over_queries
         for item in self.tensors[key]:
             item = item.transpose(-1, -2) if over_queries else item  # rows over the module's queries
+            beside_global = global_blocks(item, self.found[key][0], rows, heads, t_q, t_k)
+            if beside_global is not None:  # Pegasus-X's local attention: its local keys' part, the rows whole
+                return beside_global
             if three_blocks(item, self.found[key][0], rows, heads):  # LongT5's local attention
                 block = self.found[key][0].block_len
                 item = unblock(item.transpose(1, 2), self.found[key][0], t_q, t_k, chunk=block, past=block)
@@ -504,6 +507,33 @@ def three_blocks(weights: torch.Tensor, module, rows: int, heads: int) -> bool:
     block = getattr(module, "block_len", None)
     return (isinstance(block, int) and weights.dim() == 5 and weights.shape[0] == rows and weights.shape[2] == heads
             and weights.shape[3:] == (block, 3 * block))
+
+
+def global_blocks(weights: torch.Tensor, module, rows: int, heads: int, t_q: int, t_k: int) -> torch.Tensor | None:
+    """Block-local weights beside global keys (B, H, blocks, block_size, G + block_size): each block of
+    ``module.block_size`` queries over the G global tokens' keys, then its own block's (PegasusXGlobalLocalAttention,
+    modeling_pegasus_x.py), as (B, H, T_q, T_k): each own-block column at its key.  The global columns are laid
+    after the T_k keys, where each row is checked to sum to 1, and left out; None where the weights are not so,
+    or where no query sees the designed keys 0 and 1."""
+    block = getattr(module, "block_size", None)
+    if not (isinstance(block, int) and weights.dim() == 5 and weights.shape[:2] == (rows, heads)
+            and weights.shape[3] == block and weights.shape[4] > block and weights.shape[2] * block >= t_q):
+        return None
+    batch, _, blocks, _, width = weights.shape
+    spread = blocks * block
+    out = weights.new_zeros(batch, heads, blocks, block, spread + width - block)
+    for n in range(blocks):
+        out[..., n, :, n * block:(n + 1) * block] = weights[..., n, :, width - block:]
+        out[..., n, :, spread:] = weights[..., n, :, :width - block]
+    out = out.reshape(batch, heads, spread, -1)[:, :, :t_q]
+    sums = out.double().sum(dim=-1)
+    if spread < t_k or not torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
+        return None
+    if not bool((out[..., :2] > 0).all(dim=-1).any()):
+        # no query sees both designed keys: they are masked padding (a staggered layer pads block_size // 2
+        # tokens before its own, so its projections' first tokens are not the sequence's)
+        return None
+    return out[..., :t_k]
 
 
 def unblock(weights: torch.Tensor, module, t_q: int, t_k: int, chunk=None, past=None) -> torch.Tensor | None:

@@ -177,6 +177,8 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # 8 heads of 64 and 6 layers by default); its aligner's 4 heads of 16 scale by heads**-0.5 = 0.5, not 0.25
                "evolla": {"resampler_depth": 2, "resampler_dim_head": 16, "resampler_heads": 4,
                           "resampler_num_latents": 8},
+               # local blocks of 4 tokens (512 by default) beside 4 global tokens (32): the 8-token probe spans 2 blocks
+               "pegasus_x": {"block_size": 4, "num_global_tokens": 4},
                # the Vocos backbone's own widths
                "wavtokenizer": {"decoder_hidden_size": 64, "decoder_intermediate_size": 128, "decoder_num_layers": 2,
                                 "decoder_attention_num_groups": 8, "codebook_size": 128, "codebook_dim": 64},
