@@ -504,6 +504,37 @@ def token_companions(model, batch: int, tokens: int) -> dict:
     return {**given, **companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name), image)}
 
 
+def beside_rotaries(model) -> list[torch.nn.Module]:
+    """The rotary embeddings of the parts that run on a sequence of companions.TEXTS_BESIDE (Evolla's protein
+    encoder: built from ``protein_encoder_config``), which number that sequence's positions themselves
+    (arange over it) rather than take the position_ids given beside the main ids."""
+    found = []
+    for name in companions.TEXTS_BESIDE:
+        config = getattr(model.config, f"{name}_encoder_config", None)
+        if config is None:
+            continue
+        found += [module for module in model.modules() if getattr(module, "config", None) is config
+                  and type(module).__name__.endswith("RotaryEmbedding")]
+    return found
+
+
+def pin_beside_positions(model, designs, far_position: int) -> list:
+    """Hooks that give the :func:`beside_rotaries` each design's position at every token, as position_ids give
+    the main sequence's (so q and k are rotated alike and the rotation cancels); their handles."""
+    positions = torch.tensor([far_position if d.position < 0 else d.position for d in designs]).unsqueeze(1)
+
+    def pinned(given: torch.Tensor) -> torch.Tensor:
+        return positions.to(given.device).expand(-1, given.shape[-1])
+
+    def pin(module, args, kwargs):  # forward(x, position_ids)
+        if len(args) >= 2:
+            return (args[0], pinned(args[1]), *args[2:]), kwargs
+        if "position_ids" in kwargs:
+            return args, {**kwargs, "position_ids": pinned(kwargs["position_ids"])}
+        return None
+    return [module.register_forward_pre_hook(pin, with_kwargs=True) for module in beside_rotaries(model)]
+
+
 def tiled_image(config, batch: int) -> dict:
     """One image as its max_num_tiles tiles, all real (the aspect-ratio id only selects a learned embedding)."""
     tiles = config.max_num_tiles
