@@ -1280,6 +1280,21 @@ def test_a_composite_its_towers_cannot_cover_is_built_whole_and_its_own_attentio
             row["name"])
 
 
+def test_a_part_that_numbers_its_own_positions_leaves_its_whole_path_unread():
+    """BLT's byte encoder and decoder rotate q and k by the position_ids the model is given, so the designs pin
+    them and the whole path reads head_dim^-0.5; its global transformer numbers its patches itself
+    (global_position_ids = arange), so its rotary embedding sees positions varying over the tokens in a designed
+    pass: its whole path is left unread with the reason, not reported as a factor varying with the query."""
+    result = audit.audit_item(("family", "blt"), ("eager",), 0)[0]
+    assert result.verdict == "ok", result.findings
+    for row in result.layers:
+        path = row["backends"]["eager"]["path"]
+        if row["name"].startswith("global_transformer."):
+            assert path is None and row["path_missing"] == audit.ROTARY_UNPINNED, row["name"]
+        else:
+            assert path["form"] == "linear" and path["factor"] == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL)
+
+
 def test_a_byte_model_built_whole_is_given_patches_of_two_bytes_and_its_cross_attention_read():
     """BLT's local encoder and decoder run only inside the composite (they need the patcher's patches and the
     encoder's states): built whole (its hash embeddings shrunk) and fed bytes with patch_lengths of 2 (its own

@@ -154,7 +154,7 @@ def designed_calls(model, backend: str, layouts: dict, units: dict, designs, tok
     ``output`` was computed with the designed values)."""
     far = far_position(model.config, tokens)
     handles = whole_path.install(layouts, units, designs, tokens, next(model.parameters()).dtype)
-    handles += whole_path.pin_beside_positions(model, designs, far)
+    handles += whole_path.pin_beside_positions(model, designs, far) + watch_rotaries(model)
     try:
         inputs = whole_path.path_inputs(model, designs, tokens, far, vocab)
         rewrite = lambda module, q, k, v: (q, k, whole_path.designed_values(v))  # noqa: E731
@@ -173,7 +173,38 @@ def rotary_unpinned(model, module=None) -> bool:
     its sub-config (SAM 3's ViT inside its tracker)."""
     configs = [model.config, getattr(module, "config", None)]
     rope = any(declared_rules.rope_parameters_for(config, None) for config in configs if config is not None)
-    return rope and whole_path.main_input(model) != "input_ids" and not whole_path.accepts(model, "position_ids")
+    if not rope:
+        return False
+    if whole_path.main_input(model) != "input_ids" and not whole_path.accepts(model, "position_ids"):
+        return True
+    return numbers_own_positions(model, module)
+
+
+def numbers_own_positions(model, module) -> bool:
+    """An attention ``module`` whose RoPE the designed passes did not pin: a rotary embedding built from the
+    same config as the module was handed positions that vary over the tokens in a designed pass (where
+    every token of a design is at one position), so that part numbers its positions itself (Dots3-Note's
+    audio tower, BLT's global transformer; not BLT's byte encoder, which takes the position_ids given)."""
+    own = getattr(module, "config", None)
+    return own is not None and id(own) in UNPINNED_CONFIGS.get(model, set())
+
+
+# model -> ids of the configs whose rotary embeddings saw positions varying over the tokens in a designed pass
+UNPINNED_CONFIGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def watch_rotaries(model) -> list:
+    """Hooks on the model's rotary embeddings that record (in :data:`UNPINNED_CONFIGS`) the config of each
+    one handed positions that vary over the tokens; their handles."""
+    seen = UNPINNED_CONFIGS.setdefault(model, set())
+
+    def watch(module, args, kwargs):
+        positions = kwargs.get("position_ids", args[1] if len(args) > 1 else None)
+        if (isinstance(positions, torch.Tensor) and not positions.is_floating_point() and positions.dim() >= 2
+                and positions.shape[-1] > 1 and bool((positions != positions[..., :1]).any())):
+            seen.add(id(getattr(module, "config", None)))
+    return [module.register_forward_pre_hook(watch, with_kwargs=True) for module in model.modules()
+            if type(module).__name__.endswith("RotaryEmbedding") and getattr(module, "config", None) is not None]
 
 
 def path_results(model, backend: str, calls, layouts: dict, units: dict, main=None) -> list[dict | None]:
