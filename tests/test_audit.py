@@ -1814,21 +1814,28 @@ def test_attention_with_1x1_conv2d_projections_is_read_over_the_maps_positions()
     by_name = {r.family: r for r in rows}
     vq = by_name["janus.vq_config"]
     assert vq.verdict == "ok" and vq.unread_attention == [], vq.unread_attention
-    model = families.build_tower("janus", "vq_config")
-    channels = {name: module.in_channels for name, module in model.named_modules()
-                if type(module).__name__ == "JanusVQVAEAttnBlock"}
-    assert sorted(row["name"] for row in vq.layers) == sorted(channels)
-    for row in vq.layers:
-        assert row["d_k"] == channels[row["name"]]
-        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(channels[row["name"]] ** -0.5,
-                                                                                rel=FACTOR_REL)
+    assert_blocks_read_at_their_width(vq, families.build_tower("janus", "vq_config"), "JanusVQVAEAttnBlock")
     assert by_name["janus"].status == "covered", by_name["janus"].reason
+
+
+def assert_blocks_read_at_their_width(row, model, class_name: str) -> dict:
+    """Every ``class_name`` block of ``model`` (1 x 1 Conv2d q and k, one head as wide as its channels) is a
+    layer of the audit ``row``, read at int(channels)^-0.5 as its code scales; their channels by name."""
+    channels = {name: module.in_channels for name, module in model.named_modules()
+                if type(module).__name__ == class_name}
+    assert sorted(layer["name"] for layer in row.layers) == sorted(channels)
+    for layer in row.layers:
+        assert layer["d_k"] == channels[layer["name"]]
+        assert verdicts.judged_factor(layer["backends"]["eager"]) == pytest.approx(channels[layer["name"]] ** -0.5,
+                                                                                  rel=FACTOR_REL)
+    return channels
 
 
 def test_a_tower_with_only_an_encode_is_run_through_it_and_its_attention_blocks_read():
     """Apertus 1.5's vision tokenizer has no forward (its composite calls vision_tokenizer.encode): its tower
-    row runs encode (then decode, where the tokenizer has one, as Chameleon's and Emu3's rows do), and its VQGAN attention blocks (1 x 1 Conv2d q and k, one head over the map's positions,
-    scaled by int(channels) ** (-0.5)) are read at channels^-0.5: the stage at resolution 16 (attn_resolutions)
+    row runs encode (then decode, where the tokenizer has one, as Chameleon's and Emu3's rows do), and its
+    VQGAN attention blocks (1 x 1 Conv2d q and k, one head over the map's positions, scaled by
+    int(channels) ** (-0.5)) are read at channels^-0.5: the stage at resolution 16 (attn_resolutions)
     and the middle block, both 64 channels wide.  With its text tower (and its audio tokenizer, which has no
     attention) it covers Apertus 1.5."""
     rows = [r for name in ("apertus1p5_text", "wavtokenizer_encoder", "apertus1p5")
@@ -1839,13 +1846,8 @@ def test_a_tower_with_only_an_encode_is_run_through_it_and_its_attention_blocks_
     assert tower.verdict == "ok" and tower.unread_attention == [], (tower.reason, tower.unread_attention)
     model = families.build_tower("apertus1p5", "vision_config")
     assert type(model).forward is torch.nn.Module.forward and hasattr(model, "encode")  # no forward of its own
-    channels = {name: module.in_channels for name, module in model.named_modules()
-                if type(module).__name__ == "Apertus1p5VisionTokenizerAttnBlock"}
-    assert sorted(row["name"] for row in tower.layers) == sorted(channels) and set(channels.values()) == {64}
-    for row in tower.layers:
-        assert row["d_k"] == channels[row["name"]]
-        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(channels[row["name"]] ** -0.5,
-                                                                                rel=FACTOR_REL)
+    channels = assert_blocks_read_at_their_width(tower, model, "Apertus1p5VisionTokenizerAttnBlock")
+    assert set(channels.values()) == {64}
     assert by_name["apertus1p5"].status == "covered", by_name["apertus1p5"].reason
 
 
