@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnscale.audit import attention_function, declared, families, verdicts
+from attnscale.audit import attention_function, composite_rows, declared, families, verdicts
 from attnscale.audit import measure as audit
 from attnscale.lab import audit as lab
 
@@ -628,7 +628,7 @@ def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no
     assert {"CohereAsrSelfAttention", "CohereAsrCrossAttention"} <= set(by_name["cohere_asr"].own_attention)
     assert not any("Norm" in name for name in by_name["cohere_asr"].own_attention)
     summary = audit.report(results, ("eager",), 0.0)
-    assert by_name["llava"].status == "covered" and by_name["llava"].verdict == audit.COVERED
+    assert by_name["llava"].status == "covered" and by_name["llava"].verdict == composite_rows.COVERED
     assert by_name["llava"].reason == "every tower measured: vision_config = clip_vision_model (ok), text_config = llama (ok)"
     assert by_name["cohere_asr"].status == "skipped" and "own attention classes are not audited" in by_name["cohere_asr"].reason
     audit.report(results, ("eager",), 0.0)  # a second report does not repeat the note
@@ -667,11 +667,11 @@ def test_a_composite_covered_by_its_towers_covers_the_composites_it_is_a_tower_o
                                  towers=[{"name": f"{t}_config", "model_type": t, "own": True} for t in towers])
     vit = audit.FamilyAudit("vit_like", status="audited", verdict="ok")
     outer, inner = composite("outer", "inner", "missing"), composite("inner", "vit_like")
-    audit.mark_covered([outer, inner, vit])
+    composite_rows.mark_covered([outer, inner, vit])
     assert inner.status == "covered" and inner.reason == "every tower measured: vit_like_config = vit_like (ok)"
     assert outer.status == "skipped" and outer.reason.endswith("; not measured here: missing_config")
     again = composite("outer", "inner")
-    audit.mark_covered([again, composite("inner", "vit_like"), vit])
+    composite_rows.mark_covered([again, composite("inner", "vit_like"), vit])
     assert again.status == "covered" and again.reason == ("every tower measured: inner_config = inner "
                                                           "(covered by its towers)")
 
@@ -925,7 +925,7 @@ def test_composite_parts_without_attention_leave_nothing_to_cover():
     attention = {tower["name"]: tower["attention"] for tower in composite.towers}
     assert attention == {"audio_config": True, "head_config": False, "streaming_config": False}
     tower = audit.audit_family("nemotron3_diarization_audio", ("eager",))
-    audit.mark_covered([composite, tower])
+    composite_rows.mark_covered([composite, tower])
     assert composite.status == "covered", composite.reason
     assert "head_config: no attention, streaming_config: no attention" in composite.reason
 
@@ -952,7 +952,7 @@ def test_a_composite_part_with_no_model_class_and_no_attention_leaves_nothing_to
                          "audio_config": True}
     towers = [r for name in ("qwen2", "vibevoice_acoustic_tokenizer_encoder", "vibevoice_acoustic_tokenizer")
               for r in audit.audit_item(("family", name), ("eager",), 0)]
-    audit.mark_covered([composite, *towers])
+    composite_rows.mark_covered([composite, *towers])
     assert composite.status == "covered" and "diffusion_head_config: no attention" in composite.reason
 
 
@@ -1078,7 +1078,7 @@ def test_cross_attention_that_runs_only_with_encoder_states_is_fed_them_and_meas
     assert qformer.verdict == "ok" and cross and not qformer.unread_attention
     cls = families.config_class("canary")
     tower = next(t for t in families.tower_types(cls, dict(cls.sub_configs)) if t["name"] == "decoder_config")
-    decoder = audit.audit_tower("canary", tower, backends=("eager",))
+    decoder = composite_rows.audit_tower("canary", tower, backends=("eager",))
     assert decoder.verdict == "ok" and not decoder.unread_attention
     assert {layer["name"].rsplit(".", 1)[1] for layer in decoder.layers} == {"self_attn", "encoder_attn"}
     for layer in cross + decoder.layers:
@@ -1331,7 +1331,7 @@ def test_a_composite_is_fed_the_media_its_placeholder_tokens_take_and_its_projec
                                                                                              whole.findings)
     assert not whole.own_attention and not whole.relies_on and not whole.unread_attention
     model = families.build_whole(family)
-    assert [count for _, count, _ in audit.placeholder_media(model)] == [placeholders]
+    assert [count for _, count, _ in composite_rows.placeholder_media(model)] == [placeholders]
     modules = dict(model.named_modules())
     read = [row for row in whole.layers if row["name"].startswith(part)]
     assert read and {row["name"].split(".")[0] for row in whole.layers} == {
@@ -1396,7 +1396,7 @@ def test_a_composite_built_whole_counts_only_where_every_attention_it_runs_is_re
     # a tower that is a family of its own is looked up when the audit is reported
     relying = audit.FamilyAudit("composite", status="audited", verdict="ok", relies_on=["tower"])
     tower = audit.FamilyAudit("tower", status="skipped", reason="cannot run a forward pass: ...")
-    audit.settle_whole([relying, tower])
+    composite_rows.settle_whole([relying, tower])
     assert relying.status == "skipped" and "the attention of tower is not read" in relying.reason
 
 
@@ -1408,7 +1408,7 @@ def test_a_composite_whose_base_class_is_a_tower_is_built_from_its_own_class():
     assert type(families.composite_model(config)).__name__ == "MusicgenForConditionalGeneration"
     skipped = audit.audit_family("musicgen", ("eager",))
     assert skipped.own_attention == []
-    decoder = audit.audit_tower("musicgen", {"name": "decoder", "model_type": "musicgen_decoder", "own": False},
+    decoder = composite_rows.audit_tower("musicgen", {"name": "decoder", "model_type": "musicgen_decoder", "own": False},
                                 ("eager",))
     assert decoder.verdict == "ok"
     assert all(row["backends"]["eager"]["function"]["factor"] == pytest.approx(0.25, rel=FACTOR_REL)
@@ -1490,7 +1490,7 @@ def test_attention_with_no_softmax_over_q_k_is_named_and_left_out_of_the_unmeasu
     skipped with the mechanism its code shows, and counted apart from the unmeasured (nothing to scale)."""
     result = audit.audit_family(family, ("eager",))
     assert result.status == "skipped" and result.reason.startswith(f"{audit.NO_SOFTMAX} ({starts}")
-    assert result.reason.endswith(audit.NO_FACTOR + ")") and audit.nothing_left(result)
+    assert result.reason.endswith(audit.NO_FACTOR + ")") and composite_rows.nothing_left(result)
     cover = audit.coverage([result])
     assert cover["no_softmax"] == 1 and cover["unmeasured"] == 0 and cover["attention_bearing"] == 1
 
@@ -1507,7 +1507,7 @@ def test_an_attention_s_output_layer_or_helper_structure_is_not_attention(family
     assert families.is_attention_class("LxmertSelfAttentionLayer") and families.is_attention_class(
         "FunnelRelMultiheadAttention")
     result = audit.audit_family(family, ("eager",))
-    assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and composite_rows.nothing_left(result), result.unread_attention
 
 
 @pytest.mark.parametrize("family, module_class, starts", [
@@ -1523,7 +1523,7 @@ def test_attention_beside_the_measured_with_no_softmax_over_q_k_is_named(family,
     unread = [u for u in result.unread_attention if u["class"] == module_class]
     assert unread and all(u["mechanism"].startswith(starts) and u["mechanism"].endswith(audit.NO_FACTOR)
                           for u in unread)
-    assert audit.nothing_left(result), result.unread_attention
+    assert composite_rows.nothing_left(result), result.unread_attention
 
 
 @pytest.mark.parametrize("family", ["grounding-dino", "mm-grounding-dino"])
@@ -1539,7 +1539,7 @@ def test_grounding_dino_s_image_text_fusion_is_read_at_its_head_dim(family):
     assert fusion and all(row["d_k"] == head_dim for row in fusion)
     for row in fusion:
         assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
-    assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and composite_rows.nothing_left(result), result.unread_attention
 
 
 def test_dab_detr_s_decoder_attention_is_read_where_its_q_and_k_are_handed_in():
@@ -1556,7 +1556,7 @@ def test_dab_detr_s_decoder_attention_is_read_where_its_q_and_k_are_handed_in():
         assert rows and all(row["d_k"] == head_dim for row in rows), part
         for row in rows:
             assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
-    assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and composite_rows.nothing_left(result), result.unread_attention
 
 
 def test_longt5_s_local_attention_is_read_across_its_blocks():
@@ -1574,7 +1574,7 @@ def test_longt5_s_local_attention_is_read_across_its_blocks():
         seen = path["per_query"][:radius + 1]
         assert all(value == pytest.approx(1.0, rel=FACTOR_REL) for value in seen)
         assert all(math.isnan(value) for value in path["per_query"][radius + 1:])  # key 0 out of their reach
-    assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and composite_rows.nothing_left(result), result.unread_attention
 
 
 def test_prophetnet_s_ngram_self_attention_is_read_in_its_main_and_predict_streams():
@@ -1594,14 +1594,14 @@ def test_prophetnet_s_ngram_self_attention_is_read_in_its_main_and_predict_strea
         for stream in streams:  # each stream has queries that see the designed keys, each at the factor
             seen = [value for value in stream if not math.isnan(value)]
             assert seen and all(value == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL) for value in seen)
-    assert result.verdict == "ok" and audit.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and composite_rows.nothing_left(result), result.unread_attention
 
 
 def test_a_mechanism_with_a_factor_the_audit_cannot_run_stays_unmeasured_and_is_named():
     """MRA computes exp(q.k / sqrt(head_dim)) only in its CUDA kernel: unmeasured here, with what its code
     computes (and that heads narrower than 32 are padded to 32 before head_dim is read)."""
     result = audit.audit_family("mra", ("eager",))
-    assert result.verdict == "not measured" and not audit.nothing_left(result)
+    assert result.verdict == "not measured" and not composite_rows.nothing_left(result)
     assert any("multi-resolution attention (MRA)" in f and "sqrt(32)" in f for f in result.findings)
 
 
@@ -1694,13 +1694,13 @@ def test_composites_whose_sub_configs_are_typed_by_their_spec_or_class_alone_are
     and is read there (nothing left to a tower row)."""
     rows = {row.family: row for item in ("gemma4_assistant", "gemma4_text", "inkling_mm_model", "inkling_text")
             for row in audit.audit_item(("family", item), ("eager",), 0)}
-    audit.settle_whole(list(rows.values()))
-    audit.mark_covered(list(rows.values()))
+    composite_rows.settle_whole(list(rows.values()))
+    composite_rows.mark_covered(list(rows.values()))
     assert rows["gemma4_assistant"].status == "covered", rows["gemma4_assistant"].reason
     assert "text_config = gemma4_text" in rows["gemma4_assistant"].reason
     assert rows["inkling_mm_model"].status == "covered", rows["inkling_mm_model"].reason
     fun = audit.audit_item(("family", "fun_asr_nano"), ("eager",), 0)[0]
-    audit.settle_whole([fun])
+    composite_rows.settle_whole([fun])
     assert fun.status == "audited" and fun.verdict == "ok" and not fun.relies_on, (fun.reason, fun.findings)
     assert any(row["name"].startswith("multi_modal_projector.layers") for row in fun.layers)
 
@@ -1712,7 +1712,7 @@ def test_a_sam_encoder_inside_a_larger_vision_tower_is_read_at_its_own_head_widt
     (3 x heads x 16 wide), and the whole path reads 16^-0.5 there, as the source states."""
     rows = audit.audit_item(("family", "deepseek_ocr2"), ("eager",), 0)
     vision = next(row for row in rows if row.family == "deepseek_ocr2.vision_config")
-    assert audit.nothing_left(vision), vision.unread_attention
+    assert composite_rows.nothing_left(vision), vision.unread_attention
     sam = [layer for layer in vision.layers if layer["name"].startswith("sam_encoder.")]
     assert sam and all(layer["d_k"] == 16 for layer in sam)
     for layer in sam:
@@ -1728,7 +1728,7 @@ def test_a_relative_position_bias_table_is_not_counted_as_attention():
     rows = audit.audit_item(("family", "phi4_multimodal"), ("eager",), 0)
     assert audit.is_measured(rows[0]) and not rows[0].own_attention, rows[0].reason
     audio = next(row for row in rows if row.family == "phi4_multimodal.audio_config")
-    assert audit.nothing_left(audio)
+    assert composite_rows.nothing_left(audio)
 
 
 def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights_or_keeps_a_tower_uncovered():
@@ -1741,7 +1741,7 @@ def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights
     assert result.unread_attention == []
     partial = audit.FamilyAudit("tower", status="audited", verdict="ok", layers=result.layers,
                                 unread_attention=[{"name": "x", "class": "X", "mechanism": "not intercepted"}])
-    assert audit.is_measured(partial) and not audit.nothing_left(partial)
+    assert audit.is_measured(partial) and not composite_rows.nothing_left(partial)
 
 
 def test_a_hybrids_delta_rule_layers_are_named_and_leave_its_attention_layers_to_cover_the_composite():
@@ -1884,7 +1884,7 @@ def test_attention_that_calls_scaled_dot_product_attention_itself_is_read_at_the
     else:
         cls = families.config_class(family)
         spec = next(t for t in families.tower_types(cls, dict(cls.sub_configs)) if t["name"] == tower)
-        result = audit.audit_tower(family, spec, ("eager",))
+        result = composite_rows.audit_tower(family, spec, ("eager",))
     model = families.build_tower(family, tower, 0) if tower else families.build(families.tiny_config(family))
     module = next(m for m in model.modules() if type(m).__name__ == class_name)
     assert call in declared_rules.source_for(module)
@@ -1974,12 +1974,12 @@ def test_a_composite_audited_on_token_ids_relies_on_the_row_that_reads_its_tower
     assert audit.is_measured(result) and result.relies_on == [row], (result.reason, result.relies_on)
     assert {u["class"] for u in result.unread_attention if u["mechanism"] == "not intercepted"} == unread
     tower = audit.audit_item(("family", row), ("eager",), 0)[0]
-    assert audit.nothing_left(tower), tower.unread_attention
+    assert composite_rows.nothing_left(tower), tower.unread_attention
     assert unread <= classes_of(audit.tiny_model(row, 0, {}), [layer["name"] for layer in tower.layers])
-    audit.settle_whole([result, tower])
+    composite_rows.settle_whole([result, tower])
     assert audit.is_measured(result)
     alone = audit.audit_item(("family", composite), ("eager",), 0)[0]
-    audit.settle_whole([alone])
+    composite_rows.settle_whole([alone])
     assert alone.status == "skipped" and f"the attention of {row} is not read" in alone.reason
 
 
@@ -1998,11 +1998,11 @@ def test_a_vq_image_tokenizer_with_no_forward_is_read_through_its_round_trip(com
     rows = {row.family: row for row in audit.audit_item(("family", composite), ("eager",), 0)}
     result, vq = rows[composite], rows[f"{composite}.vq_config"]
     assert audit.is_measured(result) and result.relies_on == [f"{composite}.vq_config"]
-    assert audit.nothing_left(vq) and [layer["name"] for layer in vq.layers] == names
+    assert composite_rows.nothing_left(vq) and [layer["name"] for layer in vq.layers] == names
     for layer in vq.layers:
         assert layer["d_k"] == d_k
         assert verdicts.judged_factor(layer["backends"]["eager"]) == pytest.approx(d_k ** -0.5, rel=FACTOR_REL)
-    audit.settle_whole(list(rows.values()))
+    composite_rows.settle_whole(list(rows.values()))
     assert audit.is_measured(result)
 
 
@@ -2056,7 +2056,7 @@ def test_evolla_s_protein_path_runs_on_protein_ids_beside_its_text_and_each_clas
             assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
             assert row["declared"]["path_first"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
-    assert audit.nothing_left(result) and not result.relies_on, result.unread_attention
+    assert composite_rows.nothing_left(result) and not result.relies_on, result.unread_attention
 
 
 def test_pegasus_x_s_global_local_attention_is_read_in_its_blocks_beside_the_global_keys():

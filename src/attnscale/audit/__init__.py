@@ -2,6 +2,7 @@
 applies, under each backend, measured and compared with what its config declares.
 
 ``measure``             planning and measuring: a family, a folder, a callable; the worker pool
+``composite_rows``      a composite's rows: its towers, the composite built whole, what a row relies on
 ``families``            the installed transformers' model types, as tiny random-init models
 ``sizes``               the tiny sizes, and the fields some families need beside them (with why)
 ``companions``          what a model reads beside its main input (boxes, region features, prompts)

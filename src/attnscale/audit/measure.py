@@ -38,12 +38,11 @@ from ..probing.intercept import (final_hidden, intercept_attention, model_inputs
 from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config,
                                quiet_transformers, read_json)
 from ..threads import torch_threads
-from . import attention_function, families, inline, series, whole_path
+from . import attention_function, composite_rows, families, inline, series, whole_path
 from . import declared as declared_rules
-from .verdicts import (CAP_TOL, DEPENDENCE_TOL, FACTOR_TOL, NOT_FINITE, PARITY_TOL, VERDICTS, agree, caps_differ,
-                       family_row, judge_family)
+from .verdicts import (CAP_TOL, DEFAULT_BACKENDS, DEPENDENCE_TOL, FACTOR_TOL, NOT_FINITE, PARITY_TOL, VERDICTS, agree,
+                       caps_differ, family_row, judge_family)
 
-DEFAULT_BACKENDS = ("eager", "sdpa", "flex_attention")
 NO_CALL = "no attention function was called"  # attention computed inline: read from its weights instead
 TOKENS, LONGER_TOKENS = 8, 24
 FAR_POSITION = 65536  # past the original context of YaRN / Llama-4-style position temperatures
@@ -736,39 +735,9 @@ def audit_family(model_type: str, backends=DEFAULT_BACKENDS, seed: int = 0, **ov
     except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a result, not a crash
         result = FamilyAudit(model_type, type(model).__name__, status="skipped",
                              reason=f"audit failed: {families.first_line(error)}")
-    rely_on_towers(model, result)
+    composite_rows.rely_on_towers(model, result)
     result.seconds = time.perf_counter() - start
     return result
-
-
-def rely_on_towers(model, result: FamilyAudit) -> None:
-    """A composite audited on its token ids, whose towers that pass does not run (a vision or audio
-    tower, a VQ image tokenizer): each attention module it leaves unread inside a tower relies on the
-    row that audits that tower (:func:`tower_row`), which :func:`settle_whole` requires measured with
-    nothing left; a module outside every tower stays unread."""
-    unread = [u["name"] for u in result.unread_attention if u["mechanism"] == "not intercepted"]
-    sub_configs = dict(getattr(type(model.config), "sub_configs", {}) or {})
-    if result.status != "audited" or not unread or not sub_configs:
-        return
-    result.towers = families.tower_types(type(model.config), sub_configs)
-    for module in result.unread_attention:
-        if module["name"] in unread and (row := own_family(model, module["name"]) or tower_row(model, result, module["name"])):
-            module["read_by"] = row
-    result.relies_on = sorted({module["read_by"] for module in result.unread_attention if module.get("read_by")})
-
-
-def own_family(model, module_name: str) -> str | None:
-    """The model type of the innermost part holding ``module_name`` built from the config of a family of
-    its own, whose row reads the same classes (T5Gemma 2's SigLIP vision model, inside its encoder: a
-    composite covered only once the report is settled); None where there is none."""
-    from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
-
-    parts = module_name.split(".")
-    for end in range(len(parts) - 1, 0, -1):
-        config = getattr(model.get_submodule(".".join(parts[:end])), "config", None)
-        if config is not None and config is not model.config and getattr(config, "model_type", None) in MODEL_MAPPING_NAMES:
-            return config.model_type
-    return None
 
 
 def tiny_model(model_type: str, seed: int, overrides: dict):
@@ -963,115 +932,6 @@ def run_plan(items, backends=DEFAULT_BACKENDS, seed: int = 0, progress=None, wor
     return results
 
 
-def audit_tower(composite: str, tower: dict, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
-    """A composite's tower that has no base model of its own, audited as its own row
-    (``composite.tower``), with the declared rules of the tower's model type."""
-    start = time.perf_counter()
-    name = f"{composite}.{tower['name']}"
-    try:
-        model = families.build_tower(composite, tower["name"], seed)
-        with torch.no_grad(), quiet_transformers(), torch_threads(1):
-            model(**first_inputs(model))
-    except families.Skip as reason:
-        return FamilyAudit(name, status="skipped", reason=str(reason), tower_of=composite,
-                           seconds=time.perf_counter() - start)
-    except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a reason
-        return FamilyAudit(name, status="skipped", reason=f"cannot run a forward pass: {families.first_line(error)}",
-                           tower_of=composite, seconds=time.perf_counter() - start)
-    try:
-        result = audit_model(model, name, backends, seed, model_type=tower["model_type"])
-    except Exception as error:  # noqa: BLE001
-        result = FamilyAudit(name, type(model).__name__, status="skipped",
-                             reason=f"audit failed: {families.first_line(error)}")
-    result.tower_of = composite
-    result.seconds = time.perf_counter() - start
-    return result
-
-
-def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
-    """A composite its towers cannot cover (``skipped``: its row as a family), built whole at the tiny
-    sizes (:func:`families.build_whole`) and fed everything its forward needs (:func:`first_inputs`: an
-    image with a prompt, ids in codebooks, a pair of images) and audited as one model: its own attention
-    is measured among its calls.  ``own_attention`` then keeps the composite's own classes no row reads."""
-    model_type = skipped.family
-    start = time.perf_counter()
-    try:
-        model = families.build_whole(model_type, seed)
-        with torch.no_grad(), quiet_transformers(), torch_threads(1):
-            whole_path.MEDIA[model] = placeholder_media(model)
-            model(**first_inputs(model))
-    except families.Skip as reason:
-        return FamilyAudit(model_type, status="skipped", reason=str(reason), seconds=time.perf_counter() - start)
-    except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a reason
-        return FamilyAudit(model_type, status="skipped", seconds=time.perf_counter() - start,
-                           reason=f"cannot run a forward pass: {families.first_line(error)}")
-    try:
-        result = audit_model(model, model_type, backends, seed)
-    except Exception as error:  # noqa: BLE001
-        result = FamilyAudit(model_type, type(model).__name__, status="skipped",
-                             reason=f"audit failed: {families.first_line(error)}")
-    result.towers = skipped.towers
-    # an attention class counts as read where a row reads one of its modules (the factor is the class's code)
-    modules = dict(model.named_modules())
-    read = {type(modules[row["name"]]).__name__ for row in result.layers if row["name"] in modules}
-    unread = []
-    for module in result.unread_attention:
-        if module["mechanism"] != "not intercepted":
-            continue
-        row = model_type if module["class"] in read else tower_row(model, skipped, module["name"])
-        if row:
-            module["read_by"] = row  # the row that reads its class (this one, or its tower's)
-        if module["class"] not in read:
-            unread.append((module["class"], row))
-    result.own_attention = sorted({name for name, row in unread if row is None})
-    result.relies_on = sorted({row for _, row in unread if row is not None})
-    result.seconds = time.perf_counter() - start
-    return result
-
-
-MEDIA_KINDS = (("image", "vision_config"), ("audio", "audio_config"))  # a medium and the sub-config of its tower
-
-
-def placeholder_media(model) -> list[tuple[int, int, dict]]:
-    """The media a composite merges into its ids at placeholder tokens, for :data:`whole_path.MEDIA`: each kind
-    whose token the config names (image_token_id, audio_token_id) and whose features the model computes
-    (get_<kind>_features), given as its tower runs on them (:func:`first_inputs` of the module built from the
-    tower's sub-config, under the names the composite takes), with as many placeholders as those features hold
-    vectors of the text's width; without them the ids alone run and the towers' media path never does."""
-    found = []
-    for kind, sub_name in MEDIA_KINDS:
-        token, sub = getattr(model.config, f"{kind}_token_id", None), getattr(model.config, sub_name, None)
-        features = getattr(model, f"get_{kind}_features", None)
-        tower = next((m for m in model.modules() if m is not model and getattr(m, "config", None) is sub), None)
-        if not isinstance(token, int) or features is None or tower is None:
-            continue
-        try:
-            inputs = {name: value for name, value in first_inputs(tower).items() if whole_path.accepts(model, name)}
-            output = features(**inputs)
-            pooled = getattr(output, "pooler_output", output)
-            found.append((token, pooled.numel() // model.get_input_embeddings().embedding_dim, inputs))
-        except Exception:  # noqa: BLE001 - third-party model code: media it cannot compute are not fed (ids alone)
-            continue
-    return found
-
-
-def tower_row(model, composite: FamilyAudit, module_name: str) -> str | None:
-    """The row that audits the tower an attention module of a composite built whole lies in (the
-    innermost part built from a sub-config: a family of its own, or ``composite.tower``); None for
-    a module of the composite's own."""
-    sub_types = {}
-    for tower in composite.towers:
-        sub = getattr(model.config, tower["name"], None)
-        if sub is not None:
-            sub_types.setdefault(type(sub), tower["model_type"] if tower["own"] else f"{composite.family}.{tower['name']}")
-    parts = module_name.split(".")
-    for end in range(len(parts) - 1, 0, -1):
-        config = getattr(model.get_submodule(".".join(parts[:end])), "config", None)  # a tower's model holds its own
-        if config is not None and config is not model.config and type(config) in sub_types:
-            return sub_types[type(config)]
-    return None
-
-
 def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
     """One planned item's rows: a folder's or a family's, then the rows of a composite's towers that
     have no base model of their own.  A composite those rows cannot cover (a tower left unmeasured,
@@ -1081,21 +941,21 @@ def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
     if kind == "folder":
         return [audit_folder(name, backends, seed)]
     result = audit_family(name, backends, seed)
-    towers = [t for t in attending(result.towers) if t["model_type"] and not t["own"]
+    towers = [t for t in composite_rows.attending(result.towers) if t["model_type"] and not t["own"]
               and (result.status == "skipped" or f"{name}.{t['name']}" in result.relies_on)]
-    rows = [audit_tower(name, tower, backends, seed) for tower in towers]
+    rows = [composite_rows.audit_tower(name, tower, backends, seed) for tower in towers]
     # a tower with no model type of its own (Fun-ASR-Nano's adaptor: a config class only) has no row to cover it
     typeless = any(not tower["model_type"] for tower in result.towers)
     if result.status == "skipped" and result.towers and (result.own_attention or typeless
-                                                          or not all(map(nothing_left, rows))):
-        whole = audit_whole(result, backends, seed)
+                                                          or not all(map(composite_rows.nothing_left, rows))):
+        whole = composite_rows.audit_whole(result, backends, seed)
         by_row = {row.family: row for row in rows}
-        unmeasured = [name for name in whole.relies_on if name in by_row and not nothing_left(by_row[name])]
+        unmeasured = [name for name in whole.relies_on if name in by_row and not composite_rows.nothing_left(by_row[name])]
         if is_measured(whole) and not whole.own_attention and not unmeasured:
             # its relies_on are checked again in the report (settle_whole), families of their own only there
             return [whole, *rows]
         why = (whole.reason or "; ".join(whole.findings) if not is_measured(whole)
-               else unread_text(whole.own_attention, unmeasured))
+               else composite_rows.unread_text(whole.own_attention, unmeasured))
         result.reason += f"; built whole: {why}"
     return [result, *rows]
 
@@ -1121,77 +981,8 @@ def run_parallel(items, backends, seed: int, progress, workers: int) -> list[Fam
     return [row for rows in results for row in rows]
 
 
-COVERED = "covered by its towers"
-
-
-def tower_state(result: FamilyAudit) -> str:
-    return result.verdict if result.status in ("audited", "covered") else families.NO_ATTENTION
-
-
 def is_measured(result: FamilyAudit) -> bool:
     return result.status == "audited" and result.verdict != "not measured"
-
-
-def nothing_left(result: FamilyAudit) -> bool:
-    """A row that leaves nothing of its attention unmeasured: measured with every attention module read
-    (none left "not intercepted": an inline SAM encoder beside a tower's intercepted encoder), covered,
-    without attention, or with no softmax over q.k."""
-    unread = any(u.get("mechanism") == "not intercepted" for u in result.unread_attention)
-    return (is_measured(result) and not unread or result.status == "covered"
-            or result.status == "skipped" and result.reason.startswith((families.NO_ATTENTION, NO_SOFTMAX)))
-
-
-def unread_text(own: list[str], towers: list[str]) -> str:
-    parts = ([f"its own attention classes {', '.join(own)} are not read"] if own else []) + (
-        [f"the attention of {', '.join(towers)} is not read, and that row is not measured"] if towers else [])
-    return "; ".join(parts)
-
-
-def settle_whole(results: list[FamilyAudit]) -> None:
-    """A composite measured whole that left a tower's attention unread stays measured only where that
-    tower is measured as a family of its own in the same audit; otherwise it is skipped with why."""
-    by_name = {r.family: r for r in results}
-    for result in results:
-        unmeasured = [name for name in result.relies_on if not (by_name.get(name) and nothing_left(by_name[name]))]
-        if result.status == "audited" and unmeasured:
-            result.status, result.verdict = "skipped", "not measured"
-            result.reason = f"built whole: {unread_text([], unmeasured)}"
-
-
-def attending(towers: list[dict]) -> list[dict]:
-    """The towers that run attention (all but the parts families.composite_skip found to run none)."""
-    return [tower for tower in towers if tower.get("attention", True)]
-
-
-def mark_covered(results: list[FamilyAudit]) -> None:
-    """A composite skipped as a whole is covered where every tower is measured in the same audit (a
-    family, a tower row, or a composite covered in turn, as SAM 3's vision model is for SAM 3) or
-    has no attention module, and it runs no attention class of its own: the attention it runs is
-    exactly its towers' classes.  Otherwise its reason says which tower or class is left out."""
-    row_of = lambda result, t: t["model_type"] if t["own"] else f"{result.family}.{t['name']}"  # noqa: E731
-    by_name = {r.family: r for r in results}
-    composites = [r for r in results if r.status == "skipped" and r.towers]
-    covered_one = True
-    while covered_one:  # until no composite is newly covered
-        covered_one = False
-        for result in composites:
-            towers = attending(result.towers)
-            rows = [by_name.get(row_of(result, t)) for t in towers]
-            if result.status == "skipped" and not result.own_attention and all(r and nothing_left(r) for r in rows):
-                result.status, result.verdict, covered_one = "covered", COVERED, True
-                result.reason = "every tower measured: " + ", ".join(
-                    [f"{t['name']} = {r.family} ({tower_state(r)})" for t, r in zip(towers, rows)]
-                    + [f"{t['name']}: no attention" for t in result.towers if t not in towers])
-    for result in composites:
-        if result.status != "skipped":
-            continue
-        reason = result.reason.split("; its own attention")[0].split("; not measured here")[0]  # once per report
-        left_out = [t["name"] for t in attending(result.towers)
-                    if not (by_name.get(row_of(result, t)) and nothing_left(by_name[row_of(result, t)]))]
-        if result.own_attention:
-            result.reason = reason + f"; its own attention classes are not audited ({', '.join(result.own_attention)})"
-        elif len(left_out) < len(result.towers):
-            result.reason = reason + f"; not measured here: {', '.join(left_out)}"
 
 
 def coverage(results: list[FamilyAudit]) -> dict:
@@ -1214,7 +1005,7 @@ def coverage(results: list[FamilyAudit]) -> dict:
 
 def unread_here(result: FamilyAudit) -> list[dict]:
     """The attention modules of a row "not intercepted" that no row reads: not its own row reading the
-    same class, nor a tower's row it relies on (``read_by``; settle_whole keeps the row measured only
+    same class, nor a tower's row it relies on (``read_by``; composite_rows.settle_whole keeps the row measured only
     where that row is measured with nothing left)."""
     return [u for u in result.unread_attention if u.get("mechanism") == "not intercepted" and not u.get("read_by")]
 
@@ -1228,9 +1019,9 @@ def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
     """The audit as plain data: a table row per family, every measurement, the counts."""
     import transformers
 
-    settle_whole(results)
-    mark_covered(results)
-    counts = {verdict: 0 for verdict in (*VERDICTS, COVERED, "skipped")}
+    composite_rows.settle_whole(results)
+    composite_rows.mark_covered(results)
+    counts = {verdict: 0 for verdict in (*VERDICTS, composite_rows.COVERED, "skipped")}
     for result in results:
         if not result.tower_of:  # the families; tower rows are counted in coverage
             counts["skipped" if result.status == "skipped" else result.verdict] += 1

@@ -14,6 +14,8 @@ import math
 
 import torch
 
+DEFAULT_BACKENDS = ("eager", "sdpa", "flex_attention")  # the attention implementations compared
+
 NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
 FACTOR_TOL = 1e-3  # measured and declared factors agree within 0.1%
 CAP_TOL = 0.05  # soft caps agree within 5%

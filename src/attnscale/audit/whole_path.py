@@ -462,7 +462,7 @@ def takes_companions(model) -> bool:
 
 # model -> [(placeholder token id, placeholders a sequence, the media inputs of one sequence)]: the media a
 # composite built whole merges into its ids at placeholder tokens (Aria's image, Fun-ASR-Nano's audio), fed beside
-# its ids, which end in that many placeholders (measure.placeholder_media)
+# its ids, which end in that many placeholders (composite_rows.placeholder_media)
 MEDIA: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
