@@ -60,18 +60,23 @@ def in_projections(module: torch.nn.MultiheadAttention) -> tuple[InProjection, .
     return IN_PROJECTIONS[module]
 
 
-class CallQuery(torch.nn.Module):
-    """The query an attention module hands ``F.scaled_dot_product_attention`` with no q projection
-    before it (a learned query: AIMv2's pooling head reshapes its cls token into the call): a module of
-    its own, called by :class:`Watch` on the call's query laid out as (B, T, H * d), so that its
-    output can be hooked (read and overwritten) as any projection's; the identity."""
+class PassThrough(torch.nn.Module):
+    """A q or k that no projection of the module makes, as a module of its own: :class:`Watch` passes that
+    tensor through it, so that its output can be hooked (read and overwritten) as any projection's; the
+    identity."""
 
     def __init__(self, width: int):
         super().__init__()
         self.out_features = width
 
-    def forward(self, query):
-        return query
+    def forward(self, states):
+        return states
+
+
+class CallQuery(PassThrough):
+    """The query an attention module hands ``F.scaled_dot_product_attention`` with no q projection
+    before it (a learned query: AIMv2's pooling head reshapes its cls token into the call), passed
+    through by :class:`Watch` as (B, T, H * d)."""
 
 
 CALL_QUERIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # attention module -> CallQuery
@@ -97,19 +102,10 @@ def learned_query(module, config) -> list[whole_path.Layout]:
                               [whole_path.Block(k_mod, 0, heads, d, 0, d)])]
 
 
-class HandedIn(torch.nn.Module):
+class HandedIn(PassThrough):
     """The q or k an attention module is handed already projected (DabDetrAttention: "The key q_proj, k_proj,
     v_proj are defined outside the attention"; its layer sums content and position projections, and its
-    cross-attention concatenates a sine embedding, before the call): a module of its own, which
-    :class:`Watch` passes that argument through, so that it can be hooked (read and overwritten) as any
-    projection's output; the identity."""
-
-    def __init__(self, width: int):
-        super().__init__()
-        self.out_features = width
-
-    def forward(self, states):
-        return states
+    cross-attention concatenates a sine embedding, before the call), passed through by :class:`Watch`."""
 
 
 HANDED_IN_ARGUMENTS = ("hidden_states", "key_states")  # the q and k such a module's forward takes

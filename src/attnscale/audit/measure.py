@@ -944,8 +944,9 @@ def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
     towers = [t for t in composite_rows.attending(result.towers) if t["model_type"] and not t["own"]
               and (result.status == "skipped" or f"{name}.{t['name']}" in result.relies_on)]
     rows = [composite_rows.audit_tower(name, tower, backends, seed) for tower in towers]
-    # a tower with no model type of its own (Fun-ASR-Nano's adaptor: a config class only) has no row to cover it
-    typeless = any(not tower["model_type"] for tower in result.towers)
+    # a tower with no model type of its own that runs attention (Fun-ASR-Nano's adaptor: a config class only) has no row
+    # to cover it
+    typeless = any(not tower["model_type"] for tower in composite_rows.attending(result.towers))
     if result.status == "skipped" and result.towers and (result.own_attention or typeless
                                                           or not all(map(composite_rows.nothing_left, rows))):
         whole = composite_rows.audit_whole(result, backends, seed)

@@ -366,6 +366,11 @@ def tower_image_size(config):
     return None
 
 
+def clip_length(config) -> int | None:
+    """A video model's frames a clip, as its config states them (FRAME_FIELDS); None for an image model."""
+    return next((value for name in FRAME_FIELDS if isinstance(value := getattr(config, name, None), int)), None)
+
+
 def pixel_values(config, batch: int) -> torch.Tensor:
     """A fixed image batch at the config's size, or a clip of the config's frame count for a video
     model, (batch, frames, channels, height, width) (the path probe overwrites q, k and v, so only
@@ -374,7 +379,7 @@ def pixel_values(config, batch: int) -> torch.Tensor:
             or (BACKBONE_IMAGE if getattr(config, "backbone_config", None) is not None else 32))
     height, width = (size, size) if isinstance(size, int) else tuple(size)[:2]
     channels = getattr(config, "num_channels", 3) or 3
-    frames = next((value for name in FRAME_FIELDS if isinstance(value := getattr(config, name, None), int)), None)
+    frames = clip_length(config)
     shape = (channels, height, width) if frames is None else (frames, channels, height, width)
     generator = torch.Generator().manual_seed(0)
     return torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))
@@ -450,9 +455,8 @@ BESIDE_FRAMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def clip_frames(config) -> int:
-    """The frames of a clip: the vision config's num_frames (the tiny size), else the tiny size itself."""
-    vision = getattr(config, "vision_config", None) or config
-    return getattr(vision, "num_frames", None) or TINY["num_frames"]
+    """The frames of a clip: as the vision config states them (:func:`clip_length`), else the tiny size."""
+    return clip_length(getattr(config, "vision_config", None) or config) or TINY["num_frames"]
 
 
 def takes_companions(model) -> bool:
@@ -594,6 +598,12 @@ def configs_within(config) -> list:
     return [config, *(value for value in vars(config).values() if isinstance(value, PretrainedConfig))]
 
 
+def stated_feature_widths(config) -> list[int]:
+    """The feature widths the config and its sub-configs state (MORE_MEL_FIELDS), in that order."""
+    return [value for cfg in configs_within(config) for name in MORE_MEL_FIELDS
+            if isinstance(value := getattr(cfg, name, None), int) and value > 0]
+
+
 def audio_shapes(config, takes: str) -> list[tuple[int, ...]]:
     """Shapes (without the batch) to try for an audio input, most likely first: raw samples (6400:
     16 frames of a 400-sample window at stride 320), or features (channels, frames) and (frames,
@@ -604,8 +614,7 @@ def audio_shapes(config, takes: str) -> list[tuple[int, ...]]:
     axis (a mono waveform: Mimi's, OmniASR's)."""
     first = next((value for name in MEL_FIELDS if isinstance(value := getattr(config, name, None), int) and value > 0),
                  80)
-    more = [value for cfg in configs_within(config) for name in MORE_MEL_FIELDS
-            if isinstance(value := getattr(cfg, name, None), int) and value > 0]
+    more = stated_feature_widths(config)
     mels = list(dict.fromkeys([first, *more, *COMMON_MELS, *(k * m for m in [first, *more] for k in STACKED)]))
     lengths = frame_lengths(config)
     features = [shape for length in lengths for mel in mels for shape in ((mel, length), (length, mel))]
@@ -741,8 +750,7 @@ def features_beside_samples(model, batch: int, shape: tuple[int, ...], given: di
     names = [name for name in required_inputs(model) if name in AUDIO_INPUTS and name not in given]
     if not names or not isinstance(hop, int) or hop <= 0 or shape[-1] % hop:
         return {}
-    width = next((value for cfg in configs_within(model.config) for name in MORE_MEL_FIELDS
-                  if isinstance(value := getattr(cfg, name, None), int) and value > 0), COMMON_MELS[0])
+    width = next(iter(stated_feature_widths(model.config)), COMMON_MELS[0])
     generator = torch.Generator().manual_seed(3)
     features = torch.randn(1, shape[-1] // hop, width, generator=generator).repeat(batch, 1, 1)
     return {name: features for name in names}
