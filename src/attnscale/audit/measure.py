@@ -1004,16 +1004,16 @@ def coverage(results: list[FamilyAudit]) -> dict:
             "tower_rows": len(towers), "tower_rows_measured": sum(map(is_measured, towers))}
 
 
-def unread_here(result: FamilyAudit) -> list[dict]:
+def unread_here(unread_attention: list[dict]) -> list[dict]:
     """The attention modules of a row "not intercepted" that no row reads: not its own row reading the
-    same class, nor a tower's row it relies on (``read_by``; composite_rows.settle_whole keeps the row measured only
-    where that row is measured with nothing left)."""
-    return [u for u in result.unread_attention if u.get("mechanism") == "not intercepted" and not u.get("read_by")]
+    same class, nor a tower's row it relies on (``read_by``; composite_rows.settle_whole keeps the row
+    measured only where that row is measured with nothing left)."""
+    return [u for u in unread_attention if u.get("mechanism") == "not intercepted" and not u.get("read_by")]
 
 
 def partly_read(result: FamilyAudit) -> bool:
     """A family counted measured that leaves some attention module unread (named in its other mechanisms)."""
-    return is_measured(result) and bool(unread_here(result))
+    return is_measured(result) and bool(unread_here(result.unread_attention))
 
 
 def report(results: list[FamilyAudit], backends, seconds: float) -> dict:

@@ -64,10 +64,10 @@ def print_table(report: dict) -> None:
     if skipped:
         console.print(f"skipped {len(skipped)}: " + "; ".join(f"{r['family']} ({r['reason']})" for r in skipped[:12]) +
                       (" ..." if len(skipped) > 12 else ""), markup=False, highlight=False)
-    partly = [r for r in report["families"] if r["family"] in set(report["coverage"]["partly_read"])]
+    partly_read = set(report["coverage"]["partly_read"])
+    partly = [r for r in report["families"] if r["family"] in partly_read]
     if partly:
-        unread = lambda r: ", ".join(sorted({u["class"] for u in r["unread_attention"]  # noqa: E731
-                                             if u["mechanism"] == "not intercepted" and not u.get("read_by")}))
+        unread = lambda r: ", ".join(sorted({u["class"] for u in audit_api.unread_here(r["unread_attention"])}))  # noqa: E731
         console.print(f"measured, leaving attention unread {len(partly)}: " +
                       "; ".join(f"{r['family']} ({unread(r)})" for r in partly), markup=False, highlight=False)
     counts = report["counts"]
