@@ -23,7 +23,8 @@ import re
 from pathlib import Path
 
 from .answer_catalogue import GAP, Listing, Seq, Word, render
-from .claims import BY_ID, CLAIMS, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, VERDICTS, key_declared
+from .claims import (ASSERTION, BY_ID, CLAIMS, FAILS, INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, PENDING, REFUTED,
+                     SUPPORTED, VERDICTS, key_declared)
 from .probing.probe import NO_SCALING  # C10: the probe's label of T5's factor
 from .errors import UserError
 from .lab.numerics import CLAMP_COSTS, KL_CHEAP, MEMORY_SAVED, RANGE_REACHED, WRONG_OUTPUT
@@ -180,7 +181,7 @@ def sqrt_rule(ev: Evidence) -> Word:
     return Word("sqrt.rule", err=_at_most(err), share=_at_least(share), rows=rows)
 
 
-TRAINED_ENTRY = {REFUTED: "refuted", SUPPORTED: "supported"}  # any other training verdict: "partly"
+TRAINED_ENTRY = {REFUTED: "refuted", SUPPORTED: "supported", INCONCLUSIVE: "inconclusive"}  # any other: "partly"
 
 
 def inv_d_rule(ev: Evidence) -> Seq | Word:
@@ -383,7 +384,8 @@ def short_inv_d(ev: Evidence) -> Word:
     trained = ev.lab_verdict("C05", "training")
     if trained == PENDING or not progress:
         return _pending("C05", "training")
-    entry = {REFUTED: "short.inv_d.trains", SUPPORTED: "short.inv_d.unusable"}.get(trained, "short.inv_d.mixed")
+    entry = {REFUTED: "short.inv_d.trains", SUPPORTED: "short.inv_d.unusable",
+             INCONCLUSIVE: "short.inv_d.open"}.get(trained, "short.inv_d.mixed")
     return Word(entry, span=_span(progress.values()))
 
 
@@ -392,18 +394,30 @@ def short_no_scaling(ev: Evidence) -> Word:
     trained = ev.lab_verdict("C06", "training")
     if logit is None or trained == PENDING:
         return _pending("C06", "saturation" if logit is None else "training")
-    entry = {SUPPORTED: "short.none.stalls", REFUTED: "short.none.trains"}.get(trained, "short.none.sometimes")
+    entry = {SUPPORTED: "short.none.stalls", REFUTED: "short.none.trains",
+             INCONCLUSIVE: "short.none.open"}.get(trained, "short.none.sometimes")
     not_100 = Word("short.none.not_100") if logit < saturation_rules.LOGITS_AROUND_100 else ""
     return Word(entry, logit=f"{logit:.0f}", not_100=not_100)
 
 
+def refuted_assertion(claim: dict) -> str:
+    """The first assertion of a refuted claim that fails, as report.json names it."""
+    return next((p["text"] for p in claim.get("parts", []) if isinstance(p, dict) and p.get("role") == ASSERTION
+                 and p.get("state") == FAILS and isinstance(p.get("text"), str)), "")
+
+
 def short_tally(ev: Evidence) -> Word:
     counts = {v: sum(c["verdict"] == v for c in ev.claims.values()) for v in (*VERDICTS, PENDING)}
-    untested = counts[NOT_TESTABLE]
+    refuted = [c for c in ev.claims.values() if c["verdict"] == REFUTED]
+    items = [Word("short.tally.item", id=c["id"], text=refuted_assertion(c)) for c in refuted]
+    rest = [Word(f"short.tally.{key}", n=counts[verdict], be="is" if counts[verdict] == 1 else "are")
+            for key, verdict in (("inconclusive", INCONCLUSIVE), ("not_in_preset", NOT_IN_PRESET),
+                                 ("untested", NOT_TESTABLE)) if counts[verdict]]
     return Word("short.tally", total=len(ev.claims), supported=counts[SUPPORTED], partly=counts[PARTLY],
                 refuted=counts[REFUTED], hold="holds" if counts[SUPPORTED] == 1 else "hold",
                 hold_part="holds" if counts[PARTLY] == 1 else "hold", refuted_be="is" if counts[REFUTED] == 1 else "are",
-                untested=Word("short.tally.untested", n=untested) if untested else "")
+                refuted_list=Word("short.tally.refuted", items=Listing(items, sep="list.clause")) if items else "",
+                rest=Seq(*rest) if rest else "")
 
 
 SHORT_SENTENCES = (short_mechanism, short_inv_d, short_no_scaling, short_tally)

@@ -70,6 +70,10 @@ ENTRIES: dict[str, dict[str, str]] = {
         "zh": "但它并非“根本不可用”：各自取最佳学习率训练后，它学到的相当于 1/sqrt(d_k) 的 {span}。"},
     "inv_d.trained.supported": {"en": " Trained, it learned only {span} of what 1/sqrt(d_k) learned: unusable.",
                                 "zh": "训练后它只学到 1/sqrt(d_k) 的 {span}，确实不可用。"},
+    "inv_d.trained.inconclusive": {
+        "en": " Trained, it learned {span} of what 1/sqrt(d_k) learned; whether that is 'unusable' is undecided at "
+              "these seeds.",
+        "zh": "训练后它学到 1/sqrt(d_k) 的 {span}；是否“不可用”，以现有种子数尚无定论。"},
     "inv_d.trained.partly": {
         "en": " Trained, it learned {span} of what 1/sqrt(d_k) learned: worse in places, not everywhere unusable.",
         "zh": "训练后它学到 1/sqrt(d_k) 的 {span}：有些设置更差，但并非处处不可用。"},
@@ -96,6 +100,7 @@ ENTRIES: dict[str, dict[str, str]] = {
                      "zh": "d_head 为 {d_heads} 时，{verb}：学到的相当于 1/sqrt(d_k) 的 {span}。"},
     "none.verb.refuted": {"en": "training does not stall", "zh": "训练并未停滞"},
     "none.verb.supported": {"en": "training stalls", "zh": "训练确实停滞"},
+    "none.verb.inconclusive": {"en": "whether training stalls is undecided at these seeds", "zh": "训练是否停滞，以现有种子数尚无定论"},
     "none.verb.partly": {"en": "training stalls in some settings or seeds, not in all", "zh": "训练在部分设置或种子下停滞，并非全部"},
 
     "fp16.range": {
@@ -233,6 +238,14 @@ ENTRIES: dict[str, dict[str, str]] = {
     "short.inv_d.mixed": {
         "en": "Dividing by d_k starts near uniform and trains worse in places: {span} of what sqrt(d_k) learned.",
         "zh": "除以 d_k 起初接近均匀分布，训练后有些设置更差：学到 sqrt(d_k) 的 {span}。"},
+    "short.inv_d.open": {
+        "en": "Dividing by d_k starts near uniform; whether it stays unusable is undecided at these seeds: trained, "
+              "it learned {span} of what sqrt(d_k) learned.",
+        "zh": "除以 d_k 起初接近均匀分布；是否一直不可用，以现有种子数尚无定论：训练后学到 sqrt(d_k) 的 {span}。"},
+    "short.none.open": {
+        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}; whether training stalls is undecided "
+              "at these seeds.",
+        "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}；训练是否停滞，以现有种子数尚无定论。"},
     "short.none.stalls": {
         "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and training stalls.",
         "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，训练停滞。"},
@@ -246,8 +259,12 @@ ENTRIES: dict[str, dict[str, str]] = {
     "short.none.not_100": {"en": " (not ±100)", "zh": "（不是 ±100）"},
     "short.tally": {
         "en": "Of the interview answer's {total} claims, {supported} {hold} in full, {partly} {hold_part} in part and "
-              "{refuted} {refuted_be} refuted{untested}.",
-        "zh": "原答案的 {total} 条说法中，{supported} 条成立，{partly} 条部分成立，{refuted} 条不成立{untested}。"},
+              "{refuted} {refuted_be} refuted{refuted_list}{rest}.",
+        "zh": "原答案的 {total} 条说法中，{supported} 条成立，{partly} 条部分成立，{refuted} 条不成立{refuted_list}{rest}。"},
+    "short.tally.refuted": {"en": " ({items})", "zh": "（{items}）"},
+    "short.tally.item": {"en": "{id}: {text}", "zh": "{id}"},
+    "short.tally.inconclusive": {"en": "; {n} {be} inconclusive", "zh": "，{n} 条尚无定论"},
+    "short.tally.not_in_preset": {"en": "; {n} {be} not tested in this preset", "zh": "，{n} 条本预设未检验"},
     "short.tally.untested": {"en": "; {n} cannot be tested here", "zh": "，{n} 条此处无法检验"},
 
     # --------------------------------------------------------------- the printed layers
@@ -261,6 +278,8 @@ ENTRIES: dict[str, dict[str, str]] = {
     "verdict.partly supported": {"en": "partly supported", "zh": "部分支持"},
     "verdict.refuted": {"en": "refuted", "zh": "不成立"},
     "verdict.not testable here": {"en": "not testable here", "zh": "此处无法检验"},
+    "verdict.inconclusive": {"en": "inconclusive", "zh": "尚无定论"},
+    "verdict.not tested in this preset": {"en": "not tested in this preset", "zh": "本预设未检验"},
     "verdict.pending": {"en": "pending", "zh": "待测"},
 }
 

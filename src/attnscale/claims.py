@@ -1,15 +1,33 @@
-"""The claims registry: claim ID -> text -> the labs that test it -> a computed verdict.
+"""The claims registry: claim -> its parts -> the labs that read them -> one label by one rule.
 
-The 18 claims come from the source (an interview answer, in Chinese).  Each lab module in
-:mod:`attnscale.lab` has a ``judge(result)`` function that turns its own measured results
-into :class:`Finding` objects, one per claim it tests, by a rule written in code next to
-the experiment.  A claim tested by several labs gets one finding from each, and each lab
-tests one part of it (``Claim.parts``: the saturation lab at initialisation, the training
-lab in training); :func:`combine` merges them by a fixed rule and :func:`verdict_line`
-keeps an untested part visible next to the verdict.  Nothing here holds an expected verdict.
+The 18 claims come from the source (an interview answer, in Chinese).  Each claim is split into
+the parts its sentence makes, and only those (:class:`Part`), each with a role:
 
-Each lab module declares the numbers its findings carry in ``NUMBER_KEYS`` (claim ID ->
-key names; a name ending in ``*`` stands for a family of keys with that prefix), and
+* ``assertion``: what the claim says happens (C05's "fundamentally unusable");
+* ``premise``: what the claim's argument starts from (C05's "near uniform at initialisation");
+* ``side remark``: a remark beside the point (C10's "cheaper on TPUs").
+
+Each part is read by one lab, at the claim's own setting (its d_k, its premise, its learning
+rate), as a rate or a number with its interval against a named threshold: the lab's
+``judge(result)`` returns a :class:`Finding` per claim holding one :class:`Reading` per part it
+reads (holds, fails, holds in part, undecided, not tested in this preset, not testable here).  A
+measurement at another setting is context in the evidence text, never a vote.  :func:`label`
+then turns a claim's readings into its label, the same way for every lab:
+
+* supported: every assertion holds (a premise or side remark that fails makes it partly);
+* refuted: every assertion fails where it was tested (the label names what held: "refuted (its
+  premise holds: ...)");
+* partly supported: an assertion holds in some tested settings and fails in others, or one
+  assertion holds while another (or a premise, or a side remark) fails; the label names what fails;
+* inconclusive: an undecided assertion could still turn the label either way (the label names it,
+  the reading says what would decide it);
+* not tested in this preset / not testable here: no assertion was tested.
+
+Every reading that compares with a threshold also gives its state with that threshold moved 20%
+each way; :func:`margins` says where such a move would change the label.
+
+Each lab module declares the numbers its findings carry in ``NUMBER_KEYS`` (claim ID -> key
+names; a name ending in ``*`` stands for a family of keys with that prefix), and
 :mod:`attnscale.answer` declares the numbers it reads; :func:`undeclared_numbers` and
 :func:`key_declared` let the tests hold the two to each other.
 """
@@ -18,12 +36,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# labels
 SUPPORTED = "supported"
 PARTLY = "partly supported"
 REFUTED = "refuted"
+INCONCLUSIVE = "inconclusive"
+NOT_IN_PRESET = "not tested in this preset"
 NOT_TESTABLE = "not testable here"
 PENDING = "pending"
-VERDICTS = (SUPPORTED, PARTLY, REFUTED, NOT_TESTABLE)
+VERDICTS = (SUPPORTED, PARTLY, REFUTED, INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE)
+
+# roles of a part
+ASSERTION, PREMISE, SIDE = "assertion", "premise", "side remark"
+ROLES = (ASSERTION, PREMISE, SIDE)
+
+# states of a part as read
+HOLDS, FAILS, MIXED, UNDECIDED = "holds", "fails", "holds in part", "undecided"
+STATES = (HOLDS, FAILS, MIXED, UNDECIDED, NOT_IN_PRESET, NOT_TESTABLE, PENDING)
+TESTED = (HOLDS, FAILS, MIXED, UNDECIDED)
+MOVES = (0.8, 1.2)  # a threshold moved 20% each way: the margin every deciding threshold states
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a claim's sentence, the lab that reads it and the setting it is read at."""
+
+    key: str
+    text: str
+    role: str
+    lab: str
+    setting: str = ""
+
+    def __post_init__(self):
+        if self.role not in ROLES:
+            raise ValueError(f"unknown role {self.role!r}; accepted: {', '.join(ROLES)}")
 
 
 @dataclass(frozen=True)
@@ -32,125 +78,379 @@ class Claim:
     section: str
     text: str
     seed: str
-    labs: tuple[str, ...]
-    parts: tuple[str, ...] = ()  # with several labs: the part of the claim each lab tests, in order
+    parts: tuple[Part, ...]
 
-    def part(self, lab: str) -> str:
-        return self.parts[self.labs.index(lab)] if self.parts else f"{lab} part"
+    @property
+    def labs(self) -> tuple[str, ...]:
+        """The labs that read its parts, in the order the parts are declared."""
+        return tuple(dict.fromkeys(p.lab for p in self.parts))
+
+    def part(self, key: str) -> Part:
+        for p in self.parts:
+            if p.key == key:
+                return p
+        raise KeyError(f"{self.id} has no part {key!r}; its parts: {', '.join(p.key for p in self.parts)}")
+
+    def parts_of(self, lab: str) -> tuple[Part, ...]:
+        return tuple(p for p in self.parts if p.lab == lab)
+
+
+def state_of(decided: bool | None) -> str:
+    """A part decided on its interval: True holds, False fails, None undecided."""
+    return HOLDS if decided is True else FAILS if decided is False else UNDECIDED
+
+
+def over_settings(states) -> str:
+    """One state from a part's states at several settings (d_k, cells, models, readings): holds or
+    fails where every setting agrees; holds in part where one holds and another fails (or one holds
+    in part); undecided otherwise (an undecided setting could still make it either)."""
+    states = [s for s in states if s in TESTED]
+    if not states:
+        return UNDECIDED
+    if MIXED in states or (HOLDS in states and FAILS in states):
+        return MIXED
+    if all(s == HOLDS for s in states):
+        return HOLDS
+    if all(s == FAILS for s in states):
+        return FAILS
+    return UNDECIDED
+
+
+@dataclass
+class Reading:
+    """One part as a lab measured it.
+
+    ``measured``: the number with its interval (text); ``threshold``: what it is compared with;
+    ``settings``: [{"where", "state", "measured"}] where the part is read at several settings;
+    ``moved``: {"0.8": state, "1.2": state}, the part's state with its thresholds moved 20% down
+    and up (absent where no threshold decides it, e.g. a recorded fact); ``decide``: for an
+    undecided part, what would decide it; ``note``: why a part was not tested.
+    """
+
+    state: str
+    measured: str = ""
+    threshold: str = ""
+    settings: list[dict] = field(default_factory=list)
+    moved: dict[str, str] = field(default_factory=dict)
+    decide: str = ""
+    note: str = ""
+
+    def __post_init__(self):
+        if self.state not in STATES:
+            raise ValueError(f"unknown state {self.state!r}; accepted: {', '.join(STATES)}")
+        for state in self.moved.values():
+            if state not in STATES:
+                raise ValueError(f"unknown moved state {state!r}; accepted: {', '.join(STATES)}")
+
+    def as_dict(self) -> dict:
+        out = {"state": self.state, "measured": self.measured, "threshold": self.threshold}
+        for name in ("settings", "moved", "decide", "note"):
+            if getattr(self, name):
+                out[name] = getattr(self, name)
+        return out
+
+
+def measured_at(read, *, moves=MOVES) -> Reading:
+    """``read(scale)`` -> Reading, with every threshold it compares with multiplied by ``scale``
+    (in the direction each names); the reading at scale 1 with the states at each move kept."""
+    reading = read(1.0)
+    reading.moved = {f"{m:g}": read(m).state for m in moves}
+    return reading
+
+
+@dataclass(frozen=True)
+class Label:
+    verdict: str
+    line: str   # the verdict with what it rests on, e.g. "refuted (its premise holds: near uniform at initialisation)"
+
+
+def _base_verdict(states: list[str], others_fail: bool) -> str:
+    """The label from decided assertion states (no undecided among them)."""
+    holds = any(s in (HOLDS, MIXED) for s in states)
+    fails = any(s in (FAILS, MIXED) for s in states)
+    if holds and fails:
+        return PARTLY
+    if holds:
+        return PARTLY if others_fail else SUPPORTED
+    return REFUTED
+
+
+def _texts(pairs) -> str:
+    return "; ".join(p.text for p, _ in pairs)
+
+
+def label(pairs) -> Label:
+    """The one rule from parts to a label (see the module docstring).  ``pairs``: [(Part, Reading)].
+
+    Assertions vote; where a set of parts holds no assertion (one lab's premise alone), its tested
+    parts vote.  A label is given only where every way the undecided voting parts could turn out
+    (each holding or failing) gives it; otherwise the claim is inconclusive.
+    """
+    pairs = list(pairs)
+    tested = [(p, r) for p, r in pairs if r.state in TESTED]
+    assertion_declared = any(p.role == ASSERTION for p, _ in pairs)
+    voters = [(p, r) for p, r in tested if p.role == ASSERTION or not assertion_declared]
+    others = [(p, r) for p, r in tested if (p, r) not in voters]
+    untested_notes = [f"{p.text}: {'not measured yet' if r.state == PENDING else r.state}"
+                      for p, r in pairs if r.state not in TESTED]
+    if not voters:
+        states = {r.state for _, r in pairs}
+        verdict = PENDING if PENDING in states else NOT_IN_PRESET if NOT_IN_PRESET in states else NOT_TESTABLE
+        return Label(verdict, verdict)
+    others_fail = any(r.state in (FAILS, MIXED) for _, r in others)
+    open_ = [i for i, (_, r) in enumerate(voters) if r.state == UNDECIDED]
+    outcomes = set()
+    for mask in range(2 ** len(open_)):
+        states = [r.state for _, r in voters]
+        for bit, i in enumerate(open_):
+            states[i] = HOLDS if mask >> bit & 1 else FAILS
+        outcomes.add(_base_verdict(states, others_fail))
+    verdict = outcomes.pop() if len(outcomes) == 1 else INCONCLUSIVE
+    notes = []
+    failing = [(p, r) for p, r in voters + others if r.state == FAILS]
+    in_part = [(p, r) for p, r in voters + others if r.state == MIXED]
+    undecided = [(p, r) for p, r in voters + others if r.state == UNDECIDED]
+    held = [(p, r) for p, r in voters + others if r.state == HOLDS]
+    if verdict == REFUTED:
+        premises = [(p, r) for p, r in held if p.role == PREMISE]
+        if premises:
+            notes.append(f"its premise holds: {_texts(premises)}")
+        if [x for x in held if x[0].role == SIDE]:
+            notes.append(f"holds: {_texts([x for x in held if x[0].role == SIDE])}")
+        if undecided:
+            notes.append(f"undecided: {_texts(undecided)}")
+    else:
+        if failing:
+            notes.append(f"fails: {_texts(failing)}")
+        if in_part:
+            notes.append(f"holds only in part: {_texts(in_part)}")
+        if undecided:
+            notes.append(f"undecided: {_texts(undecided)}")
+        if verdict == INCONCLUSIVE and held:
+            notes.append(f"holds: {_texts(held)}")
+    notes += untested_notes
+    return Label(verdict, verdict + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+def margins(pairs) -> list[dict]:
+    """Where moving one part's thresholds 20% (see :func:`measured_at`) would change the label:
+    [{"part", "text", "move", "state", "verdict"}]."""
+    pairs = list(pairs)
+    base = label(pairs).verdict
+    found = []
+    for i, (part, reading) in enumerate(pairs):
+        for move, state in reading.moved.items():
+            if state == reading.state:
+                continue
+            moved = pairs[:i] + [(part, Reading(state))] + pairs[i + 1:]
+            verdict = label(moved).verdict
+            if verdict != base:
+                found.append({"part": part.key, "text": part.text, "move": move, "state": state, "verdict": verdict})
+    return found
+
+
+def margin_text(found: list[dict]) -> str:
+    """One sentence for the report: which 20% moves would change the label, or that none would."""
+    if not found:
+        return "No threshold moved 20% either way changes the label."
+    return " ".join(f"With the thresholds of '{m['text']}' {'20% lower' if float(m['move']) < 1 else '20% higher'} it "
+                    f"would read {m['state']}, and the label would be {m['verdict']}." for m in found)
 
 
 @dataclass
 class Finding:
-    """One lab's verdict on one claim, with the evidence text and the numbers it quotes.
+    """One lab's reading of one claim: a :class:`Reading` for each part the claim declares for that
+    lab, the evidence text and the numbers it quotes.  Its ``verdict`` is :func:`label` of those
+    parts alone (the claim's own label combines every lab's parts)."""
 
-    ``scope`` (optional) says where the verdict holds when that is narrower than the claim's
-    wording (e.g. "for up to 8 keys only"); it is shown next to the verdict.
-    """
-
-    verdict: str
+    claim: str
+    lab: str
     evidence: str
     numbers: dict[str, float | int | str | None] = field(default_factory=dict)
-    scope: str | None = None
+    readings: dict[str, Reading] = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.verdict not in VERDICTS:
-            raise ValueError(f"unknown verdict {self.verdict!r}; accepted: {', '.join(VERDICTS)}")
-        if self.scope and self.verdict == SUPPORTED:
-            raise ValueError(f"a finding whose scope narrows the claim ({self.scope!r}) is at most {PARTLY!r}, "
-                             f"not {SUPPORTED!r}")
+        if self.claim not in BY_ID:
+            raise ValueError(f"unknown claim {self.claim!r}; accepted: {', '.join(BY_ID)}")
+        declared = [p.key for p in BY_ID[self.claim].parts_of(self.lab)]
+        if not declared:
+            raise ValueError(f"{self.claim} declares no part read by the {self.lab!r} lab; its labs: "
+                             f"{', '.join(BY_ID[self.claim].labs)}")
+        if sorted(self.readings) != sorted(declared):
+            raise ValueError(f"{self.claim}'s {self.lab} finding reads parts {sorted(self.readings)}; the registry "
+                             f"declares {sorted(declared)}")
+        if not all(isinstance(r, Reading) for r in self.readings.values()):
+            raise TypeError(f"{self.claim}'s readings must be Reading objects")
 
+    def pairs(self) -> list[tuple[Part, Reading]]:
+        return [(p, self.readings[p.key]) for p in BY_ID[self.claim].parts_of(self.lab)]
+
+    @property
+    def verdict(self) -> str:
+        return label(self.pairs()).verdict
+
+    @property
+    def line(self) -> str:
+        return label(self.pairs()).line
+
+    def as_dict(self) -> dict:
+        return {"claim": self.claim, "lab": self.lab, "verdict": self.verdict, "verdict_line": self.line,
+                "parts": part_rows(self.pairs()), "evidence": self.evidence, "numbers": self.numbers}
+
+
+def untested(claim: str, lab: str, why: str, state: str = NOT_TESTABLE,
+             numbers: dict | None = None) -> Finding:
+    """A finding whose every part (of this lab) is ``state`` (not testable here, or not tested in this
+    preset) for the reason ``why``."""
+    readings = {p.key: Reading(state, note=why) for p in BY_ID[claim].parts_of(lab)}
+    return Finding(claim, lab, why, numbers or {}, readings)
+
+
+
+def _claim(id_, section, text, seed, *parts) -> Claim:
+    return Claim(id_, section, text, seed, tuple(Part(*p) for p in parts))
+
+
+A, P, S = ASSERTION, PREMISE, SIDE
 
 CLAIMS: tuple[Claim, ...] = (
-    Claim("C01", "2.1",
-          "Common initialisations (Xavier is named) give q and k components mean 0 and variance 1.",
-          "假设 query q 和 key k 是 d_k 维向量，各分量独立且均值为 0、方差为 1（常见初始化，如 Xavier）。",
-          ("variance",)),
-    Claim("C02", "2.1",
-          "If q_i and k_i are independent, mean 0, variance 1, then Var(q·k) = d_k and std = sqrt(d_k).",
-          "点积的方差 = d_k * 1 = d_k，标准差 = sqrt(d_k)。",
-          ("variance",)),
-    Claim("C03", "2.1",
-          "Unscaled, with d_k = 64 or 128, dot products spread over about [-3 sqrt(d_k), 3 sqrt(d_k)] "
-          "and extreme values are likely.",
-          "若不缩放，当 d_k 较大（如 64 或 128）时，点积值会分布在 [-3sqrt(d_k), 3sqrt(d_k)] 范围，极端值概率高。",
-          ("variance",)),
-    Claim("C04", "2.2",
-          "Dividing by sqrt(d_k) makes the logit variance 1; softmax inputs concentrate in [-3, 3], where the "
-          "softmax gradient is not saturated.",
-          "除以 sqrt(d_k)：将点积方差归一化为 1，标准差为 1。softmax 输入值集中在 [-3, 3] 区间，梯度在非饱和区。",
-          ("saturation",)),
-    Claim("C05", "2.2, 5",
-          "Dividing by d_k makes the variance 1/d_k: logits sit near 0, softmax is near uniform, attention loses "
-          "the ability to focus, and the model is \"fundamentally unusable, not just a bit worse\".",
-          "除以 d_k：方差变为 1/d_k……softmax 输出分布过于平滑（接近均匀分布），注意力丧失区分度；"
-          "不是“差一点”而是根本不可用。",
-          ("saturation", "training"), ("initialisation half", "training half")),
-    Claim("C06", "2.2",
-          "With no scaling, logits are extreme (around ±100), softmax is near one-hot, gradients are near 0 and "
-          "training stalls.",
-          "不缩放：方差为 d_k，softmax 输入值极端（如 100 或 -100），输出接近 one-hot……梯度在 softmax 饱和区几乎为 0，训练停滞。",
-          ("saturation", "training"), ("initialisation half", "training half")),
-    Claim("C07", "2.2",
-          "Vaswani et al. (2017) verified by experiment that without scaling the gradients vanish and training "
-          "does not converge.",
-          "Vaswani 等人在原论文中通过实验验证：不缩放时梯度消失，训练无法收敛。",
-          ("training",)),
-    Claim("C08", "2.3",
-          "Multiplying by 1/sqrt(d_k) is the same as dividing by sqrt(d_k).",
-          "有人会问：为什么不用 1/sqrt(d_k) 乘以点积？本质一样，但除以 sqrt(d_k) 更直观。",
-          ("variance",)),
-    Claim("C09", "2.3",
-          "Raising d_k to 256 while keeping the old factor (dividing by 8 = sqrt(64)) makes the loss oscillate and "
-          "not converge in an 8-layer Transformer; dividing by 16 restores stable training.",
-          "我在训练一个 8 层 Transformer 时，曾误将 d_k 设为 256 但忘记改缩放因子，结果 loss 震荡不收敛……"
-          "改为除以 sqrt(256)=16 后恢复稳定。",
-          ("training",)),
-    Claim("C10", "2.3, 4.3",
-          "T5 has no explicit scaling: it folds the factor into the initialisation of Q/K (the interview answer says both "
-          "\"variance 1/sqrt(d_k)\" and \"variance 1/d_k\"); this is mathematically equivalent and cheaper on TPUs.",
-          "他们将缩放因子融入 Q 和 K 的初始化：Q 和 K 的权重初始化方差设为 1/d_k，这样点积的方差自动为 1，无需显式缩放……"
-          "本质数学等价，只是工程优化。",
-          ("training", "doctor"), ("training half", "installed-code half")),
-    Claim("C11", "2.4",
-          "In FP16/BF16, even after scaling, d_k = 128 gives logits around [-30, 30]; FP16's small range then "
-          "makes the softmax produce inf.",
-          "例如 d_k=128，点积范围约 [-30, 30]，FP16 动态范围有限，softmax 输入过大导致 inf。",
-          ("numerics",)),
-    Claim("C12", "2.4",
-          "The fixes are torch.clamp before the softmax, or FlashAttention, which scales by 1/sqrt(d_k) and tiles "
-          "the computation so the large matrix never overflows.",
-          "解法：在注意力计算前加 torch.clamp 或使用 FlashAttention……FlashAttention 内部将 QK^T 除以 sqrt(d_k) 后，"
-          "再通过 tile 方式避免大矩阵溢出。",
-          ("numerics",)),
-    Claim("C13", "2.4",
-          "Some implementations (Hugging Face's old BERT is named) wrongly used 1/d_k, which made training "
-          "2-3x slower.",
-          "某些实现（如 Hugging Face 的旧版 BERT）错误地使用了 1/d_k 缩放，导致训练慢 2-3 倍。",
-          ("training", "doctor"), ("slowdown half", "old-BERT half")),
-    Claim("C14", "2.4",
-          "A diagnostic: print the attention weights; if every token gets about 1/n, the scaling is too strong.",
-          "验证方法：打印注意力权重分布，若所有 token 权重接近 1/n，说明缩放过大。",
-          ("doctor",)),
-    Claim("C15", "4.1",
-          "For small d_k (1 or 2) scaling matters little; d_k = 2 with or without the factor differs little.",
-          "若 d_k=2，点积方差为 2，除以 sqrt(2)≈1.414，效果与不缩放差异不大。",
-          ("variance",)),
-    Claim("C16", "4.2",
-          "The softmax derivative is p_i(1 - p_i): near 0 for extreme inputs (about 100); for inputs in [-3, 3], "
-          "p_i is about 0.05-0.95 and the derivative about 0.05-0.25.",
-          "softmax 的导数 = p_i * (1 - p_i)……当输入极端时（如 100），p_i≈1，导数≈0……若输入在 [-3, 3] 区间，"
-          "p_i 约 0.05-0.95，导数约 0.05-0.25，梯度有效。",
-          ("saturation",)),
-    Claim("C17", "4.2",
-          "Without scaling, the gradient norm of the first layers drops by more than 10x and the loss does not "
-          "go down.",
-          "实验表明，不缩放时前几层梯度范数下降 10 倍以上，训练 loss 不降。",
-          ("training",)),
-    Claim("C18", "summary",
-          "sqrt(d_k) is the balance point: d_k over-smooths, and no constant can adapt to different d_k.",
-          "除以 sqrt(d_k) 是数学推导（方差归一化）和工程实践（避免梯度饱和、保持区分度）的平衡点。"
-          "不是 d_k 是因为会过度平滑，不是常数是因为无法适应不同 d_k。",
-          ("saturation", "training"), ("initialisation half", "training half")),
+    _claim("C01", "2.1",
+           "Common initialisations (Xavier is named) give q and k components mean 0 and variance 1.",
+           "假设 query q 和 key k 是 d_k 维向量，各分量独立且均值为 0、方差为 1（常见初始化，如 Xavier）。",
+           ("init", "common initialisations give mean 0, variance 1", A, "variance",
+            "each initialisation measured, unit-variance input")),
+    _claim("C02", "2.1",
+           "If q_i and k_i are independent, mean 0, variance 1, then Var(q·k) = d_k and std = sqrt(d_k).",
+           "点积的方差 = d_k * 1 = d_k，标准差 = sqrt(d_k)。",
+           ("variance", "Var(q·k) = d_k", A, "variance", "independent mean-0 variance-1 components, every d_k sampled")),
+    _claim("C03", "2.1",
+           "Unscaled, with d_k = 64 or 128, dot products spread over about [-3 sqrt(d_k), 3 sqrt(d_k)] "
+           "and extreme values are likely.",
+           "若不缩放，当 d_k 较大（如 64 或 128）时，点积值会分布在 [-3sqrt(d_k), 3sqrt(d_k)] 范围，极端值概率高。",
+           ("spread", "q·k spreads over about ±3 sqrt(d_k)", A, "variance", "gaussian components, d_k = 64 and 128"),
+           ("extreme", "extreme values are likely", A, "variance",
+            "d_k = 64 and 128, read two ways: for a softmax (|q·k| > 3) and statistically (beyond 3 std)")),
+    _claim("C04", "2.2",
+           "Dividing by sqrt(d_k) makes the logit variance 1; softmax inputs concentrate in [-3, 3], where the "
+           "softmax gradient is not saturated.",
+           "除以 sqrt(d_k)：将点积方差归一化为 1，标准差为 1。softmax 输入值集中在 [-3, 3] 区间，梯度在非饱和区。",
+           ("variance", "logit variance 1", A, "saturation", "unit-variance q, k; every d_k, n = 128"),
+           ("within", "logits concentrate in [-3, 3]", A, "saturation", "every d_k, n = 128"),
+           ("unsaturated", "the softmax is not saturated", A, "saturation", "every d_k and n")),
+    _claim("C05", "2.2, 5",
+           "Dividing by d_k makes the variance 1/d_k: logits sit near 0, softmax is near uniform, attention loses "
+           "the ability to focus, and the model is \"fundamentally unusable, not just a bit worse\".",
+           "除以 d_k：方差变为 1/d_k……softmax 输出分布过于平滑（接近均匀分布），注意力丧失区分度；"
+           "不是“差一点”而是根本不可用。",
+           ("uniform", "near uniform at initialisation", P, "saturation", "unit-variance q, k; d_k = 64 and 128, n = 128"),
+           ("unusable", "fundamentally unusable", A, "training",
+            "1/d_k at its own best learning rate, every cell where sqrt works")),
+    _claim("C06", "2.2",
+           "With no scaling, logits are extreme (around ±100), softmax is near one-hot, gradients are near 0 and "
+           "training stalls.",
+           "不缩放：方差为 d_k，softmax 输入值极端（如 100 或 -100），输出接近 one-hot……梯度在 softmax 饱和区几乎为 0，训练停滞。",
+           ("logits", "logits around ±100", A, "saturation", "unit-variance q, k; d_k = 64 and 128, n = 128"),
+           ("one_hot", "softmax near one-hot", A, "saturation", "d_k = 64 and 128, n = 128"),
+           ("gradient", "gradients near 0", A, "saturation", "the gradient reaching W_q, d_k = 64 and 128"),
+           ("stalls", "training stalls", A, "training",
+            "no scaling at its own best learning rate, d_head >= 64, every cell where sqrt works")),
+    _claim("C07", "2.2",
+           "Vaswani et al. (2017) verified by experiment that without scaling the gradients vanish and training "
+           "does not converge.",
+           "Vaswani 等人在原论文中通过实验验证：不缩放时梯度消失，训练无法收敛。",
+           ("paper", "the paper ran that experiment", A, "training", "Vaswani et al. (2017) as published")),
+    _claim("C08", "2.3",
+           "Multiplying by 1/sqrt(d_k) is the same as dividing by sqrt(d_k).",
+           "有人会问：为什么不用 1/sqrt(d_k) 乘以点积？本质一样，但除以 sqrt(d_k) 更直观。",
+           ("same", "the same result", A, "variance", "every d_k = 1..max, float16 to float64")),
+    _claim("C09", "2.3",
+           "Raising d_k to 256 while keeping the old factor (dividing by 8 = sqrt(64)) makes the loss oscillate and "
+           "not converge in an 8-layer Transformer; dividing by 16 restores stable training.",
+           "我在训练一个 8 层 Transformer 时，曾误将 d_k 设为 256 但忘记改缩放因子，结果 loss 震荡不收敛……"
+           "改为除以 sqrt(256)=16 后恢复稳定。",
+           ("no_converge", "with 1/8 the loss does not converge", A, "training",
+            "8 layers, d_head 256, each factor at its own best learning rate"),
+           ("oscillates", "with 1/8 the loss oscillates", A, "training", "the same runs, second half of training"),
+           ("restores", "1/16 restores stable training", A, "training", "the same model with 1/16")),
+    _claim("C10", "2.3, 4.3",
+           "T5 has no explicit scaling: it folds the factor into the initialisation of Q/K (the interview answer says both "
+           "\"variance 1/sqrt(d_k)\" and \"variance 1/d_k\"); this is mathematically equivalent and cheaper on TPUs.",
+           "他们将缩放因子融入 Q 和 K 的初始化：Q 和 K 的权重初始化方差设为 1/d_k，这样点积的方差自动为 1，无需显式缩放……"
+           "本质数学等价，只是工程优化。",
+           ("no_scale", "T5 applies no explicit factor", A, "doctor", "the installed transformers T5"),
+           ("folded", "its initialisation brings the logits to unit scale", A, "doctor", "installed T5 at initialisation"),
+           ("variances", "the factor sits in both Q and K (variance 1/d_k)", S, "doctor", "installed T5's W_q and W_k"),
+           ("equivalent", "mathematically equivalent", A, "training", "folded init vs sqrt, same seeds, each optimiser"),
+           ("tpu", "cheaper on TPUs", S, "doctor", "no TPU here")),
+    _claim("C11", "2.4",
+           "In FP16/BF16, even after scaling, d_k = 128 gives logits around [-30, 30]; FP16's small range then "
+           "makes the softmax produce inf.",
+           "例如 d_k=128，点积范围约 [-30, 30]，FP16 动态范围有限，softmax 输入过大导致 inf。",
+           ("range", "logits around ±30 at d_k = 128", A, "numerics",
+            "d_k = 128 after 1/sqrt(d_k), the interview answer's unit-variance q and k"),
+           ("inf", "the softmax produces inf in FP16", A, "numerics",
+            "attention as real code computes it (eager, SDPA, online), float16 and bfloat16, d_k = 128, logits up to ±30")),
+    _claim("C12", "2.4",
+           "The fixes are torch.clamp before the softmax, or FlashAttention, which scales by 1/sqrt(d_k) and tiles "
+           "the computation so the large matrix never overflows.",
+           "解法：在注意力计算前加 torch.clamp 或使用 FlashAttention……FlashAttention 内部将 QK^T 除以 sqrt(d_k) 后，"
+           "再通过 tile 方式避免大矩阵溢出。",
+           ("clamp", "torch.clamp fixes the overflow cheaply", A, "numerics",
+            "float16, the scenarios where a naive softmax overflows"),
+           ("flash", "FlashAttention's softmax never overflows", A, "numerics", "online softmax, every dtype and scenario"),
+           ("tiling", "the tiling keeps the large matrix from overflowing", A, "numerics",
+            "read two ways: numeric overflow (tiles without max subtraction) and memory")),
+    _claim("C13", "2.4",
+           "Some implementations (Hugging Face's old BERT is named) wrongly used 1/d_k, which made training "
+           "2-3x slower.",
+           "某些实现（如 Hugging Face 的旧版 BERT）错误地使用了 1/d_k 缩放，导致训练慢 2-3 倍。",
+           ("old_bert", "Hugging Face's old BERT used 1/d_k", A, "doctor", "the released BERT code of 2018-2019"),
+           ("slower", "1/d_k makes training 2-3x slower", A, "training",
+            "1/d_k at the learning rate tuned for 1/sqrt(d_k) (the bug swaps the factor, not the rate), recall")),
+    _claim("C14", "2.4",
+           "A diagnostic: print the attention weights; if every token gets about 1/n, the scaling is too strong.",
+           "验证方法：打印注意力权重分布，若所有 token 权重接近 1/n，说明缩放过大。",
+           ("fires", "too-strong scaling shows as weights of about 1/n", A, "doctor",
+            "trained models: a pretrained model with its factor replaced, and models trained with it"),
+           ("specific", "weights of about 1/n mean the scaling is too strong", A, "doctor",
+            "correctly scaled trained models (no flag expected)")),
+    _claim("C15", "4.1",
+           "For small d_k (1 or 2) scaling matters little; d_k = 2 with or without the factor differs little.",
+           "若 d_k=2，点积方差为 2，除以 sqrt(2)≈1.414，效果与不缩放差异不大。",
+           ("little", "d_k = 2 with or without the factor differs little", A, "variance",
+            "attention rows at d_k = 2, total variation"),
+           ("matters_little", "scaling matters little at small d_k", A, "variance",
+            "the d_k = 2 difference against the largest d_k measured")),
+    _claim("C16", "4.2",
+           "The softmax derivative is p_i(1 - p_i): near 0 for extreme inputs (about 100); for inputs in [-3, 3], "
+           "p_i is about 0.05-0.95 and the derivative about 0.05-0.25.",
+           "softmax 的导数 = p_i * (1 - p_i)……当输入极端时（如 100），p_i≈1，导数≈0……若输入在 [-3, 3] 区间，"
+           "p_i 约 0.05-0.95，导数约 0.05-0.25，梯度有效。",
+           ("formula", "the derivative is p_i(1 - p_i)", A, "saturation", "the Jacobian's diagonal, against autograd"),
+           ("extreme", "near 0 at inputs of about 100", A, "saturation", "every Jacobian entry, n = 2 and 128"),
+           ("ranges", "p_i in 0.05-0.95 and p_i(1 - p_i) in 0.05-0.25 for inputs in [-3, 3]", A, "saturation",
+            "sqrt-scaled logits, every key count n measured")),
+    _claim("C17", "4.2",
+           "Without scaling, the gradient norm of the first layers drops by more than 10x and the loss does not "
+           "go down.",
+           "实验表明，不缩放时前几层梯度范数下降 10 倍以上，训练 loss 不降。",
+           ("gradient", "the first layers' gradient drops more than 10x", A, "training",
+            "first layer's W_q, W_k, matched seeds at sqrt's learning rate, d_head >= 64"),
+           ("loss", "the loss does not go down", A, "training",
+            "no scaling at its own best learning rate, d_head >= 64, every task trained")),
+    _claim("C18", "summary",
+           "sqrt(d_k) is the balance point: d_k over-smooths, and no constant can adapt to different d_k.",
+           "除以 sqrt(d_k) 是数学推导（方差归一化）和工程实践（避免梯度饱和、保持区分度）的平衡点。"
+           "不是 d_k 是因为会过度平滑，不是常数是因为无法适应不同 d_k。",
+           ("balance_init", "sqrt(d_k) is the balance point at initialisation", A, "saturation",
+            "the exponent grid, unit-variance q and k"),
+           ("oversmooth_init", "d_k over-smooths at initialisation", A, "saturation", "1/d_k at the largest d_k"),
+           ("constant_init", "no constant adapts to d_k at initialisation", A, "saturation", "the constant factor across d_k"),
+           ("balance_trained", "sqrt(d_k) is near the best rule in training", A, "training",
+            "each rule at its own best learning rate, every cell where sqrt works"),
+           ("oversmooth_trained", "d_k over-smooths in training", A, "training", "final attention entropy, same cells"),
+           ("constant_trained", "a constant fails where it is off sqrt's value", A, "training",
+            "the constant at its own best learning rate, same cells")),
 )
 
 BY_ID = {claim.id: claim for claim in CLAIMS}
@@ -158,59 +458,6 @@ BY_ID = {claim.id: claim for claim in CLAIMS}
 
 def claims_of_lab(lab: str) -> tuple[str, ...]:
     return tuple(claim.id for claim in CLAIMS if lab in claim.labs)
-
-
-def verdict_of_parts(parts) -> str:
-    """Supported if every part holds, refuted if none does, partly otherwise: a part left undecided
-    by its interval (None) can only make a verdict partly, never flip it between the two ends."""
-    parts = list(parts)
-    if parts and all(p is True for p in parts):
-        return SUPPORTED
-    if parts and all(p is False for p in parts):
-        return REFUTED
-    return PARTLY
-
-
-def combine(findings: dict[str, Finding], labs: tuple[str, ...] | None = None) -> str:
-    """One verdict from several labs' findings on the same claim (``labs``: the labs the claim
-    names; by default those that reported).
-
-    Findings that say "not testable here" are set aside when another lab could test the
-    claim; if all the rest agree, that verdict stands; any disagreement (one lab supports
-    what another refutes or only partly supports) gives "partly supported".  Where the claim
-    names several labs, each tests only a part of it, so "supported" needs every part
-    tested: with a part not measured yet or not testable here, it is capped at "partly
-    supported".
-    """
-    if not isinstance(findings, dict) or not all(isinstance(f, Finding) for f in findings.values()):
-        raise TypeError(f"combine needs {{lab: Finding}}, got {type(findings).__name__}")
-    if not findings:
-        return PENDING
-    labs = tuple(findings) if labs is None else labs
-    tested = {lab: f.verdict for lab, f in findings.items() if f.verdict != NOT_TESTABLE}
-    if not tested:
-        return NOT_TESTABLE
-    verdicts = set(tested.values())
-    verdict = verdicts.pop() if len(verdicts) == 1 else PARTLY
-    if verdict == SUPPORTED and len(labs) > 1 and set(tested) != set(labs):
-        verdict = PARTLY
-    return verdict
-
-
-def verdict_line(claim: Claim, findings: dict[str, Finding], verdict: str) -> str:
-    """The verdict as the report shows it: with the parts that were not tested, and any
-    finding's narrower scope, in brackets, e.g. "refuted (old-BERT half not testable here)"."""
-    if verdict == PENDING:
-        return verdict
-    notes = []
-    if len(claim.labs) > 1:
-        for lab in claim.labs:
-            if lab not in findings:
-                notes.append(f"{claim.part(lab)} not measured yet")
-            elif findings[lab].verdict == NOT_TESTABLE and verdict != NOT_TESTABLE:
-                notes.append(f"{claim.part(lab)} not testable here")
-    notes += [f.scope for f in findings.values() if f.scope]
-    return verdict + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def key_declared(declared: tuple[str, ...], key: str) -> bool:
@@ -227,20 +474,29 @@ def undeclared_numbers(declared: dict[str, tuple[str, ...]], findings: dict[str,
     for claim_id, finding in findings.items():
         names = declared.get(claim_id, ())
         wrong += [f"{claim_id}.{key} (not declared)" for key in finding.numbers if not key_declared(names, key)]
-        if finding.verdict != NOT_TESTABLE:
+        if finding.verdict not in (NOT_TESTABLE, NOT_IN_PRESET):
             wrong += [f"{claim_id}.{name} (declared, missing)" for name in names
                       if not name.endswith("*") and name not in finding.numbers]
     wrong += [f"{claim_id} (declared, no finding)" for claim_id in declared if claim_id not in findings]
     return wrong
 
 
-def evaluate(lab_findings: dict[str, dict[str, Finding]]) -> list[dict]:
-    """Verdicts for every claim from ``{lab: {claim_id: Finding}}``.
+def part_rows(pairs) -> list[dict]:
+    """The parts as report.json carries them: text, role, lab, setting and the reading."""
+    return [{"key": p.key, "text": p.text, "role": p.role, "lab": p.lab, "setting": p.setting, **r.as_dict()}
+            for p, r in pairs]
 
-    A claim whose labs have not all reported keeps the verdict of those that have (capped
-    as :func:`combine` says), its evidence names the labs still pending and its verdict line
-    the parts not measured yet; a claim no lab has reported on is ``pending``.
-    """
+
+def claim_pairs(claim: Claim, found: dict[str, Finding]) -> list[tuple[Part, Reading]]:
+    """Every declared part with its reading; a part whose lab has not reported is pending."""
+    return [(p, found[p.lab].readings[p.key] if p.lab in found else Reading(PENDING, note="its lab has not run"))
+            for p in claim.parts]
+
+
+def evaluate(lab_findings: dict[str, dict[str, Finding]]) -> list[dict]:
+    """Labels for every claim from ``{lab: {claim_id: Finding}}``: each claim's parts, its label by
+    :func:`label`, the 20% margins, each lab's own label, the evidence and the numbers.  A claim
+    whose labs have not all reported is labelled from the parts read so far (the rest pending)."""
     rows = []
     for claim in CLAIMS:
         found = {lab: lab_findings[lab][claim.id] for lab in claim.labs if claim.id in lab_findings.get(lab, {})}
@@ -250,20 +506,24 @@ def evaluate(lab_findings: dict[str, dict[str, Finding]]) -> list[dict]:
         if missing:
             evidence = (evidence + " " if evidence else "") + (
                 f"Pending: the {', '.join(missing)} lab{'s' if len(missing) > 1 else ''} "
-                f"will test {'the rest' if found else 'this claim'}."
-            )
+                f"will test {'the rest' if found else 'this claim'}.")
         numbers = {}
         for lab, finding in found.items():
             numbers.update({(f"{lab}.{k}" if len(claim.labs) > 1 else k): v for k, v in finding.numbers.items()})
-        verdict = combine(found, claim.labs)
+        pairs = claim_pairs(claim, found)
+        verdict = label(pairs)
+        moved = margins(pairs)
         rows.append({
             "id": claim.id,
             "claim": claim.text,
             "seed": claim.seed,
             "section": claim.section,
-            "verdict": verdict,
-            "verdict_line": verdict_line(claim, found, verdict),
+            "verdict": verdict.verdict,
+            "verdict_line": verdict.line,
             "complete": not missing,
+            "parts": part_rows(pairs),
+            "margins": moved,
+            "margin_text": margin_text(moved),
             "evidence": evidence,
             "experiments": list(claim.labs),
             "lab_verdicts": {lab: f.verdict for lab, f in found.items()},

@@ -110,14 +110,13 @@ def run_lab_command(name: str, preset: str, seed: int, device: str, as_json: boo
     findings = module.judge(result)
     if as_json:
         payload = {"lab": name, "preset": preset, "seed": seed, "result": result,
-                   "findings": {cid: vars(f) for cid, f in findings.items()}}
+                   "findings": {cid: f.as_dict() for cid, f in findings.items()}}
         sys.stdout.write(json.dumps(payload, indent=1, default=str) + "\n")
         return
     for title, rows in module.tables(result).items():
         print_rows(f"{name}: {title}", rows)
     for claim_id, finding in findings.items():
-        scope = f" ({finding.scope})" if finding.scope else ""
-        console.print(f"{claim_id} {finding.verdict}{scope}: {finding.evidence}", markup=False, highlight=False)
+        console.print(f"{claim_id} {finding.line}: {finding.evidence}", markup=False, highlight=False)
     if figures is not None:
         figures.mkdir(parents=True, exist_ok=True)
         for paths in module.figures(result, figures).values():

@@ -1,6 +1,7 @@
 """Where a claim's verdict comes from, generated from the registry and the code itself.
 
-For a claim ID: its text, the labs that test it (each lab's part), and per lab the experiment
+For a claim ID: its text, its parts (each with its role, the lab that reads it and the setting it
+is read at) and the rule that labels a claim from its parts, and per lab the experiment
 module, the judge function with its file and line, the helper functions of the verdict module it
 calls (transitively), the named thresholds those functions read (module-level constants, with
 their values), the numbers the finding carries, the command that reruns the lab; then the
@@ -33,7 +34,13 @@ def where(function) -> str:
 
 
 def _codes(function) -> list[types.CodeType]:
-    return [function.__code__] + [c for c in function.__code__.co_consts if isinstance(c, types.CodeType)]
+    """The function's code and the code of every function defined inside it, at any depth."""
+    found, todo = [], [function.__code__]
+    while todo:
+        code = todo.pop()
+        found.append(code)
+        todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return found
 
 
 def functions_called(function, package: str) -> list:
@@ -96,7 +103,7 @@ def explain(claim_id: str, report: dict | None = None) -> dict:
         helpers = functions_called(judge, f"attnscale.lab.{name}")
         labs.append({
             "lab": name,
-            "part": claim.part(name) if len(claim.labs) > 1 else "the whole claim",
+            "parts": [p.key for p in claim.parts_of(name)],
             "experiment": f"lab/{name}/experiment.py",
             "judge": {"name": judge.__name__, "where": where(judge), "doc": inspect.getdoc(judge) or ""},
             "helpers": [{"name": f.__name__, "where": where(f)} for f in helpers],
@@ -104,13 +111,21 @@ def explain(claim_id: str, report: dict | None = None) -> dict:
             "numbers": list(getattr(verdicts, "NUMBER_KEYS", {}).get(key, ())),
             "reproduce": f"attnscale {name} --preset quick --seed 0",
         })
-    out = {"id": key, "claim": claim.text, "section": claim.section, "labs": labs,
+    parts = [{"key": p.key, "text": p.text, "role": p.role, "lab": p.lab, "setting": p.setting} for p in claim.parts]
+    out = {"id": key, "claim": claim.text, "section": claim.section, "parts": parts,
+           "label_rule": {"name": claims.label.__name__, "where": where(claims.label)}, "labs": labs,
            "answer_sentences": answer_sentences(key)}
     if report is not None:
         found = next((c for c in report.get("claims", []) if isinstance(c, dict) and c.get("id") == key), None)
         if found is not None:
             out["verdict"] = found.get("verdict_line", found.get("verdict"))
             out["figures"] = list(found.get("figures", []))
+            states = {p.get("key"): p for p in found.get("parts", []) if isinstance(p, dict)}
+            for part in parts:
+                if part["key"] in states:
+                    part.update({k: states[part["key"]].get(k) for k in ("state", "measured", "threshold")})
+            if isinstance(found.get("margin_text"), str):
+                out["margin"] = found["margin_text"]
     return out
 
 
@@ -118,8 +133,18 @@ def render(explained: dict) -> str:
     lines = [f"{explained['id']} (source section {explained['section']}): {explained['claim']}"]
     if "verdict" in explained:
         lines.append(f"verdict in the report: {explained['verdict']}")
+        if explained.get("margin"):
+            lines.append(f"margin: {explained['margin']}")
+    lines += ["", "parts:"]
+    for part in explained["parts"]:
+        lines.append(f"  {part['key']} ({part['role']}, {part['lab']} lab): {part['text']}; read at: {part['setting']}")
+        if part.get("state"):
+            lines.append(f"    {part['state']}: {part.get('measured') or ''} (threshold: {part.get('threshold') or '-'})")
+    lines.append(f"label from parts: {explained['label_rule']['name']} at src/attnscale/{explained['label_rule']['where']} "
+                 "(supported: every assertion holds; refuted: every assertion fails; partly: some hold, some fail, or "
+                 "a premise or side remark fails; inconclusive: an undecided assertion could turn it)")
     for entry in explained["labs"]:
-        lines += ["", f"[{entry['lab']}] {entry['part']}",
+        lines += ["", f"[{entry['lab']}] parts {', '.join(entry['parts'])}",
                   f"  experiment: src/attnscale/{entry['experiment']}",
                   f"  judge: {entry['judge']['name']} at src/attnscale/{entry['judge']['where']}"]
         if entry["judge"]["doc"]:

@@ -8,11 +8,38 @@ from pathlib import Path
 
 import jinja2
 
-from ..claims import NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED
+from ..claims import (FAILS, HOLDS, INCONCLUSIVE, MIXED, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED,
+                      UNDECIDED)
 from . import fonts
 
 QUESTION = ("Why does attention compute softmax(QK^T / sqrt(d_k)), and not / d_k, no scaling, or a constant?")
-VERDICT_CLASS = {SUPPORTED: "ok", PARTLY: "partly", REFUTED: "bad", NOT_TESTABLE: "na", PENDING: "pending"}
+VERDICT_CLASS = {SUPPORTED: "ok", PARTLY: "partly", REFUTED: "bad", INCONCLUSIVE: "open", NOT_IN_PRESET: "na",
+                 NOT_TESTABLE: "na", PENDING: "pending"}
+STATE_CLASS = {HOLDS: "state-holds", FAILS: "state-fails", MIXED: "state-partly", UNDECIDED: "state-open"}
+PART_COLUMNS = ("part", "role", "read at", "measured", "threshold", "state", "moved 20%")
+
+
+def part_row(part: dict) -> dict:
+    """One part as the report's parts table shows it."""
+    moved = part.get("moved") or {}
+    where = "; ".join(f"{s['where']}: {s['state']}" for s in part.get("settings") or [])
+    state = part["state"] + (f" ({where})" if where and part["state"] != HOLDS else "")
+    note = part.get("decide") or part.get("note") or ""
+    return {"part": part["text"], "role": part["role"], "read at": part.get("setting", ""),
+            "measured": part.get("measured", ""), "threshold": part.get("threshold", ""),
+            "state": state + (f"; {'decides it' if part.get('decide') else 'why'}: {note}" if note else ""),
+            "moved 20%": ", ".join(f"x{k}: {v}" for k, v in moved.items()) if moved else "-",
+            "class": STATE_CLASS.get(part["state"], "")}
+
+
+def parts_table_md(claim: dict) -> list[str]:
+    rows = [part_row(p) for p in claim.get("parts", [])]
+    if not rows:
+        return []
+    cells = lambda r: [str(r[c]).replace("|", "\\|") for c in PART_COLUMNS]
+    return (["| " + " | ".join(PART_COLUMNS) + " |", "|" + "---|" * len(PART_COLUMNS)]
+            + ["| " + " | ".join(cells(r)) + " |" for r in rows]
+            + ([f"", f"Margin: {claim['margin_text']}"] if claim.get("margin_text") else []))
 
 
 def verdict_line(claim: dict) -> str:
@@ -57,7 +84,7 @@ def render_markdown(report: dict) -> str:
     lines += [f"| [{c['id']}](#{c['id'].lower()}) | {c['claim']} | {verdict_line(c)} |" for c in report["claims"]]
     for c in report["claims"]:
         lines += ["", f"## {c['id']}", "", f"> {c['seed']}", "", f"**Claim** (seed section {c['section']}): {c['claim']}",
-                  "", f"**Verdict: {verdict_line(c)}.** {c['evidence']}", ""]
+                  "", f"**Verdict: {verdict_line(c)}.**", ""] + parts_table_md(c) + ["", c["evidence"], ""]
         lines += [f"![{c['id']}]({path})" for path in c["figures"]]
         if c.get("commands"):
             lines += ["", "Reproduce: " + "; ".join(f"`{cmd}`" for cmd in c["commands"])]
@@ -86,6 +113,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["fmt"] = _fmt
     env.filters["verdict_line"] = verdict_line
+    env.filters["part_row"] = part_row
     return env
 
 
@@ -110,7 +138,8 @@ def render_html(report: dict, out: Path) -> str:
         for rel in info.get("figures", []):
             images[rel] = _inline_image(out, rel)
     template = env.get_template("index.html.j2")
-    page = dict(report=report, question=QUESTION, images=images, verdict_class=VERDICT_CLASS, **_assets())
+    page = dict(report=report, question=QUESTION, images=images, verdict_class=VERDICT_CLASS, part_columns=PART_COLUMNS,
+                **_assets())
     # the page's own CJK characters, cut from an installed font (rendered once to know which)
     face = fonts.font_face(template.render(**page, font_css=""))
     return template.render(**page, font_css=face)

@@ -1,10 +1,24 @@
 """JSON Schema of report.json: the contract the report, the tests and other tools read."""
 
-from ..claims import PENDING, VERDICTS
+from ..claims import PENDING, ROLES, STATES, VERDICTS
+
+PART = {
+    "type": "object",
+    "required": ["key", "text", "role", "lab", "state", "measured", "threshold"],
+    "properties": {
+        "key": {"type": "string"}, "text": {"type": "string", "minLength": 1}, "role": {"enum": list(ROLES)},
+        "lab": {"type": "string"}, "setting": {"type": "string"}, "state": {"enum": list(STATES)},
+        "measured": {"type": "string"}, "threshold": {"type": "string"},
+        "settings": {"type": "array", "items": {"type": "object", "required": ["where", "state"],
+                                                "properties": {"state": {"enum": list(STATES)}}}},
+        "moved": {"type": "object", "additionalProperties": {"enum": list(STATES)}},
+        "decide": {"type": "string"}, "note": {"type": "string"},
+    },
+}
 
 CLAIM = {
     "type": "object",
-    "required": ["id", "claim", "verdict", "evidence", "experiments", "figures", "numbers"],
+    "required": ["id", "claim", "verdict", "evidence", "experiments", "figures", "numbers", "parts"],
     "properties": {
         "id": {"type": "string", "pattern": "^C[0-9]{2}$"},
         "claim": {"type": "string", "minLength": 1},
@@ -16,6 +30,9 @@ CLAIM = {
         "figures": {"type": "array", "items": {"type": "string", "pattern": "^figures/"}},
         "numbers": {"type": "object", "additionalProperties": {"type": ["number", "string", "null", "boolean"]}},
         "commands": {"type": "array", "items": {"type": "string", "pattern": "^attnscale "}},
+        "parts": {"type": "array", "items": PART, "minItems": 1},
+        "margins": {"type": "array", "items": {"type": "object", "required": ["part", "move", "state", "verdict"]}},
+        "margin_text": {"type": "string"},
     },
 }
 

@@ -1,11 +1,15 @@
-"""The doctor lab's verdict rules (C10, C13, C14), with their thresholds, reading only the lab's result."""
+"""The doctor lab's part readings (C10, C13, C14), with their thresholds, reading only the lab's result;
+:func:`attnscale.claims.label` turns the parts into the label.  Every reading function takes
+``scale``, the factor its thresholds are moved by (1 as declared; 0.8 and 1.2 for the margin the
+report states)."""
 
 from __future__ import annotations
 
 import statistics
 
 from ... import intervals
-from ...claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding
+from ...claims import (FAILS, HOLDS, NOT_TESTABLE, UNDECIDED, Finding, Reading, measured_at, over_settings,
+                       state_of)
 from ...probing.probe import NO_SCALING
 from .experiment import mean_trajectory, runs_of
 
@@ -13,13 +17,25 @@ from .experiment import mean_trajectory, runs_of
 # scaled model "false-alarms" when at least a quarter of its heads are flagged.
 FIRES_SHARE = 0.5
 FALSE_ALARM_SHARE = 0.25
-# C10: logits "folded to unit scale" when their std at init lies in [0.5, 2].
+# C10: logits "folded to unit scale" when their std at init lies in [0.5, 2]; "no explicit factor"
+# when the probed factor is within 2% of 1; the extra 1/d_kv "in both Q and K" when std(W_q)/std(W_k)
+# is within 10% of 1 (it is d_kv^-1/2 when it sits in W_q alone)
 UNIT_STD_RANGE = (0.5, 2.0)
+NO_FACTOR_TOLERANCE = 0.02
+BOTH_TOLERANCE = 0.1
+
+HF_BERT_2018 = (
+    "Hugging Face's BERT port (pytorch-pretrained-bert, 2018, modeling.py, BertSelfAttention) divided the "
+    "scores by math.sqrt(self.attention_head_size) from its first commit, as Google's TensorFlow BERT "
+    "(modeling.py, attention_layer: 1.0 / math.sqrt(float(size_per_head))) did; no 1/d_k version of it is known."
+)
+HF_BERT_USED_INV_D = False  # from HF_BERT_2018
 
 # The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
 NUMBER_KEYS = {
     "C10": ("t5_factor", "t5_finding", "t5_logit_std", "bert_logit_std", "t5_wq_wk_std_ratio", "inv_sqrt_d_kv", "d_kv"),
-    "C13": ("transformers", "bert_factor", "bert_d_k", "bert_finding", "gpt2_factor", "gpt2_finding"),
+    "C13": ("transformers", "bert_factor", "bert_d_k", "bert_finding", "gpt2_factor", "gpt2_finding",
+            "hf_bert_used_inv_d"),
     "C14": ("too_strong_rule", "too_strong_factor", "over_smoothed_too_strong", "over_smoothed_trained",
             "over_smoothed_scratch_too_strong", "over_smoothed_scratch_too_strong_low",
             "over_smoothed_scratch_too_strong_high", "over_smoothed_scratch_sqrt", "over_smoothed_scratch_sqrt_low",
@@ -29,49 +45,68 @@ NUMBER_KEYS = {
 }
 
 
-def judge_c13(result: dict) -> Finding:
+def judge_c13(result: dict, implementation_used_inv_d: bool = HF_BERT_USED_INV_D) -> Finding:
+    """'Hugging Face's old BERT used 1/d_k', read on the recorded history (HF_BERT_2018); the installed
+    BERT, probed, is context (it is not the old one)."""
     by_model = {row["model"]: row for row in result["probe"]}
     bert, gpt2 = by_model["bert"], by_model["gpt2"]
     numbers = {"transformers": result["transformers_version"], "bert_factor": bert["factor_min"],
                "bert_d_k": bert["d_k"], "bert_finding": bert["finding"], "gpt2_factor": gpt2["factor_min"],
-               "gpt2_finding": gpt2["finding"]}
-    measured = (f"Probing the installed transformers {result['transformers_version']} (random-init models from "
-                f"configs, d_k = {bert['d_k']}, the models' own eager attention on designed inputs): BERT applies "
-                f"{bert['factor_min']:.4g} ({bert['finding']}; 1/sqrt(d_k) = {bert['expected']:.4g}, "
-                f"1/d_k = {bert['inv_d']:.4g}), GPT-2 {gpt2['factor_min']:.4g} ({gpt2['finding']}).")
-    if bert["finding"] == "looks like 1/d_k":
-        return Finding(SUPPORTED, measured + " The installed BERT does divide by d_k, as the claim says. "
-                       "The training slowdown is for the training lab.", numbers)
-    return Finding(NOT_TESTABLE, measured + " The installed BERT does not use 1/d_k; whether an old release did "
-                   "cannot be checked offline here (only the installed code can be probed), and neither can the "
-                   "2-3x slowdown attributed to it.", numbers)
+               "gpt2_finding": gpt2["finding"], "hf_bert_used_inv_d": int(implementation_used_inv_d)}
+    evidence = (f"The record: {HF_BERT_2018} Context (the installed code, not the old one): probing the installed "
+                f"transformers {result['transformers_version']} (random-init models from configs, d_k = {bert['d_k']}, "
+                f"the models' own eager attention on designed inputs), BERT applies {bert['factor_min']:.4g} "
+                f"({bert['finding']}; 1/sqrt(d_k) = {bert['expected']:.4g}, 1/d_k = {bert['inv_d']:.4g}), GPT-2 "
+                f"{gpt2['factor_min']:.4g} ({gpt2['finding']}). Part rule: read on the recorded release history.")
+    reading = Reading(HOLDS if implementation_used_inv_d else FAILS,
+                      measured="1/sqrt(head size) from the first commit" if not implementation_used_inv_d else "1/d_k",
+                      threshold="a released version dividing by d_k")
+    return Finding("C13", "doctor", evidence, numbers, {"old_bert": reading})
 
 
 def judge_c10(result: dict) -> Finding:
+    """Four parts on the installed T5: no explicit factor (the probed factor within NO_FACTOR_TOLERANCE
+    of 1); its initialisation brings the logits to unit scale (std at init in UNIT_STD_RANGE); the
+    interview answer's 'Q and K at variance 1/d_k' (std(W_q)/std(W_k) within BOTH_TOLERANCE of 1; it is
+    d_kv^-1/2 where the factor sits in W_q alone); 'cheaper on TPUs' (no TPU here)."""
     by_model = {row["model"]: row for row in result["init"]}
     t5, bert = by_model["t5"], by_model["bert"]
     t5_probe = next(row for row in result["probe"] if row["model"] == "t5")
-    no_scaling = t5_probe["finding"] == NO_SCALING
     low, high = UNIT_STD_RANGE
-    folded = low <= t5["logit_std"] <= high
     d_k = t5["d_k"]
     numbers = {"t5_factor": t5_probe["factor_min"], "t5_finding": t5_probe["finding"], "t5_logit_std": t5["logit_std"],
                "bert_logit_std": bert["logit_std"], "t5_wq_wk_std_ratio": t5["wq_wk_std_ratio"],
                "inv_sqrt_d_kv": d_k**-0.5, "d_kv": d_k}
-    text = (f"Installed T5 (random init, d_kv = {d_k}): the probe finds factor {t5_probe['factor_min']:.4g} on every "
-            f"attention layer ({t5_probe['finding']}). At initialisation its logits q.k have std "
-            f"{t5['logit_std']:.3g} (a BERT of the same size with 1/sqrt(d_k): {bert['logit_std']:.3g}); "
-            f"std(W_q)/std(W_k) = {t5['wq_wk_std_ratio']:.3g} vs 1/sqrt(d_kv) = {d_k**-0.5:.3g}, i.e. the extra 1/d_kv "
-            f"sits in the variance of W_q alone, not 'Q and K at 1/d_k' nor '1/sqrt(d_k)'. Rule: no scaling (factor "
-            f"within 2% of 1) and unit-scale logits at init (std in [{low}, {high}]) -> the structural part holds; "
-            f"the interview answer's two variance statements cannot both be right, equivalence beyond initialisation is the "
-            f"training lab's question and TPU cost is not testable here, so at most partly supported.")
-    if not no_scaling:
-        return Finding(REFUTED, text + " T5 does scale explicitly.", numbers)
-    if folded:
-        return Finding(PARTLY, text + " Both structural parts hold.", numbers)
-    return Finding(PARTLY, text + " No explicit scaling, but the initialisation does not bring the logits to unit "
-                   "scale.", numbers)
+
+    def read_no_scale(scale: float) -> Reading:
+        factors = (t5_probe["factor_min"], t5_probe.get("factor_max", t5_probe["factor_min"]))
+        ok = all(abs(f - 1) <= NO_FACTOR_TOLERANCE * scale for f in factors if f is not None)
+        return Reading(state_of(ok), measured=f"factor {t5_probe['factor_min']:.4g} ({t5_probe['finding']})",
+                       threshold=f"within {NO_FACTOR_TOLERANCE * scale:.2g} of 1")
+
+    def read_folded(scale: float) -> Reading:
+        lo, hi = low ** scale, high ** scale  # the range moved on a log scale: [0.5, 2] -> [0.57, 1.74] / [0.44, 2.3]
+        return Reading(state_of(lo <= t5["logit_std"] <= hi), measured=f"logit std {t5['logit_std']:.3g} at init",
+                       threshold=f"in [{lo:.2g}, {hi:.2g}]")
+
+    def read_variances(scale: float) -> Reading:
+        ratio = t5["wq_wk_std_ratio"]
+        return Reading(state_of(abs(ratio - 1) <= BOTH_TOLERANCE * scale),
+                       measured=f"std(W_q)/std(W_k) = {ratio:.3g} (1/sqrt(d_kv) = {d_k ** -0.5:.3g})",
+                       threshold=f"within {BOTH_TOLERANCE * scale:.2g} of 1")
+
+    readings = {"no_scale": measured_at(read_no_scale), "folded": measured_at(read_folded),
+                "variances": measured_at(read_variances),
+                "tpu": Reading(NOT_TESTABLE, note="no TPU here: the cost on a TPU cannot be measured")}
+    evidence = (f"Installed T5 (random init, d_kv = {d_k}): the probe finds factor {t5_probe['factor_min']:.4g} on every "
+                f"attention layer ({t5_probe['finding']}). At initialisation its logits q.k have std "
+                f"{t5['logit_std']:.3g} (a BERT of the same size with 1/sqrt(d_k): {bert['logit_std']:.3g}); "
+                f"std(W_q)/std(W_k) = {t5['wq_wk_std_ratio']:.3g} vs 1/sqrt(d_kv) = {d_k**-0.5:.3g}, i.e. the extra 1/d_kv "
+                f"sits in the variance of W_q alone, not 'Q and K at 1/d_k' nor '1/sqrt(d_k)'. Part rules: no explicit "
+                f"factor if the probed factor is within {NO_FACTOR_TOLERANCE:.0%} of 1; folded into the initialisation "
+                f"if the logit std at init lies in [{low}, {high}]; 'in both Q and K' if std(W_q)/std(W_k) is within "
+                f"{BOTH_TOLERANCE:.0%} of 1; TPU cost is not testable here; equivalence in training is the training lab's part.")
+    return Finding("C10", "doctor", evidence, numbers, readings)
 
 
 def scratch_share(result: dict, rule: str) -> dict:
@@ -86,26 +121,56 @@ def scratch_share(result: dict, rule: str) -> dict:
             "trajectory": mean_trajectory(runs)}
 
 
+def heads_rate(share: float, heads: int) -> tuple[int, int, tuple[float, float]]:
+    """A share of one model's heads as a count with its Wilson interval over the heads."""
+    count = round(share * heads)
+    return count, heads, intervals.wilson(count, heads)
+
+
 def judge_c14(result: dict) -> Finding:
-    """On trained models: the flag 'fires' if too-strong scaling flags >= FIRES_SHARE of the heads,
-    and false-alarms if a correctly scaled trained model has >= FALSE_ALARM_SHARE flagged.  Two
-    too-strong cases: the pretrained model with its factor replaced (one fixed model), and small
-    decoders trained with the too-strong factor at several seeds, decided by the interval of the
-    mean share over seeds (straddling a threshold: undecided).  Fires in both with no false alarm:
-    supported; fires in neither: refuted; otherwise partly.  The random-init model is a caveat, not
-    part of the rule."""
+    """Two parts, on trained models.  The flag fires under too-strong scaling: the share of heads
+    flagged at least FIRES_SHARE, read in two settings, a pretrained model with its factor replaced (a
+    rate over its heads, Wilson interval) and small decoders trained with the too-strong factor (the
+    mean share over seeds, bootstrap interval).  The flag means too-strong scaling: a correctly scaled
+    trained model has fewer than FALSE_ALARM_SHARE of its heads flagged (the pretrained model at its
+    own factor, over its heads; the decoders trained with 1/sqrt(d_k), over seeds).  The random-init
+    model is context, not a part."""
     pre, too_strong = result["pretrained"], result["too_strong"]
     by_condition = {row["condition"]: row for row in pre["conditions"]}
     swapped = by_condition[f"trained, {too_strong}"]
     own = by_condition["trained, own factor"]
     fresh = by_condition["random init, 1/sqrt(d_k)"]
     bad, good = scratch_share(result, too_strong), scratch_share(result, "sqrt")
-    fires = {"swapped": swapped["over_smoothed_heads"] >= FIRES_SHARE,
-             "trained": intervals.at_least(bad["interval"], FIRES_SHARE)}
-    false_alarm = intervals.some([own["over_smoothed_heads"] >= FALSE_ALARM_SHARE,
-                          intervals.at_least(good["interval"], FALSE_ALARM_SHARE)])
+    heads = pre["n_layers"] * pre["n_heads"]
+    swapped_rate, own_rate = heads_rate(swapped["over_smoothed_heads"], heads), heads_rate(own["over_smoothed_heads"], heads)
     stops = next((c["step"] for c in bad["trajectory"] if c["over_smoothed_heads"] < FIRES_SHARE), None)
     seeds = len(bad["shares"])
+
+    def read_fires(scale: float) -> Reading:
+        settings = [{"where": "pretrained model, factor replaced",
+                     "state": state_of(intervals.at_least(swapped_rate[2], FIRES_SHARE * scale)),
+                     "measured": f"{swapped_rate[0]} of {heads} heads {intervals.fmt_interval(swapped_rate[2], percent=True)}"},
+                    {"where": f"decoders trained with {too_strong}",
+                     "state": state_of(intervals.at_least(bad["interval"], FIRES_SHARE * scale)),
+                     "measured": f"mean {bad['mean']:.0%} {intervals.fmt_interval(bad['interval'], percent=True)} over {seeds} seeds"}]
+        return Reading(over_settings(st["state"] for st in settings), measured="; ".join(
+                       f"{st['where']}: {st['measured']}" for st in settings),
+                       threshold=f">= {FIRES_SHARE * scale:.0%} of heads flagged", settings=settings,
+                       decide=(f"more seeds of decoders trained with {too_strong} (mean share {bad['mean']:.0%} around "
+                               f"{FIRES_SHARE:.0%})" if intervals.at_least(bad["interval"], FIRES_SHARE) is None else ""))
+
+    def read_specific(scale: float) -> Reading:
+        settings = [{"where": "pretrained model at its own factor",
+                     "state": state_of(intervals.at_most(own_rate[2], FALSE_ALARM_SHARE * scale)),
+                     "measured": f"{own_rate[0]} of {heads} heads {intervals.fmt_interval(own_rate[2], percent=True)}"},
+                    {"where": "decoders trained with 1/sqrt(d_k)",
+                     "state": state_of(intervals.at_most(good["interval"], FALSE_ALARM_SHARE * scale)),
+                     "measured": f"mean {good['mean']:.0%} {intervals.fmt_interval(good['interval'], percent=True)}"}]
+        return Reading(over_settings(st["state"] for st in settings), measured="; ".join(
+                       f"{st['where']}: {st['measured']}" for st in settings),
+                       threshold=f"< {FALSE_ALARM_SHARE * scale:.0%} of heads flagged", settings=settings)
+
+    readings = {"fires": measured_at(read_fires), "specific": measured_at(read_specific)}
     numbers = {"too_strong_rule": too_strong, "too_strong_factor": swapped["factor"],
                "over_smoothed_too_strong": swapped["over_smoothed_heads"],
                "over_smoothed_trained": own["over_smoothed_heads"],
@@ -129,7 +194,8 @@ def judge_c14(result: dict) -> Finding:
             f"every key gets about 1/n), share of heads flagged. A too-strong factor at inference: {pre['model_type']} "
             f"({pre['n_layers']}x{pre['n_heads']} heads, d_k = {pre['d_k']}, {pre['n_tokens']} tokens) gives "
             f"{own['over_smoothed_heads']:.0%} at its trained factor {own['factor']:.4g} and "
-            f"{swapped['over_smoothed_heads']:.0%} with it replaced by {too_strong} ({swapped['factor']:.4g})"
+            f"{swapped['over_smoothed_heads']:.0%} {intervals.fmt_interval(swapped_rate[2], percent=True)} with it "
+            f"replaced by {too_strong} ({swapped['factor']:.4g})"
             f"{'; ' + extra if extra else ''}. A too-strong factor during training: small decoders trained "
             f"{result['scratch']['steps']} steps on associative recall (d_head {bad['runs'][0]['d_head']}, AdamW lr "
             f"{result['scratch']['lr']:g}), {seeds} seeds per factor; with 1/sqrt(d_k): {good['mean']:.0%} of heads "
@@ -140,42 +206,14 @@ def judge_c14(result: dict) -> Finding:
             f"training: {path}"
             + (f": as training sharpens its attention the flag stops firing by step {stops}, though the attention "
                f"stays flatter than the sqrt model's. " if stops else ". ")
-            + f"Caveat: at initialisation near-uniform attention is normal, not a sign of a wrong factor: a randomly "
+            + f"Context: at initialisation near-uniform attention is normal, not a sign of a wrong factor: a randomly "
             f"initialised model of the pretrained shape with the correct 1/sqrt(d_k) has "
             f"{fresh['over_smoothed_heads']:.0%} of its heads flagged, so the diagnostic reads only on trained "
-            f"weights. Rule, on trained models: the flag fires if >= {FIRES_SHARE:.0%} of heads are flagged under "
-            f"too-strong scaling, and false-alarms if a correctly scaled model has >= {FALSE_ALARM_SHARE:.0%}; for "
-            f"the decoders trained from scratch the share is the mean over seeds, decided only where its {level} "
-            f"bootstrap interval lies wholly on one side of the threshold (straddling: undecided); supported if it "
-            f"fires in both too-strong cases without a false alarm, refuted if it fires in neither, partly otherwise.")
-    if fires["swapped"] is False and fires["trained"] is False:
-        return Finding(REFUTED, text + " Too-strong scaling does not make the trained weights near 1/n.", numbers)
-    if fires["swapped"] and fires["trained"] and false_alarm is False:
-        return Finding(SUPPORTED, text + " The flag separates too-strong from correct scaling in both cases.", numbers)
-    return Finding(PARTLY, text + " " + c14_partly(fires, false_alarm, bad, seeds), numbers)
-
-
-def c14_partly(fires: dict, false_alarm: bool | None, bad: dict, seeds: int) -> str:
-    """What the flag caught, missed or left undecided, in one sentence."""
-    cases = {"swapped": "a factor made too strong at inference", "trained": "a model trained with too strong a factor"}
-    caught = [cases[case] for case, fired in fires.items() if fired is True]
-    missed = [cases[case] for case, fired in fires.items() if fired is False]
-    parts = []
-    if caught:
-        parts.append(f"The flag catches {' and '.join(caught)}")
-    if missed:
-        parts.append(("but not " if caught else "The flag does not catch ") + " or ".join(missed)
-                     + (" (whose attention sharpens in training all the same)" if fires["trained"] is False else ""))
-    sentence = " ".join(parts)
-    if fires["trained"] is None:
-        sentence += (f"{'; ' if sentence else ''}whether it catches a model trained with too strong a factor is "
-                     f"undecided at {seeds} seeds (mean share {bad['mean']:.0%}, interval "
-                     f"{intervals.fmt_interval(bad['interval'], percent=True)} around {FIRES_SHARE:.0%})")
-    if false_alarm is True:
-        sentence += "; and it also fires on a correctly scaled trained model"
-    elif false_alarm is None:
-        sentence += "; whether it false-alarms on a correctly scaled model is undecided"
-    return sentence[0].upper() + sentence[1:] + "."
+            f"weights. Part rules, on trained models, each share on its {level} interval (Wilson over one model's "
+            f"heads; bootstrap over seeds for the decoders; straddling: undecided): the flag fires under too-strong "
+            f"scaling if >= {FIRES_SHARE:.0%} of heads are flagged, in both settings; it means too-strong scaling if "
+            f"a correctly scaled trained model has fewer than {FALSE_ALARM_SHARE:.0%} flagged, in both settings.")
+    return Finding("C14", "doctor", text, numbers, readings)
 
 
 def judge(result: dict) -> dict[str, Finding]:

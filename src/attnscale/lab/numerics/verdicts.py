@@ -1,6 +1,7 @@
-"""The numerics lab's verdict rules (C11, C12), with their thresholds, reading only the lab's result.
-
-The rules themselves are spelled out in each finding's evidence text.
+"""The numerics lab's part readings (C11, C12), with their thresholds, reading only the lab's result;
+:func:`attnscale.claims.label` turns the parts into the label.  Every reading function takes
+``scale``, the factor its thresholds are moved by (1 as declared; 0.8 and 1.2 for the margin the
+report states).  The part rules are spelled out in each finding's evidence text.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import math
 
 from ... import claims, intervals
+from ...claims import Reading, measured_at, over_settings, state_of
 from ...numerics import WRONG_OUTPUT
 from .experiment import RANGE_REACHED
 
@@ -48,10 +50,10 @@ def worst_nonfinite(rows: list[dict]) -> float:
     return max((r["nonfinite_share"] for r in rows), default=0.0)
 
 
-def overflows(rows: list[dict]) -> bool | None:
+def overflows(rows: list[dict], scale: float = 1.0) -> bool | None:
     """Whether these cases give non-finite outputs: True if one query row does, False where every
     case bounds its rate at or below RARE_ROWS, None (undecided) where a case has too few rows."""
-    return intervals.occurs_in([(r["nonfinite_rows"], r["rows"]) for r in rows], RARE_ROWS)
+    return intervals.occurs_in([(r["nonfinite_rows"], r["rows"]) for r in rows], RARE_ROWS * scale)
 
 
 def _claimed_scenario(result: dict) -> str:
@@ -141,7 +143,23 @@ def _part_text(part: bool | None) -> str:
     return {True: "holds", False: "fails", None: "undecided"}[part]
 
 
+def claim_setting_rows(result: dict) -> list[dict]:
+    """Real-code attention (plain, SDPA, online; scale sqrt) in float16 and bfloat16 at the claim's
+    own setting: d_k = claim_d_k, in every scenario whose q and k are no larger than those that put
+    the scaled logits at the claimed +-R (the claimed range granted)."""
+    std_claimed = _onset(result, False)["std_for_claimed_range"]
+    return [r for r in impl_rows(result, LOW_DTYPES, finite_logits=None, scale="sqrt")
+            if r["impl"] in REAL_CODE and r["std"] <= std_claimed * (1 + 1e-9)]
+
+
 def judge_c11(result: dict) -> claims.Finding:
+    """Two parts at the claim's own setting.  The range: at d_k = claim_d_k under the interview
+    answer's premise (independent unit-variance q, k, then 1/sqrt(d_k)), the largest |logit| over
+    every pair sampled reaches RANGE_REACHED of the claimed +-R.  The inf: real code (plain, SDPA,
+    online) in float16/bfloat16 gives a non-finite output at d_k = claim_d_k with logits up to the
+    claimed range: a rate over query rows, case by case; it holds once a row shows it and fails where
+    every case's 95% Wilson interval lies at or below RARE_ROWS.  The trained model (another d_k) and
+    output error (not claimed) are context."""
     d_k, claimed = result["claim_d_k"], result["claimed_range"]
     onset, onset_out = _onset(result, False), _onset(result, True)
     unit = onset["max_abs_logit_unit_sqrt"]
@@ -150,28 +168,37 @@ def judge_c11(result: dict) -> claims.Finding:
     realistic = realistic_scenarios(result)
     failures = real_code_failures(result)
     range_groups = trained_range_groups(result)
-    range_holds = intervals.occurs_in(range_groups, RARE_ROWS)
-    inf = intervals.occurs_in(failures["inf_groups"], RARE_ROWS)
-    wrong = intervals.occurs_in(failures["wrong_groups"], RARE_ROWS)
-    if range_holds and inf:
-        verdict = claims.SUPPORTED
-    elif range_holds is False and inf is False and wrong is False:
-        verdict = claims.REFUTED
-    else:
-        verdict = claims.PARTLY  # one part holds, or one is undecided: never a flip to refuted
+    at_claim = claim_setting_rows(result)
+    inf_groups = [(r["nonfinite_rows"], r["rows"]) for r in at_claim]
+
+    def read_range(scale: float) -> Reading:
+        reach = RANGE_REACHED * claimed * scale
+        return Reading(state_of(unit >= reach), measured=f"largest |logit| {unit:.3g} over {result['grid_pairs']} pairs",
+                       threshold=f"reaches +-{reach:.3g} ({RANGE_REACHED * scale:.2g} of +-{claimed:g})")
+
+    def read_inf(scale: float) -> Reading:
+        states = [state_of(intervals.occurs(r["nonfinite_rows"], r["rows"], RARE_ROWS * scale)) for r in at_claim]
+        return Reading(over_settings([state_of(intervals.occurs_in(inf_groups, RARE_ROWS * scale))]),
+                       measured=f"non-finite outputs in {_groups_text(inf_groups)}",
+                       threshold=f"a rate above {RARE_ROWS * scale:.2g} of query rows in some case",
+                       settings=[{"where": f"{r['scenario']}, {r['dtype']}, {r['impl']}", "state": st}
+                                 for r, st in zip(at_claim, states)])
+
+    readings = {"range": measured_at(read_range), "inf": measured_at(read_inf)}
     standard = [r for r in impl_rows(result, LOW_DTYPES) if r["impl"] in STANDARD_IMPLS]
     scenario = _claimed_scenario(result)
     naive_at_claim = worst_nonfinite(impl_rows(result, scenario=scenario, scale="sqrt", impl="naive"))
     fp16 = _threshold(result, "float16")
+    inf = intervals.occurs_in(failures["inf_groups"], RARE_ROWS)
+    wrong = intervals.occurs_in(failures["wrong_groups"], RARE_ROWS)
     outcome = ("produces non-finite outputs (" + failures["nonfinite_where"] + ")" if inf else
                f"stays finite, but is off by up to {failures['max_error']:.3g} std of v ({failures['worst']})" if wrong else
                f"stays finite and accurate (error at most {failures['max_error']:.3g} std of v)")
-    counts = (f"Counted over query rows (rate [95% Wilson interval]): the trained model's rows whose largest |logit| "
-              f"reaches +-{claimed * RANGE_REACHED:g}: {_groups_text(range_groups)}, so the range part "
-              f"{_part_text(range_holds)}; real-code rows with a non-finite output: "
-              f"{_groups_text(failures['inf_groups'])}, so the inf part {_part_text(inf)}; "
-              f"finite real-code rows off by more than {WRONG_OUTPUT} std of v: "
-              f"{_groups_text(failures['wrong_groups'])} ({_part_text(wrong)}). ")
+    context = (f"Context, not votes (another d_k, or a part the claim does not make): the trained model's rows whose "
+               f"largest |logit| reaches +-{claimed * RANGE_REACHED:g}: {_groups_text(range_groups)}; real-code rows with "
+               f"a non-finite output over the realistic configurations and the trained model: "
+               f"{_groups_text(failures['inf_groups'])}; finite real-code rows off by more than {WRONG_OUTPUT} std of v: "
+               f"{_groups_text(failures['wrong_groups'])}. ")
     threshold_text = (f"exp overflows float16 from x = {fp16['first_inf']:.6g} (ln 65504 = {fp16['ln_max']:.5g}): "
                       if fp16 else "")
     outlier_text = (f" With {result['outliers']['features']} outlier features x{result['outliers']['gain']:g} at "
@@ -186,7 +213,8 @@ def judge_c11(result: dict) -> claims.Finding:
         f"softmax without max subtraction would overflow in {top['naive_fp16']:.0%} of that model's rows in float16 "
         f"(and in {naive_at_claim:.0%} of rows at +-{claimed:g}), but real code subtracts the row max: the "
         f"max-subtracted implementations ({', '.join(STANDARD_IMPLS)}) gave non-finite outputs in "
-        f"{worst_nonfinite(standard):.3g} of any scenario with finite logits. "
+        f"{worst_nonfinite(standard):.3g} of any scenario with finite logits. At d_k = {d_k} with logits up to +-{claimed:g}, "
+        f"real code gave non-finite outputs in {_groups_text(inf_groups)}. "
         + _accumulation_text(result) +
         f"The float16 product QK^T itself overflows from q, k std {onset['std_matmul_overflow_scale_after']:.3g} "
         f"(factor applied after the matmul, as eager code does; {onset_out['std_matmul_overflow_scale_after']:.3g} "
@@ -194,14 +222,12 @@ def judge_c11(result: dict) -> claims.Finding:
         f"Realistic configurations, where q and k or the logits are no larger than the trained model's "
         f"({', '.join(realistic)}, and the trained model's own q and k): attention computed as models do it "
         f"({', '.join(REAL_CODE)}; the trained model through the eager path) in float16 and bfloat16 {outcome}. "
-        + counts +
-        f"Rule: each part is a rate over query rows, decided case by case (a case: one scenario, dtype and "
-        f"implementation, or one trained layer in one dtype); it holds once a row of any case shows it and fails "
-        f"where every case's 95% Wilson interval lies at or below {RARE_ROWS:g} (undecided otherwise). The range part: the trained model's "
-        f"scaled logits reach {RANGE_REACHED:g} of the claimed +-{claimed:g}; the inf part: real code gives a "
-        f"non-finite output in a realistic configuration; the wrong part: real code gives a finite output off by "
-        f"more than {WRONG_OUTPUT} std of v. Supported if the range and inf parts hold, refuted if all three fail, "
-        f"partly otherwise.")
+        + context +
+        f"Part rules, at the claim's own d_k = {d_k}: the range holds if the largest scaled |logit| under the unit-variance "
+        f"premise reaches {RANGE_REACHED:g} of the claimed +-{claimed:g}; the inf part is a rate over query rows of "
+        f"real code ({', '.join(REAL_CODE)}) in float16 and bfloat16 with logits up to the claimed range, decided case "
+        f"by case: it holds once a row of a case shows it and fails where every case's 95% Wilson interval lies at or "
+        f"below {RARE_ROWS:g} (undecided otherwise).")
     numbers = {"claim_d_k": d_k, "claimed_range": claimed,
                "max_abs_logit_unit_std_sqrt": unit, "std_for_claimed_range": onset["std_for_claimed_range"],
                "trained_model": trained["model"], "trained_d_k": trained["d_k"],
@@ -218,7 +244,7 @@ def judge_c11(result: dict) -> claims.Finding:
                "std_matmul_overflow_scale_after": onset["std_matmul_overflow_scale_after"],
                "std_matmul_overflow_scale_after_outliers": onset_out["std_matmul_overflow_scale_after"]
                if onset_out else None}
-    return claims.Finding(verdict, evidence, numbers)
+    return claims.Finding("C11", "numerics", evidence, numbers, readings)
 
 
 def clamp_rows(result: dict) -> dict[float, list[dict]]:
@@ -226,16 +252,17 @@ def clamp_rows(result: dict) -> dict[float, list[dict]]:
     return {c: impl_rows(result, impl=f"clamp:{c:g}") for c in result["clamp_values"]}
 
 
-def _clamp_summary(result: dict, by_clamp: dict[float, list[dict]]) -> tuple[list[float], dict[float, dict]]:
+def _clamp_summary(result: dict, by_clamp: dict[float, list[dict]],
+                   scale: float = 1.0) -> tuple[list[float], dict[float, dict]]:
     """Clamp values shown to remove the non-finite float16 outputs (none in a count of query rows that
     bounds their rate at or below RARE_ROWS), and each value's KL row at the claimed range."""
     scenario = _claimed_scenario(result)
-    removes = [c for c, rows in by_clamp.items() if overflows(rows) is False]  # no rows: undecided, not removed
+    removes = [c for c, rows in by_clamp.items() if overflows(rows, scale) is False]  # no rows: undecided, not removed
     kl = {r["clamp"]: r for r in result["clamp"] if r["scenario"] == scenario and r["scale"] == "sqrt"}
     return removes, kl
 
 
-def clamp_cheap(removes: list[float], kl: dict[float, dict]) -> tuple[float | None, bool | None]:
+def clamp_cheap(removes: list[float], kl: dict[float, dict], scale: float = 1.0) -> tuple[float | None, bool | None]:
     """The cheapest clamp that removes every non-finite output (by mean KL) and whether it is cheap:
     True if its KL interval lies at or below KL_CHEAP, False if wholly above, None (undecided) if it
     straddles; (None, False) when no clamp removes them."""
@@ -243,7 +270,7 @@ def clamp_cheap(removes: list[float], kl: dict[float, dict]) -> tuple[float | No
     if not found:
         return None, (None if removes else False)  # a clamp that removes it, but no cost measured: undecided
     cheapest = min(found, key=lambda c: kl[c]["kl_mean"])
-    return cheapest, intervals.at_most(tuple(kl[cheapest]["kl_interval"]), KL_CHEAP)
+    return cheapest, intervals.at_most(tuple(kl[cheapest]["kl_interval"]), KL_CHEAP * scale)
 
 
 def _c12_conclusion(clamp_removes: bool, cheap: bool | None, stable: bool | None, naive_sqrt: bool | None,
@@ -340,31 +367,50 @@ def judge_c12(result: dict) -> claims.Finding:
 
     online_overflows, tiled_overflows = overflows(online_rows), overflows(tiled_rows)
     clamp_removes = bool(removes)
-    clamps_fail = all(overflows(rows) for rows in by_clamp.values())
     tiling_memory = memory["ratio"] >= MEMORY_SAVED
     if overflows(naive_rows) is not True:
-        verdict = claims.NOT_TESTABLE
-    elif (online_overflows is False and clamp_removes and cheap is True
-          and (tiled_overflows is False or tiling_memory)):
-        verdict = claims.SUPPORTED
-    elif online_overflows is True and clamps_fail:
-        verdict = claims.REFUTED
-    else:
-        verdict = claims.PARTLY
+        return claims.untested("C12", "numerics", "the naive softmax never overflowed in float16 here: there is "
+                               "nothing for a fix to fix.")
+
+    def read_clamp(scale: float) -> Reading:
+        found, kl_rows = _clamp_summary(result, by_clamp, scale)
+        _, is_cheap = clamp_cheap(found, kl_rows, scale)
+        state = claims.FAILS if not found else state_of(is_cheap)  # no clamp removes it: fails
+        return Reading(state, measured=f"clamps removing every non-finite output: {', '.join(f'{c:g}' for c in found) or 'none'}"
+                       + (f"; the cheapest costs KL {cheapest['kl_mean']:.3g} nats" if cheapest["kl_mean"] is not None else ""),
+                       threshold=f"non-finite rate <= {RARE_ROWS * scale:.2g} in every case, at KL <= {KL_CHEAP * scale:.3g} nats")
+
+    def read_flash(scale: float) -> Reading:
+        return Reading(state_of(None if overflows(online_rows, scale) is None else not overflows(online_rows, scale)),
+                       measured=f"online softmax non-finite in {_cases_text(online_rows)}",
+                       threshold=f"every case's rate <= {RARE_ROWS * scale:.2g}")
+
+    def read_tiling(scale: float) -> Reading:
+        tiled = overflows(tiled_rows, scale)
+        settings = [{"where": "numeric: tiles without max subtraction stay finite",
+                     "state": state_of(None if tiled is None else not tiled)},
+                    {"where": f"memory: dense attention needs >= {MEMORY_SAVED * scale:.3g}x the tiled peak",
+                     "state": state_of(memory["ratio"] >= MEMORY_SAVED * scale)}]
+        return Reading(over_settings(s["state"] for s in settings),
+                       measured=f"tiled without max subtraction non-finite in {_cases_text(tiled_rows)}; dense peak "
+                       f"{memory['ratio']:.3g}x the tiled one at T = {memory['tokens']}",
+                       threshold=f"rate <= {RARE_ROWS * scale:.2g}; memory ratio >= {MEMORY_SAVED * scale:.3g}",
+                       settings=settings)
+
+    readings = {"clamp": measured_at(read_clamp), "flash": measured_at(read_flash), "tiling": measured_at(read_tiling)}
     kl_text = ", ".join(f"clamp {c:g}: {kl[c]['kl_mean']:.3g} {intervals.fmt_interval(kl[c]['kl_interval'], 3)}"
                         for c in sorted(kl))
     evidence = (
-        "Rule (float16, scenarios whose logits are finite): an implementation 'never gives a non-finite output' "
-        "where none of its query rows does and, in every case (scenario, scale, dtype), the rate's 95% Wilson "
-        f"interval lies at or below {RARE_ROWS:g} (with fewer rows that is undecided, never supported); not testable if the naive softmax never overflows; "
-        "supported if the online (FlashAttention-2) softmax never gives a non-finite output, some clamp value "
-        f"removes every non-finite output at a mean KL(exact || clamped) <= {KL_CHEAP} nats where the logits reach "
-        "the claimed range (the whole 95% interval of the mean over query rows; an interval straddling it leaves "
-        "the cost undecided, which can give partly, never supported), and the tiling prevents 'the large matrix' "
-        "from overflowing in one of the two readings of the interview answer's 溢出: numeric overflow (tiling "
-        "without max subtraction stays finite) or memory (dense "
-        f"attention needs >= {MEMORY_SAVED:g}x the tiled peak at the longest sequence measured); refuted if "
-        "neither online nor any clamp removes the overflow; partly otherwise. "
+        "Part rules (float16, scenarios whose logits are finite): an implementation 'never gives a non-finite output' "
+        "where in every case (scenario, scale, dtype) the rate over query rows has its 95% Wilson interval at or "
+        f"below {RARE_ROWS:g} (with fewer rows that is undecided); not testable if the naive softmax never overflows. "
+        "The clamp part holds if some clamp value removes every non-finite output at a mean KL(exact || clamped) <= "
+        f"{KL_CHEAP} nats where the logits reach the claimed range (the whole 95% interval of the mean over query "
+        "rows; straddling: undecided), and fails if no clamp removes it or the cheapest distorts; the FlashAttention "
+        "part holds if the online (FlashAttention-2) softmax never gives a non-finite output; the tiling part is read "
+        "two ways, as the interview answer's 溢出 allows: numeric overflow (tiling without max subtraction stays "
+        f"finite) and memory (dense attention needs >= {MEMORY_SAVED:g}x the tiled peak at the longest sequence "
+        "measured); one holding and the other failing is holding in part. "
         f"Query rows with a non-finite output (rate [95% Wilson interval]): online {_cases_text(online_rows)}; tiled "
         f"without max subtraction {_cases_text(tiled_rows)}; stable {_cases_text(stable_rows)}"
         f"{_clamp_rows_text(by_clamp)}. "
@@ -391,7 +437,7 @@ def judge_c12(result: dict) -> claims.Finding:
                "memory_tokens": memory["tokens"], "dense_peak_mib": memory["dense"] / 2**20,
                "online_peak_mib": memory["online"] / 2**20,
                "memory_ratio": memory["ratio"] if math.isfinite(memory["ratio"]) else None}
-    return claims.Finding(verdict, evidence, numbers)
+    return claims.Finding("C12", "numerics", evidence, numbers, readings)
 
 
 def result_dtypes(result: dict) -> tuple[str, ...]:

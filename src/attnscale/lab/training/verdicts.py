@@ -29,15 +29,15 @@ from __future__ import annotations
 import math
 import statistics
 
-from ... import intervals, scaling
-from ...claims import NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, Finding, verdict_of_parts
+from ... import claims, intervals, scaling
+from ...claims import (FAILS, HOLDS, NOT_IN_PRESET, UNDECIDED, Finding, Reading, measured_at, over_settings,
+                       state_of, untested)
 from .experiment import (SOLVED_ACC, STALL_BELOW, accuracy, best_lrs, classify, final_loss, fold_cells, progress,
                          solved, spread, task_d_heads, tasks_of)
 
 DECIDED_RATE = 0.5        # a cell's stall rate decides its class once its interval clears this
 LM_MARGIN = 0.1           # nats: the reference must end this far below the bigram entropy for an LM cell to vote
 SLOWER_RANGE = (1.5, 4.0)  # C13: "2-3x slower", with slack
-NOT_SLOWER_BELOW = 1.25
 GRAD_DROP = 10.0          # C17: "drops by more than 10x"
 BEATS_COPY = 0.05         # C17: accuracy this far above the copy baseline counts as beating it
 DEEP_OSCILLATES = 2.0     # C09: mean |change| of the val loss in the second half, vs 1/16's
@@ -55,7 +55,7 @@ NUMBER_KEYS = {
     "C07": ("paper_has_no_scale_ablation", "unscaled_stalls_here"),
     "C09": ("acc_1_8_lr*", "acc_1_16_lr*", "oscillation_ratio", "best_lr_1_8", "best_lr_1_16"),
     "C10": ("curve_gap_*", "final_logit_std_gap_*", "variant_logit_std_ratio"),
-    "C13": ("steps_ratio_*", "hf_bert_used_inv_d"),
+    "C13": ("steps_ratio_*",),
     "C17": ("median_grad_ratio_sqrt_over_none", "none_beats_copy_cells"),
     "C18": ("sqrt_near_best_cells", "cells", "inv_d_oversmooth_cells", "const_fail_cells"),
 }
@@ -70,12 +70,6 @@ VASWANI_2017 = (
 )
 VASWANI_RAN_ABLATION = False  # from VASWANI_2017
 
-HF_BERT_2018 = (
-    "Hugging Face's BERT port (pytorch-pretrained-bert, 2018, modeling.py, BertSelfAttention) divided the "
-    "scores by math.sqrt(self.attention_head_size) from its first commit, as Google's TensorFlow BERT "
-    "(modeling.py, attention_layer: 1.0 / math.sqrt(float(size_per_head))) did; no 1/d_k version of it is known."
-)
-HF_BERT_USED_INV_D = False  # from HF_BERT_2018
 
 
 def fmt(value, digits=3) -> str:
@@ -155,10 +149,11 @@ def cell(result: dict, task: str, rule: str, d_head: int, reading: str = "own") 
     out = {"task": task, "rule": rule, "d_head": d_head, "reading": reading, "lr": lr, "reference": ref["why"],
            "trained": bool(runs_at(result, task, rule, d_head, best_lr(result, task, rule, d_head)))}
     if not ref["works"] or not runs:
-        return {**out, "class": "no reference", "progress": spread([]), "seeds": [], "stall_rate": stall_rate([])}
+        return {**out, "class": "no reference", "progress": spread([]), "per_seed": [], "seeds": [],
+                "stall_rate": stall_rate([])}
     per_seed = [progress(r, ref["runs"], result["baselines"]) for r in runs]
     classes = [classify(p) for p in per_seed]
-    return {**out, "class": cell_class(classes), "progress": spread(per_seed), "seeds": classes,
+    return {**out, "class": cell_class(classes), "progress": spread(per_seed), "per_seed": per_seed, "seeds": classes,
             "stall_rate": stall_rate(classes)}
 
 
@@ -179,68 +174,92 @@ def describe(cells: list[dict]) -> str:
     for c in cells:
         where = f"{c['task']} d_head {c['d_head']}"
         if c["class"] == "no reference":
-            parts.append(f"{where}: inconclusive ({c['reference']})")
-        elif c["class"] == "undecided":
-            parts.append(f"{where}: {fmt_spread(c['progress'], 2)} at lr {fmt(c['lr'])}, undecided ({rate_text(c)}: "
-                         f"too few seeds for the interval to clear {DECIDED_RATE:g})")
+            parts.append(f"{where}: does not vote ({c['reference']})")
         else:
-            parts.append(f"{where}: {fmt_spread(c['progress'], 2)} at lr {fmt(c['lr'])}, {c['class']} ({rate_text(c)})")
+            parts.append(f"{where}: {fmt_spread(c['progress'], 2)} at lr {fmt(c['lr'])}, {rate_text(c)}")
     return "; ".join(parts)
 
 
-def voting(cells: list[dict]) -> list[dict]:
-    return [c for c in cells if c["class"] not in ("no reference", "undecided")]
-
-
-def vote_note(cells: list[dict]) -> str:
-    return f" {len(voting(cells))} of {len(cells)} cells voted."
-
-
-def all_some_none(classes: list[str], bad: str) -> str | None:
-    """supported if every voting cell is ``bad``, partly if some are or are split, refuted if none is."""
-    if not classes:
+def seeds_to_decide(count: int, seeds: int, threshold: float, cap: int = 1000) -> int | None:
+    """How many seeds would put the Wilson interval of a rate clear of ``threshold`` if it stayed at
+    ``count / seeds``; None where no number would (the rate sits on the threshold)."""
+    if not seeds:
         return None
-    hits = sum(c == bad for c in classes)
-    if hits == len(classes):
-        return SUPPORTED
-    return PARTLY if hits or "split" in classes else REFUTED
+    rate = count / seeds
+    for n in range(seeds, cap + 1):
+        if intervals.side(intervals.wilson(round(rate * n), n), threshold) != intervals.STRADDLES:
+            return n
+    return None
 
 
-def combine_readings(verdicts: dict[str, str | None]) -> str | None:
-    found = [v for v in verdicts.values() if v is not None]
-    if not found:
-        return None
-    return found[0] if len(set(found)) == 1 else PARTLY
+def stall_state(c: dict, scale: float = 1.0) -> str:
+    """'Training stalls' in one cell, as a rate over its seeds: a seed stalls below STALL_BELOW of what
+    sqrt learned; the cell holds where the stall rate's Wilson interval lies above DECIDED_RATE,
+    fails where it lies below, is undecided otherwise (both thresholds moved by ``scale``)."""
+    if c["class"] == "no reference":
+        return UNDECIDED
+    stalled = sum(p < STALL_BELOW * scale for p in c["per_seed"])
+    where = intervals.side(intervals.wilson(stalled, len(c["per_seed"])), DECIDED_RATE * scale)
+    return HOLDS if where == intervals.ABOVE else FAILS if where == intervals.BELOW else UNDECIDED
 
 
-def readings_line(verdicts: dict[str, str | None]) -> str:
-    names = {"own": "each rule at its own best learning rate", "sqrt": "each rule at sqrt's best learning rate"}
-    return "; ".join(f"{names[r]}: {v or NOT_TESTABLE}" for r, v in verdicts.items())
+def over_cells(states: list[str]) -> str:
+    """A training part over its cells: undecided cells do not vote unless no cell decides."""
+    decided = [st for st in states if st != UNDECIDED]
+    return over_settings(decided) if decided else UNDECIDED
+
+
+def stall_part(cells: list[dict], text: str) -> Reading:
+    """'Training stalls' over the cells where sqrt works, with its thresholds movable; the pooled
+    stall rate over their seeds is the measured number, and an undecided part says what would decide it."""
+    voters = [c for c in cells if c["class"] != "no reference"]
+
+    def read(scale: float) -> Reading:
+        states = [stall_state(c, scale) for c in voters]
+        stalled = sum(c["stall_rate"]["stalled"] for c in voters)
+        seeds = sum(c["stall_rate"]["seeds"] for c in voters)
+        state = over_cells(states)
+        decide = ""
+        if state == UNDECIDED:
+            needs = [f"{c['task']} d_head {c['d_head']}: " + (f"about {n} seeds at its rate"
+                     if (n := seeds_to_decide(c["stall_rate"]["stalled"], c["stall_rate"]["seeds"], DECIDED_RATE))
+                     else "no number of seeds at its rate") for c in voters]
+            decide = ("a cell where sqrt works" if not voters else
+                      f"seeds enough for a cell's stall rate to clear {DECIDED_RATE:g}: " + "; ".join(needs))
+        return Reading(state, measured=f"{text} in {stalled} of {seeds} seeds over {len(voters)} cells "
+                       f"{intervals.fmt_interval(intervals.wilson(stalled, seeds), percent=True)}",
+                       threshold=f"a seed stalls below {STALL_BELOW * scale:.2g} of sqrt's progress; a cell stalls where "
+                                 f"its stall rate's interval lies above {DECIDED_RATE * scale:.2g}",
+                       settings=[{"where": f"{c['task']} d_head {c['d_head']}", "state": st,
+                                  "measured": f"{c['stall_rate']['stalled']} of {c['stall_rate']['seeds']} seeds"}
+                                 for c, st in zip(voters, states)], decide=decide)
+
+    return measured_at(read)
 
 
 # --------------------------------------------------------------------------- the claims
 
-STALL_RULE = (f"a seed stalls when it learns less than {STALL_BELOW} of what sqrt learned; a cell stalls when every "
-              f"seed does and the Wilson 95% interval of its stall rate lies above {DECIDED_RATE:g}, is split when some "
-              f"seeds stall and some do not, and does not stall when none does and the interval lies below "
-              f"{DECIDED_RATE:g}")
+STALL_RULE = (f"a seed stalls when it learns less than {STALL_BELOW} of what sqrt learned; a cell stalls where "
+              f"the Wilson 95% interval of its stall rate lies above {DECIDED_RATE:g} and does not where it lies "
+              f"below (undecided otherwise, and then it does not vote); the part holds where every deciding cell "
+              f"stalls, fails where none does, and holds in part where some do")
 
 
 def judge_c05(result: dict) -> Finding:
+    """'Fundamentally unusable', read at 1/d_k's own best learning rate (the claim's setting: no
+    retuning rescues it); the reading at sqrt's learning rate is context."""
     readings = {r: cells_of(result, "inv_d", r) for r in READINGS}
-    verdicts = {r: all_some_none([c["class"] for c in voting(cs)], "stalls") for r, cs in readings.items()}
-    verdict = combine_readings(verdicts)
+    unusable = stall_part(readings["own"], "1/d_k stalls")
     evidence = (
         f"Scaling by 1/d_k instead of 1/sqrt(d_k): what inv_d learned as a fraction of what sqrt learned (recall: "
         f"accuracy above the copy baseline; Shakespeare: validation-loss drop), median [min-max] over seeds. At its own "
-        f"best learning rate: {describe(readings['own'])}. At sqrt's best learning rate: {describe(readings['sqrt'])}."
-        f" Rule: {STALL_RULE}; 'unusable' = stalls. Stalling in every voting cell supports the claim, stalling or "
-        f"split in some partly supports it, in none refutes it (at most 'a bit worse', which the claim denies). Readings: "
-        f"{readings_line(verdicts)}." + vote_note(readings["own"]))
+        f"best learning rate (the claim's setting): {describe(readings['own'])}. Context, at sqrt's best learning rate "
+        f"(no retuning): {describe(readings['sqrt'])}; 'unusable' there: {stall_part(readings['sqrt'], 'stalls').state}. "
+        f"Part rule: 'unusable' = stalls; {STALL_RULE}.")
     numbers = {f"inv_d_progress_{c['task']}_{c['d_head']}": c["progress"]["median"] for c in readings["own"]}
     numbers |= {f"inv_d_at_sqrt_lr_progress_{c['task']}_{c['d_head']}": c["progress"]["median"]
                 for c in readings["sqrt"]}
-    return Finding(verdict or NOT_TESTABLE, evidence, numbers)
+    return Finding("C05", "training", evidence, numbers, {"unusable": unusable})
 
 
 def init_extremes(result: dict, rule: str, d_head: int, when: str = "0") -> dict:
@@ -252,42 +271,39 @@ def init_extremes(result: dict, rule: str, d_head: int, when: str = "0") -> dict
 
 
 def judge_c06(result: dict) -> Finding:
+    """'Training stalls' without scaling, at its own best learning rate, d_head >= 64, every task."""
     readings = {r: cells_of(result, "none", r, min_d_head=64) for r in READINGS}
-    verdicts = {r: all_some_none([c["class"] for c in voting(cs)], "stalls") for r, cs in readings.items()}
-    verdict = combine_readings(verdicts)
+    stalls = stall_part(readings["own"], "no scaling stalls")
     d_max = max(c["d_head"] for c in readings["own"]) if readings["own"] else max(result["config"]["d_heads"])
     start, later = init_extremes(result, "none", d_max), init_extremes(result, "none", d_max, "100")
     evidence = (
         f"With no scaling and q, k components of variance 1, at d_head {d_max} on recall: largest |logit| at init "
         f"{fmt_spread(start['max_abs_logit'])}, mean max probability {fmt_spread(start['max_prob'], 2)}; after 100 "
         f"steps {fmt_spread(later['max_abs_logit'])} and {fmt_spread(later['max_prob'], 2)}. What the unscaled model "
-        f"learned as a fraction of sqrt's, d_head >= 64, at its own best learning rate: {describe(readings['own'])}; "
-        f"at sqrt's: {describe(readings['sqrt'])}. Rule: {STALL_RULE}. Stalling in every voting cell supports "
-        f"'training stalls', stalling or split in some partly, in none refutes it. Readings: {readings_line(verdicts)}."
-        + vote_note(readings["own"]))
+        f"learned as a fraction of sqrt's, d_head >= 64, at its own best learning rate (the claim's setting): "
+        f"{describe(readings['own'])}. Context, at sqrt's best learning rate: {describe(readings['sqrt'])}; stalls "
+        f"there: {stall_part(readings['sqrt'], 'stalls').state}. Part rule: {STALL_RULE}.")
     numbers = {f"none_progress_{c['task']}_{c['d_head']}": c["progress"]["median"] for c in readings["own"]}
     numbers |= {"init_max_abs_logit": start["max_abs_logit"]["median"], "init_max_prob": start["max_prob"]["median"],
                 "step100_max_abs_logit": later["max_abs_logit"]["median"]}
-    return Finding(verdict or NOT_TESTABLE, evidence, numbers)
+    return Finding("C06", "training", evidence, numbers, {"stalls": stalls})
 
 
 def judge_c07(result: dict, paper_ran_ablation: bool = VASWANI_RAN_ABLATION) -> Finding:
-    """A claim about what a paper did, judged on the paper: it ran no ablation of the scale, so the
-    claim is refuted whatever this lab measures.  Only if it had: supported where the stall is
-    reproduced here, partly otherwise.  The lab's own unscaled runs are context in the evidence."""
+    """A claim about what a paper did, read from the paper (VASWANI_2017): the part holds only if it
+    ran the ablation.  The lab's own unscaled runs are context in the evidence."""
     cells = cells_of(result, "none", "own", min_d_head=64)
-    stalls = bool(voting(cells)) and all(c["class"] == "stalls" for c in voting(cells))
-    if paper_ran_ablation:
-        verdict = SUPPORTED if stalls else PARTLY
-    else:
-        verdict = REFUTED
+    here = stall_part(cells, "no scaling stalls")
+    stalls = here.state == HOLDS
     evidence = (
         f"{VASWANI_2017} So the paper did not verify by experiment that training fails without the scale. For context "
         f"(it does not vote: the claim is about the paper), this lab's own unscaled runs, d_head >= 64: "
-        f"{describe(cells) or 'none'}. Rule: judged on the paper: no ablation there refutes the claim; an ablation "
-        f"there supports it if the stall is reproduced in every voting cell here, partly otherwise.")
-    return Finding(verdict, evidence, {"paper_has_no_scale_ablation": int(not paper_ran_ablation),
-                                       "unscaled_stalls_here": int(stalls)})
+        f"{describe(cells) or 'none'} (training stalls: {here.state}). Part rule: read on the paper, which ran no "
+        f"ablation of the scale.")
+    reading = Reading(HOLDS if paper_ran_ablation else FAILS, measured="no run without the scale is reported",
+                      threshold="a reported run without the scale")
+    return Finding("C07", "training", evidence, {"paper_has_no_scale_ablation": int(not paper_ran_ablation),
+                                                 "unscaled_stalls_here": int(stalls)}, {"paper": reading})
 
 
 # --------------------------------------------------------------------------- C09: 1/8 vs 1/16, 8 layers
@@ -328,20 +344,33 @@ def deep_best(result: dict, rows: list[dict], rule: str) -> dict | None:
     return next((r for r in rows if r["rule"] == rule and r["lr"] == chosen), None)
 
 
+def seeds_for_ratio(interval: tuple[float, float], ratio: float, threshold: float, seeds: int) -> int | None:
+    """About how many seeds would put a bootstrap ratio interval clear of ``threshold`` at the same
+    ratio, if its width shrank as 1/sqrt(seeds) (on a log scale); None where the ratio sits on it."""
+    if ratio <= 0 or interval[0] <= 0 or math.isclose(ratio, threshold):
+        return None
+    half_width = (math.log(interval[1]) - math.log(interval[0])) / 2
+    distance = abs(math.log(ratio) - math.log(threshold))
+    return max(seeds, math.ceil(seeds * (half_width / distance) ** 2))
+
+
+def rate_decide(row: dict, threshold: float) -> str:
+    needed = seeds_to_decide(row["solved"], row["seeds"], threshold)
+    return (f"about {needed} seeds at the observed {row['solved']} of {row['seeds']}" if needed
+            else f"no number of seeds at the observed {row['solved']} of {row['seeds']} (it sits at {threshold:g})")
+
+
 def judge_c09(result: dict) -> Finding:
-    """Each factor at its own best learning rate.  The claim has two parts about 1/8, "does not
-    converge" (its solve rate's interval below DECIDED_RATE; above refutes it) and "the loss
-    oscillates" (the bootstrap interval of the ratio of 1/8's median oscillation to 1/16's above
-    DEEP_OSCILLATES; below refutes it), and a premise, "1/16 restores stable training" (1/16's solve
-    rate above DECIDED_RATE).  Both parts hold and the premise too: supported; both fail:
-    refuted (1/8 trains and is calm, whatever 1/16 does); 1/16 failing in most seeds (its interval
-    below): not testable (the model does not learn the task at this depth); otherwise partly."""
+    """Each factor at its own best learning rate.  Three parts: with 1/8 the loss does not converge
+    (its solve rate's Wilson interval below DECIDED_RATE; above fails); with 1/8 the loss oscillates
+    (the bootstrap interval of the ratio of 1/8's median oscillation to 1/16's above DEEP_OSCILLATES;
+    below fails); 1/16 restores stable training (its solve rate above DECIDED_RATE; below fails)."""
     rows = deep_rows(result)
     cfg = result["config"]
     if not rows:
-        return Finding(NOT_TESTABLE, f"This preset trains no {cfg['deep_layers']}-layer model (it costs more than the "
-                                     f"quick preset's budget); `attnscale report --preset full` trains it, with "
-                                     f"{cfg['deep_d_head']}-dimensional heads, factor 1/8 against 1/16.")
+        return untested("C09", "training", f"This preset trains no {cfg['deep_layers']}-layer model (it costs more "
+                        f"than the quick preset's budget); `attnscale report --preset full` trains it, with "
+                        f"{cfg['deep_d_head']}-dimensional heads, factor 1/8 against 1/16.", NOT_IN_PRESET)
     text = "; ".join(
         f"{r['factor']} at lr {r['lr']:g}: solved in {r['solved']} of {r['seeds']} seeds "
         f"{intervals.fmt_interval(r['solved_interval'], percent=True)}, accuracy {fmt_spread(r['acc'], 2)}, "
@@ -350,15 +379,36 @@ def judge_c09(result: dict) -> Finding:
     calm = [max(v, 1e-3) for v in new["oscillations"]]
     ratio = statistics.median(old["oscillations"]) / statistics.median(calm)
     ratio_ci = intervals.bootstrap_ratio(old["oscillations"], calm)
-    fails = {intervals.BELOW: True, intervals.ABOVE: False}.get(intervals.side(old["solved_interval"], DECIDED_RATE))
-    oscillates = intervals.at_least(ratio_ci, DEEP_OSCILLATES)
-    restores = intervals.side(new["solved_interval"], DECIDED_RATE)
-    verdict = verdict_of_parts([fails, oscillates])
-    if restores == intervals.BELOW and verdict != REFUTED:
-        verdict = NOT_TESTABLE
-    elif verdict == SUPPORTED and restores != intervals.ABOVE:
-        verdict = PARTLY
-    word = {True: "holds", False: "fails", None: "undecided"}
+
+    def rate_side(row: dict, scale: float) -> str:
+        return intervals.side(row["solved_interval"], DECIDED_RATE * scale)
+
+    def read_no_converge(scale: float) -> Reading:
+        where = rate_side(old, scale)
+        state = HOLDS if where == intervals.BELOW else FAILS if where == intervals.ABOVE else UNDECIDED
+        return Reading(state, measured=f"1/8 solves in {old['solved']} of {old['seeds']} seeds "
+                       f"{intervals.fmt_interval(old['solved_interval'], percent=True)}",
+                       threshold=f"solve rate below {DECIDED_RATE * scale:.2g}",
+                       decide=rate_decide(old, DECIDED_RATE) if state == UNDECIDED else "")
+
+    def read_oscillates(scale: float) -> Reading:
+        state = state_of(intervals.at_least(ratio_ci, DEEP_OSCILLATES * scale))
+        needed = seeds_for_ratio(ratio_ci, ratio, DEEP_OSCILLATES, len(old["oscillations"]))
+        return Reading(state, measured=f"1/8's loss moves {ratio:.2f}x {intervals.fmt_interval(ratio_ci)} as much as 1/16's",
+                       threshold=f"ratio above {DEEP_OSCILLATES * scale:.2g}",
+                       decide=(f"about {needed} seeds a factor at the observed ratio" if needed else
+                               "no number of seeds at the observed ratio") if state == UNDECIDED else "")
+
+    def read_restores(scale: float) -> Reading:
+        where = rate_side(new, scale)
+        state = HOLDS if where == intervals.ABOVE else FAILS if where == intervals.BELOW else UNDECIDED
+        return Reading(state, measured=f"1/16 solves in {new['solved']} of {new['seeds']} seeds "
+                       f"{intervals.fmt_interval(new['solved_interval'], percent=True)}",
+                       threshold=f"solve rate above {DECIDED_RATE * scale:.2g}",
+                       decide=rate_decide(new, DECIDED_RATE) if state == UNDECIDED else "")
+
+    readings = {"no_converge": measured_at(read_no_converge), "oscillates": measured_at(read_oscillates),
+                "restores": measured_at(read_restores)}
     evidence = (
         f"{cfg['deep_layers']}-layer model (d_model {cfg['d_model']}), d_head {cfg['deep_d_head']}, recall, "
         f"{cfg['deep_steps']} steps, median [min-max] and solve rates with Wilson 95% intervals: {text}. At each "
@@ -367,17 +417,16 @@ def judge_c09(result: dict) -> Finding:
         f"1/16 at {new['lr']:g} in {new['solved']} of {new['seeds']} "
         f"{intervals.fmt_interval(new['solved_interval'], percent=True)}; 1/8's validation loss moves {ratio:.2f}x "
         f"{intervals.fmt_interval(ratio_ci)} as much as 1/16's between log points in the second half. \"Does not "
-        f"converge\" {word[fails]}, \"oscillates\" {word[oscillates]}, \"1/16 restores stable training\" "
-        f"{word[{intervals.ABOVE: True, intervals.BELOW: False}.get(restores)]}. Rule: \"does not converge\" holds "
-        f"where 1/8's solve rate interval lies below {DECIDED_RATE:g} and fails where it lies above; \"oscillates\" "
-        f"holds where the bootstrap 95% interval of the ratio of median movements lies above {DEEP_OSCILLATES:g} and "
-        f"fails where it lies below; both holding, with 1/16's solve rate above {DECIDED_RATE:g}, supports the claim, "
-        f"both failing refutes it, 1/16 failing in most seeds (interval below {DECIDED_RATE:g}) leaves it not "
-        f"testable; anything else is partly supported.")
+        f"converge\" {readings['no_converge'].state}, \"oscillates\" {readings['oscillates'].state}, \"1/16 restores "
+        f"stable training\" {readings['restores'].state}. Part rules: \"does not converge\" holds where 1/8's solve "
+        f"rate interval lies below {DECIDED_RATE:g} and fails where it lies above; \"oscillates\" holds where the "
+        f"bootstrap 95% interval of the ratio of median movements lies above {DEEP_OSCILLATES:g} and fails where it "
+        f"lies below; \"1/16 restores\" holds where 1/16's solve rate interval lies above {DECIDED_RATE:g} and fails "
+        f"where it lies below; an undecided part names the seeds that would decide it at the observed rate.")
     numbers = {f"acc_1_8_lr{r['lr']:g}": r["acc"]["median"] for r in rows if r["rule"] == "const:0.125"}
     numbers |= {f"acc_1_16_lr{r['lr']:g}": r["acc"]["median"] for r in rows if r["rule"] == "const:0.0625"}
     numbers |= {"oscillation_ratio": ratio, "best_lr_1_8": old["lr"], "best_lr_1_16": new["lr"]}
-    return Finding(verdict, evidence, numbers)
+    return Finding("C09", "training", evidence, numbers, readings)
 
 
 # --------------------------------------------------------------------------- C10: T5's folding
@@ -423,22 +472,40 @@ def t5_rows(result: dict) -> list[dict]:
                 row["acc_none_t5"] = spread([accuracy(r) for r in t5])
                 row["none_t5_solved"] = sum(solved(r) for r in t5)
                 row["seeds"] = len(t5)
-                row["equivalent"] = (abs(row["acc_sqrt_unit"]["median"] - row["acc_none_t5"]["median"]) <= EQUIVALENT_ACC
-                                     and trained < EQUIVALENT_LOGITS)
-            else:
-                row["equivalent"] = gap < EQUIVALENT_CURVE and trained < EQUIVALENT_LOGITS
+            row["equivalent"] = t5_equivalent(row)
             rows.append(row)
     return rows
 
 
+def t5_equivalent(row: dict, scale: float = 1.0) -> bool:
+    """One (task, optimiser) pair: the same logits at init and training alike, thresholds moved by ``scale``."""
+    if row["step0_logit_std_gap"] >= EQUAL_AT_INIT * scale:
+        return False
+    if row["task"] == "recall":
+        return (abs(row["acc_sqrt_unit"]["median"] - row["acc_none_t5"]["median"]) <= EQUIVALENT_ACC * scale
+                and row["final_logit_std_gap"] < EQUIVALENT_LOGITS * scale)
+    return row["max_curve_gap"] < EQUIVALENT_CURVE * scale and row["final_logit_std_gap"] < EQUIVALENT_LOGITS * scale
+
+
 def judge_c10(result: dict) -> Finding:
+    """'Mathematically equivalent', read per (task, optimiser): the same logits at init (gap below
+    EQUAL_AT_INIT) and training alike (recall: median accuracy within EQUIVALENT_ACC; Shakespeare:
+    median curves within EQUIVALENT_CURVE; trained logit std within EQUIVALENT_LOGITS)."""
     rows = t5_rows(result)
     if not rows:
-        return Finding(NOT_TESTABLE, "No T5-folding runs in this configuration.")
-    equal_at_init = all(r["step0_logit_std_gap"] < EQUAL_AT_INIT for r in rows)
-    verdict = REFUTED if not equal_at_init else (SUPPORTED if all(r["equivalent"] for r in rows) else PARTLY)
+        return untested("C10", "training", "No T5-folding runs in this configuration.")
     variant = result["t5_variant_step0"]
     ratio = statistics.fmean(v / s for v, s in zip(variant["none_wq_var_inv_sqrt_dk"], variant["sqrt_unit"]))
+
+    def read(scale: float) -> Reading:
+        states = [state_of(t5_equivalent(r, scale)) for r in rows]
+        return Reading(over_settings(states), measured=f"equivalent under {sum(st == HOLDS for st in states)} of "
+                       f"{len(rows)} optimisers", threshold=f"init gap < {EQUAL_AT_INIT * scale:.2g}; accuracy within "
+                       f"{EQUIVALENT_ACC * scale:.2g}, curves within {EQUIVALENT_CURVE * scale:.1%}, trained logit std "
+                       f"within {EQUIVALENT_LOGITS * scale:.1%}",
+                       settings=[{"where": f"{r['task']}, {OPTIMISER_TEXT.get(r['optimiser'], r['optimiser'])}",
+                                  "state": st} for r, st in zip(rows, states)])
+
     parts = []
     for r in rows:
         text = (f"{r['task']} {r['optimiser']}: step-0 logit std gap {r['step0_logit_std_gap']:.1e}, trained logit std "
@@ -455,15 +522,18 @@ def judge_c10(result: dict) -> Finding:
         f"same seeds, medians [min-max]: {'; '.join(parts)}. The interview answer's other reading (W_q variance "
         f"1/(d_model sqrt(d_k)), no scale) gives a step-0 logit std {ratio:.2f}x the sqrt model's at d_k "
         f"{variant['d_head']} (d_k^(1/4) = {variant['d_head'] ** 0.25:.2f}), so only the 1/d_k-variance reading is "
-        f"equivalent at init. Rule: the same logits at init (gap below {EQUAL_AT_INIT:g}) and, under every optimiser, "
-        f"training alike (Shakespeare: curves within {EQUIVALENT_CURVE:.0%}; recall: median accuracy within "
-        f"{EQUIVALENT_ACC}; trained logit std within {EQUIVALENT_LOGITS:.0%}) supports 'equivalent'; equal at init "
-        f"but diverging under some optimiser is partly supported (equivalent at init, not in training under "
-        f"optimisers that do not scale updates with the weights); different at init refutes it.")
+        f"equivalent at init. Part rule, per task and optimiser: equivalent where the logits are the same at init "
+        f"(gap below {EQUAL_AT_INIT:g}) and the models train alike (Shakespeare: curves within {EQUIVALENT_CURVE:.0%}; "
+        f"recall: median accuracy within {EQUIVALENT_ACC}; trained logit std within {EQUIVALENT_LOGITS:.0%}); "
+        f"equivalent under some optimisers and not others is holding in part (optimisers that do not scale updates "
+        f"with the weights see the two parametrisations differently).")
     numbers = {f"curve_gap_{r['task']}_{r['optimiser']}": r["max_curve_gap"] for r in rows}
     numbers |= {f"final_logit_std_gap_{r['task']}_{r['optimiser']}": r["final_logit_std_gap"] for r in rows}
     numbers["variant_logit_std_ratio"] = ratio
-    return Finding(verdict, evidence, numbers)
+    return Finding("C10", "training", evidence, numbers, {"equivalent": measured_at(read)})
+
+
+OPTIMISER_TEXT = {"adamw": "AdamW", "sgd": "SGD", "adafactor": "Adafactor"}
 
 
 # --------------------------------------------------------------------------- C13: 2-3x slower
@@ -497,54 +567,51 @@ def speed_rows(result: dict, reading: str) -> list[dict]:
     return rows
 
 
-def slowdown_of(interval: tuple[float, float]) -> str:
-    """One cell's slowdown: supported where the ratio's interval lies inside SLOWER_RANGE, refuted where
-    it lies wholly below NOT_SLOWER_BELOW, partly otherwise (slower but not 2-3x, or undecided)."""
-    low, high = SLOWER_RANGE
+def slowdown_state(interval: tuple[float, float], scale: float = 1.0) -> str:
+    """One cell's '2-3x slower': holds where the ratio's interval lies inside SLOWER_RANGE (with slack),
+    fails where it lies wholly outside it (not slower, or far slower), undecided otherwise."""
+    low, high = SLOWER_RANGE[0] * scale, SLOWER_RANGE[1] * scale
     if interval[0] >= low and interval[1] <= high:
-        return SUPPORTED
-    if intervals.side(interval, NOT_SLOWER_BELOW) == intervals.BELOW:
-        return REFUTED
-    return PARTLY
+        return HOLDS
+    if interval[1] < low or interval[0] > high:
+        return FAILS
+    return UNDECIDED
 
 
-def slowdown_verdict(rows: list[dict]) -> str | None:
-    if not rows:
-        return None
-    found = {slowdown_of(r["interval"]) for r in rows}
-    return found.pop() if len(found) == 1 else PARTLY
+def speed_line(rows: list[dict]) -> str:
+    return "; ".join(f"d_head {r['d_head']}: sqrt {r['sqrt_steps']:g} steps ({r['sqrt_seeds']} seeds), inv_d "
+                     f"{r['inv_d_steps']:g}{' or more' if r['lower_bound'] else ''} (x{r['ratio']:.2f}"
+                     f"{'+' if r['lower_bound'] else ''} {intervals.fmt_interval(r['interval'])}, solved in "
+                     f"{r['inv_d_solved']} of {r['seeds']} seeds)" for r in rows) or "no cell where sqrt solves recall"
 
 
-def judge_c13(result: dict, implementation_used_inv_d: bool = HF_BERT_USED_INV_D) -> Finding:
+def judge_c13(result: dict) -> Finding:
+    """'2-3x slower', read at sqrt's learning rate (the claim's setting: an implementation that swaps
+    the factor keeps the learning rate tuned for 1/sqrt(d_k)), per cell where sqrt solves recall; the
+    reading at 1/d_k's own best learning rate is context.  Whether the old BERT used 1/d_k is the
+    doctor lab's part."""
     readings = {r: speed_rows(result, r) for r in READINGS}
-    verdicts = {r: slowdown_verdict(rows) for r, rows in readings.items()}
-    slowdown = combine_readings(verdicts)
+    rows = readings["sqrt"]
 
-    def line(rows):
-        return "; ".join(f"d_head {r['d_head']}: sqrt {r['sqrt_steps']:g} steps ({r['sqrt_seeds']} seeds), inv_d "
-                         f"{r['inv_d_steps']:g}{' or more' if r['lower_bound'] else ''} (x{r['ratio']:.2f}"
-                         f"{'+' if r['lower_bound'] else ''} {intervals.fmt_interval(r['interval'])}, solved in "
-                         f"{r['inv_d_solved']} of {r['seeds']} seeds)" for r in rows) or "no voting cell"
+    def read(scale: float) -> Reading:
+        states = [slowdown_state(r["interval"], scale) for r in rows]
+        return Reading(over_cells(states), measured=speed_line(rows),
+                       threshold=f"the ratio's interval inside {SLOWER_RANGE[0] * scale:.3g}-{SLOWER_RANGE[1] * scale:.3g}x",
+                       settings=[{"where": f"recall d_head {r['d_head']}", "state": st} for r, st in zip(rows, states)])
 
-    if slowdown is None:
-        verdict = NOT_TESTABLE
-    elif implementation_used_inv_d:
-        verdict = slowdown
-    else:
-        verdict = REFUTED if slowdown == REFUTED else PARTLY
+    own_states = [slowdown_state(r["interval"]) for r in readings["own"]]
     low, high = SLOWER_RANGE
     evidence = (
         f"Median steps to solve recall (accuracy >= {SOLVED_ACC}) over seeds, in cells where sqrt solves it, with the "
         f"bootstrap 95% interval of the ratio; a run that never solves counts at the run's length (a lower bound). "
-        f"inv_d at its own best learning rate: {line(readings['own'])}. inv_d at sqrt's best learning rate: "
-        f"{line(readings['sqrt'])}. Rule for the slowdown, per cell: the ratio's interval inside {low:g}-{high:g}x "
-        f"supports '2-3x slower', wholly below {NOT_SLOWER_BELOW:g}x refutes it, otherwise partly (cells that disagree: "
-        f"partly); readings: {readings_line(verdicts)}. The factual half: {HF_BERT_2018} With the implementation's "
-        f"1/d_k {'confirmed' if implementation_used_inv_d else 'not confirmed'}, the claim as a whole is at most "
-        f"partly supported.")
-    numbers = {f"steps_ratio_{r['reading']}_{r['d_head']}": r["ratio"] for rows in readings.values() for r in rows}
-    numbers["hf_bert_used_inv_d"] = int(implementation_used_inv_d)
-    return Finding(verdict, evidence, numbers)
+        f"inv_d at sqrt's best learning rate (the claim's setting): {speed_line(rows)}. Context, inv_d at its own best "
+        f"learning rate: {speed_line(readings['own'])} ('2-3x slower' there: {over_cells(own_states)}). Part rule, per "
+        f"cell: the ratio's interval inside {low:g}-{high:g}x holds, wholly outside it fails (not slower, or far "
+        f"slower), otherwise undecided (an undecided cell does not vote).")
+    numbers = {f"steps_ratio_{r['reading']}_{r['d_head']}": r["ratio"] for rs in readings.values() for r in rs}
+    if not rows:
+        return untested("C13", "training", evidence, numbers=numbers)
+    return Finding("C13", "training", evidence, numbers, {"slower": measured_at(read)})
 
 
 # --------------------------------------------------------------------------- C17: gradients without scaling
@@ -567,10 +634,12 @@ def grad_ratios(result: dict) -> list[float]:
 
 
 def judge_c17(result: dict) -> Finding:
-    """Supported if the gradient drops more than GRAD_DROP x (the bootstrap interval of the median
-    ratio lies above it) and no unscaled seed beats the copy baseline; refuted if the drop is clearly
-    smaller (interval below) and every unscaled seed beats it; partly otherwise."""
+    """Two parts.  The gradient drop: the bootstrap interval of the median first-layer W_q/W_k gradient
+    ratio (sqrt over none, matched seeds at sqrt's learning rate, d_head >= 64) above GRAD_DROP holds,
+    below fails.  'The loss does not go down': no scaling stalls (learns under STALL_BELOW of what
+    sqrt learned), read on every task trained, at its own best learning rate, d_head >= 64."""
     ratios = grad_ratios(result)
+    cells = cells_of(result, "none", "own", min_d_head=64)
     copy = result["baselines"]["recall"]["copy"]
     beats = []
     for d in task_d_heads(result, "recall"):
@@ -581,33 +650,34 @@ def judge_c17(result: dict) -> Finding:
             above = sum(accuracy(r) > copy + BEATS_COPY for r in runs)
             beats.append({"d_head": d, "above": above, "seeds": len(runs), "interval": intervals.wilson(above, len(runs)),
                           "acc": spread([accuracy(r) for r in runs])})
-    if not ratios or not beats:
-        return Finding(NOT_TESTABLE, "No matched sqrt / none recall runs at d_head >= 64 in this configuration.")
+    if not ratios or not cells:
+        return untested("C17", "training", "No matched sqrt / none runs at d_head >= 64 in this configuration.")
     median = statistics.median(ratios)
     ratio_interval = intervals.bootstrap(ratios)
-    drop = intervals.side(ratio_interval, GRAD_DROP)
-    never = all(b["above"] == 0 for b in beats)
-    always = all(b["above"] == b["seeds"] for b in beats)
-    if drop == intervals.ABOVE and never:
-        verdict = SUPPORTED
-    elif drop == intervals.BELOW and always:
-        verdict = REFUTED
-    else:
-        verdict = PARTLY
+
+    def read_gradient(scale: float) -> Reading:
+        where = intervals.side(ratio_interval, GRAD_DROP * scale)
+        state = HOLDS if where == intervals.ABOVE else FAILS if where == intervals.BELOW else UNDECIDED
+        return Reading(state, measured=f"sqrt's gradient over the unscaled one: median {fmt(median)} "
+                       f"{intervals.fmt_interval(ratio_interval, 3)} over {len(ratios)} matched seeds",
+                       threshold=f"above {GRAD_DROP * scale:.3g}")
+
+    readings = {"gradient": measured_at(read_gradient), "loss": stall_part(cells, "the loss stalls")}
     evidence = (
         f"Gradient norm of the first layer's W_q and W_k (mean over the first half of training), sqrt over none, "
         f"matched seeds at sqrt's best learning rate, d_head >= 64: median {fmt(median)} "
         f"{intervals.fmt_interval(ratio_interval, 3)} (bootstrap 95%; range {fmt(min(ratios))}-{fmt(max(ratios))}, "
-        f"{len(ratios)} pairs; below 1 means the unscaled gradient is larger). Unscaled recall at its best learning rate "
-        f"against the copy baseline {copy:.3f}: "
+        f"{len(ratios)} pairs; below 1 means the unscaled gradient is larger). Whether the loss goes down, every "
+        f"task trained, no scaling at its own best learning rate, d_head >= 64: {describe(cells)}. On recall against the "
+        f"copy baseline {copy:.3f}: "
         + "; ".join(f"d_head {b['d_head']}: accuracy {fmt_spread(b['acc'], 2)}, above the baseline by more than "
                     f"{BEATS_COPY} in {b['above']} of {b['seeds']} seeds {intervals.fmt_interval(b['interval'], percent=True)}"
                     for b in beats)
-        + f". Rule: supported if the gradient is more than {GRAD_DROP:g}x smaller (the interval above {GRAD_DROP:g}) and "
-          f"no unscaled seed beats the copy baseline (it learns nothing attention is needed for); refuted if the drop is "
-          f"clearly smaller (interval below {GRAD_DROP:g}) and every unscaled seed beats it; partly otherwise.")
-    return Finding(verdict, evidence, {"median_grad_ratio_sqrt_over_none": median,
-                                       "none_beats_copy_cells": sum(b["above"] >= majority_of(b["seeds"]) for b in beats)})
+        + f". Part rules: the gradient drop holds if the ratio's interval lies above {GRAD_DROP:g} and fails if it lies "
+          f"below; 'the loss does not go down' = stalls: {STALL_RULE}.")
+    return Finding("C17", "training", evidence, {"median_grad_ratio_sqrt_over_none": median,
+                                                 "none_beats_copy_cells": sum(b["above"] >= majority_of(b["seeds"])
+                                                                              for b in beats)}, readings)
 
 
 # --------------------------------------------------------------------------- C18: the balance point
@@ -622,8 +692,10 @@ def median_score(result: dict, task: str, rule: str, d: int) -> float | None:
     return statistics.median(accuracy(r) if task == "recall" else final_loss(r) for r in runs)
 
 
-def near(task: str, mine: float, best: float) -> bool:
-    return mine >= best - NEAR_BEST["recall"] if task == "recall" else mine <= best * (1 + NEAR_BEST["shakespeare"])
+def near(task: str, mine: float, best: float, scale: float = 1.0) -> bool:
+    if task == "recall":
+        return mine >= best - NEAR_BEST["recall"] * scale
+    return mine <= best * (1 + NEAR_BEST["shakespeare"] * scale)
 
 
 def final_entropy(result: dict, task: str, rule: str, d: int) -> float | None:
@@ -633,37 +705,62 @@ def final_entropy(result: dict, task: str, rule: str, d: int) -> float | None:
 
 
 def judge_c18(result: dict) -> Finding:
+    """Three parts in training, each read per cell where sqrt works (each rule at its own best
+    learning rate, medians over seeds): sqrt near the best rule (recall accuracy within
+    NEAR_BEST["recall"], Shakespeare loss within NEAR_BEST["shakespeare"]); inv_d over-smooths (its
+    final normalised attention entropy OVERSMOOTH_ENTROPY or more above sqrt's); a constant fails
+    (stalls) where its factor is off sqrt's value."""
     rules = result["config"]["rules"]
     main_grid = {"recall": result["config"]["d_heads"], "shakespeare": result["config"]["lm_d_heads"]}
     voting_cells = [(t, d) for t in tasks_of(result) for d in main_grid[t] if reference(result, t, d)["works"]]
     if not voting_cells:
-        return Finding(NOT_TESTABLE, "sqrt itself did not work in any cell at this size; inconclusive.")
-    sqrt_ok = []
+        return untested("C18", "training", "sqrt itself did not work in any cell at this size; nothing to compare with.")
+    scores = {}
     for t, d in voting_cells:
-        scores = {r: median_score(result, t, r, d) for r in rules}
-        scores = {r: s for r, s in scores.items() if s is not None}
-        best = max(scores.values()) if t == "recall" else min(scores.values())
-        if near(t, scores["sqrt"], best):
-            sqrt_ok.append((t, d))
-    oversmooth = [(t, d) for t, d in voting_cells
-                  if (final_entropy(result, t, "inv_d", d) or 0) - (final_entropy(result, t, "sqrt", d) or 0)
-                  >= OVERSMOOTH_ENTROPY]
+        found = {r: median_score(result, t, r, d) for r in rules}
+        scores[(t, d)] = {r: v for r, v in found.items() if v is not None}
+    entropy_gap = {(t, d): (final_entropy(result, t, "inv_d", d) or 0) - (final_entropy(result, t, "sqrt", d) or 0)
+                   for t, d in voting_cells}
     const_cells = [cell(result, t, r, d) for r in rules if r.startswith("const:") for t, d in voting_cells
                    if not math.isclose(scaling.factor(r, d), scaling.factor("sqrt", d))]
-    const_fails = [c for c in const_cells if c["class"] == "stalls"]
-    parts = [len(sqrt_ok) == len(voting_cells), 2 * len(oversmooth) >= len(voting_cells), bool(const_fails)]
-    verdict = SUPPORTED if all(parts) else (REFUTED if not any(parts) else PARTLY)
+
+    def near_best(t: str, d: int, scale: float) -> bool:
+        cell_scores = scores[(t, d)]
+        best = max(cell_scores.values()) if t == "recall" else min(cell_scores.values())
+        return near(t, cell_scores["sqrt"], best, scale)
+
+    def read_balance(scale: float) -> Reading:
+        states = [state_of(near_best(t, d, scale)) for t, d in voting_cells]
+        return Reading(over_settings(states), measured=f"sqrt near the best rule in {states.count(HOLDS)} of "
+                       f"{len(states)} cells", threshold=f"recall accuracy within {NEAR_BEST['recall'] * scale:.2g}, "
+                       f"Shakespeare loss within {NEAR_BEST['shakespeare'] * scale:.1%}",
+                       settings=[{"where": f"{t} d_head {d}", "state": st} for (t, d), st in zip(voting_cells, states)])
+
+    def read_oversmooth(scale: float) -> Reading:
+        states = [state_of(entropy_gap[c] >= OVERSMOOTH_ENTROPY * scale) for c in voting_cells]
+        return Reading(over_settings(states), measured="inv_d's final entropy minus sqrt's: " + ", ".join(
+                       f"{t} {d}: {entropy_gap[(t, d)]:+.3f}" for t, d in voting_cells),
+                       threshold=f">= {OVERSMOOTH_ENTROPY * scale:.2g}",
+                       settings=[{"where": f"{t} d_head {d}", "state": st} for (t, d), st in zip(voting_cells, states)])
+
+    constant = stall_part(const_cells, "the constant stalls") if const_cells else Reading(
+        claims.NOT_TESTABLE, note="no constant factor trained off sqrt's value")
+    readings = {"balance_trained": measured_at(read_balance), "oversmooth_trained": measured_at(read_oversmooth),
+                "constant_trained": constant}
+    sqrt_ok = sum(near_best(t, d, 1.0) for t, d in voting_cells)
+    oversmooth = sum(entropy_gap[c] >= OVERSMOOTH_ENTROPY for c in voting_cells)
+    const_fails = sum(stall_state(c) == HOLDS for c in const_cells)
     evidence = (
         f"Each rule at its best learning rate, medians over seeds, in the {len(voting_cells)} cells where sqrt works "
         f"({', '.join(f'{t} d_head {d}' for t, d in voting_cells)}). sqrt near the best rule (recall accuracy within "
-        f"{NEAR_BEST['recall']}, Shakespeare loss within {NEAR_BEST['shakespeare']:.0%}) in {len(sqrt_ok)} of "
+        f"{NEAR_BEST['recall']}, Shakespeare loss within {NEAR_BEST['shakespeare']:.0%}) in {sqrt_ok} of "
         f"{len(voting_cells)}. inv_d's final normalised attention entropy {OVERSMOOTH_ENTROPY} or more above sqrt's "
-        f"(over-smoothing) in {len(oversmooth)} of {len(voting_cells)}. A constant factor where it is off sqrt's value: "
-        f"{describe(const_cells) or 'none run'}. Rule: supported if all three hold (sqrt always near the best; inv_d "
-        f"over-smooths in at least half the cells; the constant stalls, below {STALL_BELOW}, somewhere), refuted if "
-        f"none does, partly otherwise.")
-    return Finding(verdict, evidence, {"sqrt_near_best_cells": len(sqrt_ok), "cells": len(voting_cells),
-                                       "inv_d_oversmooth_cells": len(oversmooth), "const_fail_cells": len(const_fails)})
+        f"(over-smoothing) in {oversmooth} of {len(voting_cells)}. A constant factor where it is off sqrt's value: "
+        f"{describe(const_cells) or 'none run'}. Part rules, per cell: sqrt near the best; inv_d over-smooths; the "
+        f"constant stalls ({STALL_RULE}); a part holding in some cells and failing in others holds in part.")
+    return Finding("C18", "training", evidence, {"sqrt_near_best_cells": sqrt_ok, "cells": len(voting_cells),
+                                                 "inv_d_oversmooth_cells": oversmooth, "const_fail_cells": const_fails},
+                   readings)
 
 
 def judge(result: dict) -> dict[str, Finding]:
