@@ -10,9 +10,13 @@ import types
 
 import jsonschema
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnscale import claims, lab
-from attnscale.claims import NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, Finding
+from attnscale.claims import INCONCLUSIVE, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, Finding
+
+from findings import finding_as
 from attnscale.report import build_report
 from attnscale.report.schema import REPORT_SCHEMA
 
@@ -36,7 +40,8 @@ def make_fake_lab(calls):
     def judge(result):
         row = result["rows"][0]
         verdict = SUPPORTED if row["variance"] == row["d_k"] else REFUTED
-        return {"C02": Finding(verdict, f"variance {row['variance']} at d_k {row['d_k']}", {"variance": row["variance"]})}
+        return {"C02": finding_as("C02", "variance", verdict, f"variance {row['variance']} at d_k {row['d_k']}",
+                                  {"variance": row["variance"]})}
 
     def figures(result, outdir):
         (outdir / "fake.png").write_bytes(b"\x89PNG\r\n\x1a\n")
@@ -202,22 +207,71 @@ def test_bad_arguments_raise_value_error_and_write_nothing(kwargs, message, tmp_
     assert not (tmp_path / "r" / "report.json").exists()
 
 
-def test_combine_rule_covers_every_outcome():
-    f = lambda v: Finding(v, "")
-    assert claims.combine({}) == PENDING
-    assert claims.combine({"a": f(SUPPORTED)}) == SUPPORTED
-    assert claims.combine({"a": f(REFUTED), "b": f(REFUTED)}) == REFUTED
-    assert claims.combine({"a": f(SUPPORTED), "b": f(REFUTED)}) == PARTLY
-    assert claims.combine({"a": f(SUPPORTED), "b": f(PARTLY)}) == PARTLY
-    assert claims.combine({"a": f(NOT_TESTABLE), "b": f(REFUTED)}) == REFUTED
-    assert claims.combine({"a": f(NOT_TESTABLE)}) == NOT_TESTABLE
-    # a claim with two parts is supported only when both parts were tested and support it
-    assert claims.combine({"a": f(SUPPORTED), "b": f(SUPPORTED)}, ("a", "b")) == SUPPORTED
-    assert claims.combine({"a": f(SUPPORTED)}, ("a", "b")) == PARTLY
-    assert claims.combine({"a": f(SUPPORTED), "b": f(NOT_TESTABLE)}, ("a", "b")) == PARTLY
-    assert claims.combine({"a": f(REFUTED)}, ("a", "b")) == REFUTED
-    with pytest.raises(ValueError, match="unknown verdict"):
-        Finding("true", "")
+A_, P_, S_ = claims.ASSERTION, claims.PREMISE, claims.SIDE
+DECIDED = (claims.HOLDS, claims.FAILS, claims.MIXED)
+
+
+def _pairs(*spec):
+    """[(Part, Reading)] from (role, state) pairs."""
+    return [(claims.Part(f"p{i}", f"part {i}", role, "lab"), claims.Reading(state)) for i, (role, state) in enumerate(spec)]
+
+
+def test_label_rule_on_every_kind_of_outcome():
+    H, F, M, U = claims.HOLDS, claims.FAILS, claims.MIXED, claims.UNDECIDED
+    assert claims.label(_pairs((A_, H), (A_, H))).verdict == SUPPORTED
+    assert claims.label(_pairs((A_, F), (A_, F))).verdict == REFUTED
+    assert claims.label(_pairs((A_, H), (A_, F))).verdict == PARTLY
+    assert claims.label(_pairs((A_, M))).verdict == PARTLY
+    assert claims.label(_pairs((A_, H), (S_, F))).verdict == PARTLY  # a side remark fails
+    assert claims.label(_pairs((P_, H), (A_, F))).line == "refuted (its premise holds: part 0)"
+    assert claims.label(_pairs((P_, F), (A_, F))).verdict == REFUTED
+    assert claims.label(_pairs((A_, U))).verdict == INCONCLUSIVE
+    assert claims.label(_pairs((A_, H), (A_, U))).verdict == INCONCLUSIVE  # supported or partly
+    assert claims.label(_pairs((A_, H), (A_, F), (A_, U))).verdict == PARTLY  # partly whatever it turns out
+    assert claims.label(_pairs((A_, H), (S_, U))).line == "supported (undecided: part 1)"
+    assert claims.label(_pairs((A_, claims.NOT_IN_PRESET))).verdict == claims.NOT_IN_PRESET
+    assert claims.label(_pairs((A_, NOT_TESTABLE), (S_, H))).verdict == NOT_TESTABLE
+    assert claims.label(_pairs((A_, H), (S_, NOT_TESTABLE))).line == "supported (part 1: not testable here)"
+    assert claims.label(_pairs((P_, H))).verdict == SUPPORTED  # a lab reading only a premise: it votes
+    with pytest.raises(ValueError, match="unknown state"):
+        claims.Reading("true")
+    with pytest.raises(ValueError, match="unknown role"):
+        claims.Part("x", "x", "hope", "lab")
+
+
+STATE = st.sampled_from(claims.TESTED + (NOT_TESTABLE,))
+
+
+@given(st.lists(st.tuples(st.sampled_from(claims.ROLES), STATE), min_size=1, max_size=6), st.randoms())
+@settings(max_examples=300, deadline=None)
+def test_label_is_the_same_whatever_an_undecided_part_turns_out(spec, rnd):
+    """A label other than inconclusive does not move when any undecided part is decided either way,
+    nor with the parts in another order; refuted only where no assertion holds, supported only where
+    none fails."""
+    verdict = claims.label(_pairs(*spec)).verdict
+    shuffled = list(spec)
+    rnd.shuffle(shuffled)
+    assert claims.label(_pairs(*shuffled)).verdict == verdict
+    assertions = [state for role, state in spec if role == A_] or [state for _, state in spec]
+    if verdict == REFUTED:
+        assert all(s in (claims.FAILS, NOT_TESTABLE) for s in assertions if s != claims.UNDECIDED)
+    if verdict == SUPPORTED:
+        assert all(s in (claims.HOLDS, NOT_TESTABLE) for s in assertions)
+    if verdict != INCONCLUSIVE:
+        for i, (role, state) in enumerate(spec):
+            if state == claims.UNDECIDED and (role == A_ or not any(r == A_ for r, _ in spec)):
+                for decided in (claims.HOLDS, claims.FAILS):
+                    turned = spec[:i] + [(role, decided)] + spec[i + 1:]
+                    assert claims.label(_pairs(*turned)).verdict == verdict
+
+
+def test_margins_name_the_moves_that_change_the_label():
+    pairs = _pairs((A_, claims.HOLDS), (A_, claims.HOLDS))
+    pairs[1] = (pairs[1][0], claims.Reading(claims.HOLDS, moved={"0.8": claims.HOLDS, "1.2": claims.FAILS}))
+    found = claims.margins(pairs)
+    assert found == [{"part": "p1", "text": "part 1", "move": "1.2", "state": claims.FAILS, "verdict": PARTLY}]
+    assert "20% higher" in claims.margin_text(found) and "partly supported" in claims.margin_text(found)
+    assert claims.margins(_pairs((A_, claims.HOLDS))) == [] and "No threshold" in claims.margin_text([])
 
 
 @pytest.fixture(scope="module")
@@ -231,52 +285,67 @@ def saturation_findings():
     return saturation.judge(saturation.run(tiny))
 
 
-def test_a_part_measured_alone_cannot_make_a_claim_supported(saturation_findings):
+def test_a_premise_alone_cannot_make_a_claim_supported(saturation_findings):
+    """C05's premise (near uniform at initialisation) is the saturation lab's; its assertion
+    (unusable) the training lab's: the claim's label follows the assertion."""
     c05 = saturation_findings["C05"]
     assert c05.verdict == SUPPORTED  # at initialisation 1/d_k is near uniform
     row = {r["id"]: r for r in claims.evaluate({"saturation": saturation_findings})}["C05"]
-    assert row["verdict"] == PARTLY and row["verdict_line"] == "partly supported (training half not measured yet)"
+    assert row["verdict"] == PENDING and "fundamentally unusable: not measured yet" in row["verdict_line"]
     outcomes = {}
-    for trained in (SUPPORTED, PARTLY, REFUTED, NOT_TESTABLE):
+    for trained in (SUPPORTED, PARTLY, REFUTED, INCONCLUSIVE, NOT_TESTABLE):
         rows = {r["id"]: r for r in claims.evaluate({"saturation": saturation_findings,
-                                                     "training": {"C05": Finding(trained, "trained")}})}
+                                                     "training": {"C05": finding_as("C05", "training", trained)}})}
         outcomes[trained] = (rows["C05"]["verdict"], rows["C05"]["verdict_line"])
     assert outcomes[SUPPORTED] == (SUPPORTED, SUPPORTED)
-    assert outcomes[PARTLY] == (PARTLY, PARTLY)
-    assert outcomes[REFUTED] == (PARTLY, PARTLY)
-    assert outcomes[NOT_TESTABLE] == (PARTLY, "partly supported (training half not testable here)")
-    assert {verdict for verdict, _ in outcomes.values()} | {row["verdict"]} == {SUPPORTED, PARTLY}
+    assert outcomes[PARTLY][0] == PARTLY
+    assert outcomes[REFUTED] == (REFUTED, "refuted (its premise holds: near uniform at initialisation)")
+    assert outcomes[INCONCLUSIVE][0] == INCONCLUSIVE
+    assert outcomes[NOT_TESTABLE][0] == NOT_TESTABLE
 
 
-def test_a_half_not_testable_stays_in_the_verdict_line():
-    found = {"doctor": {"C13": Finding(NOT_TESTABLE, "the installed BERT uses 1/sqrt(d_k)")},
-             "training": {"C13": Finding(REFUTED, "not slower")}}
+def test_a_part_not_testable_stays_in_the_verdict_line():
+    found = {"doctor": {"C13": finding_as("C13", "doctor", NOT_TESTABLE, "no record")},
+             "training": {"C13": finding_as("C13", "training", REFUTED, "not slower")}}
     c13 = {r["id"]: r for r in claims.evaluate(found)}["C13"]
-    assert c13["verdict"] == REFUTED and c13["verdict_line"] == "refuted (old-BERT half not testable here)"
+    assert c13["verdict"] == REFUTED
+    assert c13["verdict_line"] == "refuted (Hugging Face's old BERT used 1/d_k: not testable here)"
     alone = {r["id"]: r for r in claims.evaluate({"doctor": found["doctor"]})}["C13"]
-    assert alone["verdict_line"] == "not testable here (slowdown half not measured yet)"
-    scoped = claims.evaluate({"saturation": {"C16": Finding(PARTLY, "", scope="for up to 8 keys only")}})
-    assert {r["id"]: r for r in scoped}["C16"]["verdict_line"] == "partly supported (for up to 8 keys only)"
-    # a qualifier that narrows the claim cannot come with "supported"
-    with pytest.raises(ValueError, match="at most 'partly supported'"):
-        Finding(SUPPORTED, "", scope="for up to 8 keys only")
+    assert alone["verdict"] == PENDING and "1/d_k makes training 2-3x slower: not measured yet" in alone["verdict_line"]
 
 
 def test_declared_number_keys_are_checked_both_ways():
     declared = {"C01": ("a", "family_*")}
-    assert claims.undeclared_numbers(declared, {"C01": Finding(SUPPORTED, "", {"a": 1, "family_x": 2})}) == []
-    assert claims.undeclared_numbers(declared, {"C01": Finding(SUPPORTED, "", {"b": 1})}) == [
+    assert claims.undeclared_numbers(declared, {"C01": finding_as("C01", "variance", SUPPORTED, "",
+                                                                  {"a": 1, "family_x": 2})}) == []
+    assert claims.undeclared_numbers(declared, {"C01": finding_as("C01", "variance", SUPPORTED, "", {"b": 1})}) == [
         "C01.b (not declared)", "C01.a (declared, missing)"]
-    assert claims.undeclared_numbers(declared, {"C01": Finding(NOT_TESTABLE, "")}) == []
+    assert claims.undeclared_numbers(declared, {"C01": finding_as("C01", "variance", NOT_TESTABLE)}) == []
     assert claims.key_declared(("family_*",), "family_*") and not claims.key_declared(("family_x",), "family_*")
 
 
+def test_a_finding_must_read_exactly_the_parts_its_lab_declares():
+    with pytest.raises(ValueError, match="declares"):
+        claims.Finding("C05", "training", "", {}, {"uniform": claims.Reading(claims.HOLDS)})
+    with pytest.raises(ValueError, match="no part read by"):
+        claims.Finding("C05", "numerics", "", {}, {})
+
+
 def test_evaluate_marks_missing_labs_and_prefixes_numbers():
-    rows = {r["id"]: r for r in claims.evaluate({"training": {"C05": Finding(REFUTED, "loss 0.1", {"loss": 0.1})}})}
+    rows = {r["id"]: r for r in claims.evaluate(
+        {"training": {"C05": finding_as("C05", "training", REFUTED, "loss 0.1", {"loss": 0.1})}})}
     c05 = rows["C05"]
     assert c05["verdict"] == REFUTED and not c05["complete"]
     assert "saturation" in c05["evidence"] and c05["numbers"] == {"training.loss": 0.1}
+    assert [p["state"] for p in c05["parts"]] == [PENDING, claims.FAILS]
     assert rows["C01"]["verdict"] == PENDING
+
+
+def test_every_claim_declares_parts_with_an_assertion():
+    for claim in claims.CLAIMS:
+        assert any(p.role == claims.ASSERTION for p in claim.parts), claim.id
+        assert len({p.key for p in claim.parts}) == len(claim.parts), claim.id
+        assert all(p.text and p.setting for p in claim.parts), claim.id
 
 
 def test_every_claim_names_labs_that_exist():

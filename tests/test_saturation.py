@@ -198,14 +198,16 @@ def _edit(result, match, **values):
 
 
 def test_a_part_whose_interval_straddles_its_threshold_is_undecided(result):
-    """An interval across a threshold can make a verdict partly, never flip it to either end."""
+    """An interval across a threshold leaves its part undecided: where that could turn the label
+    either way the claim is inconclusive, never flipped to either end."""
     ok = _edit(result, {"rule": "sqrt"}, logit_std=1.0, share_within_3=0.99, saturated_share=0.0)
     straddles = _edit(ok, {"rule": "sqrt"}, saturated_share=0.0, saturated_share_ci=[0.0, 0.015])
-    assert saturation.judge_c04(straddles).verdict == claims.PARTLY
-    assert "saturated rows undecided" in saturation.judge_c04(straddles).evidence
+    finding = saturation.judge_c04(straddles)
+    assert finding.readings["unsaturated"].state == claims.UNDECIDED
+    assert finding.verdict == claims.INCONCLUSIVE and "undecided: the softmax is not saturated" in finding.line
     bad = _edit(ok, {"rule": "sqrt"}, logit_std=2.0, share_within_3=0.5, saturated_share=0.5)
     assert saturation.judge_c04(_edit(bad, {"rule": "sqrt"}, saturated_share=0.5,
-                                      saturated_share_ci=[0.005, 0.6])).verdict == claims.PARTLY
+                                      saturated_share_ci=[0.005, 0.6])).verdict == claims.INCONCLUSIVE
 
 
 def test_row_intervals_cover_the_true_share_and_std():
@@ -246,7 +248,7 @@ def test_c05_rule(result):
     assert saturation.judge_c05(_edit(result, {"rule": "inv_d"}, normalized_entropy=0.999, uniform_share=0.9)
                                 ).verdict == claims.SUPPORTED
     assert saturation.judge_c05(_edit(result, {"rule": "inv_d"}, normalized_entropy=0.97, uniform_share=0.1)
-                                ).verdict == claims.PARTLY
+                                ).verdict == claims.INCONCLUSIVE  # between 'near uniform' and 'far from it'
     assert saturation.judge_c05(_edit(result, {"rule": "inv_d"}, normalized_entropy=0.6, uniform_share=0.0)
                                 ).verdict == claims.REFUTED
     res = copy.deepcopy(result)
@@ -290,6 +292,8 @@ def test_c16_a_share_whose_interval_straddles_half_is_undecided(result):
     edited = copy.deepcopy(result)
     edited["derivative_in_use"][str(up_to)]["share_p_in_5_95_ci"] = [0.45, 0.55]
     finding = saturation.judge_c16(edited)
+    states = {s["where"]: s["state"] for s in finding.readings["ranges"].settings}
+    assert states[f"n = {up_to}"] == claims.UNDECIDED and states["n = 128"] == claims.FAILS
     assert finding.verdict == claims.PARTLY and f"at n = {up_to} the share's interval straddles" in finding.evidence
 
 
@@ -301,35 +305,55 @@ def _c16_where_the_ranges_hold(r):
     return edited
 
 
+def _c16_all_fail(r):
+    """A Jacobian off autograd, far from 0 at 100, and logits too spread for the ranges even with 2 keys."""
+    curves = {n: {**c, "formula_error": 1e-3, "at_100": {**c["at_100"], "diag": 0.1}} for n, c in r["derivative"].items()}
+    edited = {**r, "derivative": curves}
+    for n in r["derivative_in_use"]:
+        edited = _c16_edit(edited, n, share_p_in_5_95=0.3, share_diag_in_5_25=0.3)
+    return edited
+
+
+def _c16_undecided(r):
+    """The ranges measured only where they hold, one key count straddling: supported or partly."""
+    edited = copy.deepcopy(_c16_where_the_ranges_hold(r))
+    edited["derivative_in_use"]["2"]["share_p_in_5_95_ci"] = [0.45, 0.55]
+    return edited
+
+
 C16_CASES = {
-    # near 0 at 100, and the ranges hold at every key count measured
+    # the formula and near 0 at 100 hold, and the ranges hold at every key count measured
     claims.SUPPORTED: _c16_where_the_ranges_hold,
-    # the measurement as it is: the ranges hold with 2 keys and fail at 128, a narrower claim than the source's
+    # the measurement as it is: the ranges hold with few keys and fail at 128: the part holds in part
     claims.PARTLY: lambda r: r,
-    claims.REFUTED: lambda r: _c16_edit({**r, "derivative": {n: {**c, "at_100": {**c["at_100"], "diag": 0.1}}
-                                                             for n, c in r["derivative"].items()}},
-                                        2, share_p_in_5_95=0.3, share_diag_in_5_25=0.3),
+    claims.REFUTED: _c16_all_fail,
+    claims.INCONCLUSIVE: _c16_undecided,
 }
 
 
 @pytest.mark.parametrize("verdict", C16_CASES)
 def test_c16_rule_reaches_every_verdict(result, verdict):
     assert saturation.judge_c16(C16_CASES[verdict](result)).verdict == verdict
-    assert set(C16_CASES) == {claims.SUPPORTED, claims.PARTLY, claims.REFUTED}
+    # not testable / not in this preset: every preset measures the derivative, from closed forms
+    assert set(C16_CASES) == set(claims.VERDICTS) - {claims.NOT_TESTABLE, claims.NOT_IN_PRESET}
 
 
 def test_c16_names_where_the_ranges_hold(result):
     measured = saturation.judge_c16(result)
     up_to = measured.numbers["holds_up_to_n"]
-    assert 2 <= up_to < 128 and measured.scope == f"for up to {up_to} keys only; not at 128"
+    ranges = measured.readings["ranges"]
+    assert 2 <= up_to < 128 and ranges.state == claims.MIXED
+    states = {int(s["where"].split("= ")[1]): s["state"] for s in ranges.settings}
+    assert all(state == claims.HOLDS for n, state in states.items() if n <= up_to) and states[128] == claims.FAILS
     assert measured.numbers["possible_up_to_n"] == 40 and "fail for realistic n" in measured.evidence
-    few = copy.deepcopy(result)  # measured only where the ranges can hold: no narrower scope to name
+    assert measured.verdict == claims.PARTLY and "holds only in part: p_i in 0.05-0.95" in measured.line
+    few = copy.deepcopy(result)  # measured only where the ranges can hold
     few["derivative_in_use"] = {n: u for n, u in few["derivative_in_use"].items() if int(n) <= up_to}
-    assert saturation.judge_c16(few).verdict == claims.SUPPORTED and saturation.judge_c16(few).scope is None
-    assert measured.verdict == claims.PARTLY  # the qualifier narrows the claim
+    assert saturation.judge_c16(few).verdict == claims.SUPPORTED
     # logits too spread for the ranges even with 2 keys (sqrt-scaled q.k of std 4: p_i mostly near 0 or 1)
     spread = _c16_edit(result, 2, share_p_in_5_95=0.3, share_diag_in_5_25=0.3)
-    assert saturation.judge_c16(spread).verdict == claims.PARTLY and saturation.judge_c16(spread).scope is None
+    assert saturation.judge_c16(spread).readings["ranges"].settings[0] == {"where": "n = 2", "state": claims.FAILS}
+    assert saturation.judge_c16(spread).verdict == claims.PARTLY
 
 
 def test_c18_rule(result):
@@ -337,11 +361,19 @@ def test_c18_rule(result):
     res = copy.deepcopy(result)
     res["sweep"] = [r for r in res["sweep"] if r["exponent"] is not None]
     res["slopes"] = [r for r in res["slopes"] if r["exponent"] is not None]
-    assert saturation.judge_c18(res).verdict == claims.PARTLY  # no constant measured
+    no_constant = saturation.judge_c18(res)  # no constant measured: that part is not testable, and named
+    assert no_constant.verdict == claims.SUPPORTED and "not testable here" in no_constant.line
     off = copy.deepcopy(result)
     off["zero_slope_exponent"] = {k: 0.9 for k in off["zero_slope_exponent"]}
     for r in off["slopes"]:
         r["entropy_spread"] = 0.0 if r["exponent"] == 1.0 else 0.5
+    assert saturation.judge_c18(off).verdict == claims.PARTLY  # the balance fails, the other two hold
+    for r in off["sweep"]:
+        if r["rule"] == "inv_d":
+            r["normalized_entropy"] = 0.9
+    for r in off["slopes"]:
+        if r["exponent"] is None:
+            r["entropy_spread"] = 0.1
     assert saturation.judge_c18(off).verdict == claims.REFUTED
     one = copy.deepcopy(result)
     one["slopes"] = [r for r in one["slopes"] if r["exponent"] == 0.5]

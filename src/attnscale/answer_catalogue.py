@@ -239,12 +239,11 @@ ENTRIES: dict[str, dict[str, str]] = {
         "en": "Dividing by d_k starts near uniform and trains worse in places: {span} of what sqrt(d_k) learned.",
         "zh": "除以 d_k 起初接近均匀分布，训练后有些设置更差：学到 sqrt(d_k) 的 {span}。"},
     "short.inv_d.open": {
-        "en": "Dividing by d_k starts near uniform; whether it stays unusable is undecided at these seeds: trained, "
-              "it learned {span} of what sqrt(d_k) learned.",
+        "en": "Dividing by d_k starts near uniform; trained, it learned {span} of what sqrt(d_k) learned (unusable: "
+              "undecided).",
         "zh": "除以 d_k 起初接近均匀分布；是否一直不可用，以现有种子数尚无定论：训练后学到 sqrt(d_k) 的 {span}。"},
     "short.none.open": {
-        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}; whether training stalls is undecided "
-              "at these seeds.",
+        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}; whether training stalls is undecided.",
         "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}；训练是否停滞，以现有种子数尚无定论。"},
     "short.none.stalls": {
         "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and training stalls.",
@@ -258,11 +257,11 @@ ENTRIES: dict[str, dict[str, str]] = {
         "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，但训练并未停滞。"},
     "short.none.not_100": {"en": " (not ±100)", "zh": "（不是 ±100）"},
     "short.tally": {
-        "en": "Of the interview answer's {total} claims, {supported} {hold} in full, {partly} {hold_part} in part and "
-              "{refuted} {refuted_be} refuted{refuted_list}{rest}.",
+        "en": "Of its {total} claims, {supported} {hold}, {partly} {hold_part} in part, {refuted} {refuted_be} "
+              "refuted{refuted_list}{rest}.",
         "zh": "原答案的 {total} 条说法中，{supported} 条成立，{partly} 条部分成立，{refuted} 条不成立{refuted_list}{rest}。"},
     "short.tally.refuted": {"en": " ({items})", "zh": "（{items}）"},
-    "short.tally.item": {"en": "{id}: {text}", "zh": "{id}"},
+    "short.tally.item": {"en": "{id} {text}", "zh": "{id}"},
     "short.tally.inconclusive": {"en": "; {n} {be} inconclusive", "zh": "，{n} 条尚无定论"},
     "short.tally.not_in_preset": {"en": "; {n} {be} not tested in this preset", "zh": "，{n} 条本预设未检验"},
     "short.tally.untested": {"en": "; {n} cannot be tested here", "zh": "，{n} 条此处无法检验"},

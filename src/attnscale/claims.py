@@ -179,6 +179,11 @@ def _texts(pairs) -> str:
     return "; ".join(p.text for p, _ in pairs)
 
 
+def untested_notes_of(pairs) -> list[str]:
+    """Each part as the verdict line names it: its text and its state."""
+    return [f"{p.text}: {'not measured yet' if r.state == PENDING else r.state}" for p, r in pairs]
+
+
 def label(pairs) -> Label:
     """The one rule from parts to a label (see the module docstring).  ``pairs``: [(Part, Reading)].
 
@@ -191,12 +196,13 @@ def label(pairs) -> Label:
     assertion_declared = any(p.role == ASSERTION for p, _ in pairs)
     voters = [(p, r) for p, r in tested if p.role == ASSERTION or not assertion_declared]
     others = [(p, r) for p, r in tested if (p, r) not in voters]
-    untested_notes = [f"{p.text}: {'not measured yet' if r.state == PENDING else r.state}"
-                      for p, r in pairs if r.state not in TESTED]
+    untested_notes = [note for (p, r), note in zip(pairs, untested_notes_of(pairs)) if r.state not in TESTED]
     if not voters:
         states = {r.state for _, r in pairs}
         verdict = PENDING if PENDING in states else NOT_IN_PRESET if NOT_IN_PRESET in states else NOT_TESTABLE
-        return Label(verdict, verdict)
+        notes = [note for (p, r), note in zip(pairs, untested_notes_of(pairs))
+                 if r.state != verdict or verdict == PENDING]
+        return Label(verdict, verdict + (f" ({'; '.join(notes)})" if notes else ""))
     others_fail = any(r.state in (FAILS, MIXED) for _, r in others)
     open_ = [i for i, (_, r) in enumerate(voters) if r.state == UNDECIDED]
     outcomes = set()
@@ -371,7 +377,7 @@ CLAIMS: tuple[Claim, ...] = (
            ("no_converge", "with 1/8 the loss does not converge", A, "training",
             "8 layers, d_head 256, each factor at its own best learning rate"),
            ("oscillates", "with 1/8 the loss oscillates", A, "training", "the same runs, second half of training"),
-           ("restores", "1/16 restores stable training", A, "training", "the same model with 1/16")),
+           ("restores", "1/16 restores stable training", P, "training", "the same model with 1/16")),
     _claim("C10", "2.3, 4.3",
            "T5 has no explicit scaling: it folds the factor into the initialisation of Q/K (the interview answer says both "
            "\"variance 1/sqrt(d_k)\" and \"variance 1/d_k\"); this is mathematically equivalent and cheaper on TPUs.",

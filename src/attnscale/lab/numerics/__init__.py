@@ -15,10 +15,10 @@ from .experiment import (PRESETS, VERSION, Config, accept, attend, clamp_cost, c
 from .figures import figures
 from .tables import tables
 from .verdicts import (CLAMP_COSTS, KL_CHEAP, MEMORY_SAVED, NUMBER_KEYS, RANGE_REACHED, RARE_ROWS, WRONG_OUTPUT, judge, judge_c11,
-                       judge_c12, real_code_failures, realistic_scenarios, trained_summary)
+                       claim_setting_rows, judge_c12, real_code_failures, realistic_scenarios, trained_summary)
 
 __all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "NUMBER_KEYS",
            "CLAMP_COSTS", "KL_CHEAP", "MEMORY_SAVED", "RANGE_REACHED", "RARE_ROWS", "WRONG_OUTPUT", "judge_c11", "judge_c12",
-           "real_code_failures", "realistic_scenarios", "trained_summary",
+           "claim_setting_rows", "real_code_failures", "realistic_scenarios", "trained_summary",
            "accept", "attend", "clamp_cost", "clamped_attention", "error_row", "exact_attention", "impl_names",
            "plain_attention", "tiled_naive_attention"]

@@ -213,6 +213,9 @@ def stall_part(cells: list[dict], text: str) -> Reading:
     """'Training stalls' over the cells where sqrt works, with its thresholds movable; the pooled
     stall rate over their seeds is the measured number, and an undecided part says what would decide it."""
     voters = [c for c in cells if c["class"] != "no reference"]
+    if not voters:
+        return Reading(claims.NOT_TESTABLE, note="no cell where sqrt itself works at this size: "
+                       + ("; ".join(f"{c['task']} d_head {c['d_head']}: {c['reference']}" for c in cells) or "none trained"))
 
     def read(scale: float) -> Reading:
         states = [stall_state(c, scale) for c in voters]
@@ -224,8 +227,7 @@ def stall_part(cells: list[dict], text: str) -> Reading:
             needs = [f"{c['task']} d_head {c['d_head']}: " + (f"about {n} seeds at its rate"
                      if (n := seeds_to_decide(c["stall_rate"]["stalled"], c["stall_rate"]["seeds"], DECIDED_RATE))
                      else "no number of seeds at its rate") for c in voters]
-            decide = ("a cell where sqrt works" if not voters else
-                      f"seeds enough for a cell's stall rate to clear {DECIDED_RATE:g}: " + "; ".join(needs))
+            decide = f"seeds enough for a cell's stall rate to clear {DECIDED_RATE:g}: " + "; ".join(needs)
         return Reading(state, measured=f"{text} in {stalled} of {seeds} seeds over {len(voters)} cells "
                        f"{intervals.fmt_interval(intervals.wilson(stalled, seeds), percent=True)}",
                        threshold=f"a seed stalls below {STALL_BELOW * scale:.2g} of sqrt's progress; a cell stalls where "
