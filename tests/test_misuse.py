@@ -825,8 +825,9 @@ PUBLIC = {
     "runtime.check_seed": call(runtime.check_seed, either(st.integers(-1, 2**64))),
     "answer.compose": call(answer.compose, report_like(), either(st.sampled_from(answer.LANGS))),
     "answer.check_report": call(answer.check_report, report_like()),
-    "claims.combine": call(claims.combine, either(st.dictionaries(st.sampled_from(lab.LABS), st.builds(
-        claims.Finding, st.sampled_from(claims.VERDICTS), st.text(max_size=5)), max_size=3))),
+    "claims.label": call(claims.label, either(st.lists(st.tuples(
+        st.builds(claims.Part, st.text(max_size=3), st.text(max_size=5), st.sampled_from(claims.ROLES), st.text(max_size=3)),
+        st.builds(claims.Reading, st.sampled_from(claims.STATES))), max_size=4))),
     "lab.load": call(lab.load, either(st.sampled_from(lab.LABS))),
     "lab.config_for": call(lab.config_for, either(st.sampled_from(lab.LABS)), either(st.sampled_from(lab.PRESET_NAMES)),
                            seed=either(st.integers(-1, 2**64)), device=either(DEVICES)),

@@ -192,6 +192,9 @@ def label(pairs) -> Label:
     (each holding or failing) gives it; otherwise the claim is inconclusive.
     """
     pairs = list(pairs)
+    if not all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], Part) and isinstance(x[1], Reading)
+               for x in pairs):
+        raise TypeError("label needs [(Part, Reading), ...]")
     tested = [(p, r) for p, r in pairs if r.state in TESTED]
     assertion_declared = any(p.role == ASSERTION for p, _ in pairs)
     voters = [(p, r) for p, r in tested if p.role == ASSERTION or not assertion_declared]
@@ -200,8 +203,8 @@ def label(pairs) -> Label:
     if not voters:
         states = {r.state for _, r in pairs}
         verdict = PENDING if PENDING in states else NOT_IN_PRESET if NOT_IN_PRESET in states else NOT_TESTABLE
-        notes = [note for (p, r), note in zip(pairs, untested_notes_of(pairs))
-                 if r.state != verdict or verdict == PENDING]
+        notes = [] if all(r.state == verdict for _, r in pairs) else [
+            note for (p, r), note in zip(pairs, untested_notes_of(pairs)) if r.state != verdict or verdict == PENDING]
         return Label(verdict, verdict + (f" ({'; '.join(notes)})" if notes else ""))
     others_fail = any(r.state in (FAILS, MIXED) for _, r in others)
     open_ = [i for i, (_, r) in enumerate(voters) if r.state == UNDECIDED]

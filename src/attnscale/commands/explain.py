@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
         report: Annotated[Optional[Path], options.path_option(
             "A report folder or its report.json, for the verdict and figures.")] = None,
     ) -> None:
-        """Show what decides a claim: the labs, judge functions (file and line), thresholds, numbers, the
+        """Show what decides a claim: its parts (role, lab, setting), the labs, judge functions (file and line), thresholds, numbers, the
         command that reruns it, and the answer sentences it feeds."""
         from ..answer import load_report
         from ..explain import explain as explained, render
