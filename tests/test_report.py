@@ -403,3 +403,13 @@ def test_the_page_embeds_exactly_the_cjk_characters_it_uses(fake_lab, tmp_path):
     assert len(used) > 50 and used <= covered  # the interview answer's quotes and the Chinese answer
     assert {ch for ch in covered if fonts.cjk_characters(ch)} == used  # nothing the page does not use
     assert fonts.font_face("no CJK here") == ""
+
+
+def test_the_verdicts_page_lists_every_part_the_registry_declares():
+    """docs/verdicts.md's table of parts is the registry's, row for row."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "verdicts.md").read_text(encoding="utf-8")
+    rows = [line for line in page.splitlines() if line.startswith("| C")]
+    expected = [f"| {c.id} | {p.text} | {p.role} | {p.lab} | {p.setting} |" for c in claims.CLAIMS for p in c.parts]
+    assert rows == expected

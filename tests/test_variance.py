@@ -204,6 +204,9 @@ def _dot_rows(ratio, in_ci=True, se_frac=0.01, families=variance.INDEPENDENT_UNI
 def test_c02_rule():
     assert variance.judge_c02(_dot_rows(1.0)).verdict == claims.SUPPORTED
     assert variance.judge_c02(_dot_rows(1.1, in_ci=False)).verdict == claims.REFUTED  # an exact identity, rejected
+    one_off = _dot_rows(1.0)
+    one_off["dot"][-1].update(var=1.5 * one_off["dot"][-1]["d_k"])  # one row far off, the others exact
+    assert variance.judge_c02(one_off).verdict == claims.PARTLY
     assert variance.judge_c02(_dot_rows(1.5, in_ci=False)).verdict == claims.REFUTED
     assert variance.judge_c02(_dot_rows(1.0, families=("correlated",))).verdict == claims.NOT_TESTABLE
 
