@@ -459,3 +459,26 @@ def test_judge_tables_and_figures_from_the_real_run(tiny_result, tmp_path):
     for files in T.figures(tiny_result, tmp_path).values():
         for name in files:
             assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_seeds_go_where_a_cell_is_undecided(result):
+    """A cell gets more seeds while its stall rate's Wilson interval straddles 1/2: three seeds that
+    disagree (2 of 3 stall) or agree (3 of 3), not four that all stall (Wilson [0.51, 1])."""
+    make_sqrt_work(result)
+    config = dataclasses.replace(TINY, seed_cap=8, seed_cap_large=8)  # d_head 64 counts as large in TINY
+    base = range(TINY.seed, TINY.seed + TINY.seeds)
+
+    def added(accs, seeds):
+        edited = copy.deepcopy(result)
+        best = E.best_lrs(E.fold_cells([r for r in edited["grid"] if r["seed"] in base]))
+        lr = best[("recall", "inv_d", 64)]["lr"]
+        edited["grid"] = [r for r in edited["grid"] if not ((r["task"], r["rule"], r["d_head"], r["lr"]) ==
+                                                             ("recall", "inv_d", 64, lr) and r["seed"] >= TINY.seed + seeds)]
+        set_recall(edited, "inv_d", 64, accs, lr=lr, seeds=seeds)
+        return sorted(s.seed for rule, s in E.extend_seeds(config, best, edited["grid"], edited["baselines"])
+                      if (rule, s.d_head, s.lr, s.task) == ("inv_d", 64, lr, "recall"))
+
+    start = TINY.seed + 3
+    assert added([COPY, COPY, 0.97], 3) == list(range(start, start + 3))  # split: undecided, doubled
+    assert added([COPY] * 3, 3) == list(range(start, start + 3))          # 3 of 3: still undecided
+    assert added([COPY] * 4, 4) == []                                      # 4 of 4: decided

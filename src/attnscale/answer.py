@@ -322,8 +322,9 @@ def t5(ev: Evidence) -> Seq | Word:
         return _then(text, _pending("C10", "training"))
     if trained == SUPPORTED:
         return Seq(text, Word("t5.trained.equivalent"))
-    same = [OPTIMISER_NAMES.get(opt, opt) for opt, gap in gaps.items() if gap < EQUIVALENT_LOGITS]
-    apart = [Word("t5.apart", optimiser=OPTIMISER_NAMES.get(opt, opt), gap=_pct(gap)) for opt, gap in gaps.items()
+    name = lambda key: OPTIMISER_NAMES.get(key.rsplit("_", 1)[-1], key)  # keys are <task>_<optimiser>
+    same = [name(opt) for opt, gap in gaps.items() if gap < EQUIVALENT_LOGITS]
+    apart = [Word("t5.apart", optimiser=name(opt), gap=_pct(gap)) for opt, gap in gaps.items()
              if gap >= EQUIVALENT_LOGITS]
     differ = Word("t5.differ", apart=Listing(apart, sep="list.clause")) if apart else ""
     if same:

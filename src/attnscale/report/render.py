@@ -19,6 +19,12 @@ STATE_CLASS = {HOLDS: "state-holds", FAILS: "state-fails", MIXED: "state-partly"
 PART_COLUMNS = ("part", "role", "read at", "measured", "threshold", "state", "moved 20%")
 
 
+def tally(report: dict) -> str:
+    """How many claims carry each label, in the labels' order: '3 supported, 9 partly supported, ...'."""
+    counts = [(verdict, sum(c["verdict"] == verdict for c in report["claims"])) for verdict in (*VERDICT_CLASS,)]
+    return ", ".join(f"{n} {verdict}" for verdict, n in counts if n)
+
+
 def part_row(part: dict) -> dict:
     """One part as the report's parts table shows it."""
     moved = part.get("moved") or {}
@@ -78,6 +84,8 @@ def render_markdown(report: dict) -> str:
         lines += [f"- *{item['question']}* {' '.join(item['answer'])}" for item in report["answer"]["en"]["follow_ups"]]
         lines.append("")
     lines += [
+        f"**Labels:** {tally(report)} (each from the claim's parts: [docs/verdicts.md](docs/verdicts.md)).",
+        "",
         "| ID | claim | verdict |",
         "|---|---|---|",
     ]
@@ -139,7 +147,7 @@ def render_html(report: dict, out: Path) -> str:
             images[rel] = _inline_image(out, rel)
     template = env.get_template("index.html.j2")
     page = dict(report=report, question=QUESTION, images=images, verdict_class=VERDICT_CLASS, part_columns=PART_COLUMNS,
-                **_assets())
+                tally=tally(report), **_assets())
     # the page's own CJK characters, cut from an installed font (rendered once to know which)
     face = fonts.font_face(template.render(**page, font_css=""))
     return template.render(**page, font_css=face)

@@ -44,11 +44,12 @@ from ...runs import KeptPool, execute, run_key
 from ...threads import torch_threads
 from ...train import RunSpec, attention_stats, build_model, build_task
 
-VERSION = 6
+VERSION = 7
 TASKS = ("recall", "shakespeare")
 SOLVED_ACC = 0.9          # recall: validation accuracy that counts as solved
 STALL_BELOW = 0.2         # progress below this: the seed stalls (learned under a fifth of what sqrt learned)
 TRAINS_FROM = 0.8         # progress from this: the seed trains about as well as sqrt
+DECIDED_RATE = 0.5        # a cell's stall rate decides once its Wilson interval lies clear of this
 LR_STEP = 3.0             # the grid widens by this factor per step
 COORD_STEP = 100          # the coord check's "after training" step
 
@@ -530,9 +531,9 @@ def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict],
                  task_baselines: dict) -> list[tuple[str, RunSpec]]:
     """Seeds for every deciding cell below its cap: twice as many (at most the cap).  sqrt's reference
     cells always get them (each comparison divides by their median gain, and whether they solve the
-    task decides whether a cell votes).  Any other cell gets them while its seeds agree on the
-    outcome a verdict reads, stalls (progress below STALL_BELOW) or not: a cell whose seeds
-    disagree is decided (its outcome is split, a finding) and gets no more."""
+    task decides whether a cell votes).  Any other cell gets them while its stall rate (the share
+    of its seeds below STALL_BELOW of sqrt's progress) is undecided: its Wilson interval straddles
+    DECIDED_RATE, whether its seeds agree (too few yet) or disagree (a rate near the threshold)."""
     by_cell: dict[tuple, list[dict]] = {}
     for r in runs:
         by_cell.setdefault((r["task"], r["rule"], r["d_head"], r["lr"]), []).append(r)
@@ -544,7 +545,10 @@ def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict],
             continue
         if rule != "sqrt":  # the reference always gets seeds; any other cell while its seeds agree
             ref = by_cell.get((task, "sqrt", d, best[(task, "sqrt", d)]["lr"]), []) if (task, "sqrt", d) in best else []
-            if not ref or len({classify(progress(r, ref, task_baselines)) == "stalls" for r in members}) > 1:
+            if not ref:
+                continue
+            stalled = sum(classify(progress(r, ref, task_baselines)) == "stalls" for r in members)
+            if intervals.side(intervals.wilson(stalled, len(members)), DECIDED_RATE) != intervals.STRADDLES:
                 continue
         start = config.seed + len(members)
         new.extend(cell_specs(config, task, rule, d, lr, range(start, config.seed + min(cap, 2 * len(members)))))

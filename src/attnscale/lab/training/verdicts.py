@@ -32,10 +32,9 @@ import statistics
 from ... import claims, intervals, scaling
 from ...claims import (FAILS, HOLDS, NOT_IN_PRESET, UNDECIDED, Finding, Reading, measured_at, over_settings,
                        state_of, untested)
-from .experiment import (SOLVED_ACC, STALL_BELOW, accuracy, best_lrs, classify, final_loss, fold_cells, progress,
+from .experiment import (DECIDED_RATE, SOLVED_ACC, STALL_BELOW, accuracy, best_lrs, classify, final_loss, fold_cells, progress,
                          solved, spread, task_d_heads, tasks_of)
 
-DECIDED_RATE = 0.5        # a cell's stall rate decides its class once its interval clears this
 LM_MARGIN = 0.1           # nats: the reference must end this far below the bigram entropy for an LM cell to vote
 SLOWER_RANGE = (1.5, 4.0)  # C13: "2-3x slower", with slack
 GRAD_DROP = 10.0          # C17: "drops by more than 10x"
