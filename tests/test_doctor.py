@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from attnscale import claims, doctor, scaling
 from attnscale.attention import attention
-from attnscale.claims import INCONCLUSIVE, NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, VERDICTS
+from attnscale.claims import INCONCLUSIVE, PARTLY, REFUTED, SUPPORTED, VERDICTS
 from attnscale.lab import doctor as lab
 
 # ---------------------------------------------------------------------------------------
@@ -470,7 +470,9 @@ def test_c14_seeds_that_disagree_leave_the_trained_case_undecided(tiny_result):
 
     findings = [lab.judge_c14(_c14_edit(tiny_result, swapped=swapped, scratch=order, scratch_sqrt=0.0, own=0.0))
                 for swapped in (0.8, 0.2) for order in (SPLIT, SPLIT[::-1], [1.0, 0.0] * 3)]
-    assert {f.verdict for f in findings} == {INCONCLUSIVE}
+    # with the swapped model flagged, the split could make the part hold in full or in part: inconclusive;
+    # with it not flagged, the part fails at least there: partly supported whichever way the split goes
+    assert {f.verdict for f in findings[:3]} == {INCONCLUSIVE} and {f.verdict for f in findings[3:]} == {PARTLY}
     low, high = findings[0].numbers["over_smoothed_scratch_too_strong_low"], \
         findings[0].numbers["over_smoothed_scratch_too_strong_high"]
     assert low < FIRES_SHARE <= high and findings[0].numbers["over_smoothed_scratch_too_strong"] == 0.5

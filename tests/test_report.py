@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnscale import claims, lab
-from attnscale.claims import INCONCLUSIVE, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED, Finding
+from attnscale.claims import INCONCLUSIVE, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED
 
 from findings import finding_as
 from attnscale.report import build_report
@@ -413,3 +413,16 @@ def test_the_verdicts_page_lists_every_part_the_registry_declares():
     rows = [line for line in page.splitlines() if line.startswith("| C")]
     expected = [f"| {c.id} | {p.text} | {p.role} | {p.lab} | {p.setting} |" for c in claims.CLAIMS for p in c.parts]
     assert rows == expected
+
+
+def test_an_undecided_part_turns_out_only_as_its_settings_allow():
+    """A part that fails at one setting and is undecided at another can end failing or holding in
+    part, never holding: with another assertion holding, the claim is partly supported either way."""
+    H, F, U = claims.HOLDS, claims.FAILS, claims.UNDECIDED
+    part = claims.Reading.over([F, U])
+    assert part.state == U and part.could_be == [F, claims.MIXED]
+    pairs = _pairs((A_, H), (A_, U))
+    assert claims.label(pairs).verdict == INCONCLUSIVE  # by default it could hold
+    pairs[1] = (pairs[1][0], part)
+    assert claims.label(pairs).verdict == PARTLY
+    assert claims.could_be([H, H]) == [] and claims.could_be([U, U]) == [H, F, claims.MIXED]

@@ -34,6 +34,7 @@ names; a name ending in ``*`` stands for a family of keys with that prefix), and
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 # labels
@@ -116,6 +117,23 @@ def over_settings(states) -> str:
     return UNDECIDED
 
 
+def could_be(states, aggregate=None) -> list[str]:
+    """What a part aggregated from ``states`` (by ``aggregate``, :func:`over_settings` by default)
+    could still turn out to be, each undecided state turning either way; [] where none is undecided."""
+    aggregate = aggregate or over_settings
+    states = list(states)
+    open_ = [i for i, s in enumerate(states) if s == UNDECIDED]
+    if not open_ or len(open_) > 12:
+        return []
+    found = set()
+    for mask in range(2 ** len(open_)):
+        turned = list(states)
+        for bit, i in enumerate(open_):
+            turned[i] = HOLDS if mask >> bit & 1 else FAILS
+        found.add(aggregate(turned))
+    return [s for s in STATES if s in found]
+
+
 @dataclass
 class Reading:
     """One part as a lab measured it.
@@ -124,7 +142,9 @@ class Reading:
     ``settings``: [{"where", "state", "measured"}] where the part is read at several settings;
     ``moved``: {"0.8": state, "1.2": state}, the part's state with its thresholds moved 20% down
     and up (absent where no threshold decides it, e.g. a recorded fact); ``decide``: for an
-    undecided part, what would decide it; ``note``: why a part was not tested.
+    undecided part, what would decide it; ``note``: why a part was not tested; ``could_be``: for an
+    undecided part read at several settings, the states it could still turn out to be (by default
+    it could hold or fail).
     """
 
     state: str
@@ -134,6 +154,7 @@ class Reading:
     moved: dict[str, str] = field(default_factory=dict)
     decide: str = ""
     note: str = ""
+    could_be: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         if self.state not in STATES:
@@ -142,9 +163,16 @@ class Reading:
             if state not in STATES:
                 raise ValueError(f"unknown moved state {state!r}; accepted: {', '.join(STATES)}")
 
+    @classmethod
+    def over(cls, states, **fields) -> "Reading":
+        """A part read at several settings: its state over them (:func:`over_settings`), and what an
+        undecided one could still turn out to be."""
+        states = list(states)
+        return cls(over_settings(states), could_be=could_be(states), **fields)
+
     def as_dict(self) -> dict:
         out = {"state": self.state, "measured": self.measured, "threshold": self.threshold}
-        for name in ("settings", "moved", "decide", "note"):
+        for name in ("settings", "moved", "decide", "note", "could_be"):
             if getattr(self, name):
                 out[name] = getattr(self, name)
         return out
@@ -184,6 +212,18 @@ def untested_notes_of(pairs) -> list[str]:
     return [f"{p.text}: {'not measured yet' if r.state == PENDING else r.state}" for p, r in pairs]
 
 
+def leaning(reading: Reading) -> str | None:
+    """For an undecided part that can no longer turn out one way: FAILS where it cannot hold in full
+    (a setting fails), HOLDS where it cannot fail in full; None otherwise."""
+    if not reading.could_be:
+        return None
+    if HOLDS not in reading.could_be:
+        return FAILS
+    if FAILS not in reading.could_be:
+        return HOLDS
+    return None
+
+
 def label(pairs) -> Label:
     """The one rule from parts to a label (see the module docstring).  ``pairs``: [(Part, Reading)].
 
@@ -209,16 +249,19 @@ def label(pairs) -> Label:
     others_fail = any(r.state in (FAILS, MIXED) for _, r in others)
     open_ = [i for i, (_, r) in enumerate(voters) if r.state == UNDECIDED]
     outcomes = set()
-    for mask in range(2 ** len(open_)):
+    choices = [voters[i][1].could_be or [HOLDS, FAILS] for i in open_]
+    for turned in itertools.product(*choices):
         states = [r.state for _, r in voters]
-        for bit, i in enumerate(open_):
-            states[i] = HOLDS if mask >> bit & 1 else FAILS
+        for i, state in zip(open_, turned):
+            states[i] = state
         outcomes.add(_base_verdict(states, others_fail))
     verdict = outcomes.pop() if len(outcomes) == 1 else INCONCLUSIVE
     notes = []
     failing = [(p, r) for p, r in voters + others if r.state == FAILS]
     in_part = [(p, r) for p, r in voters + others if r.state == MIXED]
-    undecided = [(p, r) for p, r in voters + others if r.state == UNDECIDED]
+    undecided = [(p, r) for p, r in voters + others if r.state == UNDECIDED and not leaning(r)]
+    leans = {lean: [(p, r) for p, r in voters + others if r.state == UNDECIDED and leaning(r) == lean]
+             for lean in (HOLDS, FAILS)}
     held = [(p, r) for p, r in voters + others if r.state == HOLDS]
     if verdict == REFUTED:
         premises = [(p, r) for p, r in held if p.role == PREMISE]
@@ -226,13 +269,17 @@ def label(pairs) -> Label:
             notes.append(f"its premise holds: {_texts(premises)}")
         if [x for x in held if x[0].role == SIDE]:
             notes.append(f"holds: {_texts([x for x in held if x[0].role == SIDE])}")
-        if undecided:
-            notes.append(f"undecided: {_texts(undecided)}")
+        if undecided or leans[HOLDS] or leans[FAILS]:
+            notes.append(f"undecided: {_texts(undecided + leans[HOLDS] + leans[FAILS])}")
     else:
         if failing:
             notes.append(f"fails: {_texts(failing)}")
         if in_part:
             notes.append(f"holds only in part: {_texts(in_part)}")
+        if leans[FAILS]:
+            notes.append(f"fails in part or in full (the rest undecided): {_texts(leans[FAILS])}")
+        if leans[HOLDS]:
+            notes.append(f"holds in part or in full (the rest undecided): {_texts(leans[HOLDS])}")
         if undecided:
             notes.append(f"undecided: {_texts(undecided)}")
         if verdict == INCONCLUSIVE and held:

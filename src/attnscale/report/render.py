@@ -28,8 +28,9 @@ def tally(report: dict) -> str:
 def part_row(part: dict) -> dict:
     """One part as the report's parts table shows it."""
     moved = part.get("moved") or {}
-    where = "; ".join(f"{s['where']}: {s['state']}" for s in part.get("settings") or [])
-    state = part["state"] + (f" ({where})" if where and part["state"] != HOLDS else "")
+    settings = part.get("settings") or []
+    where = "; ".join(f"{s['where']}: {s['state']}" for s in settings)
+    state = part["state"] + (f" ({where})" if any(s["state"] != part["state"] for s in settings) else "")
     note = part.get("decide") or part.get("note") or ""
     return {"part": part["text"], "role": part["role"], "read at": part.get("setting", ""),
             "measured": part.get("measured", ""), "threshold": part.get("threshold", ""),
@@ -45,7 +46,7 @@ def parts_table_md(claim: dict) -> list[str]:
     cells = lambda r: [str(r[c]).replace("|", "\\|") for c in PART_COLUMNS]
     return (["| " + " | ".join(PART_COLUMNS) + " |", "|" + "---|" * len(PART_COLUMNS)]
             + ["| " + " | ".join(cells(r)) + " |" for r in rows]
-            + ([f"", f"Margin: {claim['margin_text']}"] if claim.get("margin_text") else []))
+            + (["", f"Margin: {claim['margin_text']}"] if claim.get("margin_text") else []))
 
 
 def verdict_line(claim: dict) -> str:

@@ -8,9 +8,7 @@ from __future__ import annotations
 import statistics
 
 from ... import intervals
-from ...claims import (FAILS, HOLDS, NOT_TESTABLE, UNDECIDED, Finding, Reading, measured_at, over_settings,
-                       state_of)
-from ...probing.probe import NO_SCALING
+from ...claims import FAILS, HOLDS, NOT_TESTABLE, Finding, Reading, measured_at, state_of
 from .experiment import mean_trajectory, runs_of
 
 # C14: the flag "fires" when scaling too strong flags at least half of the heads; a correctly
@@ -153,7 +151,7 @@ def judge_c14(result: dict) -> Finding:
                     {"where": f"decoders trained with {too_strong}",
                      "state": state_of(intervals.at_least(bad["interval"], FIRES_SHARE * scale)),
                      "measured": f"mean {bad['mean']:.0%} {intervals.fmt_interval(bad['interval'], percent=True)} over {seeds} seeds"}]
-        return Reading(over_settings(st["state"] for st in settings), measured="; ".join(
+        return Reading.over([st["state"] for st in settings], measured="; ".join(
                        f"{st['where']}: {st['measured']}" for st in settings),
                        threshold=f">= {FIRES_SHARE * scale:.0%} of heads flagged", settings=settings,
                        decide=(f"more seeds of decoders trained with {too_strong} (mean share {bad['mean']:.0%} around "
@@ -166,7 +164,7 @@ def judge_c14(result: dict) -> Finding:
                     {"where": "decoders trained with 1/sqrt(d_k)",
                      "state": state_of(intervals.at_most(good["interval"], FALSE_ALARM_SHARE * scale)),
                      "measured": f"mean {good['mean']:.0%} {intervals.fmt_interval(good['interval'], percent=True)}"}]
-        return Reading(over_settings(st["state"] for st in settings), measured="; ".join(
+        return Reading.over([st["state"] for st in settings], measured="; ".join(
                        f"{st['where']}: {st['measured']}" for st in settings),
                        threshold=f"< {FALSE_ALARM_SHARE * scale:.0%} of heads flagged", settings=settings)
 

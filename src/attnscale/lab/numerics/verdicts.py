@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ... import claims, intervals
-from ...claims import Reading, measured_at, over_settings, state_of
+from ...claims import Reading, measured_at, state_of
 from ...numerics import WRONG_OUTPUT
 from .experiment import RANGE_REACHED
 
@@ -178,7 +178,7 @@ def judge_c11(result: dict) -> claims.Finding:
 
     def read_inf(scale: float) -> Reading:
         states = [state_of(intervals.occurs(r["nonfinite_rows"], r["rows"], RARE_ROWS * scale)) for r in at_claim]
-        return Reading(over_settings([state_of(intervals.occurs_in(inf_groups, RARE_ROWS * scale))]),
+        return Reading(state_of(intervals.occurs_in(inf_groups, RARE_ROWS * scale)),
                        measured=f"non-finite outputs in {_groups_text(inf_groups)}",
                        threshold=f"a rate above {RARE_ROWS * scale:.2g} of query rows in some case",
                        settings=[{"where": f"{r['scenario']}, {r['dtype']}, {r['impl']}", "state": st}
@@ -391,7 +391,7 @@ def judge_c12(result: dict) -> claims.Finding:
                      "state": state_of(None if tiled is None else not tiled)},
                     {"where": f"memory: dense attention needs >= {MEMORY_SAVED * scale:.3g}x the tiled peak",
                      "state": state_of(memory["ratio"] >= MEMORY_SAVED * scale)}]
-        return Reading(over_settings(s["state"] for s in settings),
+        return Reading.over([s["state"] for s in settings],
                        measured=f"tiled without max subtraction non-finite in {_cases_text(tiled_rows)}; dense peak "
                        f"{memory['ratio']:.3g}x the tiled one at T = {memory['tokens']}",
                        threshold=f"rate <= {RARE_ROWS * scale:.2g}; memory ratio >= {MEMORY_SAVED * scale:.3g}",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ... import claims, intervals
-from ...claims import Finding, Reading, measured_at, over_settings, state_of
+from ...claims import Finding, Reading, measured_at, state_of
 from .experiment import DIAG_RANGE, P_RANGE
 
 # The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
@@ -64,10 +64,10 @@ def near_one(level: float, scale: float) -> float:
     return 1 - (1 - level) * scale
 
 
-def by_row(rows: list[dict], decide, where=lambda r: f"d_k = {r['d_k']}") -> tuple[str, list[dict]]:
-    """A part read row by row: its state over the rows and each row's state."""
+def by_row(rows: list[dict], decide, where=lambda r: f"d_k = {r['d_k']}", **fields) -> Reading:
+    """A part read row by row: its state over the rows, with each row's state as a setting."""
     states = [state_of(decide(r)) for r in rows]
-    return over_settings(states), [{"where": where(r), "state": st} for r, st in zip(rows, states)]
+    return Reading.over(states, settings=[{"where": where(r), "state": st} for r, st in zip(rows, states)], **fields)
 
 
 def judge_c04(result: dict) -> Finding:
@@ -85,20 +85,19 @@ def judge_c04(result: dict) -> Finding:
     band = (STD_BAND[1] - STD_BAND[0]) / 2
 
     def read_variance(scale: float) -> Reading:
-        state, settings = by_row(rows, lambda r: intervals.inside(ci(r, "logit_std"), 1 - band * scale, 1 + band * scale))
-        return Reading(state, measured=f"logit std within {std_err:.1%} of 1", threshold=f"within {band * scale:.0%} of 1",
-                       settings=settings)
+        return by_row(rows, lambda r: intervals.inside(ci(r, "logit_std"), 1 - band * scale, 1 + band * scale),
+                      measured=f"logit std within {std_err:.1%} of 1", threshold=f"within {band * scale:.0%} of 1")
 
     def read_within(scale: float) -> Reading:
         level = near_one(WITHIN_3_SHARE, scale)
-        state, settings = by_row(rows, lambda r: intervals.at_least(ci(r, "share_within_3"), level))
-        return Reading(state, measured=f"at least {within:.1%} in [-3, 3]", threshold=f">= {level:.0%}", settings=settings)
+        return by_row(rows, lambda r: intervals.at_least(ci(r, "share_within_3"), level),
+                      measured=f"at least {within:.1%} in [-3, 3]", threshold=f">= {level:.0%}")
 
     def read_unsaturated(scale: float) -> Reading:
-        state, settings = by_row(every, lambda r: intervals.at_most(ci(r, "saturated_share"), SATURATED * scale),
-                                 lambda r: f"d_k = {r['d_k']}, n = {r['n']}")
-        return Reading(state, measured=f"at most {saturated:.1%} of rows saturated (max p > 0.99)",
-                       threshold=f"<= {SATURATED * scale:.1%} of rows", settings=settings)
+        return by_row(every, lambda r: intervals.at_most(ci(r, "saturated_share"), SATURATED * scale),
+                      lambda r: f"d_k = {r['d_k']}, n = {r['n']}",
+                      measured=f"at most {saturated:.1%} of rows saturated (max p > 0.99)",
+                      threshold=f"<= {SATURATED * scale:.1%} of rows")
 
     readings = {"variance": measured_at(read_variance), "within": measured_at(read_within),
                 "unsaturated": measured_at(read_unsaturated)}
@@ -146,11 +145,11 @@ def judge_c05(result: dict) -> Finding:
         return False if intervals.at_least(ci(r, "normalized_entropy"), near_one(FLAT_ENTROPY, scale)) is False else None
 
     def read(scale: float) -> Reading:
-        state, settings = by_row(rows, lambda r: uniform(r, scale))
-        return Reading(state, measured=f"normalised entropy >= {ent:.4f}, {uni:.0%} of rows within KL 0.01 of uniform",
-                       threshold=f"entropy >= {near_one(NEAR_UNIFORM_ENTROPY, scale):.3g} and >= "
-                                 f"{NEAR_UNIFORM_ROWS * scale:.0%} of rows near uniform (fails below entropy "
-                                 f"{near_one(FLAT_ENTROPY, scale):.3g})", settings=settings)
+        return by_row(rows, lambda r: uniform(r, scale),
+                      measured=f"normalised entropy >= {ent:.4f}, {uni:.0%} of rows within KL 0.01 of uniform",
+                      threshold=f"entropy >= {near_one(NEAR_UNIFORM_ENTROPY, scale):.3g} and >= "
+                                f"{NEAR_UNIFORM_ROWS * scale:.0%} of rows near uniform (fails below entropy "
+                                f"{near_one(FLAT_ENTROPY, scale):.3g})")
 
     desc = "; ".join(f"d_k = {r['d_k']}: logit std {r['logit_std']:.3f}, normalised entropy {r['normalized_entropy']:.4f} "
                      f"{intervals.fmt_interval(ci(r, 'normalized_entropy'), 4)}, max p {r['max_prob']:.4f} (uniform: "
@@ -198,19 +197,18 @@ def judge_c06(result: dict) -> Finding:
     ratio_p = max(grads[("none", r["d_k"])]["grad_wq_probs"] / grads[("sqrt", r["d_k"])]["grad_wq_probs"] for r in rows)
 
     def read_logits(scale: float) -> Reading:
-        state, settings = by_row(rows, lambda r: intervals.at_least(ci(r, "logit_max_abs"), LOGITS_AROUND_100 * scale))
-        return Reading(state, measured=f"mean max |logit| up to {max_abs:.1f}",
-                       threshold=f">= {LOGITS_AROUND_100 * scale:g}", settings=settings)
+        return by_row(rows, lambda r: intervals.at_least(ci(r, "logit_max_abs"), LOGITS_AROUND_100 * scale),
+                      measured=f"mean max |logit| up to {max_abs:.1f}", threshold=f">= {LOGITS_AROUND_100 * scale:g}")
 
     def read_one_hot(scale: float) -> Reading:
-        state, settings = by_row(rows, lambda r: intervals.at_least(ci(r, "saturated_share"), ONE_HOT_ROWS * scale))
-        return Reading(state, measured=f"at least {saturated:.0%} of rows with max p > 0.99",
-                       threshold=f">= {ONE_HOT_ROWS * scale:.0%} of rows", settings=settings)
+        return by_row(rows, lambda r: intervals.at_least(ci(r, "saturated_share"), ONE_HOT_ROWS * scale),
+                      measured=f"at least {saturated:.0%} of rows with max p > 0.99",
+                      threshold=f">= {ONE_HOT_ROWS * scale:.0%} of rows")
 
     def read_gradient(scale: float) -> Reading:
-        state, settings = by_row(rows, lambda r: ratios[r["d_k"]] <= GRADIENT_NEAR_0 * scale)
-        return Reading(state, measured=f"the unscaled gradient to W_q is up to {ratio:.2f}x sqrt's",
-                       threshold=f"<= {GRADIENT_NEAR_0 * scale:.2g}x sqrt's", settings=settings)
+        return by_row(rows, lambda r: ratios[r["d_k"]] <= GRADIENT_NEAR_0 * scale,
+                      measured=f"the unscaled gradient to W_q is up to {ratio:.2f}x sqrt's",
+                      threshold=f"<= {GRADIENT_NEAR_0 * scale:.2g}x sqrt's")
 
     readings = {"logits": measured_at(read_logits), "one_hot": measured_at(read_one_hot),
                 "gradient": measured_at(read_gradient)}
@@ -280,7 +278,7 @@ def judge_c16(result: dict) -> Finding:
 
     def read_ranges(scale: float) -> Reading:
         states = [state_of(range_holds(used[str(n)], scale)) for n in ns]
-        return Reading(over_settings(states), measured=", ".join(f"n = {n}: {used[str(n)]['share_p_in_5_95']:.0%}"
+        return Reading.over(states, measured=", ".join(f"n = {n}: {used[str(n)]['share_p_in_5_95']:.0%}"
                                                                  for n in ns) + " of p_i in range",
                        threshold=f">= {IN_RANGE_SHARE * scale:.0%} of p_i and of p_i(1 - p_i) in range",
                        settings=[{"where": f"n = {n}", "state": st} for n, st in zip(ns, states)])

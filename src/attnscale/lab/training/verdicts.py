@@ -500,7 +500,7 @@ def judge_c10(result: dict) -> Finding:
 
     def read(scale: float) -> Reading:
         states = [state_of(t5_equivalent(r, scale)) for r in rows]
-        return Reading(over_settings(states), measured=f"equivalent under {sum(st == HOLDS for st in states)} of "
+        return Reading.over(states, measured=f"equivalent under {sum(st == HOLDS for st in states)} of "
                        f"{len(rows)} optimisers", threshold=f"init gap < {EQUAL_AT_INIT * scale:.2g}; accuracy within "
                        f"{EQUIVALENT_ACC * scale:.2g}, curves within {EQUIVALENT_CURVE * scale:.1%}, trained logit std "
                        f"within {EQUIVALENT_LOGITS * scale:.1%}",
@@ -732,14 +732,14 @@ def judge_c18(result: dict) -> Finding:
 
     def read_balance(scale: float) -> Reading:
         states = [state_of(near_best(t, d, scale)) for t, d in voting_cells]
-        return Reading(over_settings(states), measured=f"sqrt near the best rule in {states.count(HOLDS)} of "
+        return Reading.over(states, measured=f"sqrt near the best rule in {states.count(HOLDS)} of "
                        f"{len(states)} cells", threshold=f"recall accuracy within {NEAR_BEST['recall'] * scale:.2g}, "
                        f"Shakespeare loss within {NEAR_BEST['shakespeare'] * scale:.1%}",
                        settings=[{"where": f"{t} d_head {d}", "state": st} for (t, d), st in zip(voting_cells, states)])
 
     def read_oversmooth(scale: float) -> Reading:
         states = [state_of(entropy_gap[c] >= OVERSMOOTH_ENTROPY * scale) for c in voting_cells]
-        return Reading(over_settings(states), measured="inv_d's final entropy minus sqrt's: " + ", ".join(
+        return Reading.over(states, measured="inv_d's final entropy minus sqrt's: " + ", ".join(
                        f"{t} {d}: {entropy_gap[(t, d)]:+.3f}" for t, d in voting_cells),
                        threshold=f">= {OVERSMOOTH_ENTROPY * scale:.2g}",
                        settings=[{"where": f"{t} d_head {d}", "state": st} for (t, d), st in zip(voting_cells, states)])

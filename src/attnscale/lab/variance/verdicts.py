@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ... import claims, intervals
-from ...claims import Finding, Reading, measured_at, over_settings, state_of
+from ...claims import Finding, Reading, measured_at, state_of
 from .experiment import DTYPES, GAUSS_BEYOND_3, INIT_NAMES, Z95
 
 INDEPENDENT_UNIT = ("gaussian", "uniform", "rademacher")  # the premise of C02 exactly
@@ -57,7 +57,7 @@ def judge_c01(result: dict) -> Finding:
 
     def read(scale: float) -> Reading:
         states = [state_of(init_holds(r, scale)) for r in rows]
-        return Reading(over_settings(states), measured="; ".join(f"{r['init']}: variance {r['var']:.3f} "
+        return Reading.over(states, measured="; ".join(f"{r['init']}: variance {r['var']:.3f} "
                                                                  f"{intervals.fmt_interval(r['var_ci'], 3)}" for r in rows),
                        threshold=f"|mean| <= {MEAN_NEAR_0 * scale:g}, variance within {VAR_NEAR_1 * scale:.0%} of 1",
                        settings=[{"where": r["init"], "state": st} for r, st in zip(rows, states)])
@@ -108,7 +108,7 @@ def judge_c02(result: dict) -> Finding:
 
     def read(scale: float) -> Reading:
         states = [state_of(z <= critical * scale) for z in zs]
-        return Reading(over_settings(states), measured=f"at most {worst_z:.2f} standard errors from d_k over "
+        return Reading.over(states, measured=f"at most {worst_z:.2f} standard errors from d_k over "
                        f"{len(rows)} rows (largest |Var/d_k - 1| {worst:.3f})",
                        threshold=f"every row within {critical * scale:.2f} standard errors (Bonferroni, 1% false rejection)")
 
@@ -158,7 +158,7 @@ def judge_c03(result: dict) -> Finding:
             intervals.at_most(share_ci(r, "beyond_3sqrt_dk"), (1 - BAND_SHARE) * scale),
             intervals.inside(std_ratio_ci(r), 1 - STD_RATIO_TOLERANCE * scale, 1 + STD_RATIO_TOLERANCE * scale))))
             for r in rows]
-        return Reading(over_settings(states), measured=f"{within:.2%} within +-3 sqrt(d_k); std/sqrt(d_k) within "
+        return Reading.over(states, measured=f"{within:.2%} within +-3 sqrt(d_k); std/sqrt(d_k) within "
                        f"{std_ratio:.1%} of 1", threshold=f">= {1 - (1 - BAND_SHARE) * scale:.2%} within the band, std "
                        f"within {STD_RATIO_TOLERANCE * scale:.0%}",
                        settings=[{"where": f"d_k = {r['d_k']}", "state": st} for r, st in zip(rows, states)])
@@ -174,7 +174,7 @@ def judge_c03(result: dict) -> Finding:
                      "state": state_of(for_softmax), "measured": f"{large:.0%}"},
                     {"where": f"statistically: more than {likely:.1%} beyond 3 std", "state": state_of(statistical),
                      "measured": f"{tail:.2%}"}]
-        return Reading(over_settings(s["state"] for s in settings),
+        return Reading.over([s["state"] for s in settings],
                        measured=f"{large:.0%} of |q.k| > {SOFTMAX_LARGE:g}; {tail:.2%} beyond 3 std",
                        threshold=f"for a softmax >= {LARGE_LIKELY * scale:.0%}; statistically > {likely:.1%}",
                        settings=settings)
