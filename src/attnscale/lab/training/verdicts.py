@@ -1,4 +1,6 @@
-"""The training lab's verdict rules, each with its thresholds, reading only the lab's result.
+"""The training lab's part readings, each with its thresholds, reading only the lab's result;
+:func:`attnscale.claims.label` turns a claim's parts into its label.  Every reading function takes
+``scale``, the factor its thresholds are moved by (1 as declared; 0.8 and 1.2 for the margin).
 
 How a comparison is made (every rule below uses it):
 
@@ -11,15 +13,14 @@ How a comparison is made (every rule below uses it):
   (median over the reference's seeds): recall accuracy above the copy baseline, or the
   drop of the validation loss;
 * each seed is classed ``stalls`` (progress < 0.2), ``worse`` or ``trains`` (>= 0.8), and a
-  cell is read as a rate: how many of its seeds stall, with the Wilson 95% interval.  A cell
-  whose seeds all stall is ``stalls`` once that interval lies above 1/2 (4 seeds or more); one
-  where none stalls is ``trains`` (or ``worse``, by most seeds) once it lies below 1/2; a cell
-  with seeds on both sides is ``split``: "stalls in 7 of 12 seeds" is a finding, and it makes
-  "training stalls" partly true there.  Too few agreeing seeds leave a cell ``undecided``; the
-  experiment adds seeds to every deciding cell whose seeds agree (up to its cap), so a split
-  shows itself where the seeds allow;
+  cell is read as a rate: how many of its seeds stall, with the Wilson 95% interval.  The cell
+  stalls where that interval lies above 1/2, does not where it lies below, and is undecided
+  otherwise (it then does not vote); the experiment adds seeds to a cell while its rate is
+  undecided, up to its cap.  A part read over cells holds where every deciding cell stalls,
+  fails where none does, and holds in part where some do (:func:`stall_part`);
 * each rule is read at its own best learning rate (chosen on the base seeds by the mean score)
-  and at sqrt's best learning rate.
+  and at sqrt's best learning rate; a claim declares which of the two is its setting (the other
+  is context in its evidence).
 
 Every number quoted is a median with its [min-max] over seeds, or a rate with its interval.
 """
@@ -126,20 +127,6 @@ def stall_rate(classes: list[str]) -> dict:
             "interval": (low, high)}
 
 
-def cell_class(classes: list[str]) -> str:
-    """``split`` (some seeds stall, some do not), ``stalls`` / ``trains`` / ``worse`` (every seed on
-    one side, and the stall rate's interval clear of DECIDED_RATE), or ``undecided``."""
-    rate = stall_rate(classes)
-    if 0 < rate["stalled"] < rate["seeds"]:
-        return "split"
-    where = intervals.side(rate["interval"], DECIDED_RATE)
-    if where == intervals.ABOVE:
-        return "stalls"
-    if where == intervals.BELOW:
-        return "trains" if classes.count("trains") >= majority_of(len(classes)) else "worse"
-    return "undecided"
-
-
 def cell(result: dict, task: str, rule: str, d_head: int, reading: str = "own") -> dict:
     """The rule in one (task, d_head) cell: its class over seeds, per-seed progress and the LR read."""
     ref = reference(result, task, d_head)
@@ -152,8 +139,11 @@ def cell(result: dict, task: str, rule: str, d_head: int, reading: str = "own") 
                 "stall_rate": stall_rate([])}
     per_seed = [progress(r, ref["runs"], result["baselines"]) for r in runs]
     classes = [classify(p) for p in per_seed]
-    return {**out, "class": cell_class(classes), "progress": spread(per_seed), "per_seed": per_seed, "seeds": classes,
-            "stall_rate": stall_rate(classes)}
+    found = {**out, "progress": spread(per_seed), "per_seed": per_seed, "seeds": classes, "stall_rate": stall_rate(classes)}
+    return {**found, "class": CELL_CLASS[stall_state(found)]}
+
+
+CELL_CLASS = {HOLDS: "stalls", FAILS: "does not stall", UNDECIDED: "undecided"}  # a cell as tables name it
 
 
 def cells_of(result: dict, rule: str, reading: str, min_d_head: int = 1) -> list[dict]:
@@ -195,7 +185,7 @@ def stall_state(c: dict, scale: float = 1.0) -> str:
     """'Training stalls' in one cell, as a rate over its seeds: a seed stalls below STALL_BELOW of what
     sqrt learned; the cell holds where the stall rate's Wilson interval lies above DECIDED_RATE,
     fails where it lies below, is undecided otherwise (both thresholds moved by ``scale``)."""
-    if c["class"] == "no reference":
+    if c.get("class") == "no reference":
         return UNDECIDED
     stalled = sum(p < STALL_BELOW * scale for p in c["per_seed"])
     where = intervals.side(intervals.wilson(stalled, len(c["per_seed"])), DECIDED_RATE * scale)
