@@ -371,16 +371,18 @@ def judge_c09(result: dict) -> Finding:
     ratio = statistics.median(old["oscillations"]) / statistics.median(calm)
     ratio_ci = intervals.bootstrap_ratio(old["oscillations"], calm)
 
-    def rate_side(row: dict, scale: float) -> str:
-        return intervals.side(row["solved_interval"], DECIDED_RATE * scale)
+    def read_rate(row: dict, name: str, holds_below: bool, scale: float) -> Reading:
+        """A factor's solve rate against DECIDED_RATE: 'does not converge' holds below it, 'restores' above."""
+        where = intervals.side(row["solved_interval"], DECIDED_RATE * scale)
+        holds, fails = (intervals.BELOW, intervals.ABOVE) if holds_below else (intervals.ABOVE, intervals.BELOW)
+        state = HOLDS if where == holds else FAILS if where == fails else UNDECIDED
+        return Reading(state, measured=f"{name} solves in {row['solved']} of {row['seeds']} seeds "
+                       f"{intervals.fmt_interval(row['solved_interval'], percent=True)}",
+                       threshold=f"solve rate {'below' if holds_below else 'above'} {DECIDED_RATE * scale:.2g}",
+                       decide=rate_decide(row, DECIDED_RATE) if state == UNDECIDED else "")
 
     def read_no_converge(scale: float) -> Reading:
-        where = rate_side(old, scale)
-        state = HOLDS if where == intervals.BELOW else FAILS if where == intervals.ABOVE else UNDECIDED
-        return Reading(state, measured=f"1/8 solves in {old['solved']} of {old['seeds']} seeds "
-                       f"{intervals.fmt_interval(old['solved_interval'], percent=True)}",
-                       threshold=f"solve rate below {DECIDED_RATE * scale:.2g}",
-                       decide=rate_decide(old, DECIDED_RATE) if state == UNDECIDED else "")
+        return read_rate(old, "1/8", True, scale)
 
     def read_oscillates(scale: float) -> Reading:
         state = state_of(intervals.at_least(ratio_ci, DEEP_OSCILLATES * scale))
@@ -391,12 +393,7 @@ def judge_c09(result: dict) -> Finding:
                                "no number of seeds at the observed ratio") if state == UNDECIDED else "")
 
     def read_restores(scale: float) -> Reading:
-        where = rate_side(new, scale)
-        state = HOLDS if where == intervals.ABOVE else FAILS if where == intervals.BELOW else UNDECIDED
-        return Reading(state, measured=f"1/16 solves in {new['solved']} of {new['seeds']} seeds "
-                       f"{intervals.fmt_interval(new['solved_interval'], percent=True)}",
-                       threshold=f"solve rate above {DECIDED_RATE * scale:.2g}",
-                       decide=rate_decide(new, DECIDED_RATE) if state == UNDECIDED else "")
+        return read_rate(new, "1/16", False, scale)
 
     readings = {"no_converge": measured_at(read_no_converge), "oscillates": measured_at(read_oscillates),
                 "restores": measured_at(read_restores)}
