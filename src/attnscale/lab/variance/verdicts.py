@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from ... import claims, intervals
-from ...claims import Finding, Reading, measured_at, state_of
+from ...claims import Finding, Reading, measured_at, over_settings, state_of
 from .experiment import DTYPES, GAUSS_BEYOND_3, INIT_NAMES, Z95
 
 INDEPENDENT_UNIT = ("gaussian", "uniform", "rademacher")  # the premise of C02 exactly
@@ -142,14 +142,15 @@ def judge_c03(result: dict) -> Finding:
     (gaussian): at least BAND_SHARE within +-3 sqrt(d_k) and std/sqrt(d_k) within STD_RATIO_TOLERANCE
     of 1.  'Extreme values are likely', read two ways, each a setting of the part: for a softmax, at
     least LARGE_LIKELY of the unscaled q.k beyond +-SOFTMAX_LARGE (the range C04 calls unsaturated);
-    statistically, more than TAIL_LIKELY of q.k beyond 3 std in some family (a Gaussian has 0.27%).
+    statistically, more than TAIL_LIKELY of q.k beyond 3 std in every row of the premise's families
+    (independent, mean 0, variance 1; a Gaussian has 0.27%).
     One reading holding and the other failing makes the part hold in part, and the label says which."""
     rows = [r for r in family_rows(result, "gaussian") if r["d_k"] in (64, 128)]
     if not rows:
         return claims.untested("C03", "variance", "d_k = 64 and 128 were not sampled for the gaussian family.")
     within = min(1 - r["beyond_3sqrt_dk"] for r in rows)
     std_ratio = max(abs(r["std"] / math.sqrt(r["d_k"]) - 1) for r in rows)
-    at = [r for r in result["dot"] if r["d_k"] in (64, 128)]
+    at = [r for r in result["dot"] if r["d_k"] in (64, 128) and r["family"] in INDEPENDENT_UNIT]  # the premise's rows
     tail = max(r["beyond_3std"] for r in at)
     large = min(r["beyond_abs3"] for r in rows)
 
@@ -164,15 +165,13 @@ def judge_c03(result: dict) -> Finding:
                        settings=[{"where": f"d_k = {r['d_k']}", "state": st} for r, st in zip(rows, states)])
 
     def read_extreme(scale: float) -> Reading:
-        tails = [share_ci(r, "beyond_3std") for r in at]  # "more than TAIL_LIKELY" in some family
         likely = TAIL_LIKELY * scale
-        statistical = (True if any(low > likely for low, _ in tails) else
-                       False if all(high <= likely for _, high in tails) else None)
+        statistical = over_settings(state_of(intervals.at_least(share_ci(r, "beyond_3std"), likely)) for r in at)
         for_softmax = intervals.every(intervals.at_least(share_ci(r, "beyond_abs3"), LARGE_LIKELY * scale)
                                       for r in rows)
         settings = [{"where": f"for a softmax: >= {LARGE_LIKELY * scale:.0%} of |q.k| > {SOFTMAX_LARGE:g}",
                      "state": state_of(for_softmax), "measured": f"{large:.0%}"},
-                    {"where": f"statistically: more than {likely:.1%} beyond 3 std", "state": state_of(statistical),
+                    {"where": f"statistically: more than {likely:.1%} beyond 3 std", "state": statistical,
                      "measured": f"{tail:.2%}"}]
         return Reading.over([s["state"] for s in settings],
                        measured=f"{large:.0%} of |q.k| > {SOFTMAX_LARGE:g}; {tail:.2%} beyond 3 std",
@@ -196,7 +195,7 @@ def judge_c03(result: dict) -> Finding:
                 f"least {BAND_SHARE:.0%} lie within the band and the std is within {STD_RATIO_TOLERANCE:.0%} of "
                 f"sqrt(d_k) at both d_k; 'extreme values are likely' holds for a softmax if at least "
                 f"{LARGE_LIKELY:.0%} of q.k lie beyond +-{SOFTMAX_LARGE:g}, and statistically if more than "
-                f"{TAIL_LIKELY:.0%} lie beyond 3 std.")
+                f"{TAIL_LIKELY:.0%} lie beyond 3 std in every row of the premise's families ({', '.join(INDEPENDENT_UNIT)}).")
     return Finding("C03", "variance", evidence, {"share_within_band": within, "max_std_ratio_error": std_ratio,
                                                  "max_share_beyond_3std": tail, "share_abs_above_3": large},
                    {"spread": spread, "extreme": extreme})
