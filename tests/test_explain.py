@@ -36,7 +36,7 @@ def test_every_claim_points_at_its_judges_thresholds_and_numbers(claim_id):
 def test_the_stall_claims_name_the_rates_that_decide_them():
     training = next(e for e in explain.explain("c06")["labs"] if e["lab"] == "training")
     assert {"STALL_BELOW", "DECIDED_RATE", "SOLVED_ACC"} <= set(training["thresholds"])
-    assert {"cell_class", "stall_rate", "classify"} <= {h["name"] for h in training["helpers"]}
+    assert {"stall_state", "stall_part", "stall_rate", "classify"} <= {h["name"] for h in training["helpers"]}
     assert {"no_scaling", "short_no_scaling"} <= set(explain.explain("C06")["answer_sentences"])
 
 
