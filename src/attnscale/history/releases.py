@@ -1,0 +1,137 @@
+"""The old releases whose attention scale factor we check, frozen by file name and sha256.
+
+Why frozen: a claim such as "BERT divided by sqrt(d_k) from its first release" should rest on
+the bytes that were published, not on memory or on today's code.  Each entry names one
+distribution file on PyPI, its size and its sha256, measured by downloading it once with
+``pip download --no-deps`` (wheels with ``--only-binary :all:``, the sdist with
+``--no-binary :all:``) and hashing it.  The cache (:mod:`.cache`) refuses any file whose hash
+differs, so every later reading is of exactly these bytes.
+
+``date`` is the month the distribution was built, read from its archive (the newest file
+time inside the wheel zip or sdist tar); it agrees with the release month on PyPI.
+
+What is deliberately not here:
+
+* tensor2tensor ``1.0`` is the earliest release on PyPI and has only an sdist (no wheel); we
+  take that sdist.  ``1.0.1.dev1`` (a pre-release) and ``1.0.1`` (a wheel, the same month)
+  add nothing to the question.
+* pytorch-pretrained-bert ``0.1.1`` and pytorch-transformers ``0.7.0`` are on PyPI too; they
+  are left out only because the question names ``0.1.2`` and ``1.0.0`` as the starting points.
+* transformers 2.0.0, 3.0.0 and 4.0.0 all have pure-Python wheels, so no sdist is needed.
+
+The eleven files come to 3,512,781 bytes (about 3.5 MB).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+KINDS = ("wheel", "sdist")
+LANGUAGES = ("pytorch", "tensorflow")
+
+# The import name of each distribution: the folder that holds its Python package.
+IMPORT_NAMES = {
+    "pytorch-pretrained-bert": "pytorch_pretrained_bert",
+    "pytorch-transformers": "pytorch_transformers",
+    "transformers": "transformers",
+    "mesh-tensorflow": "mesh_tensorflow",
+    "tensor2tensor": "tensor2tensor",
+}
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_MONTH = re.compile(r"^(19|20)\d\d-(0[1-9]|1[0-2])$")
+
+
+@dataclass(frozen=True)
+class Release:
+    """One published distribution file: what to download and the bytes it must have."""
+
+    package: str
+    version: str
+    filename: str
+    sha256: str
+    kind: str
+    date: str
+    language: str
+    size: int
+
+    def __post_init__(self):
+        if self.package not in IMPORT_NAMES:
+            raise ValueError(f"unknown package {self.package!r}; known: {', '.join(sorted(IMPORT_NAMES))}")
+        if self.kind not in KINDS:
+            raise ValueError(f"kind of {self.filename!r} is {self.kind!r}; give one of {KINDS}")
+        if self.language not in LANGUAGES:
+            raise ValueError(f"language of {self.filename!r} is {self.language!r}; give one of {LANGUAGES}")
+        if not _SHA256.match(self.sha256):
+            raise ValueError(f"sha256 of {self.filename!r} is not 64 lower-case hex digits: {self.sha256!r}")
+        if not _MONTH.match(self.date):
+            raise ValueError(f"date of {self.filename!r} is {self.date!r}; give YYYY-MM")
+        if self.size <= 0:
+            raise ValueError(f"size of {self.filename!r} must be positive, got {self.size}")
+        wheel_name = self.filename.endswith(".whl")
+        if wheel_name != (self.kind == "wheel"):
+            raise ValueError(f"{self.filename!r} does not look like a {self.kind}")
+        if "/" in self.filename or "\\" in self.filename:
+            raise ValueError(f"filename {self.filename!r} must be a bare file name")
+
+    @property
+    def import_name(self) -> str:
+        """The top-level Python package inside the distribution."""
+        return IMPORT_NAMES[self.package]
+
+    @property
+    def label(self) -> str:
+        """``package version``, the way a person names a release."""
+        return f"{self.package} {self.version}"
+
+    @property
+    def requirement(self) -> str:
+        """The pip requirement that names exactly this release."""
+        return f"{self.package}=={self.version}"
+
+
+RELEASES: tuple[Release, ...] = (
+    Release("tensor2tensor", "1.0", "tensor2tensor-1.0.tar.gz",
+            "cc8c1d6d46172293be65c377bc70ca63f8d7978ce9c1cfb4b753db7f3e2bca1a",
+            "sdist", "2017-06", "tensorflow", 115442),
+    Release("pytorch-pretrained-bert", "0.1.2", "pytorch_pretrained_bert-0.1.2-py3-none-any.whl",
+            "02ad709ec67d25d31c56e72e42815e67c45020fc40668c528b6aac0d9592721f",
+            "wheel", "2018-11", "pytorch", 36478),
+    Release("mesh-tensorflow", "0.0.5", "mesh_tensorflow-0.0.5-py2.py3-none-any.whl",
+            "a2e338f3911b6f30fcd9c3e065c929a060ff02e1977dff0bde820904110c3d72",
+            "wheel", "2018-12", "tensorflow", 95990),
+    Release("pytorch-pretrained-bert", "0.4.0", "pytorch_pretrained_bert-0.4.0-py3-none-any.whl",
+            "cc66a6de585b5a43d4cff0fc6c0426dc3d35214d270cf207a33d7ceace8930fa",
+            "wheel", "2018-12", "pytorch", 45171),
+    Release("pytorch-pretrained-bert", "0.6.2", "pytorch_pretrained_bert-0.6.2-py3-none-any.whl",
+            "ddd86f2f4ca595a2ad05d48c35d4f5c1c5f150bef79d56e3159701840a574d06",
+            "wheel", "2019-04", "pytorch", 123793),
+    Release("pytorch-transformers", "1.0.0", "pytorch_transformers-1.0.0-py3-none-any.whl",
+            "9e36f64a497d3e43aed5effd826d9d9ba0e0b335c279359a56562c8238966c78",
+            "wheel", "2019-07", "pytorch", 137195),
+    Release("pytorch-transformers", "1.2.0", "pytorch_transformers-1.2.0-py3-none-any.whl",
+            "bdb606fe1f2d27586710ed03cfa49dbbd80215c38bf965862daada0c137fd7ce",
+            "wheel", "2019-09", "pytorch", 176430),
+    Release("transformers", "2.0.0", "transformers-2.0.0-py3-none-any.whl",
+            "c73b420037170f7c2dfd08e6b017e3f343460cdaa019e243d7d484786abaa62d",
+            "wheel", "2019-09", "pytorch", 290354),
+    Release("transformers", "3.0.0", "transformers-3.0.0-py3-none-any.whl",
+            "679f0060e47e740f389f858adff2296d4a393015e5bbe7dac9143220b8caf7af",
+            "wheel", "2020-06", "pytorch", 754564),
+    Release("transformers", "4.0.0", "transformers-4.0.0-py3-none-any.whl",
+            "5b8618e8fe34de078ccb214f2f6c27bcb6753980aaeb9271ce07169a91b74afc",
+            "wheel", "2020-11", "pytorch", 1352122),
+    Release("mesh-tensorflow", "0.1.21", "mesh_tensorflow-0.1.21-py3-none-any.whl",
+            "747d46696ad260ae59a566fc1726749b99080973b07aae098be5714931a3ad80",
+            "wheel", "2022-05", "tensorflow", 385242),
+)
+
+
+def find_release(package: str, version: str, releases=RELEASES) -> Release:
+    """The release ``package==version`` from ``releases``; ValueError naming the known ones if absent."""
+    for release in releases:
+        if release.package == package and release.version == version:
+            return release
+    known = ", ".join(r.requirement for r in releases)
+    raise ValueError(f"no release {package}=={version} in the list; known: {known}")
