@@ -283,7 +283,7 @@ def test_cache_status_present_missing_partial_tampered(cached):
 
     archive.unlink()
     missing = check(folder, release)
-    assert missing.state == "missing" and "attnscale.history.cache --fetch" in missing.fetch_command
+    assert missing.state == "missing" and "attnscale history --fetch" in missing.fetch_command
 
     (folder / (release.filename + ".part")).write_bytes(data[:10])
     assert check(folder, release).state == "partial"

@@ -414,7 +414,7 @@ CLAIMS: tuple[Claim, ...] = (
            "Vaswani et al. (2017) verified by experiment that without scaling the gradients vanish and training "
            "does not converge.",
            "Vaswani 等人在原论文中通过实验验证：不缩放时梯度消失，训练无法收敛。",
-           ("paper", "the paper ran that experiment", A, "training", "Vaswani et al. (2017) as published")),
+           ("paper", "the paper ran that experiment", A, "history", "Vaswani et al. (2017) as published")),
     _claim("C08", "2.3",
            "Multiplying by 1/sqrt(d_k) is the same as dividing by sqrt(d_k).",
            "有人会问：为什么不用 1/sqrt(d_k) 乘以点积？本质一样，但除以 sqrt(d_k) 更直观。",
@@ -435,6 +435,8 @@ CLAIMS: tuple[Claim, ...] = (
            "本质数学等价，只是工程优化。",
            ("no_scale", "T5 applies no explicit factor", A, "doctor", "the installed transformers T5"),
            ("folded", "its initialisation brings the logits to unit scale", A, "doctor", "installed T5 at initialisation"),
+           ("released", "T5's released code puts the factor in the initialisation", A, "history",
+            "Mesh TensorFlow 0.0.5 and 0.1.21 (T5's code), read"),
            ("variances", "the factor sits in both Q and K (variance 1/d_k)", S, "doctor", "installed T5's W_q and W_k"),
            ("equivalent", "mathematically equivalent", A, "training", "folded init vs sqrt, same seeds, each optimiser"),
            ("tpu", "cheaper on TPUs", S, "doctor", "no TPU here")),
@@ -460,7 +462,8 @@ CLAIMS: tuple[Claim, ...] = (
            "Some implementations (Hugging Face's old BERT is named) wrongly used 1/d_k, which made training "
            "2-3x slower.",
            "某些实现（如 Hugging Face 的旧版 BERT）错误地使用了 1/d_k 缩放，导致训练慢 2-3 倍。",
-           ("old_bert", "Hugging Face's old BERT used 1/d_k", A, "doctor", "the released BERT code of 2018-2019"),
+           ("old_bert", "Hugging Face's old BERT used 1/d_k", A, "history",
+            "every release of Hugging Face's BERT in the pinned cache (2018-2020), read and run"),
            ("slower", "1/d_k makes training 2-3x slower", A, "training",
             "1/d_k at the learning rate tuned for 1/sqrt(d_k) (the bug swaps the factor, not the rate), recall")),
     _claim("C14", "2.4",

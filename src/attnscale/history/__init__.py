@@ -7,7 +7,7 @@ PyTorch ones also runs the attention and measures the factor (:mod:`.probe`).  R
 running must agree; when they do not, the row says so instead of picking one.
 
 Entry points: :func:`factor_history` (one row per release) and :func:`format_table`.
-Fill the cache first with ``python -m attnscale.history.cache --fetch`` (``fetch()``).
+Fill the cache first with ``attnscale history --fetch`` (:func:`.cache.fetch`), which set-up runs.
 """
 
 from __future__ import annotations

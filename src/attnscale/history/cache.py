@@ -32,9 +32,8 @@ from typing import Iterable, Sequence
 from .releases import RELEASES, Release
 
 CACHE_ENV = "ATTNSCALE_HISTORY_CACHE"
-# The command that fills the cache.  ``attnscale history --fetch`` is the intended CLI name;
-# until the CLI wires it, this module runs the same fetch on its own.
-FETCH_COMMAND = "python -m attnscale.history.cache --fetch"
+# The command that fills the cache (``python -m attnscale.history.cache --fetch`` does the same).
+FETCH_COMMAND = "attnscale history --fetch"
 UNPACKED_FOLDER = "unpacked"
 _DONE_MARKER = ".attnscale-unpacked"
 STATES = ("present", "missing", "partial", "tampered")

@@ -28,7 +28,8 @@ Data flows one way: config -> run -> result -> judge/tables/figures.
 :data:`REGISTRY` names every lab with what the report must know of it before importing it:
 whether its ``run`` takes a run store (``run(config, progress, store=RunStore)``: a lab of many
 training runs, each kept in runs.sqlite, with worker processes of its own) and the claims it
-judges.
+judges.  A lab module may also define ``stored_key() -> str``: what else its stored results
+depend on (keyed beside VERSION).
 """
 
 from __future__ import annotations
@@ -59,17 +60,20 @@ class Lab:
         version (a result measured on another transformers release is not reused)."""
         from importlib.metadata import version
 
-        code = self.module().VERSION
-        return "+".join([str(code), *(f"{package}-{version(package)}" for package in self.probes)]) \
-            if self.probes else code
+        module = self.module()
+        extra = [f"{package}-{version(package)}" for package in self.probes]
+        if hasattr(module, "stored_key"):  # what else it reads (the history lab: which releases the cache holds)
+            extra.append(module.stored_key())
+        return "+".join([str(module.VERSION), *extra]) if extra else module.VERSION
 
 
 REGISTRY = {lab.name: lab for lab in (
     Lab("variance", ("C01", "C02", "C03", "C08", "C15")),
     Lab("saturation", ("C04", "C05", "C06", "C16", "C18")),
     Lab("numerics", ("C11", "C12")),
-    Lab("training", ("C05", "C06", "C07", "C09", "C10", "C13", "C17", "C18"), uses_run_store=True),
-    Lab("doctor", ("C10", "C13", "C14"), probes=("transformers",)),
+    Lab("training", ("C05", "C06", "C09", "C10", "C13", "C17", "C18"), uses_run_store=True),
+    Lab("doctor", ("C10", "C14"), probes=("transformers",)),
+    Lab("history", ("C07", "C10", "C13")),  # the released code of others, from a pinned cache
     Lab("audit", (), probes=("transformers",)),  # no claim: its findings are its tables
 )}
 LABS = tuple(REGISTRY)

@@ -125,7 +125,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     drawn = (("C14", "doctor_c14.png", figure_c14), ("C14", "doctor_c14_training.png", figure_c14_training),
-             ("C13", "doctor_c13.png", figure_c13), ("C10", "doctor_c10.png", figure_c10),
+             ("doctor", "doctor_c13.png", figure_c13), ("C10", "doctor_c10.png", figure_c10),
              ("doctor", "doctor_counterfactual.png", figure_counterfactual))
     out = {}
     for key, name, draw in drawn:

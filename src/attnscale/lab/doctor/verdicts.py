@@ -1,4 +1,4 @@
-"""The doctor lab's part readings (C10, C13, C14), with their thresholds, reading only the lab's result;
+"""The doctor lab's part readings (C10, C14), with their thresholds, reading only the lab's result;
 :func:`attnscale.claims.label` turns the parts into the label.  Every reading function takes
 ``scale``, the factor its thresholds are moved by (1 as declared; 0.8 and 1.2 for the margin the
 report states)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 from ... import intervals
-from ...claims import FAILS, HOLDS, NOT_TESTABLE, Finding, Reading, measured_at, state_of
+from ...claims import NOT_TESTABLE, Finding, Reading, measured_at, state_of
 from .experiment import mean_trajectory, runs_of
 
 # C14: the flag "fires" when scaling too strong flags at least half of the heads; a correctly
@@ -22,18 +22,10 @@ UNIT_STD_RANGE = (0.5, 2.0)
 NO_FACTOR_TOLERANCE = 0.02
 BOTH_TOLERANCE = 0.1
 
-HF_BERT_2018 = (
-    "Hugging Face's BERT port (pytorch-pretrained-bert, 2018, modeling.py, BertSelfAttention) divided the "
-    "scores by math.sqrt(self.attention_head_size) from its first commit, as Google's TensorFlow BERT "
-    "(modeling.py, attention_layer: 1.0 / math.sqrt(float(size_per_head))) did; no 1/d_k version of it is known."
-)
-HF_BERT_USED_INV_D = False  # from HF_BERT_2018
 
 # The numbers each verdict rule reports (claim ID -> keys): what report.json and the answer can read.
 NUMBER_KEYS = {
     "C10": ("t5_factor", "t5_finding", "t5_logit_std", "bert_logit_std", "t5_wq_wk_std_ratio", "inv_sqrt_d_kv", "d_kv"),
-    "C13": ("transformers", "bert_factor", "bert_d_k", "bert_finding", "gpt2_factor", "gpt2_finding",
-            "hf_bert_used_inv_d"),
     "C14": ("too_strong_rule", "too_strong_factor", "over_smoothed_too_strong", "over_smoothed_trained",
             "over_smoothed_scratch_too_strong", "over_smoothed_scratch_too_strong_low",
             "over_smoothed_scratch_too_strong_high", "over_smoothed_scratch_sqrt", "over_smoothed_scratch_sqrt_low",
@@ -41,25 +33,6 @@ NUMBER_KEYS = {
             "scratch_seeds", "flag_stops_at_step", "over_smoothed_random_init",
             "constructed_uniform_flags", "constructed_one_hot_flags"),
 }
-
-
-def judge_c13(result: dict, implementation_used_inv_d: bool = HF_BERT_USED_INV_D) -> Finding:
-    """'Hugging Face's old BERT used 1/d_k', read on the recorded history (HF_BERT_2018); the installed
-    BERT, probed, is context (it is not the old one)."""
-    by_model = {row["model"]: row for row in result["probe"]}
-    bert, gpt2 = by_model["bert"], by_model["gpt2"]
-    numbers = {"transformers": result["transformers_version"], "bert_factor": bert["factor_min"],
-               "bert_d_k": bert["d_k"], "bert_finding": bert["finding"], "gpt2_factor": gpt2["factor_min"],
-               "gpt2_finding": gpt2["finding"], "hf_bert_used_inv_d": int(implementation_used_inv_d)}
-    evidence = (f"The record: {HF_BERT_2018} Context (the installed code, not the old one): probing the installed "
-                f"transformers {result['transformers_version']} (random-init models from configs, d_k = {bert['d_k']}, "
-                f"the models' own eager attention on designed inputs), BERT applies {bert['factor_min']:.4g} "
-                f"({bert['finding']}; 1/sqrt(d_k) = {bert['expected']:.4g}, 1/d_k = {bert['inv_d']:.4g}), GPT-2 "
-                f"{gpt2['factor_min']:.4g} ({gpt2['finding']}). Part rule: read on the recorded release history.")
-    reading = Reading(HOLDS if implementation_used_inv_d else FAILS,
-                      measured="1/sqrt(head size) from the first commit" if not implementation_used_inv_d else "1/d_k",
-                      threshold="a released version dividing by d_k")
-    return Finding("C13", "doctor", evidence, numbers, {"old_bert": reading})
 
 
 def judge_c10(result: dict) -> Finding:
@@ -215,4 +188,4 @@ def judge_c14(result: dict) -> Finding:
 
 
 def judge(result: dict) -> dict[str, Finding]:
-    return {"C10": judge_c10(result), "C13": judge_c13(result), "C14": judge_c14(result)}
+    return {"C10": judge_c10(result), "C14": judge_c14(result)}

@@ -194,6 +194,6 @@ def figure_coord(result: dict, outdir: Path) -> str:
 def figures(result: dict, outdir) -> dict[str, list[str]]:
     outdir = Path(outdir)
     curves, grads, lrs = figure_curves(result, outdir), figure_grads(result, outdir), figure_lr(result, outdir)
-    return {"C05": [curves, lrs], "C06": [curves, grads], "C07": [curves], "C13": [curves], "C17": [grads],
+    return {"C05": [curves, lrs], "C06": [curves, grads], "C13": [curves], "C17": [grads],
             "C18": [curves, lrs], "C09": [f for f in [figure_deep(result, outdir)] if f], "C10": [figure_t5(result, outdir)],
             "training": [figure_coord(result, outdir)]}

@@ -52,7 +52,6 @@ READINGS = ("own", "sqrt")  # each rule at its own best LR, and at sqrt's best L
 NUMBER_KEYS = {
     "C05": ("inv_d_progress_*", "inv_d_at_sqrt_lr_progress_*"),
     "C06": ("none_progress_*", "init_max_abs_logit", "init_max_prob", "step100_max_abs_logit"),
-    "C07": ("paper_has_no_scale_ablation", "unscaled_stalls_here"),
     "C09": ("acc_1_8_lr*", "acc_1_16_lr*", "oscillation_ratio", "best_lr_1_8", "best_lr_1_16"),
     "C10": ("curve_gap_*", "final_logit_std_gap_*", "variant_logit_std_ratio"),
     "C13": ("steps_ratio_*",),
@@ -60,15 +59,6 @@ NUMBER_KEYS = {
     "C18": ("sqrt_near_best_cells", "cells", "inv_d_oversmooth_cells", "const_fail_cells"),
 }
 
-VASWANI_2017 = (
-    "Vaswani et al. (2017), section 3.2.1, report no ablation of the scale: they note that dot-product and "
-    "additive attention do about equally well for small d_k while additive attention is ahead for larger d_k "
-    "without scaling (a comparison taken from Britz et al. 2017), say they suspect that large dot products push "
-    "the softmax into regions of tiny gradients, and scale by 1/sqrt(d_k) to counteract it; footnote 4 supports "
-    "the suspicion with the variance argument (independent components of mean 0 and variance 1 give a dot "
-    "product of variance d_k). Their Table 3 varies d_k, always with the scale; no run without it is shown."
-)
-VASWANI_RAN_ABLATION = False  # from VASWANI_2017
 
 
 
@@ -278,23 +268,6 @@ def judge_c06(result: dict) -> Finding:
     numbers |= {"init_max_abs_logit": start["max_abs_logit"]["median"], "init_max_prob": start["max_prob"]["median"],
                 "step100_max_abs_logit": later["max_abs_logit"]["median"]}
     return Finding("C06", "training", evidence, numbers, {"stalls": stalls})
-
-
-def judge_c07(result: dict, paper_ran_ablation: bool = VASWANI_RAN_ABLATION) -> Finding:
-    """A claim about what a paper did, read from the paper (VASWANI_2017): the part holds only if it
-    ran the ablation.  The lab's own unscaled runs are context in the evidence."""
-    cells = cells_of(result, "none", "own", min_d_head=64)
-    here = stall_part(cells, "no scaling stalls")
-    stalls = here.state == HOLDS
-    evidence = (
-        f"{VASWANI_2017} So the paper did not verify by experiment that training fails without the scale. For context "
-        f"(it does not vote: the claim is about the paper), this lab's own unscaled runs, d_head >= 64: "
-        f"{describe(cells) or 'none'} (training stalls: {here.state}). Part rule: read on the paper, which ran no "
-        f"ablation of the scale.")
-    reading = Reading(HOLDS if paper_ran_ablation else FAILS, measured="no run without the scale is reported",
-                      threshold="a reported run without the scale")
-    return Finding("C07", "training", evidence, {"paper_has_no_scale_ablation": int(not paper_ran_ablation),
-                                                 "unscaled_stalls_here": int(stalls)}, {"paper": reading})
 
 
 # --------------------------------------------------------------------------- C09: 1/8 vs 1/16, 8 layers
@@ -752,5 +725,5 @@ def judge_c18(result: dict) -> Finding:
 
 
 def judge(result: dict) -> dict[str, Finding]:
-    return {"C05": judge_c05(result), "C06": judge_c06(result), "C07": judge_c07(result), "C09": judge_c09(result),
+    return {"C05": judge_c05(result), "C06": judge_c06(result), "C09": judge_c09(result),
             "C10": judge_c10(result), "C13": judge_c13(result), "C17": judge_c17(result), "C18": judge_c18(result)}

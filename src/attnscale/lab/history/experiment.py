@@ -1,0 +1,62 @@
+"""The history lab's experiment: the factor through history, from the released code.
+
+Each release of :data:`attnscale.history.RELEASES` present in the cache is read (the statement
+that applies the attention factor, found by pattern, with its file and line) and, for the PyTorch
+releases, run: its BERT self-attention built at two head sizes in a subprocess and probed
+black-box, so that 1/sqrt(d_k) and 1/d_k are told apart.  A release missing from the cache, or
+whose file does not match its pinned hash, gives a row that says so; nothing is downloaded here.
+Nothing here writes a file or prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ... import checks
+from ...errors import UserError
+
+VERSION = 1
+HEAD_DIMS = (16, 64)  # two head sizes: 1/sqrt(d_k) gives 0.25 and 0.125, 1/d_k 0.0625 and 0.0156
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int = 0          # nothing here is random; kept for the lab protocol
+    device: str = "cpu"
+    run: bool = True       # run the PyTorch releases (False: read only)
+    head_dims: tuple[int, ...] = HEAD_DIMS
+
+    def __post_init__(self):
+        checks.fields(self, int_tuples=("head_dims",))
+        if len(set(self.head_dims)) < 2:
+            raise UserError(f"head_dims needs two different head sizes to tell 1/sqrt(d_k) from 1/d_k, got {self.head_dims!r}")
+        if not isinstance(self.run, bool):
+            raise UserError(f"run must be True or False, got {self.run!r}")
+
+
+PRESETS = {"quick": Config(), "full": Config()}
+
+
+def stored_key() -> str:
+    """What besides the config a stored result depends on: which releases the cache holds intact
+    (a result computed before a fetch is not reused after it)."""
+    from ...history import RELEASES
+    from ...history.cache import check, resolve_cache_dir
+
+    folder = resolve_cache_dir(None)
+    present = [f"{r.package}-{r.version}" for r in RELEASES if check(folder, r).usable]
+    return "cache:" + (",".join(present) or "empty")
+
+
+def run(config: Config, progress=None) -> dict:
+    from ...history import RELEASES, factor_history
+    from ...history.cache import FETCH_COMMAND, resolve_cache_dir
+
+    folder = resolve_cache_dir(None)
+    rows = []
+    for i, release in enumerate(RELEASES):
+        rows += factor_history(folder, run=config.run, releases=(release,), head_dims=config.head_dims)
+        if progress:
+            progress((i + 1) / len(RELEASES), f"{release.package} {release.version}")
+    return {"config": dataclasses.asdict(config), "cache": str(folder), "fetch_command": FETCH_COMMAND, "rows": rows}
