@@ -15,11 +15,11 @@ What is deliberately not here:
 * tensor2tensor ``1.0`` is the earliest release on PyPI and has only an sdist (no wheel); we
   take that sdist.  ``1.0.1.dev1`` (a pre-release) and ``1.0.1`` (a wheel, the same month)
   add nothing to the question.
-* pytorch-pretrained-bert ``0.1.1`` and pytorch-transformers ``0.7.0`` are on PyPI too; they
-  are left out only because the question names ``0.1.2`` and ``1.0.0`` as the starting points.
+* every release of pytorch-pretrained-bert (0.1.1 to 0.6.2) and of pytorch-transformers (0.7.0
+  to 1.2.0) is here; of transformers, the first release of each major version up to 4.
 * transformers 2.0.0, 3.0.0 and 4.0.0 all have pure-Python wheels, so no sdist is needed.
 
-The eleven files come to 3,512,781 bytes (about 3.5 MB).
+The twenty files come to 4,344,641 bytes (about 4.3 MB).
 """
 
 from __future__ import annotations
@@ -95,21 +95,48 @@ RELEASES: tuple[Release, ...] = (
     Release("tensor2tensor", "1.0", "tensor2tensor-1.0.tar.gz",
             "cc8c1d6d46172293be65c377bc70ca63f8d7978ce9c1cfb4b753db7f3e2bca1a",
             "sdist", "2017-06", "tensorflow", 115442),
+    Release("pytorch-pretrained-bert", "0.1.1", "pytorch_pretrained_bert-0.1.1-py3-none-any.whl",
+            "b6580020797366d64c9d65a67ecee7bdc708a8d16a7d3da1007cb40ef85d544b",
+            "wheel", "2018-11", "pytorch", 36495),
     Release("pytorch-pretrained-bert", "0.1.2", "pytorch_pretrained_bert-0.1.2-py3-none-any.whl",
             "02ad709ec67d25d31c56e72e42815e67c45020fc40668c528b6aac0d9592721f",
             "wheel", "2018-11", "pytorch", 36478),
+    Release("pytorch-pretrained-bert", "0.2.0", "pytorch_pretrained_bert-0.2.0-py3-none-any.whl",
+            "8d5725e47fb833a4f38bb3b987d5f1a3dcd27d42530d08dcba0404b7edbe2a6d",
+            "wheel", "2018-11", "pytorch", 36715),
+    Release("pytorch-pretrained-bert", "0.3.0", "pytorch_pretrained_bert-0.3.0-py3-none-any.whl",
+            "a8547402519be9c0b2fc22cd3bb8b3b1ddda1189364940d11f6e7d8883c93f82",
+            "wheel", "2018-11", "pytorch", 37123),
     Release("mesh-tensorflow", "0.0.5", "mesh_tensorflow-0.0.5-py2.py3-none-any.whl",
             "a2e338f3911b6f30fcd9c3e065c929a060ff02e1977dff0bde820904110c3d72",
             "wheel", "2018-12", "tensorflow", 95990),
     Release("pytorch-pretrained-bert", "0.4.0", "pytorch_pretrained_bert-0.4.0-py3-none-any.whl",
             "cc66a6de585b5a43d4cff0fc6c0426dc3d35214d270cf207a33d7ceace8930fa",
             "wheel", "2018-12", "pytorch", 45171),
+    Release("pytorch-pretrained-bert", "0.5.0", "pytorch_pretrained_bert-0.5.0-py3-none-any.whl",
+            "662c96d1085a13628d2915eb3d0af442c0e2961c02131e1077f551251e80ea95",
+            "wheel", "2019-02", "pytorch", 97833),
+    Release("pytorch-pretrained-bert", "0.5.1", "pytorch_pretrained_bert-0.5.1-py3-none-any.whl",
+            "89331120c15fd73c709cfe9309bcfc403855484fa75c7bed27d930d7e2541000",
+            "wheel", "2019-02", "pytorch", 86383),
+    Release("pytorch-pretrained-bert", "0.6.0", "pytorch_pretrained_bert-0.6.0-py3-none-any.whl",
+            "7d56ed3245571556cf3915dc1c2122e5c2928ff2a18bb7fd3c8e18b823cbbf6c",
+            "wheel", "2019-02", "pytorch", 114273),
+    Release("pytorch-pretrained-bert", "0.6.1", "pytorch_pretrained_bert-0.6.1-py3-none-any.whl",
+            "138c9702cc8da0c949a3b266a0c6e436aee4ae1c722b5d3eb1e47fb4b2b0f197",
+            "wheel", "2019-02", "pytorch", 114282),
     Release("pytorch-pretrained-bert", "0.6.2", "pytorch_pretrained_bert-0.6.2-py3-none-any.whl",
             "ddd86f2f4ca595a2ad05d48c35d4f5c1c5f150bef79d56e3159701840a574d06",
             "wheel", "2019-04", "pytorch", 123793),
+    Release("pytorch-transformers", "0.7.0", "pytorch_transformers-0.7.0-py3-none-any.whl",
+            "f21184abaf9704b9fb7a1cf361cf3e6d4cfad33f8c1324180314744ed951f922",
+            "wheel", "2019-07", "pytorch", 150690),
     Release("pytorch-transformers", "1.0.0", "pytorch_transformers-1.0.0-py3-none-any.whl",
             "9e36f64a497d3e43aed5effd826d9d9ba0e0b335c279359a56562c8238966c78",
             "wheel", "2019-07", "pytorch", 137195),
+    Release("pytorch-transformers", "1.1.0", "pytorch_transformers-1.1.0-py3-none-any.whl",
+            "cd670284de1b1b0bfe2f4a27531e873b5a76cd163960661971a340f33c3f4290",
+            "wheel", "2019-08", "pytorch", 158066),
     Release("pytorch-transformers", "1.2.0", "pytorch_transformers-1.2.0-py3-none-any.whl",
             "bdb606fe1f2d27586710ed03cfa49dbbd80215c38bf965862daada0c137fd7ce",
             "wheel", "2019-09", "pytorch", 176430),
