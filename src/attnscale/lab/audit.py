@@ -9,7 +9,8 @@ soft caps, QK-norm, latent attention, a factor set by a config field, inline att
 and the families whose factor the full audit found to differ from their config); the
 full preset audits every decoder and encoder family, as ``attnscale audit`` does.
 
-It tests no claim of the source (C10 and C13 are the doctor lab's): its section of the
+It tests no claim of the source (C10 is the doctor's and the history lab's, C13 the history and
+training labs'): its section of the
 report lists the mismatches and backend disagreements it found, each with the source
 line of the family that sets its factor.
 """

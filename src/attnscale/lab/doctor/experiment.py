@@ -1,11 +1,11 @@
-"""The doctor lab's experiment: claims about real code (C10, C13) and the source's 1/n diagnostic (C14).
+"""The doctor lab's experiment: claims about the installed code (C10) and the source's 1/n diagnostic (C14).
 
 Everything here runs the installed ``transformers`` code; nothing is downloaded.
 
-* C13 ("Hugging Face's old BERT used 1/d_k"): small BERT, GPT-2, T5 and Llama models are
-  built from configs (random init) and :func:`attnscale.doctor.probe_model` measures the
-  factor each attention layer applies to QK^T, by calling the model's own eager attention
-  on designed inputs.  Only the installed release can be probed: an old one cannot.
+* the scale probe: small BERT, GPT-2, T5 and Llama models are built from configs (random init)
+  and :func:`attnscale.doctor.probe_model` measures the factor each attention layer applies to
+  QK^T, by calling the model's own eager attention on designed inputs (the installed release:
+  the old ones C13 names are the history lab's).
 * C10 ("T5 has no explicit scaling; it folds the factor into the Q/K initialisation"):
   the T5 probe gives its factor; on random tokens at initialisation we measure the std of
   factor * q.k in the first encoder layer, for T5 and for a BERT of the same size, and the

@@ -550,7 +550,7 @@ def judge_c13(result: dict) -> Finding:
     """'2-3x slower', read at sqrt's learning rate (the claim's setting: an implementation that swaps
     the factor keeps the learning rate tuned for 1/sqrt(d_k)), per cell where sqrt solves recall; the
     reading at 1/d_k's own best learning rate is context.  Whether the old BERT used 1/d_k is the
-    doctor lab's part."""
+    history lab's part (read and run on the released code)."""
     readings = {r: speed_rows(result, r) for r in READINGS}
     rows = readings["sqrt"]
 
