@@ -66,6 +66,9 @@ def test_c10_reads_t5s_code():
     found = H.judge_c10(MEASURED)
     assert found.readings["released"].state == claims.HOLDS and found.numbers["t5_releases_folded"] == 2
     assert "kv_channels.size ** -0.25" in found.evidence and "read, never imported" in found.evidence
+    # which of the answer's two variance statements each release matches, derived from what it folds where
+    assert "0.0.5 (2019-01) puts it in W_q and W_k, each with variance 1/sqrt(d_k)" in found.evidence
+    assert "0.1.21 (2019-01) puts it in W_q, with variance 1/d_k" in found.evidence and "on Q only" in found.evidence
     forward = copy.deepcopy(MEASURED)
     forward["rows"][5].update(factor_read="1/sqrt(d_k) (forward)", forward_read="1/sqrt(d_k)")
     assert H.judge_c10(forward).readings["released"].state == claims.MIXED

@@ -5,6 +5,8 @@ label.  A part whose releases are not in the cache is not testable here, and say
 
 from __future__ import annotations
 
+import re
+
 from ...claims import FAILS, HOLDS, NOT_TESTABLE, UNDECIDED, Finding, Reading
 
 BERT_PACKAGES = ("pytorch-pretrained-bert", "pytorch-transformers", "transformers")  # Hugging Face's BERT, by name
@@ -86,6 +88,25 @@ def judge_c13(result: dict) -> Finding:
     return Finding("C13", "history", evidence, numbers, {"old_bert": reading})
 
 
+FOLDED_INTO = re.compile(r"init of ([^;)]+)")  # "folded into the init of W_q, W_k; ..." -> "W_q, W_k"
+
+
+def variance_sentence(row: dict) -> str:
+    """Which of the interview answer's two variance statements a release matches: the 1/sqrt(d_k)
+    split over the n weights that carry it gives each a std factor d_k^(-1/(2n)), a variance d_k^(-1/n)."""
+    found = FOLDED_INTO.search(row["factor_read"] or "")
+    if not found:
+        return f"{release_name(row)} folds no factor into its initial weights."
+    weights = [w.strip() for w in found.group(1).split(",")]
+    variance = "1/sqrt(d_k)" if len(weights) == 2 else "1/d_k" if len(weights) == 1 else f"d_k^-1/{len(weights)}"
+    statement = {"1/sqrt(d_k)": "the interview answer's 'variance 1/sqrt(d_k)'",
+                 "1/d_k": "the interview answer's 'variance 1/d_k', but on "
+                          + ("Q" if weights == ["W_q"] else " and ".join(weights)) + " only, not on both Q and K"}
+    return (f"{release_name(row)} puts it in {' and '.join(weights)}, {'each ' if len(weights) > 1 else ''}with "
+            f"variance {variance} beyond the usual "
+            f"1/d_model ({statement.get(variance, 'neither of the interview answer statements')}).")
+
+
 def judge_c10(result: dict) -> Finding:
     """'T5 folds the factor into the initialisation', read in T5's Mesh TensorFlow code: holds where
     every release read puts 1/sqrt(d_k) into the initial Q/K weights and applies no factor in the
@@ -105,10 +126,8 @@ def judge_c10(result: dict) -> Finding:
     notes = [n for r in rows for n in r["notes"]]
     evidence = ("T5's original code, Mesh TensorFlow (read, never imported): " + "; ".join(
         f"{quote(r)} -> {r['factor_read']}" for r in rows) + (f" ({'; '.join(notes)})" if notes else "")
-        + ". The earlier release folds d_k^-1/4 into both W_q and W_k (each variance 1/sqrt(d_k), the interview "
-        "answer's first statement); the T5 release folds d_k^-1/2 into W_q alone (variance 1/d_k on Q only, close to "
-        "its second statement, but not on K). Part rule: holds where a release puts the factor into the initial "
-        "weights and none in the forward pass.")
+        + ". " + " ".join(variance_sentence(r) for r in rows) + " Part rule: holds where a release puts the factor "
+        "into the initial weights and none in the forward pass.")
     return Finding("C10", "history", evidence, numbers, {"released": reading})
 
 
