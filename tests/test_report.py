@@ -305,12 +305,12 @@ def test_a_premise_alone_cannot_make_a_claim_supported(saturation_findings):
 
 
 def test_a_part_not_testable_stays_in_the_verdict_line():
-    found = {"doctor": {"C13": finding_as("C13", "doctor", NOT_TESTABLE, "no record")},
+    found = {"history": {"C13": finding_as("C13", "history", NOT_TESTABLE, "no release in the cache")},
              "training": {"C13": finding_as("C13", "training", REFUTED, "not slower")}}
     c13 = {r["id"]: r for r in claims.evaluate(found)}["C13"]
     assert c13["verdict"] == REFUTED
     assert c13["verdict_line"] == "refuted (Hugging Face's old BERT used 1/d_k: not testable here)"
-    alone = {r["id"]: r for r in claims.evaluate({"doctor": found["doctor"]})}["C13"]
+    alone = {r["id"]: r for r in claims.evaluate({"history": found["history"]})}["C13"]
     assert alone["verdict"] == PENDING and "1/d_k makes training 2-3x slower: not measured yet" in alone["verdict_line"]
 
 
