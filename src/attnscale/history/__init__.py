@@ -40,7 +40,7 @@ def agreement(read: ReadResult, probe: ProbeResult | None) -> str:
     """``agree``, ``DISAGREE: ...``, ``read, not run`` or ``not checked: <why>``: never a silent choice."""
     if read.reading is None:
         return f"not checked: {read.status.state}"
-    if read.release.language != "pytorch":
+    if not read.release.probed:
         return "read, not run"
     if probe is None:
         return "not run (run=False)"
@@ -115,14 +115,14 @@ def factor_history(cache_dir=None, run: bool = True, releases=RELEASES, head_dim
     for release in releases:
         read = read_release(folder, release)
         probe = None
-        if run and release.language == "pytorch" and read.reading is not None:
+        if run and release.probed and read.reading is not None:
             probe = probe_release(folder, release, head_dims=head_dims)
         rows.append(history_row(read, probe))
     return rows
 
 
 def _measured_cell(row: dict) -> str:
-    if row["language"] == "tensorflow":
+    if row["agreement"] == "read, not run":
         return "read, not run"
     if not row["factor_measured"]:
         return "-"

@@ -132,8 +132,8 @@ def probe_release(cache_dir, release: Release, head_dims=DEFAULT_HEAD_DIMS, num_
         raise ValueError(f"head_dims must hold two or more different positive sizes, got {head_dims}")
     if num_heads < 1:
         raise ValueError(f"num_heads must be at least 1, got {num_heads}")
-    if release.language != "pytorch":
-        return ProbeResult(release, "not run", "TensorFlow release: read, not run")
+    if not release.probed:
+        return ProbeResult(release, "not run", f"{release.language} release the probe cannot build: read, not run")
     unpacked = unpack(cache_dir, release)
     if unpacked.root is None:
         return ProbeResult(release, "unavailable", f"{unpacked.status.state}: {unpacked.status.reason}; "

@@ -30,17 +30,17 @@ from .releases import Release
 
 # A name that holds the per-head key size d_k (or the last axis of a per-head tensor).
 _DK_NAME = re.compile(
-    r"(?i)(head_size|head_dim|dim_per_head|d_head|per_head|key_dim|kv_channels|key_size|depth_k"
+    r"(?i)(head_size|head_dim|dim_head|dim_per_head|d_head|per_head|key_dim|kv_channels|key_size|depth_k"
     r"|\bd_k\b|\bdk\b|\.size\(\s*-1\s*\)|shape\[\s*-1\s*\]|shape_list\([^)]*\)\[\s*-1\s*\])")
 _ATTENTION_SCOPE = re.compile(r"(?i)attn|attention")
 # Candidate lines: anything that could scale by a power of a size.
-_SCALE_HINT = re.compile(r"sqrt\(|\*\*|/=?\s*\(?\s*(?:self\.)?[\w.]*(?:head_size|head_dim|dim_per_head|d_head"
+_SCALE_HINT = re.compile(r"sqrt\(|\*\*|/=?\s*\(?\s*(?:self\.)?[\w.]*(?:head_size|head_dim|dim_head|dim_per_head|d_head"
                          r"|per_head|key_dim|d_k|dk)\b")
 _ASSIGNMENT = re.compile(r"^(?P<lhs>[\w.\[\]\s,]+?)\s*(?P<op>[-+*/]?)=(?!=)\s*(?P<rhs>.+)$")
 _SQRT_CALL = re.compile(r"(?P<call>(?<![\w.])(?:[A-Za-z_][\w]*\.)*(?P<fn>r?sqrt))\(")
 _POWER = re.compile(r"\*\*\s*\(?\s*(?P<sign>-?)\s*(?P<p>\d*\.?\d+)\s*\)?")
 _BARE_DIVISION = re.compile(
-    r"(?<!/)/(?!/)=?\s*(?P<arg>(?:self\.|config\.)*\w*(?:head_size|head_dim|dim_per_head|d_head|per_head|key_dim|d_k|dk)"
+    r"(?<!/)/(?!/)=?\s*(?P<arg>(?:self\.|config\.)*\w*(?:head_size|head_dim|dim_head|dim_per_head|d_head|per_head|key_dim|d_k|dk)"
     r"\w*(?:\.size)?)(?![\w.(]|\s*\*\*)")
 _SCOPE_HEADER = re.compile(r"^(?P<indent>[ \t]*)(?:async\s+)?(?P<kind>class|def)\s+(?P<name>\w+)")
 _BLOCK_HEADER = re.compile(r"^(?:if|elif|else)\b.*:$")
@@ -150,6 +150,9 @@ SUBJECTS = {
     "pytorch-transformers": Subject(("BertSelfAttention",), (), "BERT self-attention"),
     "transformers": Subject(("BertSelfAttention",), (), "BERT self-attention"),
     "tensor2tensor": Subject(("multihead_attention",), ("dot_product_attention",), "Transformer multihead attention"),
+    "fairseq": Subject(("MultiheadAttention",), (), "multi-head attention"),
+    "timm": Subject(("Attention",), (), "the vision transformer's attention"),
+    "x-transformers": Subject(("Attention",), (), "attention"),
     "mesh-tensorflow": Subject(("AttentionParams", "multihead_attention_params"),
                                ("attention", "dot_product_attention", "dot_product_attention_v2", "multihead_attention"),
                                "attention parameters (T5) and dot-product attention"),

@@ -18,8 +18,12 @@ What is deliberately not here:
 * every release of pytorch-pretrained-bert (0.1.1 to 0.6.2) and of pytorch-transformers (0.7.0
   to 1.2.0) is here; of transformers, the first release of each major version up to 4.
 * transformers 2.0.0, 3.0.0 and 4.0.0 all have pure-Python wheels, so no sdist is needed.
+* beside them, read only (their attention is not run): fairseq 0.6.1 (the first release with its
+  ``MultiheadAttention`` on PyPI), timm 0.3.0 (its first with ``vision_transformer.py``) and
+  x-transformers 0.0.10 (its first on PyPI).  mup is left out: its package (1.0.0) holds no
+  attention, the 1/d of muP lives in its examples.
 
-The twenty files come to 4,344,641 bytes (about 4.3 MB).
+The twenty-three files come to 4,730,925 bytes (about 4.7 MB).
 """
 
 from __future__ import annotations
@@ -37,7 +41,13 @@ IMPORT_NAMES = {
     "transformers": "transformers",
     "mesh-tensorflow": "mesh_tensorflow",
     "tensor2tensor": "tensor2tensor",
+    "fairseq": "fairseq",
+    "timm": "timm",
+    "x-transformers": "x_transformers",
 }
+# The releases whose attention is run as well as read: Hugging Face's BERT, whose self-attention the
+# probe builds (:mod:`.probe`); the other PyTorch code here is read only.
+PROBED_PACKAGES = ("pytorch-pretrained-bert", "pytorch-transformers", "transformers")
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _MONTH = re.compile(r"^(19|20)\d\d-(0[1-9]|1[0-2])$")
@@ -79,6 +89,11 @@ class Release:
     def import_name(self) -> str:
         """The top-level Python package inside the distribution."""
         return IMPORT_NAMES[self.package]
+
+    @property
+    def probed(self) -> bool:
+        """Whether its attention is run (a PyTorch release the probe can build), not only read."""
+        return self.language == "pytorch" and self.package in PROBED_PACKAGES
 
     @property
     def label(self) -> str:
@@ -125,6 +140,9 @@ RELEASES: tuple[Release, ...] = (
     Release("pytorch-pretrained-bert", "0.6.1", "pytorch_pretrained_bert-0.6.1-py3-none-any.whl",
             "138c9702cc8da0c949a3b266a0c6e436aee4ae1c722b5d3eb1e47fb4b2b0f197",
             "wheel", "2019-02", "pytorch", 114282),
+    Release("fairseq", "0.6.1", "fairseq-0.6.1.tar.gz",
+            "7133d1b163805535e13e91068c03c4b9cddec327a8748df27d90560215f3f5a6",
+            "sdist", "2019-02", "pytorch", 132864),
     Release("pytorch-pretrained-bert", "0.6.2", "pytorch_pretrained_bert-0.6.2-py3-none-any.whl",
             "ddd86f2f4ca595a2ad05d48c35d4f5c1c5f150bef79d56e3159701840a574d06",
             "wheel", "2019-04", "pytorch", 123793),
@@ -149,6 +167,12 @@ RELEASES: tuple[Release, ...] = (
     Release("transformers", "4.0.0", "transformers-4.0.0-py3-none-any.whl",
             "5b8618e8fe34de078ccb214f2f6c27bcb6753980aaeb9271ce07169a91b74afc",
             "wheel", "2020-11", "pytorch", 1352122),
+    Release("timm", "0.3.0", "timm-0.3.0-py3-none-any.whl",
+            "8b3bbf21954c6db5f5e5732c59475aa99d323b14f762ebb5402bbee00382e347",
+            "wheel", "2020-10", "pytorch", 247285),
+    Release("x-transformers", "0.0.10", "x_transformers-0.0.10-py3-none-any.whl",
+            "12fc885e5e009e14a6d51487e7df1c31009b9ea30036494ebb18c03d5b757854",
+            "wheel", "2020-11", "pytorch", 6135),
     Release("mesh-tensorflow", "0.1.21", "mesh_tensorflow-0.1.21-py3-none-any.whl",
             "747d46696ad260ae59a566fc1726749b99080973b07aae098be5714931a3ad80",
             "wheel", "2022-05", "tensorflow", 385242),
