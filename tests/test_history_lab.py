@@ -91,7 +91,8 @@ def test_findings_carry_exactly_their_declared_numbers():
 def test_a_result_is_keyed_by_what_the_cache_holds(tmp_path, monkeypatch):
     monkeypatch.setenv("ATTNSCALE_HISTORY_CACHE", str(tmp_path))
     assert H.stored_key() == "cache:empty"
-    assert lab.REGISTRY["history"].stored_version() == f"{H.VERSION}+cache:empty"
+    from importlib.metadata import version
+    assert lab.REGISTRY["history"].stored_version() == f"{H.VERSION}+transformers-{version('transformers')}+cache:empty"
 
 
 @pytest.mark.skipif(not all(__import__("attnscale.history.cache", fromlist=["check"]).check(None, r).usable
@@ -106,3 +107,20 @@ def test_the_real_releases_read_as_recorded():
     assert bert and all(r["forward_read"] == "1/sqrt(d_k)" for r in bert)
     assert found["C10"].readings["released"].state == claims.HOLDS
     assert found["C13"].verdict == NOT_TESTABLE  # read only: no release was run, so nothing was measured
+
+
+def test_the_table_ends_with_the_installed_transformers():
+    """The same reader on today's BertSelfAttention: ``self.scaling = self.attention_head_size**-0.5``,
+    passed as ``scaling=`` to the function that multiplies by it, reads 1/sqrt(d_k)."""
+    row = H.experiment.installed_row()
+    assert row["version"].endswith("(installed)") and row["scope"] == "BertSelfAttention"
+    assert row["forward_read"] == "1/sqrt(d_k)" and "attention_head_size" in row["statement"]
+    assert row["location"].startswith("transformers/models/bert/modeling_bert.py:")
+
+
+def test_a_constant_passed_by_keyword_is_read_where_it_is_applied():
+    from attnscale.history.reader import constant_use
+
+    code = "self.scale = d ** -0.5\nout = attend(q, k, scaling=self.scale)\ndef attend(q, k, scaling):\n    return q @ k * scaling\n"
+    assert constant_use(code, "self.scale") == "*"
+    assert constant_use("self.scale = d ** -0.5\nuse(self.scale)\n", "self.scale") is None

@@ -468,6 +468,10 @@ def constant_use(code: str, lhs: str) -> str | None:
     name = re.escape(lhs.strip())
     uses = set(re.findall(rf"(?<![*/])([*/])=?[ \t]*\(?[ \t]*{name}\b(?![ \t]*[(.\w])", code))
     uses |= set(re.findall(rf"(?<![\w.]){name}[ \t]*([*])(?![*=])", code))
+    if not uses:  # passed by keyword to the function that applies it (transformers 5: ``scaling=self.scaling``)
+        for keyword in set(re.findall(rf"\b(\w+)[ \t]*=[ \t]*{name}\b(?![ \t]*[(.\w])", code)):
+            if keyword != lhs.strip():
+                uses |= set(re.findall(rf"(?<![*/])([*/])=?[ \t]*\(?[ \t]*{keyword}\b(?![ \t]*[(.\w=])", code))
     return uses.pop() if len(uses) == 1 else None
 
 

@@ -73,7 +73,7 @@ REGISTRY = {lab.name: lab for lab in (
     Lab("numerics", ("C11", "C12")),
     Lab("training", ("C05", "C06", "C09", "C10", "C13", "C17", "C18"), uses_run_store=True),
     Lab("doctor", ("C10", "C14"), probes=("transformers",)),
-    Lab("history", ("C07", "C10", "C13")),  # the released code of others, from a pinned cache
+    Lab("history", ("C07", "C10", "C13"), probes=("transformers",)),  # released code from a pinned cache, and today's
     Lab("audit", (), probes=("transformers",)),  # no claim: its findings are its tables
 )}
 LABS = tuple(REGISTRY)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ... import checks
 from ...errors import UserError
 
-VERSION = 1
+VERSION = 2
 HEAD_DIMS = (16, 64)  # two head sizes: 1/sqrt(d_k) gives 0.25 and 0.125, 1/d_k 0.0625 and 0.0156
 
 
@@ -59,4 +59,37 @@ def run(config: Config, progress=None) -> dict:
         rows += factor_history(folder, run=config.run, releases=(release,), head_dims=config.head_dims)
         if progress:
             progress((i + 1) / len(RELEASES), f"{release.package} {release.version}")
+    rows.append(installed_row())
     return {"config": dataclasses.asdict(config), "cache": str(folder), "fetch_command": FETCH_COMMAND, "rows": rows}
+
+
+INSTALLED_MODULE = "transformers.models.bert.modeling_bert"  # where the installed release defines BertSelfAttention
+
+
+def installed_row() -> dict:
+    """The installed transformers' BERT attention, read by the same pattern reader (its own module only:
+    the whole tree takes 18 s); the doctor lab runs it (``attnscale doctor``'s scale probe), so it is
+    read, not run, here.  The table's last row, where the history meets today's code."""
+    import importlib.util
+    import re
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from ...history.reader import scan_source, subject_reading
+
+    spec = importlib.util.find_spec(INSTALLED_MODULE)
+    base = {"package": "transformers", "version": f"{version('transformers')} (installed)", "date": "installed",
+            "language": "pytorch", "factor_measured": None, "rule_measured": None, "notes": [],
+            "agreement": "read, not run (the doctor lab runs it)", "stubs": [], "shims": [], "probe_seconds": None}
+    if spec is None or spec.origin is None:
+        return {**base, "location": None, "scope": None, "statement": None, "formula": None, "factor_read": None,
+                "forward_read": None, "status": f"{INSTALLED_MODULE} is not in the installed transformers"}
+    text = Path(spec.origin).read_text(encoding="utf-8", errors="replace")
+    relative = INSTALLED_MODULE.replace(".", "/") + ".py"
+    line = next((i + 1 for i, code in enumerate(text.splitlines()) if re.match(r"^class BertSelfAttention\b", code)), None)
+    reading = subject_reading(scan_source(text, relative), "BertSelfAttention" if line else None,
+                              f"{relative}:{line}" if line else None, ())
+    primary = reading.primary
+    return {**base, "location": reading.where, "scope": reading.subject,
+            "statement": primary.statement if primary else None, "formula": primary.formula if primary else None,
+            "factor_read": reading.summary, "forward_read": reading.forward_rule, "status": "read only"}

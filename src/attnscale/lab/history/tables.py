@@ -8,6 +8,6 @@ def tables(result: dict) -> dict[str, list[dict]]:
              "statement": r["statement"] or "-", "factor read": r["factor_read"] or r["status"],
              "factor measured": (", ".join(f"d_k {d}: {s:.4g}" for d, s in sorted(r["factor_measured"].items()))
                                  + f" -> {r['rule_measured']}") if r["factor_measured"] else
-                                ("read, not run" if r["agreement"] == "read, not run" else "-"),
+                                (r["agreement"] if r["agreement"].startswith("read, not run") else "-"),
              "agreement": r["agreement"]} for r in result["rows"]]
     return {"the attention factor through history (released code, read and run)": rows}
