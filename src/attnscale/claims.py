@@ -96,8 +96,11 @@ class Claim:
         return tuple(p for p in self.parts if p.lab == lab)
 
 
-def state_of(decided: bool | None) -> str:
-    """A part decided on its interval: True holds, False fails, None undecided."""
+def state_of(decided: bool | None, negate: bool = False) -> str:
+    """A part decided on its interval: True holds, False fails, None undecided; with ``negate`` the
+    part is the opposite of what was decided ("never overflows" from "overflows")."""
+    if negate and decided is not None:
+        decided = not decided
     return HOLDS if decided is True else FAILS if decided is False else UNDECIDED
 
 
@@ -126,10 +129,10 @@ def could_be(states, aggregate=None) -> list[str]:
     if not open_ or len(open_) > 12:
         return []
     found = set()
-    for mask in range(2 ** len(open_)):
+    for resolution in itertools.product((HOLDS, FAILS), repeat=len(open_)):
         turned = list(states)
-        for bit, i in enumerate(open_):
-            turned[i] = HOLDS if mask >> bit & 1 else FAILS
+        for i, state in zip(open_, resolution):
+            turned[i] = state
         found.add(aggregate(turned))
     return [s for s in STATES if s in found]
 
@@ -239,12 +242,13 @@ def label(pairs) -> Label:
     assertion_declared = any(p.role == ASSERTION for p, _ in pairs)
     voters = [(p, r) for p, r in tested if p.role == ASSERTION or not assertion_declared]
     others = [(p, r) for p, r in tested if (p, r) not in voters]
-    untested_notes = [note for (p, r), note in zip(pairs, untested_notes_of(pairs)) if r.state not in TESTED]
+    part_notes = untested_notes_of(pairs)
+    untested_notes = [note for (p, r), note in zip(pairs, part_notes) if r.state not in TESTED]
     if not voters:
         states = {r.state for _, r in pairs}
         verdict = PENDING if PENDING in states else NOT_IN_PRESET if NOT_IN_PRESET in states else NOT_TESTABLE
         notes = [] if all(r.state == verdict for _, r in pairs) else [
-            note for (p, r), note in zip(pairs, untested_notes_of(pairs)) if r.state != verdict or verdict == PENDING]
+            note for (p, r), note in zip(pairs, part_notes) if r.state != verdict or verdict == PENDING]
         return Label(verdict, verdict + (f" ({'; '.join(notes)})" if notes else ""))
     others_fail = any(r.state in (FAILS, MIXED) for _, r in others)
     open_ = [i for i, (_, r) in enumerate(voters) if r.state == UNDECIDED]
@@ -265,10 +269,11 @@ def label(pairs) -> Label:
     held = [(p, r) for p, r in voters + others if r.state == HOLDS]
     if verdict == REFUTED:
         premises = [(p, r) for p, r in held if p.role == PREMISE]
+        sides = [(p, r) for p, r in held if p.role == SIDE]
         if premises:
             notes.append(f"its premise holds: {_texts(premises)}")
-        if [x for x in held if x[0].role == SIDE]:
-            notes.append(f"holds: {_texts([x for x in held if x[0].role == SIDE])}")
+        if sides:
+            notes.append(f"holds: {_texts(sides)}")
         if undecided or leans[HOLDS] or leans[FAILS]:
             notes.append(f"undecided: {_texts(undecided + leans[HOLDS] + leans[FAILS])}")
     else:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ...claims import FAILS, HOLDS, NOT_TESTABLE, UNDECIDED, Finding, Reading
+from ...claims import FAILS, HOLDS, NOT_TESTABLE, UNDECIDED, Finding, Reading, state_of
 
 BERT_PACKAGES = ("pytorch-pretrained-bert", "pytorch-transformers", "transformers")  # Hugging Face's BERT, by name
 T5_PACKAGE = "mesh-tensorflow"       # T5's original code (Mesh TensorFlow)
@@ -78,7 +78,7 @@ def judge_c13(result: dict) -> Finding:
                       decide="a reading and a run that agree for " + ", ".join(release_name(r) for r in disagree)
                       if state == UNDECIDED else "")
     missing = missing_text(result, rows)
-    evidence = (f"Every release of Hugging Face's BERT in the cache, read and run: "
+    evidence = ("Every release of Hugging Face's BERT in the cache, read and run: "
                 + "; ".join(quote(r) for r in checked) + ". Run in a subprocess at head sizes "
                 f"{', '.join(map(str, result['config']['head_dims']))} (designed q and k, the module's own forward): "
                 f"{measured}. Reading and running agree in {sum(r['agreement'] == 'agree' for r in checked)} of "
@@ -86,6 +86,11 @@ def judge_c13(result: dict) -> Finding:
                 + " Part rule: holds if one release divides by d_k, fails if every release checked divides by "
                 "sqrt(d_k) with its reading agreeing; a disagreement between reading and running leaves it undecided.")
     return Finding("C13", "history", evidence, numbers, {"old_bert": reading})
+
+
+def folded_only(row: dict) -> bool:
+    """The release puts the factor into the initial weights and applies none in the forward pass."""
+    return "folded" in (row["factor_read"] or "") and row["forward_read"] == "1 (none)"
 
 
 FOLDED_INTO = re.compile(r"init of ([^;)]+)")  # "folded into the init of W_q, W_k; ..." -> "W_q, W_k"
@@ -112,15 +117,12 @@ def judge_c10(result: dict) -> Finding:
     every release read puts 1/sqrt(d_k) into the initial Q/K weights and applies no factor in the
     forward pass (TensorFlow code is read, never run)."""
     rows = [r for r in rows_of(result, (T5_PACKAGE,)) if read(r)]
-    numbers = {"t5_releases_read": len(rows),
-               "t5_releases_folded": sum("folded" in (r["factor_read"] or "") and r["forward_read"] == "1 (none)"
-                                         for r in rows)}
+    numbers = {"t5_releases_read": len(rows), "t5_releases_folded": sum(map(folded_only, rows))}
     if not rows:
         why = "T5's Mesh TensorFlow code could not be read: " + missing_text(result, rows_of(result, (T5_PACKAGE,)))
         return Finding("C10", "history", why, numbers, {"released": Reading(NOT_TESTABLE, note=why)})
-    settings = [{"where": release_name(r), "state": HOLDS if ("folded" in (r["factor_read"] or "")
-                                                            and r["forward_read"] == "1 (none)") else FAILS,
-                 "measured": r["factor_read"]} for r in rows]
+    settings = [{"where": release_name(r), "state": state_of(folded_only(r)), "measured": r["factor_read"]}
+                for r in rows]
     reading = Reading.over([s["state"] for s in settings], measured="; ".join(f"{s['where']}: {s['measured']}" for s in settings),
                            threshold="the factor in the initial weights, none in the forward pass", settings=settings)
     notes = [n for r in rows for n in r["notes"]]

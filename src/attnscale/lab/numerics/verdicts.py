@@ -139,10 +139,6 @@ def _groups_text(groups: list[tuple[int, int]]) -> str:
     return f"{_rate_text(count, rows)} over {len(groups)} cases, {bounded} of them bounding the rate at or below {RARE_ROWS:g}"
 
 
-def _part_text(part: bool | None) -> str:
-    return {True: "holds", False: "fails", None: "undecided"}[part]
-
-
 def claim_setting_rows(result: dict) -> list[dict]:
     """Real-code attention (plain, SDPA, online; scale sqrt) in float16 and bfloat16 at the claim's
     own setting: d_k = claim_d_k, in every scenario whose q and k are no larger than those that put
@@ -381,14 +377,14 @@ def judge_c12(result: dict) -> claims.Finding:
                        threshold=f"non-finite rate <= {RARE_ROWS * scale:.2g} in every case, at KL <= {KL_CHEAP * scale:.3g} nats")
 
     def read_flash(scale: float) -> Reading:
-        return Reading(state_of(None if overflows(online_rows, scale) is None else not overflows(online_rows, scale)),
+        return Reading(state_of(overflows(online_rows, scale), negate=True),
                        measured=f"online softmax non-finite in {_cases_text(online_rows)}",
                        threshold=f"every case's rate <= {RARE_ROWS * scale:.2g}")
 
     def read_tiling(scale: float) -> Reading:
         tiled = overflows(tiled_rows, scale)
         settings = [{"where": "numeric: tiles without max subtraction stay finite",
-                     "state": state_of(None if tiled is None else not tiled)},
+                     "state": state_of(tiled, negate=True)},
                     {"where": f"memory: dense attention needs >= {MEMORY_SAVED * scale:.3g}x the tiled peak",
                      "state": state_of(memory["ratio"] >= MEMORY_SAVED * scale)}]
         return Reading.over([s["state"] for s in settings],

@@ -178,8 +178,7 @@ def stall_state(c: dict, scale: float = 1.0) -> str:
     if c.get("class") == "no reference":
         return UNDECIDED
     stalled = sum(p < STALL_BELOW * scale for p in c["per_seed"])
-    where = intervals.side(intervals.wilson(stalled, len(c["per_seed"])), DECIDED_RATE * scale)
-    return HOLDS if where == intervals.ABOVE else FAILS if where == intervals.BELOW else UNDECIDED
+    return state_of(intervals.at_least(intervals.wilson(stalled, len(c["per_seed"])), DECIDED_RATE * scale))
 
 
 def over_cells(states: list[str]) -> str:
@@ -346,9 +345,7 @@ def judge_c09(result: dict) -> Finding:
 
     def read_rate(row: dict, name: str, holds_below: bool, scale: float) -> Reading:
         """A factor's solve rate against DECIDED_RATE: 'does not converge' holds below it, 'restores' above."""
-        where = intervals.side(row["solved_interval"], DECIDED_RATE * scale)
-        holds, fails = (intervals.BELOW, intervals.ABOVE) if holds_below else (intervals.ABOVE, intervals.BELOW)
-        state = HOLDS if where == holds else FAILS if where == fails else UNDECIDED
+        state = state_of(intervals.at_least(row["solved_interval"], DECIDED_RATE * scale), negate=holds_below)
         return Reading(state, measured=f"{name} solves in {row['solved']} of {row['seeds']} seeds "
                        f"{intervals.fmt_interval(row['solved_interval'], percent=True)}",
                        threshold=f"solve rate {'below' if holds_below else 'above'} {DECIDED_RATE * scale:.2g}",
@@ -617,10 +614,9 @@ def judge_c17(result: dict) -> Finding:
     ratio_interval = intervals.bootstrap(ratios)
 
     def read_gradient(scale: float) -> Reading:
-        where = intervals.side(ratio_interval, GRAD_DROP * scale)
-        state = HOLDS if where == intervals.ABOVE else FAILS if where == intervals.BELOW else UNDECIDED
-        return Reading(state, measured=f"sqrt's gradient over the unscaled one: median {fmt(median)} "
-                       f"{intervals.fmt_interval(ratio_interval, 3)} over {len(ratios)} matched seeds",
+        return Reading(state_of(intervals.at_least(ratio_interval, GRAD_DROP * scale)),
+                       measured=f"sqrt's gradient over the unscaled one: median {fmt(median)} "
+                                f"{intervals.fmt_interval(ratio_interval, 3)} over {len(ratios)} matched seeds",
                        threshold=f"above {GRAD_DROP * scale:.3g}")
 
     readings = {"gradient": measured_at(read_gradient), "loss": stall_part(cells, "the loss stalls")}
