@@ -12,7 +12,7 @@ from attnscale.claims import (ASSERTION, FAILS, HOLDS, INCONCLUSIVE, MIXED, NOT_
 
 def finding_as(claim_id: str, lab: str, verdict: str, evidence: str = "", numbers: dict | None = None) -> Finding:
     """A finding of ``lab`` on ``claim_id`` whose parts give ``verdict`` by :func:`claims.label`."""
-    parts = claims.BY_ID[claim_id].parts_of(lab)
+    parts = claims.ANY_BY_ID[claim_id].parts_of(lab)
     voters = [p for p in parts if p.role == ASSERTION] or list(parts)
     states = {p.key: HOLDS for p in parts}
     if verdict in (NOT_TESTABLE, NOT_IN_PRESET):

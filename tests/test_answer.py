@@ -7,7 +7,7 @@ import pytest
 from attnscale import answer, claims, lab
 from attnscale.claims import INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED
 
-from findings import Stub as Finding, real
+from findings import Stub as Finding, finding_as, real
 
 # Labs whose findings do not declare their numbers yet; once a lab declares NUMBER_KEYS, take it out
 # of this set and every number the answer reads from it is checked against its declaration.
@@ -69,7 +69,7 @@ def sentences(composed):
 
 def test_with_no_evidence_every_sentence_says_it_is_pending():
     composed = answer.compose(report_from({}), "en")
-    assert len(sentences(composed)) == 10
+    assert len(sentences(composed)) == 11
     assert all("not measured yet" in s for s in sentences(composed))
 
 
@@ -79,7 +79,7 @@ def test_the_answer_reads_only_numbers_the_labs_declare():
     declaring = {name for name in lab.LABS if hasattr(lab.load(name), "NUMBER_KEYS")}
     assert declaring == set(lab.LABS) - UNDECLARED, "a lab declares NUMBER_KEYS now: take it out of UNDECLARED"
     for (claim_id, name), keys in answer.READS.items():
-        assert name in claims.BY_ID[claim_id].labs, (claim_id, name)
+        assert name in claims.ANY_BY_ID[claim_id].labs, (claim_id, name)
         if name in declaring:
             declared = lab.load(name).NUMBER_KEYS.get(claim_id, ())
             missing = [key for key in keys if not claims.key_declared(declared, key)]
@@ -248,7 +248,32 @@ def answer_cases():
         cases[name] = report_from(edited(base, lab_name, claim_id, verdict, drop, **numbers))
     no_c17 = {**base, "training": {k: v for k, v in base["training"].items() if k != "C17"}}
     cases["C17 pending"] = report_from(no_c17)
+    cases["long contexts"] = {**report_from(base), "statements": long_statements(LONG_NUMBERS)}
+    cases["long contexts, L4 pending"] = {**report_from(base), "statements": long_statements(
+        {**LONG_NUMBERS, "L4": {"train_length": 34, "test_length": 544}})}
     return cases
+
+
+LONG_NUMBERS = {"L1": {"sqrt_weight_equal_64": 0.70, "sqrt_weight_equal_65536": 0.002},
+                "L2": {"logn_weight_equal_64": 0.85, "logn_weight_equal_65536": 0.99},
+                "L3": {"sqrt_log_entropy_64": 0.775, "sqrt_log_entropy_65536": 0.751, "log_entropy_64": 0.843,
+                       "log_entropy_65536": 0.576},
+                "L4": {"train_length": 34, "test_length": 544, "sqrt_drop_rate": 1.0, "logn_drop_rate": 0.0}}
+
+
+def long_statements(numbers):
+    """The statements beyond the source as the real evaluation labels them, from findings with these numbers."""
+    findings = {"length": {sid: finding_as(sid, "length", SUPPORTED, "", nums) for sid, nums in numbers.items()}}
+    return claims.evaluate(findings, claims.STATEMENTS)
+
+
+def test_the_long_contexts_follow_up_quotes_its_numbers_in_both_languages():
+    report = answer_cases()["long contexts"]
+    for lang, question in (("en", "What about long contexts?"), ("zh", "那长上下文呢？")):
+        item = answer.compose(report, lang)["follow_ups"][3]
+        assert item["question"] == question
+        assert all(number in item["answer"][0] for number in ("0.70", "0.002", "0.99", "0.58", "0.75", "100%", "0%"))
+    assert "not measured" in answer.compose(report_from({}), "en")["follow_ups"][3]["answer"][0]
 
 
 def test_the_30_second_answer_fits_in_30_seconds_in_both_languages():

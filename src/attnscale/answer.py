@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 
 from .answer_catalogue import GAP, Listing, Seq, Word, render
-from .claims import (ASSERTION, BY_ID, CLAIMS, FAILS, INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, PENDING, REFUTED,
+from .claims import (ANY_BY_ID, ASSERTION, BY_ID, CLAIMS, FAILS, INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, PENDING, REFUTED,
                      SUPPORTED, VERDICTS, key_declared)
 from .probing.probe import NO_SCALING  # C10: the probe's label of T5's factor
 from .errors import UserError
@@ -31,6 +31,7 @@ from .lab.numerics import CLAMP_COSTS, KL_CHEAP, MEMORY_SAVED, RANGE_REACHED, WR
 from .lab.saturation import verdicts as saturation_rules  # C06: "around +-100", "gradient near 0"; C16: "near 0"
 from .lab.training.verdicts import EQUIVALENT_LOGITS, GRAD_DROP  # C10's trained logit std gap, C17's "10x"
 from .lab.variance import SMALL_TV, SMALL_TV_RATIO
+from .lab.length import verdicts as length_rules  # L1-L3: the key counts compared
 from .lab.variance import verdicts as variance_rules  # C01: "variance 1"
 
 LANGS = ("en", "zh")
@@ -58,6 +59,10 @@ READS = {
     ("C17", "training"): ("median_grad_ratio_sqrt_over_none",),
     ("C18", "saturation"): ("zero_slope_exponent", "constant_factor", "constant_entropy_min", "constant_entropy_max"),
     ("C18", "training"): ("cells", "sqrt_near_best_cells"),
+    ("L1", "length"): ("sqrt_weight_equal_*",),
+    ("L2", "length"): ("logn_weight_equal_*",),
+    ("L3", "length"): ("sqrt_log_entropy_*", "log_entropy_*"),
+    ("L4", "length"): ("train_length", "test_length", "sqrt_drop_rate", "logn_drop_rate"),
 }
 
 TEXT_NUMBERS = {("C11", "trained_model"), ("C10", "t5_finding"), ("C12", "clamp_cost"), ("C12", "online_overflow")}  # the declared numbers that hold text
@@ -69,7 +74,7 @@ class Evidence:
     """Verdicts and numbers of one report, looked up by claim ID; only declared numbers can be read."""
 
     def __init__(self, report: dict):
-        self.claims = {c["id"]: c for c in report["claims"]}
+        self.claims = {c["id"]: c for c in report["claims"] + list(report.get("statements") or [])}
 
     def verdict(self, claim_id: str) -> str:
         return self.claims[claim_id]["verdict"]
@@ -82,7 +87,7 @@ class Evidence:
         labs = [lab for (cid, lab), keys in READS.items() if cid == claim_id and key_declared(keys, key)]
         if not labs:
             raise KeyError(f"the answer reads {claim_id}'s {key!r}, which READS does not declare")
-        return f"{labs[0]}.{key}" if len(BY_ID[claim_id].labs) > 1 else key
+        return f"{labs[0]}.{key}" if len(ANY_BY_ID[claim_id].labs) > 1 else key
 
     def number(self, claim_id: str, key: str):
         """A declared number (None where the report has none); a value of another type is a report
@@ -102,7 +107,7 @@ class Evidence:
                 if k.startswith(full) and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def has(self, claim_id: str, *keys: str) -> bool:
-        return all(self.number(claim_id, key) is not None for key in keys)
+        return claim_id in self.claims and all(self.number(claim_id, key) is not None for key in keys)
 
 
 # Percentages: "at least" rounds down and "at most" rounds up, so that a bound stays true.
@@ -332,7 +337,29 @@ def t5(ev: Evidence) -> Seq | Word:
     return Seq(text, Word("t5.trained.none_same", differ=differ, tail=Word("t5.tail")))
 
 
-FOLLOW_UPS = (("follow_up.small_d_k", small_d_k), ("follow_up.gradients", gradients), ("follow_up.t5", t5))
+def long_contexts(ev: Evidence) -> Seq | Word:
+    """The statements beyond the source (L1-L4): what the factor does as the number of keys grows."""
+    if not all(s in ev.claims for s in ("L1", "L2", "L3", "L4")):
+        return _pending("L1-L4")
+    plain, logn = ev.family("L1", "sqrt_weight_equal_"), ev.family("L2", "logn_weight_equal_")
+    sqrt_log, log = ev.family("L3", "sqrt_log_entropy_"), ev.family("L3", "log_entropy_")
+    small, large = (str(n) for n in (length_rules.N_FROM, length_rules.N_TO))
+    if not all(small in f and large in f for f in (plain, logn, sqrt_log, log)):
+        return _pending("L1-L3")
+    label = lambda sid: Word(f"verdict.{ev.verdict(sid)}")
+    text = Word("long.fade", small=small, large=f"{int(large):,}", w_small=f"{plain[small]:.2f}",
+                w_large=f"{plain[large]:.3f}", l1=label("L1"), logn_large=f"{logn[large]:.2f}", l2=label("L2"))
+    law = Word("long.law", log_small=f"{log[small]:.2f}", log_large=f"{log[large]:.2f}",
+               sq_small=f"{sqrt_log[small]:.2f}", sq_large=f"{sqrt_log[large]:.2f}", l3=label("L3"))
+    if not ev.has("L4", "train_length", "test_length", "sqrt_drop_rate", "logn_drop_rate"):
+        return Seq(text, GAP, law, GAP, _pending("L4"))
+    trained = Word("long.trained", train=ev.number("L4", "train_length"), test=ev.number("L4", "test_length"), sqrt=_pct(ev.number("L4", "sqrt_drop_rate")),
+                   logn=_pct(ev.number("L4", "logn_drop_rate")), l4=label("L4"))
+    return Seq(text, GAP, trained, GAP, law)
+
+
+FOLLOW_UPS = (("follow_up.small_d_k", small_d_k), ("follow_up.gradients", gradients), ("follow_up.t5", t5),
+              ("follow_up.long_contexts", long_contexts))
 
 
 def _spaced(text: str, lang: str) -> str:
@@ -433,7 +460,7 @@ def _sentence(build, ev: Evidence, lang: str) -> str:
 
 def compose(report: dict, lang: str = "en") -> dict:
     """The interview answer in three layers, as lists of sentences: ``short`` (the 30-second answer),
-    ``answer`` (the full measured answer) and the three ``follow_ups``."""
+    ``answer`` (the full measured answer) and the four ``follow_ups``."""
     if lang not in LANGS:
         raise UserError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
     ev = Evidence(check_report(report))

@@ -163,6 +163,30 @@ ENTRIES: dict[str, dict[str, str]] = {
     "follow_up.gradients": {"en": "Why does softmax saturation hurt training? What are the gradient values?",
                             "zh": "为什么 softmax 的梯度饱和区会导致训练问题？能具体说下梯度值吗？"},
     "follow_up.t5": {"en": "How does T5 scale, and why?", "zh": "T5 的缩放方式有什么不同？为什么？"},
+    "follow_up.long_contexts": {"en": "What about long contexts?", "zh": "那长上下文呢？"},
+
+    "long.fade": {
+        "en": "1/sqrt(d_k) fixes the logits' spread, not the number of keys n: a relevant key at margin 5 among equal "
+              "keys gets {w_small} of the weight at n = {small} and {w_large} at n = {large} (L1, {l1}). Long-context "
+              "models multiply the logits by a factor that grows with n, log_L n beyond the training length L (Qwen-1, "
+              "Su 2021) or s ln n with s learned (Scalable-Softmax); among equal keys the weight then tends to 1, "
+              "{logn_large} at n = {large} under log_34 n (L2, {l2}).",
+        "zh": "1/sqrt(d_k) 固定的是 logits 的离散程度，而不是 key 的个数 n：在等值 key 中领先 5 的那个 key，"
+              "n = {small} 时得到 {w_small} 的权重，n = {large} 时只剩 {w_large}（L1，{l1}）。长上下文模型再乘一个随 n "
+              "增长的因子：超过训练长度 L 后乘 log_L n（Qwen-1、苏剑林 2021），或乘 s ln n、s 可学习（Scalable-Softmax）；"
+              "在等值 key 中权重随之趋于 1，log_34 n 下 n = {large} 时为 {logn_large}（L2，{l2}）。"},
+    "long.trained": {
+        "en": "Trained at {train} tokens and run at {test}, {sqrt} of the models under 1/sqrt(d_k) alone lost accuracy, {logn} "
+              "of those with log-n (L4, {l4}).",
+        "zh": "在 {train} 个 token 上训练、在 {test} 个上运行：只用 1/sqrt(d_k) 的模型有 {sqrt} 准确率下降，加 log-n 的为 {logn}"
+              "（L4，{l4}）。"},
+    "long.law": {
+        "en": "Which law depends on the task: the log n that keeps a needle also freezes attention over iid logits "
+              "(entropy / ln n {log_small} to {log_large}), while 0.5 sqrt(2 ln n) keeps that entropy ({sq_small} to "
+              "{sq_large}) and lets a needle fade (L3, {l3}).",
+        "zh": "该用哪条规律取决于任务：保住单个目标 key 的 log n 会让独立同分布 logits 上的注意力冻结（熵 / ln n 从 "
+              "{log_small} 降到 {log_large}），而 0.5 sqrt(2 ln n) 能保住这个熵（{sq_small} 到 {sq_large}），却让目标 key "
+              "的权重衰减（L3，{l3}）。"},
 
     "small.tv": {
         "en": "At d_k = 1 the factor is exactly 1. At d_k = 2 the attention rows with and without 1/sqrt(2) are {tv2} "

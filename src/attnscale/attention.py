@@ -29,11 +29,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import length as length_terms
 from . import memory, scaling
 from .errors import UserError
 from .softmax import check_block_size, check_float, check_mask, naive_softmax, stable_softmax, stats_dtype
 
 IMPLS = ("auto", "sdpa", "naive", "stable", "online")
+ROPE_BASE = 10000.0
 WEIGHT_IMPLS = ("naive", "stable")
 
 
@@ -83,6 +85,28 @@ def prepare_qk(q, k, rule: scaling.ScaleRule):
     if rule.normalizes_qk:
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
     return q, k, rule.factor(d_k)
+
+
+def with_length_term(q: torch.Tensor, rule: scaling.ScaleRule, n_keys: torch.Tensor, s=None) -> torch.Tensor:
+    """q with each query row multiplied by the rule's length term m(n) (unchanged without one).
+
+    ``n_keys``: the keys each row may attend to, broadcastable to q's (..., T_q); ``s``: a learned
+    SSMax s per head, shape (H, 1), or None for the rule's initial s."""
+    if rule.length is None:
+        return q
+    multiplier = rule.length.multiplier(n_keys.to(torch.float64 if q.dtype == torch.float64 else torch.float32), s)
+    return q * multiplier.to(q.dtype).unsqueeze(-1)
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, base: float = ROPE_BASE) -> torch.Tensor:
+    """Rotary position embedding (Su et al. 2021) on (..., T, d), d even, in the rotate-half
+    layout: dimension i and i + d/2 turn by the angle position x base^(-2i/d)."""
+    half = x.shape[-1] // 2
+    inverse = base ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2 / x.shape[-1])
+    angles = positions.to(torch.float64).unsqueeze(-1) * inverse
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    first, second = x[..., :half], x[..., half:]
+    return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
 
 
 def scores(q: torch.Tensor, k: torch.Tensor, factor) -> torch.Tensor:
@@ -206,7 +230,8 @@ def attention(
     """softmax(q k^T * factor) v on (..., T, d) tensors.
 
     ``scale`` is a spec string or a :class:`~attnscale.scaling.ScaleRule` (learnable rules use
-    their initial factor); ``mask`` is bool, True where a key may be attended, broadcast to
+    their initial factor; a length term multiplies each query row by m(n), n the keys it may
+    attend to); ``mask`` is bool, True where a key may be attended, broadcast to
     (..., T_q, T_k); ``causal`` masks keys after the query (top-left aligned).  ``impl`` is one
     of ``auto`` (``sdpa``, or ``stable`` when weights are asked for), ``sdpa``, ``naive``,
     ``stable``, ``online``.  With ``return_weights=True`` returns (output, probabilities).
@@ -219,6 +244,7 @@ def attention(
     t_k = k.shape[-2]
     mask = check_mask(mask, (*q.shape[:-1], t_k))
     q, k, factor = prepare_qk(q, k, rule)
+    q = with_length_term(q, rule, length_terms.keys_per_query(q.shape[-2], t_k, mask, causal, q.device))
     return _attend(q, k, v, factor, mask, causal, impl, return_weights, block_size)
 
 
@@ -255,8 +281,11 @@ class ScaledAttention(nn.Module):
 
     ``forward(x, mask=None)`` maps (B, T, d_model) to (B, T, d_model).  ``d_head`` need not
     equal d_model / n_heads.  ``scale`` is a spec (see :mod:`attnscale.scaling`); ``learned``
-    adds a parameter ``log_factor``, ``qknorm`` a parameter ``gain``.  ``init`` is an init
-    scheme for the q/k/v projections.  ``impl`` as in :func:`attention`.
+    adds a parameter ``log_factor``, ``qknorm`` a parameter ``gain``, a ``+ssmax`` term a
+    parameter ``ssmax_s`` (one s per head).  ``init`` is an init scheme for the q/k/v
+    projections.  ``impl`` as in :func:`attention`.  ``rope=True`` rotates q and k by their
+    positions (0..T-1) before the product, so the module needs no position embedding and runs
+    at any length.
     """
 
     def __init__(
@@ -271,6 +300,7 @@ class ScaledAttention(nn.Module):
         bias: bool = False,
         causal: bool = False,
         block_size: int = 128,
+        rope: bool = False,
         generator: torch.Generator | None = None,
     ):
         super().__init__()
@@ -283,6 +313,9 @@ class ScaledAttention(nn.Module):
             d_head = d_model // n_heads
         scaling.check_d_k(d_head)
         check_impl(impl)
+        if not isinstance(rope, bool) or (rope and d_head % 2):
+            raise UserError(f"rope needs True/False and an even d_head, got rope={rope!r} with d_head={d_head}")
+        self.rope = rope
         self.d_model, self.n_heads, self.d_head = d_model, n_heads, d_head
         self.rule = scaling.parse(scale)
         self.init_scheme = scaling.check_init(init)
@@ -300,6 +333,8 @@ class ScaledAttention(nn.Module):
             self.log_factor = nn.Parameter(torch.tensor(math.log(self.rule.factor(d_head))))
         elif self.rule.kind == "qknorm":
             self.gain = nn.Parameter(torch.tensor(float(self.rule.factor(d_head))))
+        if self.rule.length is not None and self.rule.length.learnable:
+            self.ssmax_s = nn.Parameter(torch.full((n_heads, 1), float(self.rule.length.coef)))
         self._capture: Capture | None = None
         self._capture_name = ""
 
@@ -315,18 +350,29 @@ class ScaledAttention(nn.Module):
         batch, time, _ = x.shape
         return x.view(batch, time, self.n_heads, self.d_head).transpose(1, 2)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool | None = None) -> torch.Tensor:
+    def project(self, x: torch.Tensor, mask: torch.Tensor | None, causal: bool):
+        """q, k, v as (B, H, T, d_head), q with the rule's length term applied, and the factor."""
         if not isinstance(x, torch.Tensor) or x.dim() != 3 or x.shape[-1] != self.d_model:
             raise UserError(f"expected input (B, T, d_model={self.d_model}), got {tuple(getattr(x, 'shape', ())) or x!r}")
         if x.dtype != self.w_q.weight.dtype:
             raise UserError(f"input has dtype {x.dtype} but the module's weights {self.w_q.weight.dtype}; convert "
                              "one of them with .to()")
-        batch, time, _ = x.shape
+        time = x.shape[1]
         q, k, v = (self.split_heads(w(x)) for w in (self.w_q, self.w_k, self.w_v))
         if self.rule.normalizes_qk:
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        if self.rope:
+            positions = torch.arange(time, device=x.device)
+            q, k = rotate(q, positions), rotate(k, positions)
+        if self.rule.length is not None:
+            n_keys = length_terms.keys_per_query(time, time, mask, causal, x.device)
+            q = with_length_term(q, self.rule, n_keys, getattr(self, "ssmax_s", None))
+        return q, k, v, self.factor()
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, causal: bool | None = None) -> torch.Tensor:
         causal = self.causal if causal is None else causal
-        factor = self.factor()
+        q, k, v, factor = self.project(x, mask, causal)
+        batch, time, _ = x.shape
         if self._capture is not None:
             mask = combined_mask(mask, causal, time, time, x.device)
             out, probs = dense_attention(q, k, v, factor, mask, "stable")
@@ -334,6 +380,18 @@ class ScaledAttention(nn.Module):
         else:
             out = _attend(q, k, v, factor, mask, causal, self.impl, False, self.block_size)
         return self.w_o(out.transpose(1, 2).reshape(batch, time, self.n_heads * self.d_head))
+
+    @torch.no_grad()
+    def row_weights(self, x: torch.Tensor, rows: slice, mask: torch.Tensor | None = None,
+                    causal: bool | None = None) -> torch.Tensor:
+        """The attention probabilities of the query rows ``rows`` only, (B, H, R, T): what the
+        forward pass computes for them, without the (T, T) matrix of every row."""
+        causal = self.causal if causal is None else causal
+        q, k, _, factor = self.project(x, mask, causal)
+        time = x.shape[1]
+        full = combined_mask(mask, causal, time, time, x.device)
+        picked = None if full is None else full[..., rows, :]
+        return stable_softmax(scores(q[..., rows, :], k, factor), picked)
 
     def _record(self, q, k, factor, mask, probs) -> None:
         logits = scores(q, k, factor)

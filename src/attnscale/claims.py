@@ -331,12 +331,12 @@ class Finding:
     readings: dict[str, Reading] = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.claim not in BY_ID:
-            raise ValueError(f"unknown claim {self.claim!r}; accepted: {', '.join(BY_ID)}")
-        declared = [p.key for p in BY_ID[self.claim].parts_of(self.lab)]
+        if self.claim not in ANY_BY_ID:
+            raise ValueError(f"unknown claim {self.claim!r}; accepted: {', '.join(ANY_BY_ID)}")
+        declared = [p.key for p in ANY_BY_ID[self.claim].parts_of(self.lab)]
         if not declared:
             raise ValueError(f"{self.claim} declares no part read by the {self.lab!r} lab; its labs: "
-                             f"{', '.join(BY_ID[self.claim].labs)}")
+                             f"{', '.join(ANY_BY_ID[self.claim].labs)}")
         if sorted(self.readings) != sorted(declared):
             raise ValueError(f"{self.claim}'s {self.lab} finding reads parts {sorted(self.readings)}; the registry "
                              f"declares {sorted(declared)}")
@@ -344,7 +344,7 @@ class Finding:
             raise TypeError(f"{self.claim}'s readings must be Reading objects")
 
     def pairs(self) -> list[tuple[Part, Reading]]:
-        return [(p, self.readings[p.key]) for p in BY_ID[self.claim].parts_of(self.lab)]
+        return [(p, self.readings[p.key]) for p in ANY_BY_ID[self.claim].parts_of(self.lab)]
 
     @property
     def verdict(self) -> str:
@@ -363,7 +363,7 @@ def untested(claim: str, lab: str, why: str, state: str = NOT_TESTABLE,
              numbers: dict | None = None) -> Finding:
     """A finding whose every part (of this lab) is ``state`` (not testable here, or not tested in this
     preset) for the reason ``why``."""
-    readings = {p.key: Reading(state, note=why) for p in BY_ID[claim].parts_of(lab)}
+    readings = {p.key: Reading(state, note=why) for p in ANY_BY_ID[claim].parts_of(lab)}
     return Finding(claim, lab, why, numbers or {}, readings)
 
 
@@ -519,9 +519,56 @@ CLAIMS: tuple[Claim, ...] = (
 
 BY_ID = {claim.id: claim for claim in CLAIMS}
 
+# Statements beyond the source: what an answer must add today (long contexts), judged like the claims
+# in a group of their own; never in the source's tally, never C19...  Their "seed" text is empty: the
+# interview answer does not say them.
+STATEMENT_GROUPS = {"L": "long contexts"}
+
+STATEMENTS: tuple[Claim, ...] = (
+    _claim("L1", "long contexts",
+           "Under 1/sqrt(d_k) alone, the weight of one relevant key fades as the context grows.",
+           "",
+           ("init", "at initialisation the needle's weight falls with the number of keys n", A, "length",
+            "a needle at margin 5 among equal keys (SSMax's Fig. 1), and at margin 3 among keys of iid logits "
+            "with std 1; n = 64 and 65536"),
+           ("trained", "a trained model's needle weight fades at 16x its training length", A, "length",
+            "1/sqrt(d_k) at its own best learning rate, no position embedding, trained at 34 tokens")),
+    _claim("L2", "long contexts",
+           "Log-n scaling (the factor times log_L n beyond the training length L) or Scalable-Softmax (times s ln n, "
+           "s learned) keeps a relevant key's weight as the context grows.",
+           "",
+           ("init_equal", "at initialisation log-n and SSMax keep the needle among equal keys", A, "length",
+            "SSMax's Fig. 1: logits -2 and one +3, s = 0.43 and log_34 n, n = 64 and 65536"),
+           ("init_noisy", "at initialisation log-n keeps the needle among noisy keys", A, "length",
+            "margin 3 over keys of iid logits with std 1, log_34 n, n = 64 and 65536"),
+           ("trained_logn", "a trained model with log-n keeps its needle weight at 16x", A, "length",
+            "log_34 n at its own best learning rate, no position embedding"),
+           ("trained_ssmax", "a trained model with SSMax keeps its needle weight at 16x", A, "length",
+            "SSMax (s from 0.43, learned per head) at its own best learning rate, no position embedding")),
+    _claim("L3", "long contexts",
+           "Which law the factor should follow depends on the task: a needle of fixed margin needs growth like "
+           "log n, while keeping attention's entropy over n iid logits needs only sqrt(log n).",
+           "",
+           ("needle_log", "a needle of fixed margin keeps its weight under log n but not under sqrt(log n)", A,
+            "length", "SSMax's Fig. 1 needle (margin 5), m = log_34 n against m = 0.5 sqrt(2 ln n), n = 64 to 65536"),
+           ("entropy_sqrt_log", "over iid logits, sqrt(log n) keeps the entropy fraction and log n lowers it", A,
+            "length", "iid N(0, 1) logits, H / ln n at n = 64 and 65536, m = 0.5 sqrt(2 ln n) against log_34 n")),
+    _claim("L4", "long contexts",
+           "Beyond its training length a model under 1/sqrt(d_k) alone loses accuracy, and a length term keeps it.",
+           "",
+           ("sqrt_drops", "1/sqrt(d_k) alone loses accuracy at 16x", A, "length",
+            "no position embedding, 1/sqrt(d_k) at its own best learning rate"),
+           ("logn_keeps", "log-n keeps its accuracy at 16x", A, "length", "no position embedding, log_34 n"),
+           ("ssmax_keeps", "SSMax keeps its accuracy at 16x", A, "length", "no position embedding, SSMax"),
+           ("rope", "with RoPE too, log-n keeps the accuracy that 1/sqrt(d_k) alone loses", A, "length",
+            "RoPE positions, both rules at their own best learning rates")),
+)
+STATEMENT_BY_ID = {statement.id: statement for statement in STATEMENTS}
+ANY_BY_ID = {**BY_ID, **STATEMENT_BY_ID}
+
 
 def claims_of_lab(lab: str) -> tuple[str, ...]:
-    return tuple(claim.id for claim in CLAIMS if lab in claim.labs)
+    return tuple(claim.id for claim in CLAIMS + STATEMENTS if lab in claim.labs)
 
 
 def key_declared(declared: tuple[str, ...], key: str) -> bool:
@@ -557,12 +604,12 @@ def claim_pairs(claim: Claim, found: dict[str, Finding]) -> list[tuple[Part, Rea
             for p in claim.parts]
 
 
-def evaluate(lab_findings: dict[str, dict[str, Finding]]) -> list[dict]:
-    """Labels for every claim from ``{lab: {claim_id: Finding}}``: each claim's parts, its label by
+def evaluate(lab_findings: dict[str, dict[str, Finding]], registry: tuple[Claim, ...] = CLAIMS) -> list[dict]:
+    """Labels for every claim of ``registry`` (the source's 18, or :data:`STATEMENTS`) from ``{lab: {claim_id: Finding}}``: each claim's parts, its label by
     :func:`label`, the 20% margins, each lab's own label, the evidence and the numbers.  A claim
     whose labs have not all reported is labelled from the parts read so far (the rest pending)."""
     rows = []
-    for claim in CLAIMS:
+    for claim in registry:
         found = {lab: lab_findings[lab][claim.id] for lab in claim.labs if claim.id in lab_findings.get(lab, {})}
         missing = [lab for lab in claim.labs if lab not in found]
         evidence = " ".join(f"[{lab}] {found[lab].evidence}" for lab in found) if len(found) > 1 else (

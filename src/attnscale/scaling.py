@@ -17,12 +17,17 @@ qknorm:G   the same with initial gain G (default sqrt(d_k), so that at random in
            logits have the same spread as the sqrt rule; Henry et al. 2020)
 ========== ==============================================================================
 
+A length term may follow after ``+`` (``sqrt+logn:64``, ``sqrt+ssmax``, ``sqrt+temp:0.1:64``):
+a second factor m(n) that grows with the number of keys n a query sees; see
+:mod:`attnscale.length`.
+
 Init schemes set the q/k/v projection weights (:func:`init_qkv`): ``torch``, ``unit``,
 ``t5`` and ``mup``; see :data:`INIT_SCHEMES`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from dataclasses import dataclass
@@ -30,9 +35,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from . import length as length_terms
 from .errors import UserError
 
-ACCEPTED_SPECS = "sqrt, inv_d, none, const:C (C > 0), power:A (A a number), learned, qknorm, qknorm:G (G > 0)"
+ACCEPTED_SPECS = ("sqrt, inv_d, none, const:C (C > 0), power:A (A a number), learned, qknorm, qknorm:G (G > 0), "
+                  "each optionally +TERM with TERM one of " + length_terms.ACCEPTED_TERMS)
 
 INIT_SCHEMES = {
     "torch": "PyTorch's nn.Linear default (uniform, variance 1/(3 d_model))",
@@ -56,10 +63,11 @@ class ScaleRule:
     exponent: float = 0.5
     coef: float = 1.0
     gain: float | None = None
+    length: length_terms.LengthTerm | None = None  # a factor m(n) on top, growing with the keys a query sees
 
     @property
     def learnable(self) -> bool:
-        return self.kind in ("learned", "qknorm")
+        return self.kind in ("learned", "qknorm") or (self.length is not None and self.length.learnable)
 
     @property
     def normalizes_qk(self) -> bool:
@@ -120,6 +128,14 @@ def parse(spec: str | ScaleRule) -> ScaleRule:
     if not isinstance(spec, str):
         raise UserError(f"scale spec must be a string, got {spec!r}; accepted: {ACCEPTED_SPECS}")
     text = spec.strip()
+    base, plus, term = text.partition("+")
+    if plus:
+        rule = _parse_base(base.strip(), text)
+        return dataclasses.replace(rule, spec=text, length=length_terms.parse(term))
+    return _parse_base(text, text)
+
+
+def _parse_base(text: str, spec: str) -> ScaleRule:
     name, sep, arg = text.partition(":")
     if name in ("sqrt", "inv_d", "none", "learned") and not sep:
         exponent = {"sqrt": 0.5, "inv_d": 1.0, "none": 0.0, "learned": 0.5}[name]
@@ -141,6 +157,11 @@ def parse(spec: str | ScaleRule) -> ScaleRule:
             raise UserError(f"bad scale spec {text!r}: exponent A must be finite; accepted: {ACCEPTED_SPECS}")
         return ScaleRule(spec=text, exponent=exponent)
     raise UserError(f"unknown scale spec {spec!r}; accepted: {ACCEPTED_SPECS}")
+
+
+def is_plain_fixed(rule: ScaleRule) -> bool:
+    """A fixed factor from d_k alone: no learnable part, no length term."""
+    return rule.kind == "fixed" and rule.length is None
 
 
 def factor(spec: str | ScaleRule, d_k: int) -> float:

@@ -74,6 +74,7 @@ REGISTRY = {lab.name: lab for lab in (
     Lab("training", ("C05", "C06", "C09", "C10", "C13", "C17", "C18"), uses_run_store=True),
     Lab("doctor", ("C10", "C14"), probes=("transformers",)),
     Lab("history", ("C07", "C10", "C13"), probes=("transformers",)),  # released code from a pinned cache, and today's
+    Lab("length", ("L1", "L2", "L3", "L4")),  # statements beyond the source: long contexts
     Lab("audit", (), probes=("transformers",)),  # no claim: its findings are its tables
 )}
 LABS = tuple(REGISTRY)

@@ -1,6 +1,7 @@
 """A small pre-LN decoder Transformer built on :class:`attnscale.attention.ScaledAttention`.
 
-As plain as nanoGPT: token + position embeddings, ``n_layers`` blocks of
+As plain as nanoGPT: token + position embeddings (``pos``: learned, or none, or RoPE inside
+attention; the last two run at any length), ``n_layers`` blocks of
 x + attn(ln(x)) then x + mlp(ln(x)), a final LayerNorm and a linear head.  What differs:
 every attention block takes a scale spec (``sqrt``, ``inv_d``, ``none``, ``const:C``, ...),
 an init scheme for its q/k/v projections (``torch``, ``unit``, ``t5``, ``mup``), and a head
@@ -25,6 +26,7 @@ from ..attention import ScaledAttention
 from ..errors import UserError
 
 IGNORE_INDEX = -100  # target positions that carry no loss
+POSITIONS = ("learned", "none", "rope")
 
 
 @dataclass(frozen=True)
@@ -39,11 +41,15 @@ class ModelConfig:
     init: str = "unit"
     mlp_ratio: int = 4
     impl: str = "auto"
+    pos: str = "learned"   # position information: learned embeddings (up to seq_len), none, or rope
 
     def __post_init__(self):
         checks.fields(self, ints=("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "d_head", "mlp_ratio"))
         scaling.parse(self.scale)
         scaling.check_init(self.init)
+        checks.one_of("pos", self.pos, POSITIONS)
+        if self.pos == "rope" and self.d_head % 2:
+            raise UserError(f"pos 'rope' needs an even d_head, got {self.d_head}")
 
 
 class MLP(nn.Module):
@@ -61,7 +67,8 @@ class Block(nn.Module):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.d_model)
         self.attn = ScaledAttention(config.d_model, config.n_heads, config.d_head, scale=config.scale,
-                                    init=config.init, impl=config.impl, causal=True, generator=generator)
+                                    init=config.init, impl=config.impl, causal=True, rope=config.pos == "rope",
+                                    generator=generator)
         self.ln_2 = nn.LayerNorm(config.d_model)
         self.mlp = MLP(config.d_model, config.mlp_ratio)
 
@@ -81,7 +88,8 @@ class Transformer(nn.Module):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.tok_emb = nn.Embedding(config.vocab_size, config.d_model)
-            self.pos_emb = nn.Embedding(config.seq_len, config.d_model)
+            if config.pos == "learned":
+                self.pos_emb = nn.Embedding(config.seq_len, config.d_model)
             self.blocks = nn.ModuleList(Block(config, generator) for _ in range(config.n_layers))
             self.ln_f = nn.LayerNorm(config.d_model)
             self.head = nn.Linear(config.d_model, config.vocab_size)
@@ -96,10 +104,14 @@ class Transformer(nn.Module):
                  "W_o": b.attn.w_o.weight} for b in self.blocks]
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        if idx.dim() != 2 or idx.shape[1] > self.config.seq_len:
-            raise UserError(f"expected token ids (B, T) with T <= seq_len={self.config.seq_len}, got {tuple(idx.shape)}")
-        positions = torch.arange(idx.shape[1], device=idx.device)
-        x = self.tok_emb(idx) + self.pos_emb(positions)
+        learned = self.config.pos == "learned"
+        if idx.dim() != 2 or (learned and idx.shape[1] > self.config.seq_len):
+            limit = f" with T <= seq_len={self.config.seq_len} (learned positions; pos 'none' or 'rope' run at any T)" \
+                if learned else ""
+            raise UserError(f"expected token ids (B, T){limit}, got {tuple(idx.shape)}")
+        x = self.tok_emb(idx)
+        if learned:
+            x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))

@@ -13,6 +13,8 @@ Project Gutenberg editions, 5,057,198 ASCII characters, 84 distinct).  The files
 by name; every tenth one (index 9, 19, 29, 39) is held out for validation, the rest is the
 training text.  The vocabulary is the sorted set of characters of all 42 files.
 
+``needle``: needles in a haystack at any length (:class:`NeedleTask`), for the length lab.
+
 Every batch is drawn from an explicit ``torch.Generator``; the validation batch is fixed by
 the task's own ``val_seed``, so every run of a task is scored on the same examples.
 """
@@ -29,7 +31,7 @@ import torch
 from ..errors import UserError
 from .model import IGNORE_INDEX
 
-TASKS = ("recall", "shakespeare")
+TASKS = ("recall", "shakespeare")  # what RunSpec and `attnscale train` train; the length lab builds NeedleTask itself
 VALIDATION_EVERY = 10  # every tenth play (sorted by file name) is validation text
 
 
@@ -75,6 +77,63 @@ class RecallTask:
         x = torch.cat([pairs, keys.gather(1, asked)], dim=1)
         y = torch.full_like(x, IGNORE_INDEX)
         y[:, 2 * self.n_pairs:] = values.gather(1, asked)
+        return x, y
+
+    def validation(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.batch(self.val_size, torch.Generator().manual_seed(self.val_seed))
+
+
+@dataclass(frozen=True)
+class NeedleTask:
+    """Needles in a haystack, at any length.  Each haystack token is a (key, value) pair, one token
+    per pair; ``n_needles`` of them carry distinct keys that appear nowhere else, the rest carry the
+    other keys (repeating) and random values.  After the haystack come the needles' keys as query
+    tokens, in random order; at each the model must output that needle's value (the target is the
+    value's index, 0..n_values-1).  One attention layer solves it with no positions at all: a query
+    finds the one token with its key, however far, so the length of the haystack changes only how
+    many keys dilute the needle's weight, e^delta / (e^delta + n - 1) at logit margin delta.
+    """
+
+    haystack: int = 62
+    n_needles: int = 2
+    n_keys: int = 8
+    n_values: int = 8
+    val_size: int = 256
+    val_seed: int = 12345
+    has_accuracy: bool = True
+
+    def __post_init__(self):
+        if not 1 <= self.n_needles < self.n_keys:
+            raise UserError(f"n_needles must be in 1..n_keys-1={self.n_keys - 1}, got {self.n_needles}")
+        if self.haystack < self.n_needles or self.n_values < 2:
+            raise UserError(f"need haystack >= n_needles and n_values >= 2, got {self.haystack}, {self.n_values}")
+
+    @property
+    def vocab_size(self) -> int:
+        return self.n_keys * self.n_values + self.n_keys  # pair tokens, then query tokens
+
+    @property
+    def seq_len(self) -> int:
+        return self.haystack + self.n_needles
+
+    @property
+    def chance_accuracy(self) -> float:
+        return 1.0 / self.n_values
+
+    def batch(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        keys = torch.rand(batch_size, self.n_keys, generator=generator).argsort(dim=1)
+        needles, others = keys[:, : self.n_needles], keys[:, self.n_needles:]
+        other_pick = torch.randint(0, self.n_keys - self.n_needles, (batch_size, self.haystack), generator=generator)
+        hay_keys = others.gather(1, other_pick)
+        where = torch.rand(batch_size, self.haystack, generator=generator).argsort(dim=1)[:, : self.n_needles]
+        hay_keys.scatter_(1, where, needles)
+        hay_values = torch.randint(0, self.n_values, (batch_size, self.haystack), generator=generator)
+        order = torch.rand(batch_size, self.n_needles, generator=generator).argsort(dim=1)
+        asked = needles.gather(1, order)
+        answers = hay_values.gather(1, where.gather(1, order))
+        x = torch.cat([hay_keys * self.n_values + hay_values, self.n_keys * self.n_values + asked], dim=1)
+        y = torch.full_like(x, IGNORE_INDEX)
+        y[:, self.haystack:] = answers
         return x, y
 
     def validation(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +206,8 @@ class ShakespeareTask:
 
 def make_task(name: str, **options):
     """A task by name; ``options`` are its dataclass fields (e.g. n_pairs=8, context=64)."""
-    cls = {"recall": RecallTask, "shakespeare": ShakespeareTask}[check_task(name)]
+    cls = {"recall": RecallTask, "shakespeare": ShakespeareTask, "needle": NeedleTask}[
+        name if name == "needle" else check_task(name)]
     known = set(cls.__dataclass_fields__) - {"has_accuracy"}
     unknown = set(options) - known
     if unknown:

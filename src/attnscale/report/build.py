@@ -302,7 +302,9 @@ def _assemble(runs: dict, preset: str, seed: int, device: str, started, start: f
         tables[name] = module.tables(run["result"])
 
     claim_rows = claims.evaluate(findings)
-    for row in claim_rows:
+    # the statements beyond the source are labelled only where their lab ran (a report of other labs has none)
+    statement_rows = [row for row in claims.evaluate(findings, claims.STATEMENTS) if row["lab_verdicts"]]
+    for row in claim_rows + statement_rows:
         row["figures"] = [path for name in row["experiments"] for path in figures.get(name, {}).get(row["id"], [])]
         row["commands"] = [reproduce_command(name, preset, seed) for name in row["experiments"] if name in runs]
 
@@ -318,6 +320,7 @@ def _assemble(runs: dict, preset: str, seed: int, device: str, started, start: f
                         **{key: run["result"][key] for key in ("runs", "runs_reused") if key in run["result"]}}
                  for name, run in runs.items()},
         "claims": claim_rows,
+        "statements": statement_rows,
         "experiments": {name: run["result"] for name, run in runs.items()},
         "tables": tables,
     }

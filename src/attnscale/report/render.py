@@ -92,11 +92,21 @@ def render_markdown(report: dict) -> str:
     ]
     lines += [f"| [{c['id']}](#{c['id'].lower()}) | {c['claim']} | {verdict_line(c)} |" for c in report["claims"]]
     for c in report["claims"]:
-        lines += ["", f"## {c['id']}", "", f"> {c['seed']}", "", f"**Claim** (seed section {c['section']}): {c['claim']}",
+        lines += ["", f"## {c['id']}", "", f"> {c['seed']}", "", f"**Claim** (interview answer, section {c['section']}): {c['claim']}",
                   "", f"**Verdict: {verdict_line(c)}.**", ""] + parts_table_md(c) + ["", c["evidence"], ""]
         lines += [f"![{c['id']}]({path})" for path in c["figures"]]
         if c.get("commands"):
             lines += ["", "Reproduce: " + "; ".join(f"`{cmd}`" for cmd in c["commands"])]
+    if report.get("statements"):
+        lines += ["", "## Beyond the source: long contexts", "",
+                  "Statements the interview answer does not make, judged by the same rules; not in its tally.", "",
+                  "| ID | statement | verdict |", "|---|---|---|"]
+        lines += [f"| [{c['id']}](#{c['id'].lower()}) | {c['claim']} | {verdict_line(c)} |" for c in report["statements"]]
+        for c in report["statements"]:
+            lines += ["", f"## {c['id']}", "", f"**Statement:** {c['claim']}", "", f"**Verdict: {verdict_line(c)}.**", ""]
+            lines += parts_table_md(c) + ["", c["evidence"], ""] + [f"![{c['id']}]({path})" for path in c["figures"]]
+            if c.get("commands"):
+                lines += ["", "Reproduce: " + "; ".join(f"`{cmd}`" for cmd in c["commands"])]
     lines += ["", "## Lab run times", ""]
     lines += [f"- {name}: {info['seconds']:.1f} s{' (stored result reused)' if info['cached'] else ''}"
               for name, info in report["labs"].items()]
@@ -140,7 +150,7 @@ def render_explorer(version: str) -> str:
 def render_html(report: dict, out: Path) -> str:
     env = _environment()
     images = {}
-    for claim in report["claims"]:
+    for claim in report["claims"] + report.get("statements", []):
         for rel in claim["figures"]:
             images[rel] = _inline_image(out, rel)
     for info in report["labs"].values():

@@ -36,6 +36,8 @@ CLAIM = {
     },
 }
 
+STATEMENT = {**CLAIM, "properties": {**CLAIM["properties"], "id": {"type": "string", "pattern": "^L[0-9]+$"}}}
+
 REPORT_SCHEMA = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
@@ -48,6 +50,7 @@ REPORT_SCHEMA = {
         "started": {"type": "string", "format": "date-time"},
         "seconds": {"type": "number", "minimum": 0},
         "claims": {"type": "array", "items": CLAIM, "minItems": 18, "maxItems": 18},
+        "statements": {"type": "array", "items": STATEMENT},
         "experiments": {"type": "object", "additionalProperties": {"type": "object"}},
         "labs": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["seconds", "cached"],

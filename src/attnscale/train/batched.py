@@ -68,6 +68,10 @@ class BatchedTransformer(nn.Module):
         for m in models:
             if any(getattr(m.config, f) != getattr(first, f) for f in shape):
                 raise ValueError(f"models of one batch must share {', '.join(shape)}; got {first} and {m.config}")
+        rules = [m.blocks[0].attn.rule for m in models]
+        if first.pos != "learned" or any(r.length is not None for r in rules):
+            raise UserError(f"the batched engine trains learned positions and rules without a length term; got pos "
+                             f"{first.pos!r}, rules {[r.spec for r in rules]}: train these with attnscale.train.single")
         self.config = first
         self.kernel = attention_kernel(kernel, first.d_head)
         self.runs = len(models)
@@ -78,7 +82,6 @@ class BatchedTransformer(nn.Module):
                 continue
             self.params[stack_name(name)] = nn.Parameter(torch.stack([m.get_parameter(name).detach() for m in models]))
         ref = next(models[0].parameters())
-        rules = [m.blocks[0].attn.rule for m in models]
         kinds = [r.kind for r in rules]
         fixed = [r.factor(first.d_head) if r.kind == "fixed" else 1.0 for r in rules]
         self.register_buffer("fixed_factor", torch.tensor(fixed, dtype=ref.dtype, device=ref.device))

@@ -1,0 +1,325 @@
+"""The length lab's experiment: how attention fades as the context grows, and what a length term does.
+
+Two halves (see :class:`Config`):
+
+* at initialisation, no training: one relevant key (the needle) at logit margin ``margin`` above
+  n - 1 keys whose logits are iid N(0, ``logit_std``^2) (the unit-variance premise gives std 1 under
+  1/sqrt(d_k)).  Under a factor m(n) on every logit its weight is, for large n,
+
+      w(n) = e^(m delta) / (e^(m delta) + (n - 1) e^(m^2 sigma^2 / 2))
+
+  (the sum of n - 1 lognormals by its mean), checked against a Monte Carlo of ``draws`` rows per
+  n.  The same rows give the normalised entropy H / ln n of attention with no needle under three
+  laws for m: constant, c sqrt(2 ln n) and ln n / ln L.
+* trained: a one-layer Transformer with no position embedding (``positions``: "none", and "rope" in
+  the full preset) trained on needles in a haystack (:class:`attnscale.models.tasks.NeedleTask`) at
+  ``base_length`` tokens, then run at 1x..16x that length.  Every rule at its own best learning rate
+  (the median accuracy at the training length over the base seeds; the grid widens by one step past
+  an edge, up to ``lr_widen`` times); then seeds are added to each rule's best cell while the rate
+  that decides its statements (seeds whose needle weight fades at the longest length) has a Wilson
+  interval straddling 1/2, up to ``seed_cap``: the training lab's rule.
+
+Nothing here writes a file or prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from dataclasses import dataclass
+
+import torch
+
+from ... import checks, intervals, scaling
+from ...errors import UserError
+from ...models import IGNORE_INDEX, ModelConfig, Transformer
+from ...models.tasks import NeedleTask
+from ...threads import torch_threads
+
+VERSION = 1
+DECIDED_RATE = 0.5    # a cell's fade rate decides once its Wilson interval lies clear of this
+FADES_BELOW = 0.9     # a seed's needle fades at a length when its weight there is below this share of its weight at 1x
+DROPS_BY = 0.05       # a seed's accuracy drops at a length when it falls this much below its accuracy at 1x
+LEARNED_ACC = 0.5     # a seed counts only if it learned the task at 1x (chance is 1 / n_values)
+LR_STEP = 2.0
+LAWS = ("constant", "sqrt_log", "log")
+FIG1_LOGITS = (3.0, -2.0)  # Nakanishi 2025, Fig. 1: one logit +3 among logits -2 (margin 5)
+ADAMW_BETAS = (0.9, 0.95)
+
+
+@dataclass(frozen=True)
+class Config:
+    seed: int = 0
+    device: str = "cpu"
+    # at initialisation
+    ns: tuple[int, ...] = (16, 64, 256, 1024, 4096, 16384, 65536)
+    margin: float = 3.0          # the needle's logit margin over the mean of the others, at m = 1
+    logit_std: float = 1.0       # the others' logit std at m = 1 (unit-variance premise under 1/sqrt(d_k))
+    draws: int = 400             # Monte Carlo rows per n
+    law_coef: float = 0.5        # c of the sqrt-log law m = c sqrt(2 ln n)
+    # trained
+    rules: tuple[str, ...] = ("sqrt", "sqrt+logn:34", "sqrt+ssmax")
+    positions: tuple[str, ...] = ("none",)
+    base_length: int = 34
+    multiples: tuple[int, ...] = (1, 2, 4, 8, 16)
+    n_needles: int = 4
+    n_keys: int = 8
+    n_values: int = 4
+    d_model: int = 32
+    d_head: int = 32
+    batch: int = 32
+    val_size: int = 256
+    steps: int = 400
+    lrs: tuple[float, ...] = (3e-3, 6e-3)   # quick: the better of two rates; full: a grid widened past its edges
+    lr_widen: int = 0
+    seeds: int = 3
+    seed_cap: int = 6
+
+    def __post_init__(self):
+        checks.fields(self, ints=("draws", "base_length", "n_needles", "n_keys", "n_values", "d_model", "d_head",
+                                  "steps", "batch", "val_size", "seeds", "seed_cap"),
+                      non_negative=("lr_widen",), int_tuples=("ns", "multiples"), float_tuples=("lrs",),
+                      floats=("margin", "logit_std", "law_coef"))
+        for rule in self.rules:
+            scaling.parse(rule)
+        if "sqrt" not in self.rules:
+            raise UserError(f"rules must include the reference 'sqrt', got {self.rules!r}")
+        for pos in self.positions:
+            checks.one_of("position", pos, ("none", "rope"))
+        if self.multiples[0] != 1 or list(self.multiples) != sorted(set(self.multiples)):
+            raise UserError(f"multiples must start at 1 and rise, got {self.multiples!r}")
+        if self.base_length <= self.n_needles:
+            raise UserError(f"base_length must exceed n_needles={self.n_needles}, got {self.base_length}")
+        if self.seed_cap < self.seeds:
+            raise UserError(f"seed_cap must be >= seeds ({self.seeds}), got {self.seed_cap}")
+        if min(self.ns) < 2:
+            raise UserError(f"ns must be >= 2, got {self.ns!r}")
+
+
+PRESETS = {
+    "quick": Config(),
+    "full": Config(rules=("sqrt", "sqrt+logn:34", "sqrt+ssmax", "sqrt+temp:0.1:34"), positions=("none", "rope"),
+                   steps=800, lrs=(1.5e-3, 3e-3, 6e-3), lr_widen=1, seeds=4, seed_cap=10, draws=2000),
+}
+
+
+# --------------------------------------------------------------------------- at initialisation
+
+def law_multiplier(law: str, n: int, coef: float, base: int) -> float:
+    """m(n) under a law: ``constant`` 1, ``sqrt_log`` c sqrt(2 ln n), ``log`` ln n / ln base."""
+    if law == "constant":
+        return 1.0
+    if law == "sqrt_log":
+        return coef * math.sqrt(2 * math.log(n))
+    return math.log(n) / math.log(base)
+
+
+def needle_weight_closed(n: int, multiplier: float, margin: float, logit_std: float) -> float:
+    """The needle's weight for large n: e^(m delta) / (e^(m delta) + (n - 1) e^(m^2 sigma^2 / 2))."""
+    log_needle = multiplier * margin
+    log_rest = math.log(n - 1) + (multiplier * logit_std) ** 2 / 2
+    return 1.0 / (1.0 + math.exp(log_rest - log_needle))
+
+
+def equal_keys_weight(n: int, multiplier: float) -> float:
+    """The needle's weight among n - 1 equal keys, exactly: 1 / (1 + (n - 1) e^(-m D)), D = 5 (Fig. 1)."""
+    margin = FIG1_LOGITS[0] - FIG1_LOGITS[1]
+    return 1.0 / (1.0 + math.exp(math.log(n - 1) - multiplier * margin))
+
+
+def rule_multiplier(rule: str, n: int) -> float:
+    """m(n) of a rule's length term at its initial value (1 without one)."""
+    term = scaling.parse(rule).length
+    return 1.0 if term is None else float(term.multiplier(torch.tensor(float(n), dtype=torch.float64)))
+
+
+def fading_at_init(config: Config) -> list[dict]:
+    """One row per (rule or law, n): the needle's weight among equal keys (Fig. 1, exact), among keys of
+    iid logits (closed form and Monte Carlo mean with its SE), and the normalised entropy of attention
+    over n iid logits with no needle (Monte Carlo mean, SE)."""
+    generator = torch.Generator().manual_seed(config.seed)
+    subjects = [("rule", rule, lambda n, r=rule: rule_multiplier(r, n)) for rule in config.rules]
+    subjects += [("law", law, lambda n, w=law: law_multiplier(w, n, config.law_coef, config.base_length)) for law in LAWS]
+    rows = []
+    for n in config.ns:
+        others = torch.randn(config.draws, n - 1, generator=generator, dtype=torch.float64) * config.logit_std
+        plain = torch.randn(config.draws, n, generator=generator, dtype=torch.float64) * config.logit_std
+        for kind, name, multiplier_of in subjects:
+            m = multiplier_of(n)
+            logits = torch.cat([torch.full((config.draws, 1), config.margin, dtype=torch.float64), others], dim=1) * m
+            weight = torch.softmax(logits, dim=1)[:, 0]
+            probs = torch.softmax(plain * m, dim=1)
+            entropy = -(probs * torch.log(probs.clamp_min(1e-300))).sum(dim=1) / math.log(n)
+            rows.append({"kind": kind, "name": name, "n": n, "multiplier": m,
+                         "weight_closed": needle_weight_closed(n, m, config.margin, config.logit_std),
+                         "weight_equal": equal_keys_weight(n, m),
+                         "weight_mc": float(weight.mean()), "weight_se": float(weight.std() / math.sqrt(config.draws)),
+                         "entropy_mc": float(entropy.mean()), "entropy_se": float(entropy.std() / math.sqrt(config.draws))})
+    return rows
+
+
+# --------------------------------------------------------------------------- trained
+
+def task_at(config: Config, length: int) -> NeedleTask:
+    return NeedleTask(haystack=length - config.n_needles, n_needles=config.n_needles, n_keys=config.n_keys,
+                      n_values=config.n_values, val_size=config.val_size)
+
+
+def build(config: Config, rule: str, pos: str, seed: int) -> Transformer:
+    task = task_at(config, config.base_length)
+    model_config = ModelConfig(vocab_size=task.vocab_size, seq_len=config.base_length, d_model=config.d_model,
+                               n_layers=1, n_heads=1, d_head=config.d_head, scale=rule, pos=pos)
+    return Transformer(model_config, seed=seed).to(config.device)
+
+
+def train_one(config: Config, rule: str, pos: str, lr: float, seed: int) -> Transformer:
+    """AdamW at a constant rate after a 20-step warmup, ``steps`` batches at the base length."""
+    task = task_at(config, config.base_length)
+    model = build(config, rule, pos, seed)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, betas=ADAMW_BETAS, weight_decay=0.0)
+    batches = torch.Generator().manual_seed(seed + 1_000_003)
+    for step in range(config.steps):
+        for group in optimiser.param_groups:
+            group["lr"] = lr * min(1.0, (step + 1) / 20)
+        x, y = (t.to(config.device) for t in task.batch(config.batch, batches))
+        _, loss = model(x, y)
+        if not torch.isfinite(loss):
+            break
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+    return model
+
+
+def needle_mask(x: torch.Tensor, config: Config) -> torch.Tensor:
+    """(B, Q, T) True at the needle each query asks for."""
+    haystack = x.shape[1] - config.n_needles
+    hay_keys = torch.div(x[:, :haystack], config.n_values, rounding_mode="floor")
+    asked = x[:, haystack:] - config.n_keys * config.n_values
+    found = hay_keys.unsqueeze(1) == asked.unsqueeze(2)
+    return torch.cat([found, torch.zeros(*found.shape[:2], config.n_needles, dtype=torch.bool, device=x.device)], dim=2)
+
+
+@torch.no_grad()
+def evaluate_at(model: Transformer, config: Config, length: int, chunk: int = 64) -> dict:
+    """Accuracy over the validation queries at ``length`` tokens, and the mean attention weight the
+    queries give their needle (the layer's single head, from its input as the forward pass saw it)."""
+    x_all, y_all = task_at(config, length).validation()
+    attn = model.blocks[0].attn
+    seen = {}
+    hook = attn.register_forward_pre_hook(lambda module, args: seen.__setitem__("x", args[0]))
+    correct, weights = 0, []
+    try:
+        for start in range(0, x_all.shape[0], chunk):
+            x, y = x_all[start:start + chunk].to(config.device), y_all[start:start + chunk].to(config.device)
+            logits, _ = model(x)
+            scored = y != IGNORE_INDEX
+            correct += int((logits.argmax(-1)[scored] == y[scored]).sum())
+            probs = attn.row_weights(seen["x"], slice(-config.n_needles, None))[:, 0]
+            weights.append((probs * needle_mask(x, config)).sum(dim=-1).flatten())
+    finally:
+        hook.remove()
+    queries = x_all.shape[0] * config.n_needles
+    return {"accuracy": correct / queries, "needle_weight": float(torch.cat(weights).mean()), "queries": queries}
+
+
+def one_run(config: Config, rule: str, pos: str, lr: float, seed: int) -> dict:
+    with torch_threads(1):
+        model = train_one(config, rule, pos, lr, seed)
+        at = {m: evaluate_at(model, config, m * config.base_length) for m in config.multiples}
+    row = {"rule": rule, "pos": pos, "lr": lr, "seed": seed,
+           "accuracy": [at[m]["accuracy"] for m in config.multiples],
+           "needle_weight": [at[m]["needle_weight"] for m in config.multiples], "queries": at[1]["queries"]}
+    attn = model.blocks[0].attn
+    if hasattr(attn, "ssmax_s"):
+        row["ssmax_s"] = float(attn.ssmax_s.detach().mean())
+    return row
+
+
+def learned(run: dict) -> bool:
+    return run["accuracy"][0] >= LEARNED_ACC
+
+
+def fades(run: dict, index: int = -1, scale: float = 1.0) -> bool:
+    """The needle's weight at ``multiples[index]`` has lost more than 1 - FADES_BELOW (times ``scale``,
+    the threshold moved) of its weight at 1x."""
+    return run["needle_weight"][index] < (1 - (1 - FADES_BELOW) * scale) * run["needle_weight"][0]
+
+
+def drops(run: dict, index: int = -1, scale: float = 1.0) -> bool:
+    """The accuracy at ``multiples[index]`` is more than DROPS_BY (times ``scale``) below the accuracy at 1x."""
+    return run["accuracy"][index] < run["accuracy"][0] - DROPS_BY * scale
+
+
+def rate(runs: list[dict], event) -> tuple[int, int, tuple[float, float]]:
+    """Among seeds that learned the task: how many show ``event`` (a run -> bool), of how many, and the
+    Wilson interval of the rate."""
+    counted = [r for r in runs if learned(r)]
+    k = sum(bool(event(r)) for r in counted)
+    return k, len(counted), intervals.wilson(k, len(counted))
+
+
+def undecided(runs: list[dict]) -> bool:
+    """Whether the fade or the drop rate at the longest length still straddles DECIDED_RATE."""
+    return any(intervals.side(rate(runs, event)[2], DECIDED_RATE) == "straddles" for event in (fades, drops))
+
+
+def best_lr(runs: list[dict], rule: str, pos: str, seeds: range) -> tuple[float, str | None]:
+    """The rate with the highest median accuracy at 1x over the base seeds, and which edge it sits at."""
+    grid = sorted({r["lr"] for r in runs if r["rule"] == rule and r["pos"] == pos})
+    medians = {lr: statistics.median(r["accuracy"][0] for r in runs
+                                     if r["rule"] == rule and r["pos"] == pos and r["lr"] == lr and r["seed"] in seeds)
+               for lr in grid}
+    best = max(grid, key=lambda lr: (medians[lr], -lr))
+    edge = None if len(grid) > 1 and grid[0] < best < grid[-1] else ("low" if best == grid[0] else "high")
+    if len(grid) == 1:
+        edge = "both"
+    return best, edge
+
+
+def run(config: Config, progress=None) -> dict:
+    base = range(config.seed, config.seed + config.seeds)
+    cells = [(pos, rule) for pos in config.positions for rule in config.rules]
+    runs: list[dict] = []
+    done = set()
+
+    def train(jobs):
+        for i, (pos, rule, lr, seed) in enumerate(jobs):
+            if (pos, rule, lr, seed) not in done:
+                done.add((pos, rule, lr, seed))
+                runs.append(one_run(config, rule, pos, lr, seed))
+            if progress:
+                progress(min(0.99, len(runs) / planned), f"{pos} {rule} lr {lr:g} seed {seed}")
+
+    init_rows = fading_at_init(config)
+    planned = len(cells) * len(config.lrs) * config.seeds
+    train([(pos, rule, lr, s) for pos, rule in cells for lr in config.lrs for s in base])
+    best = {}
+    for pos, rule in cells:
+        widened = 0
+        while True:
+            lr, edge = best_lr(runs, rule, pos, base)
+            if edge is None or widened >= config.lr_widen:
+                break
+            grid = sorted({r["lr"] for r in runs if r["rule"] == rule and r["pos"] == pos})
+            steps = {"low": [grid[0] / LR_STEP], "high": [grid[-1] * LR_STEP], "both": [grid[0] / LR_STEP, grid[-1] * LR_STEP]}
+            new = [float(f"{v:.3g}") for v in steps[edge]]
+            planned += len(new) * config.seeds
+            train([(pos, rule, v, s) for v in new for s in base])
+            widened += 1
+        best[(pos, rule)] = {"lr": lr, "at_edge": edge}
+    for (pos, rule), info in best.items():
+        seeds = config.seeds
+        while seeds < config.seed_cap:
+            members = [r for r in runs if r["rule"] == rule and r["pos"] == pos and r["lr"] == info["lr"]]
+            if not undecided(members):
+                break
+            planned += 1
+            train([(pos, rule, info["lr"], config.seed + seeds)])
+            seeds += 1
+    if progress:
+        progress(1.0, "done")
+    return {"config": dataclasses.asdict(config), "init": init_rows, "models": runs, "runs": len(runs), "runs_reused": 0,
+            "best": [{"pos": pos, "rule": rule, **info} for (pos, rule), info in best.items()],
+            "lengths": [m * config.base_length for m in config.multiples]}

@@ -1,0 +1,239 @@
+"""The length lab's part readings of the statements beyond the source (L1-L4), from its result alone.
+
+At initialisation the numbers are exact (the needle among equal keys) or Monte Carlo means with a
+standard error (noisy keys, entropy): a part decides where the interval clears its threshold.  Trained,
+each part is a rate over seeds (those that learned the task at the training length) with its Wilson
+interval against 1/2, as the training lab decides a cell.
+"""
+
+from __future__ import annotations
+
+from ... import intervals
+from ...claims import NOT_IN_PRESET, Finding, Reading, measured_at, state_of
+from .experiment import DECIDED_RATE, DROPS_BY, FADES_BELOW, drops, fades, rate
+
+ENTROPY_MOVE = 0.05                 # the entropy fraction "keeps" within this, "falls" by more
+N_FROM, N_TO = 64, 65536            # the init parts compare these key counts
+LOGN, SSMAX, TEMP = "sqrt+logn:34", "sqrt+ssmax", "sqrt+temp:0.1:34"
+
+NUMBER_KEYS = {
+    "L1": ("sqrt_weight_equal_*", "sqrt_weight_noisy_*", "sqrt_fade_rate", "sqrt_fading", "sqrt_seeds"),
+    "L2": ("logn_weight_equal_*", "ssmax_weight_equal_*", "logn_weight_noisy_*", "logn_fade_rate",
+           "ssmax_fade_rate", "logn_fading", "logn_seeds", "ssmax_fading", "ssmax_seeds"),
+    "L3": ("sqrt_log_weight_equal_*", "log_weight_equal_*", "sqrt_log_entropy_*", "log_entropy_*"),
+    "L4": ("train_length", "test_length", "sqrt_drop_rate", "logn_drop_rate", "ssmax_drop_rate", "sqrt_accuracy_*", "logn_accuracy_*",
+           "ssmax_accuracy_*", "rope_*"),
+}
+
+
+def init_row(result: dict, name: str, n: int) -> dict:
+    return next(r for r in result["init"] if r["name"] == name and r["n"] == n)
+
+
+def mc_interval(row: dict, key: str) -> tuple[float, float]:
+    half = intervals.z_of() * row[key.replace("_mc", "_se")]
+    return row[key] - half, row[key] + half
+
+
+def share_kept(scale: float) -> float:
+    """The share of its weight a needle must keep not to fade: FADES_BELOW, its loss moved by ``scale``."""
+    return 1 - (1 - FADES_BELOW) * scale
+
+
+def kept_exact(start: float, end: float, scale: float) -> bool:
+    """An exact weight 'kept' from ``start`` to ``end``: at least :func:`share_kept` of it."""
+    return end >= share_kept(scale) * start
+
+
+def weight_text(name: str, start: float, end: float) -> str:
+    return f"{name}: {start:.3g} at n = {N_FROM}, {end:.3g} at n = {N_TO}"
+
+
+def equal_keys_part(result: dict, name: str, keeps: bool) -> Reading:
+    """The needle among equal keys (exact): ``keeps`` asks it to stay, otherwise to fall."""
+    start, end = init_row(result, name, N_FROM)["weight_equal"], init_row(result, name, N_TO)["weight_equal"]
+
+    def read(scale):
+        kept = kept_exact(start, end, scale)
+        return Reading(state_of(kept if keeps else not kept), measured=weight_text(name, start, end),
+                       threshold=f"{'at least' if keeps else 'below'} {share_kept(scale):.2g} x its weight at n = {N_FROM}")
+    return measured_at(read)
+
+
+def noisy_part(result: dict, name: str, keeps: bool) -> Reading:
+    """The needle among keys of iid logits (Monte Carlo, mean and SE): kept or fallen on its interval."""
+    start, end = init_row(result, name, N_FROM), init_row(result, name, N_TO)
+    low, high = mc_interval(end, "weight_mc")
+
+    def read(scale):
+        bar = share_kept(scale) * start["weight_mc"]
+        kept = intervals.at_least((low, high), bar)
+        return Reading(state_of(kept if keeps else (None if kept is None else not kept)),
+                       measured=weight_text(name, start["weight_mc"], end["weight_mc"])
+                       + f" (Monte Carlo, 95% interval {low:.3g}-{high:.3g})",
+                       threshold=f"{'at least' if keeps else 'below'} {share_kept(scale):.2g} x its weight at n = {N_FROM}")
+    return measured_at(read)
+
+
+def cell_runs(result: dict, rule: str, pos: str = "none") -> list[dict]:
+    best = next((b for b in result["best"] if b["rule"] == rule and b["pos"] == pos), None)
+    if best is None:
+        return []
+    return [r for r in result["models"] if r["rule"] == rule and r["pos"] == pos and r["lr"] == best["lr"]]
+
+
+def rate_part(result: dict, rule: str, event, what: str, happens: bool, pos: str = "none") -> Reading:
+    """A trained part as a rate over seeds: ``happens`` asks the event (fades, drops) in most seeds,
+    otherwise in few; decided where the Wilson interval clears 1/2."""
+    runs = cell_runs(result, rule, pos)
+    if pos not in result["config"]["positions"] or not runs:
+        return Reading(NOT_IN_PRESET, note=f"{rule} with positions {pos!r} is trained in the full preset")
+    def read(scale):
+        k, n, interval = rate(runs, lambda r: event(r, -1, scale))
+        most = {"above": True, "below": False}.get(intervals.side(interval, DECIDED_RATE)) if n else None
+        state = state_of(most if happens else (None if most is None else not most))
+        return Reading(state, measured=f"{k} of {n} seeds {what(scale)} ({intervals.fmt_interval(interval)})",
+                       threshold=f"{'more' if happens else 'fewer'} than {DECIDED_RATE:.2g} of the seeds",
+                       decide=f"more seeds (the interval straddles {DECIDED_RATE:.2g})" if most is None else "")
+    return measured_at(read)
+
+
+def lose_weight(scale: float) -> str:
+    return f"lose more than {(1 - FADES_BELOW) * scale:.0%} of the needle's weight"
+
+
+def lose_accuracy(scale: float) -> str:
+    return f"lose more than {DROPS_BY * scale:.2f} of their accuracy"
+
+
+def numbers_of(result: dict) -> dict:
+    out = {"train_length": result["lengths"][0], "test_length": result["lengths"][-1]}
+    for name, key in (("sqrt", "sqrt"), (LOGN, "logn"), (SSMAX, "ssmax"), ("sqrt_log", "sqrt_log"), ("log", "log")):
+        rows = [r for r in result["init"] if r["name"] == name]
+        for r in rows:
+            if r["n"] in (N_FROM, N_TO):
+                out[f"{key}_weight_equal_{r['n']}"] = r["weight_equal"]
+                out[f"{key}_weight_noisy_{r['n']}"] = r["weight_mc"]
+                out[f"{key}_entropy_{r['n']}"] = r["entropy_mc"]
+    for rule, key in (("sqrt", "sqrt"), (LOGN, "logn"), (SSMAX, "ssmax")):
+        runs = cell_runs(result, rule)
+        if not runs:
+            continue
+        k, n, _ = rate(runs, fades)
+        out[f"{key}_fading"], out[f"{key}_seeds"] = k, n
+        out[f"{key}_fade_rate"] = k / n if n else None
+        k, n, _ = rate(runs, drops)
+        out[f"{key}_drop_rate"] = k / n if n else None
+        for i, length in enumerate(result["lengths"]):
+            accs = sorted(r["accuracy"][i] for r in runs)
+            out[f"{key}_accuracy_{length}"] = accs[len(accs) // 2]
+    for rule, key in (("sqrt", "rope_sqrt"), (LOGN, "rope_logn")):
+        runs = cell_runs(result, rule, "rope")
+        if runs:
+            k, n, _ = rate(runs, drops)
+            out[f"{key}_drop_rate"] = k / n if n else None
+    return out
+
+
+def pick(numbers: dict, claim: str) -> dict:
+    from ...claims import key_declared
+
+    return {k: v for k, v in numbers.items() if key_declared(NUMBER_KEYS[claim], k)}
+
+
+def judge_l1(result: dict, numbers: dict) -> Finding:
+    init = Reading.over([equal_keys_part(result, "sqrt", keeps=False).state, noisy_part(result, "sqrt", keeps=False).state])
+    equal, noisy = equal_keys_part(result, "sqrt", keeps=False), noisy_part(result, "sqrt", keeps=False)
+    init = Reading(init.state, measured=f"equal keys, {equal.measured}; noisy keys, {noisy.measured}",
+                   threshold=equal.threshold, could_be=init.could_be,
+                   settings=[{"where": "equal keys (Fig. 1)", "state": equal.state, "measured": equal.measured},
+                             {"where": "noisy keys (iid logits, std 1)", "state": noisy.state, "measured": noisy.measured}],
+                   moved={m: Reading.over([equal.moved[m], noisy.moved[m]]).state for m in equal.moved})
+    trained = rate_part(result, "sqrt", fades, lose_weight, happens=True)
+    evidence = (f"At initialisation a needle's weight under 1/sqrt(d_k) alone goes from {equal.measured.split(': ', 1)[1]} "
+                f"among equal keys, and among noisy keys from {noisy.measured.split(': ', 1)[1]}. Trained at "
+                f"{result['lengths'][0]} tokens and run at {result['lengths'][-1]}: {trained.measured}.")
+    return Finding("L1", "length", evidence, pick(numbers, "L1"), {"init": init, "trained": trained})
+
+
+def judge_l2(result: dict, numbers: dict) -> Finding:
+    equal_logn, equal_ssmax = equal_keys_part(result, LOGN, keeps=True), equal_keys_part(result, SSMAX, keeps=True)
+    states = [equal_logn.state, equal_ssmax.state]
+    init_equal = Reading(Reading.over(states).state, measured=f"{equal_logn.measured}; {equal_ssmax.measured}",
+                         threshold=equal_logn.threshold, could_be=Reading.over(states).could_be,
+                         moved={m: Reading.over([equal_logn.moved[m], equal_ssmax.moved[m]]).state for m in equal_logn.moved})
+    noisy = noisy_part(result, LOGN, keeps=True)
+    trained_logn = rate_part(result, LOGN, fades, lose_weight, happens=False)
+    trained_ssmax = rate_part(result, SSMAX, fades, lose_weight, happens=False)
+    evidence = (f"Among equal keys (SSMax's Fig. 1 setting, margin 5) the needle's weight goes {equal_logn.measured} and "
+                f"{equal_ssmax.measured}: s D > 1 and the weight tends to 1. Among keys of iid logits the same "
+                f"multiplier also amplifies the noise: {noisy.measured}. Trained, log-n: {trained_logn.measured or trained_logn.note}; "
+                f"SSMax: {trained_ssmax.measured or trained_ssmax.note}.")
+    return Finding("L2", "length", evidence, pick(numbers, "L2"),
+                   {"init_equal": init_equal, "init_noisy": noisy, "trained_logn": trained_logn,
+                    "trained_ssmax": trained_ssmax})
+
+
+def judge_l3(result: dict, numbers: dict) -> Finding:
+    def weights(name):
+        return init_row(result, name, N_FROM)["weight_equal"], init_row(result, name, N_TO)["weight_equal"]
+
+    def needle(scale):
+        log_kept, sqrt_log_kept = kept_exact(*weights("log"), scale), kept_exact(*weights("sqrt_log"), scale)
+        return Reading(state_of(log_kept and not sqrt_log_kept),
+                       measured=f"{weight_text('log n', *weights('log'))}; {weight_text('sqrt(log n)', *weights('sqrt_log'))}",
+                       threshold=f"log n at least, sqrt(log n) below, {share_kept(scale):.2g} x the weight at n = {N_FROM}")
+    start_log, end_log = init_row(result, "log", N_FROM), init_row(result, "log", N_TO)
+    start_sq, end_sq = init_row(result, "sqrt_log", N_FROM), init_row(result, "sqrt_log", N_TO)
+
+    def entropy(scale):
+        move = ENTROPY_MOVE * scale
+        sq_change = (end_sq["entropy_mc"] - start_sq["entropy_mc"])
+        sq_half = intervals.z_of() * (end_sq["entropy_se"] ** 2 + start_sq["entropy_se"] ** 2) ** 0.5
+        log_change = (end_log["entropy_mc"] - start_log["entropy_mc"])
+        log_half = intervals.z_of() * (end_log["entropy_se"] ** 2 + start_log["entropy_se"] ** 2) ** 0.5
+        sq_keeps = intervals.inside((sq_change - sq_half, sq_change + sq_half), -move, move)
+        log_falls = intervals.at_most((log_change - log_half, log_change + log_half), -move)
+        both = intervals.every([sq_keeps, log_falls])
+        return Reading(state_of(both),
+                       measured=(f"H / ln n under sqrt(log n): {start_sq['entropy_mc']:.3f} at n = {N_FROM}, "
+                                 f"{end_sq['entropy_mc']:.3f} at n = {N_TO}; under log n: {start_log['entropy_mc']:.3f}, "
+                                 f"{end_log['entropy_mc']:.3f}"),
+                       threshold=f"sqrt(log n) within ±{move:.2g}, log n lower by more than {move:.2g}")
+    needle_reading, entropy_reading = measured_at(needle), measured_at(entropy)
+    evidence = (f"A needle of fixed margin among equal keys: {needle_reading.measured}. Over n iid logits "
+                f"(std 1, no needle): {entropy_reading.measured}; with a constant factor it rises toward 1 "
+                f"({init_row(result, 'constant', N_FROM)['entropy_mc']:.3f} to {init_row(result, 'constant', N_TO)['entropy_mc']:.3f}). "
+                "The multiplier that keeps a needle (log n) freezes diffuse attention, and the one that keeps the "
+                "entropy fraction (sqrt(log n), 1 - c^2 = 0.75 in the limit at c = 0.5) lets the needle fade.")
+    return Finding("L3", "length", evidence, pick(numbers, "L3"),
+                   {"needle_log": needle_reading, "entropy_sqrt_log": entropy_reading})
+
+
+def judge_l4(result: dict, numbers: dict) -> Finding:
+    what = lose_accuracy
+    readings = {"sqrt_drops": rate_part(result, "sqrt", drops, what, happens=True),
+                "logn_keeps": rate_part(result, LOGN, drops, what, happens=False),
+                "ssmax_keeps": rate_part(result, SSMAX, drops, what, happens=False)}
+    rope_sqrt = rate_part(result, "sqrt", drops, what, happens=True, pos="rope")
+    rope_logn = rate_part(result, LOGN, drops, what, happens=False, pos="rope")
+    if rope_sqrt.state == NOT_IN_PRESET or rope_logn.state == NOT_IN_PRESET:
+        readings["rope"] = Reading(NOT_IN_PRESET, note="RoPE models are trained in the full preset")
+    else:
+        states = [rope_sqrt.state, rope_logn.state]
+        over = Reading.over(states)
+        readings["rope"] = Reading(over.state, measured=f"1/sqrt(d_k): {rope_sqrt.measured}; log-n: {rope_logn.measured}",
+                                   threshold=rope_sqrt.threshold, could_be=over.could_be,
+                                   moved={m: Reading.over([rope_sqrt.moved[m], rope_logn.moved[m]]).state
+                                          for m in rope_sqrt.moved})
+    lengths = result["lengths"]
+    evidence = (f"Trained at {lengths[0]} tokens with no position embedding, run at {lengths[-1]}: 1/sqrt(d_k) alone: "
+                f"{readings['sqrt_drops'].measured}; log-n: {readings['logn_keeps'].measured}; SSMax: "
+                f"{readings['ssmax_keeps'].measured}. With RoPE: {readings['rope'].measured or readings['rope'].note}.")
+    return Finding("L4", "length", evidence, pick(numbers, "L4"), readings)
+
+
+def judge(result: dict) -> dict[str, Finding]:
+    numbers = numbers_of(result)
+    return {"L1": judge_l1(result, numbers), "L2": judge_l2(result, numbers), "L3": judge_l3(result, numbers),
+            "L4": judge_l4(result, numbers)}
