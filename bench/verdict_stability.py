@@ -40,7 +40,7 @@ def stability(preset: str, seeds: list[int], out: Path) -> dict:
         report = build_report(preset=preset, seed=seed, out=out / preset / f"seed{seed}")
         seconds[seed] = time.perf_counter() - started
         runs[seed] = report["labs"].get("training", {}).get("runs")
-        for claim in report["claims"]:
+        for claim in report["claims"] + report.get("statements", []):  # the source's 18 and the statements beyond it
             verdicts[claim["id"]][seed] = claim["verdict_line"]
     return {"preset": preset, "seeds": seeds, "verdicts": dict(verdicts), "seconds": seconds, "runs": runs}
 

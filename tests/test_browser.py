@@ -73,7 +73,8 @@ def test_explorer_page_is_offline_and_reacts_like_the_math(browser, tmp_path):
 def test_report_page_in_the_browser(browser, quick_report):
     out, _ = quick_report
     page, errors, requests = open_page(browser, out / "index.html")
-    assert page.locator("table.verdicts tr").count() == 19  # header + C01..C18
+    assert page.locator("table.verdicts:not(.statements) tr").count() == 19  # header + C01..C18
+    assert page.locator("table.verdicts.statements tr").count() == 5  # header + L1..L4, a table of their own
     check_explorer(page)
     page.locator("#C01").scroll_into_view_if_needed()
     ARTIFACTS.mkdir(exist_ok=True)
