@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from attnscale import ScaledAttention, attention, claims, scaling
-from attnscale.attention import capture, rotate
-from attnscale.length import keys_per_query
+from attnscale.attention import capture, keys_per_query, rotate
 from attnscale.lab import length as L
 from attnscale.lab.length import experiment as E
 from attnscale.lab.length import verdicts as V

@@ -29,7 +29,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import length as length_terms
 from . import memory, scaling
 from .errors import UserError
 from .softmax import check_block_size, check_float, check_mask, naive_softmax, stable_softmax, stats_dtype
@@ -55,6 +54,15 @@ def combined_mask(mask, causal: bool, t_q: int, t_k: int, device) -> torch.Tenso
         return mask
     tri = causal_mask(t_q, t_k, device)
     return tri if mask is None else mask & tri
+
+
+def keys_per_query(t_q: int, t_k: int, mask: torch.Tensor | None, causal: bool, device=None) -> torch.Tensor:
+    """How many keys each query row may attend to, under :func:`combined_mask`: (..., t_q) with a mask,
+    (t_q,) without one (all t_k)."""
+    allowed = combined_mask(mask, causal, t_q, t_k, device)
+    if allowed is None:
+        return torch.full((t_q,), t_k, device=device)
+    return allowed.expand(*allowed.shape[:-2], t_q, t_k).sum(dim=-1)
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -244,7 +252,7 @@ def attention(
     t_k = k.shape[-2]
     mask = check_mask(mask, (*q.shape[:-1], t_k))
     q, k, factor = prepare_qk(q, k, rule)
-    q = with_length_term(q, rule, length_terms.keys_per_query(q.shape[-2], t_k, mask, causal, q.device))
+    q = with_length_term(q, rule, keys_per_query(q.shape[-2], t_k, mask, causal, q.device))
     return _attend(q, k, v, factor, mask, causal, impl, return_weights, block_size)
 
 
@@ -365,7 +373,7 @@ class ScaledAttention(nn.Module):
             positions = torch.arange(time, device=x.device)
             q, k = rotate(q, positions), rotate(k, positions)
         if self.rule.length is not None:
-            n_keys = length_terms.keys_per_query(time, time, mask, causal, x.device)
+            n_keys = keys_per_query(time, time, mask, causal, x.device)
             q = with_length_term(q, self.rule, n_keys, getattr(self, "ssmax_s", None))
         return q, k, v, self.factor()
 

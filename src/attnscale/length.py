@@ -91,16 +91,3 @@ def parse(spec: str) -> LengthTerm:
         return LengthTerm(text, "temp", coef=_number(args[0], "B", text, False, 0),
                           base=int(_number(args[1], "floor scale F", text, True, 1)))
     raise UserError(f"unknown length term {spec!r}; accepted: {ACCEPTED_TERMS}")
-
-
-def keys_per_query(t_q: int, t_k: int, mask: torch.Tensor | None, causal: bool, device=None) -> torch.Tensor:
-    """How many keys each query row may attend to: (..., t_q) from the mask, or (t_q,) without one.
-
-    Causal (top-left aligned, as :func:`attnscale.attention.causal_mask`): row i sees min(i + 1, t_k)."""
-    if mask is not None:
-        if causal:
-            mask = mask & torch.ones(t_q, t_k, dtype=torch.bool, device=mask.device).tril()
-        return mask.expand(*mask.shape[:-2], t_q, t_k).sum(dim=-1)
-    if causal:
-        return torch.arange(1, t_q + 1, device=device).clamp_max(t_k)
-    return torch.full((t_q,), t_k, device=device)

@@ -69,6 +69,15 @@ def _table_md(rows: list[dict]) -> list[str]:
     return lines
 
 
+def _body_md(c: dict) -> list[str]:
+    """A claim's or a statement's verdict, parts, evidence, figures and commands, in Markdown."""
+    lines = [f"**Verdict: {verdict_line(c)}.**", ""] + parts_table_md(c) + ["", c["evidence"], ""]
+    lines += [f"![{c['id']}]({path})" for path in c["figures"]]
+    if c.get("commands"):
+        lines += ["", "Reproduce: " + "; ".join(f"`{cmd}`" for cmd in c["commands"])]
+    return lines
+
+
 def render_markdown(report: dict) -> str:
     lines = [
         "# attnscale report",
@@ -93,20 +102,14 @@ def render_markdown(report: dict) -> str:
     lines += [f"| [{c['id']}](#{c['id'].lower()}) | {c['claim']} | {verdict_line(c)} |" for c in report["claims"]]
     for c in report["claims"]:
         lines += ["", f"## {c['id']}", "", f"> {c['seed']}", "", f"**Claim** (interview answer, section {c['section']}): {c['claim']}",
-                  "", f"**Verdict: {verdict_line(c)}.**", ""] + parts_table_md(c) + ["", c["evidence"], ""]
-        lines += [f"![{c['id']}]({path})" for path in c["figures"]]
-        if c.get("commands"):
-            lines += ["", "Reproduce: " + "; ".join(f"`{cmd}`" for cmd in c["commands"])]
+                  ""] + _body_md(c)
     if report.get("statements"):
         lines += ["", "## Beyond the source: long contexts", "",
                   "Statements the interview answer does not make, judged by the same rules; not in its tally.", "",
                   "| ID | statement | verdict |", "|---|---|---|"]
         lines += [f"| [{c['id']}](#{c['id'].lower()}) | {c['claim']} | {verdict_line(c)} |" for c in report["statements"]]
         for c in report["statements"]:
-            lines += ["", f"## {c['id']}", "", f"**Statement:** {c['claim']}", "", f"**Verdict: {verdict_line(c)}.**", ""]
-            lines += parts_table_md(c) + ["", c["evidence"], ""] + [f"![{c['id']}]({path})" for path in c["figures"]]
-            if c.get("commands"):
-                lines += ["", "Reproduce: " + "; ".join(f"`{cmd}`" for cmd in c["commands"])]
+            lines += ["", f"## {c['id']}", "", f"**Statement:** {c['claim']}", ""] + _body_md(c)
     lines += ["", "## Lab run times", ""]
     lines += [f"- {name}: {info['seconds']:.1f} s{' (stored result reused)' if info['cached'] else ''}"
               for name, info in report["labs"].items()]

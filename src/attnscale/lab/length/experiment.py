@@ -272,10 +272,9 @@ def best_lr(runs: list[dict], rule: str, pos: str, seeds: range) -> tuple[float,
                                      if r["rule"] == rule and r["pos"] == pos and r["lr"] == lr and r["seed"] in seeds)
                for lr in grid}
     best = max(grid, key=lambda lr: (medians[lr], -lr))
-    edge = None if len(grid) > 1 and grid[0] < best < grid[-1] else ("low" if best == grid[0] else "high")
     if len(grid) == 1:
-        edge = "both"
-    return best, edge
+        return best, "both"
+    return best, "low" if best == grid[0] else "high" if best == grid[-1] else None
 
 
 def run(config: Config, progress=None) -> dict:
@@ -285,7 +284,7 @@ def run(config: Config, progress=None) -> dict:
     done = set()
 
     def train(jobs):
-        for i, (pos, rule, lr, seed) in enumerate(jobs):
+        for pos, rule, lr, seed in jobs:
             if (pos, rule, lr, seed) not in done:
                 done.add((pos, rule, lr, seed))
                 runs.append(one_run(config, rule, pos, lr, seed))

@@ -3,6 +3,7 @@ initialisation (L1-L3), and trained models' accuracy and needle weight against t
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from ...plotting import pyplot, save
@@ -43,7 +44,7 @@ def trained_figure(result: dict, outdir: Path) -> str:
         for best in (b for b in result["best"] if b["pos"] == pos):
             runs = [r for r in result["models"] if r["rule"] == best["rule"] and r["pos"] == pos and r["lr"] == best["lr"]]
             for col, key in enumerate(("accuracy", "needle_weight")):
-                medians = [sorted(r[key][i] for r in runs)[len(runs) // 2] for i in range(len(lengths))]
+                medians = [statistics.median(r[key][i] for r in runs) for i in range(len(lengths))]
                 axes[row][col].semilogx(lengths, medians, "o-", ms=4, base=2, label=label(best["rule"]))
         where = "no position embedding" if pos == "none" else "RoPE"
         axes[row][0].set(xlabel="test length (tokens)", ylabel="accuracy (median over seeds)", title=f"Accuracy, {where}")

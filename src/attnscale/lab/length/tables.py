@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import statistics
+
 from ... import intervals
 from .experiment import fades, learned
+
+
+def median_span(values: list[float]) -> str:
+    """'median [min-max]' of the seeds' values."""
+    return f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}]"
 
 
 def trained_rows(result: dict) -> list[dict]:
@@ -16,11 +23,9 @@ def trained_rows(result: dict) -> list[dict]:
         counted = [r for r in runs if learned(r)]
         row = {"positions": best["pos"], "rule": best["rule"], "lr": best["lr"], "seeds": len(runs)}
         for i, length in enumerate(lengths):
-            accs = sorted(r["accuracy"][i] for r in runs)
-            row[f"accuracy at {length}"] = f"{accs[len(accs) // 2]:.2f} [{accs[0]:.2f}-{accs[-1]:.2f}]"
-        weights = sorted(r["needle_weight"][-1] / r["needle_weight"][0] for r in counted) if counted else []
-        row[f"needle weight at {lengths[-1]} / at {lengths[0]}"] = (
-            f"{weights[len(weights) // 2]:.2f} [{weights[0]:.2f}-{weights[-1]:.2f}]" if weights else "-")
+            row[f"accuracy at {length}"] = median_span([r["accuracy"][i] for r in runs])
+        weights = [r["needle_weight"][-1] / r["needle_weight"][0] for r in counted]
+        row[f"needle weight at {lengths[-1]} / at {lengths[0]}"] = median_span(weights) if weights else "-"
         k = sum(fades(r) for r in counted)
         row["seeds whose needle fades (95% interval)"] = f"{k} of {len(counted)} ({intervals.fmt_interval(intervals.wilson(k, len(counted)))})"
         rows.append(row)

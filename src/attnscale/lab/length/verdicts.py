@@ -8,13 +8,15 @@ interval against 1/2, as the training lab decides a cell.
 
 from __future__ import annotations
 
+import statistics
+
 from ... import intervals
 from ...claims import NOT_IN_PRESET, Finding, Reading, measured_at, state_of
 from .experiment import DECIDED_RATE, DROPS_BY, FADES_BELOW, drops, fades, rate
 
 ENTROPY_MOVE = 0.05                 # the entropy fraction "keeps" within this, "falls" by more
 N_FROM, N_TO = 64, 65536            # the init parts compare these key counts
-LOGN, SSMAX, TEMP = "sqrt+logn:34", "sqrt+ssmax", "sqrt+temp:0.1:34"
+LOGN, SSMAX = "sqrt+logn:34", "sqrt+ssmax"
 
 NUMBER_KEYS = {
     "L1": ("sqrt_weight_equal_*", "sqrt_weight_noisy_*", "sqrt_fade_rate", "sqrt_fading", "sqrt_seeds"),
@@ -55,7 +57,7 @@ def equal_keys_part(result: dict, name: str, keeps: bool) -> Reading:
 
     def read(scale):
         kept = kept_exact(start, end, scale)
-        return Reading(state_of(kept if keeps else not kept), measured=weight_text(name, start, end),
+        return Reading(state_of(kept, negate=not keeps), measured=weight_text(name, start, end),
                        threshold=f"{'at least' if keeps else 'below'} {share_kept(scale):.2g} x its weight at n = {N_FROM}")
     return measured_at(read)
 
@@ -68,7 +70,7 @@ def noisy_part(result: dict, name: str, keeps: bool) -> Reading:
     def read(scale):
         bar = share_kept(scale) * start["weight_mc"]
         kept = intervals.at_least((low, high), bar)
-        return Reading(state_of(kept if keeps else (None if kept is None else not kept)),
+        return Reading(state_of(kept, negate=not keeps),
                        measured=weight_text(name, start["weight_mc"], end["weight_mc"])
                        + f" (Monte Carlo, 95% interval {low:.3g}-{high:.3g})",
                        threshold=f"{'at least' if keeps else 'below'} {share_kept(scale):.2g} x its weight at n = {N_FROM}")
@@ -91,11 +93,20 @@ def rate_part(result: dict, rule: str, event, what: str, happens: bool, pos: str
     def read(scale):
         k, n, interval = rate(runs, lambda r: event(r, -1, scale))
         most = {"above": True, "below": False}.get(intervals.side(interval, DECIDED_RATE)) if n else None
-        state = state_of(most if happens else (None if most is None else not most))
-        return Reading(state, measured=f"{k} of {n} seeds {what(scale)} ({intervals.fmt_interval(interval)})",
+        return Reading(state_of(most, negate=not happens), measured=f"{k} of {n} seeds {what(scale)} ({intervals.fmt_interval(interval)})",
                        threshold=f"{'more' if happens else 'fewer'} than {DECIDED_RATE:.2g} of the seeds",
                        decide=f"more seeds (the interval straddles {DECIDED_RATE:.2g})" if most is None else "")
     return measured_at(read)
+
+
+def in_both(first: Reading, second: Reading, where: tuple[str, str]) -> Reading:
+    """One part read in two settings (``where`` names them): its state over both, what an undecided one
+    could still become, each setting's reading, and the states with the thresholds moved."""
+    over = Reading.over([first.state, second.state])
+    return Reading(over.state, measured=f"{where[0]}: {first.measured}; {where[1]}: {second.measured}",
+                   threshold=first.threshold, could_be=over.could_be,
+                   settings=[{"where": w, "state": r.state, "measured": r.measured} for w, r in zip(where, (first, second))],
+                   moved={m: Reading.over([first.moved[m], second.moved[m]]).state for m in first.moved})
 
 
 def lose_weight(scale: float) -> str:
@@ -125,8 +136,7 @@ def numbers_of(result: dict) -> dict:
         k, n, _ = rate(runs, drops)
         out[f"{key}_drop_rate"] = k / n if n else None
         for i, length in enumerate(result["lengths"]):
-            accs = sorted(r["accuracy"][i] for r in runs)
-            out[f"{key}_accuracy_{length}"] = accs[len(accs) // 2]
+            out[f"{key}_accuracy_{length}"] = statistics.median(r["accuracy"][i] for r in runs)
     for rule, key in (("sqrt", "rope_sqrt"), (LOGN, "rope_logn")):
         runs = cell_runs(result, rule, "rope")
         if runs:
@@ -142,13 +152,8 @@ def pick(numbers: dict, claim: str) -> dict:
 
 
 def judge_l1(result: dict, numbers: dict) -> Finding:
-    init = Reading.over([equal_keys_part(result, "sqrt", keeps=False).state, noisy_part(result, "sqrt", keeps=False).state])
     equal, noisy = equal_keys_part(result, "sqrt", keeps=False), noisy_part(result, "sqrt", keeps=False)
-    init = Reading(init.state, measured=f"equal keys, {equal.measured}; noisy keys, {noisy.measured}",
-                   threshold=equal.threshold, could_be=init.could_be,
-                   settings=[{"where": "equal keys (Fig. 1)", "state": equal.state, "measured": equal.measured},
-                             {"where": "noisy keys (iid logits, std 1)", "state": noisy.state, "measured": noisy.measured}],
-                   moved={m: Reading.over([equal.moved[m], noisy.moved[m]]).state for m in equal.moved})
+    init = in_both(equal, noisy, ("equal keys (Fig. 1)", "noisy keys (iid logits, std 1)"))
     trained = rate_part(result, "sqrt", fades, lose_weight, happens=True)
     evidence = (f"At initialisation a needle's weight under 1/sqrt(d_k) alone goes from {equal.measured.split(': ', 1)[1]} "
                 f"among equal keys, and among noisy keys from {noisy.measured.split(': ', 1)[1]}. Trained at "
@@ -158,10 +163,7 @@ def judge_l1(result: dict, numbers: dict) -> Finding:
 
 def judge_l2(result: dict, numbers: dict) -> Finding:
     equal_logn, equal_ssmax = equal_keys_part(result, LOGN, keeps=True), equal_keys_part(result, SSMAX, keeps=True)
-    states = [equal_logn.state, equal_ssmax.state]
-    init_equal = Reading(Reading.over(states).state, measured=f"{equal_logn.measured}; {equal_ssmax.measured}",
-                         threshold=equal_logn.threshold, could_be=Reading.over(states).could_be,
-                         moved={m: Reading.over([equal_logn.moved[m], equal_ssmax.moved[m]]).state for m in equal_logn.moved})
+    init_equal = in_both(equal_logn, equal_ssmax, ("log-n", "SSMax"))
     noisy = noisy_part(result, LOGN, keeps=True)
     trained_logn = rate_part(result, LOGN, fades, lose_weight, happens=False)
     trained_ssmax = rate_part(result, SSMAX, fades, lose_weight, happens=False)
@@ -220,12 +222,7 @@ def judge_l4(result: dict, numbers: dict) -> Finding:
     if rope_sqrt.state == NOT_IN_PRESET or rope_logn.state == NOT_IN_PRESET:
         readings["rope"] = Reading(NOT_IN_PRESET, note="RoPE models are trained in the full preset")
     else:
-        states = [rope_sqrt.state, rope_logn.state]
-        over = Reading.over(states)
-        readings["rope"] = Reading(over.state, measured=f"1/sqrt(d_k): {rope_sqrt.measured}; log-n: {rope_logn.measured}",
-                                   threshold=rope_sqrt.threshold, could_be=over.could_be,
-                                   moved={m: Reading.over([rope_sqrt.moved[m], rope_logn.moved[m]]).state
-                                          for m in rope_sqrt.moved})
+        readings["rope"] = in_both(rope_sqrt, rope_logn, ("1/sqrt(d_k)", "log-n"))
     lengths = result["lengths"]
     evidence = (f"Trained at {lengths[0]} tokens with no position embedding, run at {lengths[-1]}: 1/sqrt(d_k) alone: "
                 f"{readings['sqrt_drops'].measured}; log-n: {readings['logn_keeps'].measured}; SSMax: "
