@@ -194,6 +194,32 @@ def test_the_lab_runs_every_rule_at_its_best_rate(measured):
     assert claims.undeclared_numbers(L.NUMBER_KEYS, L.judge(measured)) == []
 
 
+@pytest.mark.parametrize("rule, length, source", [("sqrt+logn:34", 34, "sqrt"), ("sqrt+logn:34", 35, "sqrt+logn:34"),
+                                                  ("inv_d+logn:64", 18, "inv_d"), ("sqrt+ssmax", 18, "sqrt+ssmax"),
+                                                  ("sqrt+temp:0.1:34", 34, "sqrt+temp:0.1:34"), ("sqrt", 18, "sqrt")])
+def test_a_rule_trains_as_the_plain_rule_only_where_its_term_is_exactly_one(rule, length, source):
+    assert E.trained_as(rule, length) == source
+
+
+@pytest.mark.parametrize("pos", ["none", "rope"])
+def test_log_n_below_its_base_length_trains_bit_for_bit_as_the_plain_rule(pos):
+    config = dataclasses.replace(TINY, steps=12)
+    plain = E.train_one(config, "sqrt", pos, 3e-3, 0).state_dict()
+    logn = E.train_one(config, "sqrt+logn:34", pos, 3e-3, 0).state_dict()
+    assert plain.keys() == logn.keys() and all(torch.equal(plain[k], logn[k]) for k in plain)
+
+
+def test_the_lab_trains_a_shared_model_once_and_evaluates_it_under_each_rule(measured):
+    by_cell = {(r["rule"], r["lr"], r["seed"]): r for r in measured["models"]}
+    for (rule, lr, seed), row in by_cell.items():
+        assert row["trained_as"] == E.trained_as(rule, TINY.base_length)
+        if row["trained_as"] != rule:
+            plain = by_cell[(row["trained_as"], lr, seed)]
+            assert row["accuracy"][0] == plain["accuracy"][0]  # same weights, same logits at the base length
+    assert measured["trainings"] == len({(r["trained_as"], r["pos"], r["lr"], r["seed"]) for r in measured["models"]})
+    assert measured["trainings"] < measured["runs"]
+
+
 def with_runs(result, rule, accuracy, weight):
     edited = copy.deepcopy(result)
     for r in edited["models"]:
