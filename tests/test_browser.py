@@ -112,3 +112,43 @@ def test_explorer_numbers_agree_with_the_saturation_lab(browser, tmp_path):
         assert shown["logitStd"] == pytest.approx(lab["logit_std"], rel=0.05), setting
         assert shown["factor"] == pytest.approx(d_k**-exponent)
     assert errors == []
+
+
+NEEDLE_SETTINGS = [("sqrt", 64, 256, 8.0), ("sqrt", 64, 4096, 8.0), ("logn", 64, 4096, 8.0), ("logn", 64, 256, 3.0),
+                   ("logn", 64, 4096, 3.0)]
+
+
+def needle_reference(rule: str, base: int, n: int, margin: float, d_k: int = 64, rows: int = 4096) -> float:
+    """The needle's mean weight from the sampling the explorer states, in numpy (another random stream)."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    m = max(1.0, np.log(n) / np.log(base)) if rule == "logn" else 1.0
+    q_norm = np.linalg.norm(rng.standard_normal((rows, d_k)), axis=1)
+    spread = q_norm / np.sqrt(d_k) * m
+    logits = rng.standard_normal((rows, n)) * spread[:, None]
+    logits[:, 0] += margin * spread
+    logits -= logits.max(axis=1, keepdims=True)
+    weights = np.exp(logits)
+    return float((weights[:, 0] / weights.sum(axis=1)).mean())
+
+
+def test_explorer_needle_fades_under_sqrt_and_log_n_keeps_only_a_wide_margin(browser, tmp_path):
+    path = tmp_path / "explore.html"
+    path.write_text(render_explorer(__version__), encoding="utf-8")
+    page, errors, _ = open_page(browser, path)
+    shown = {}
+    for rule, base, n, margin in NEEDLE_SETTINGS:
+        out = page.evaluate("s => window.attnscaleExplorer.simulate(s)",
+                            {"dk": 64, "rule": rule, "exponent": 0.5, "n": n, "std": 1.0, "base": base,
+                             "margin": margin, "seed": 0})
+        shown[(rule, n, margin)] = out["needle"]
+        assert out["needle"] == pytest.approx(needle_reference(rule, base, n, margin), abs=0.03), (rule, base, n)
+    assert shown[("sqrt", 4096, 8.0)] < 0.5 * shown[("sqrt", 256, 8.0)]   # fades as n grows 16x
+    assert shown[("logn", 4096, 8.0)] > shown[("sqrt", 256, 8.0)]         # log-n keeps a wide margin's needle
+    assert shown[("logn", 4096, 3.0)] < shown[("logn", 256, 3.0)]         # and amplifies the noise over a narrow one (L2)
+    set_control(page, "rule", "logn")
+    set_control(page, "margin", 3)
+    assert page.locator(".explorer [data-x=needle]").inner_text() != "–"
+    assert not page.locator(".explorer [data-x=base]").is_disabled()
+    assert errors == []

@@ -7,7 +7,9 @@ QK-norm, dependence on position and length, and parity between backends.  The qu
 preset audits a representative set of families (encoders, decoders, encoder-decoders,
 soft caps, QK-norm, latent attention, a factor set by a config field, inline attention,
 and the families whose factor the full audit found to differ from their config); the
-full preset audits every decoder and encoder family, as ``attnscale audit`` does.
+full preset audits every decoder and encoder family, as ``attnscale audit`` does.  Both presets
+also measure the families whose factor changes with the query's position at p up to 1,048,576
+(:mod:`attnscale.audit.positions`).
 
 It tests no claim of the source (C10 is the doctor's and the history lab's, C13 the history and
 training labs'): its section of the
@@ -21,10 +23,11 @@ from dataclasses import dataclass
 
 from .. import checks
 from ..audit import measure as audit_api
+from ..audit import positions as far_positions
 from ..errors import UserError
 from ..plotting import pyplot, save
 
-VERSION = 6  # 6: video clips, audio shapes, detectors on tiny backbones, attention no row reads named; 5: composites covered by their towers, mrope and per-stage tiny sizes, coverage counts; 4: the attention function's entry named "function" (was "kernel"); 2: factors declared from the attention class's own code; gemma3n_text, zamba2 built; length row by row; 3: sinks
+VERSION = 7  # 7: the factor at far positions (audit.positions); 6: video clips, audio shapes, detectors on tiny backbones, attention no row reads named; 5: composites covered by their towers, mrope and per-stage tiny sizes, coverage counts; 4: the attention function's entry named "function" (was "kernel"); 2: factors declared from the attention class's own code; gemma3n_text, zamba2 built; length row by row; 3: sinks
 NUMBER_KEYS: dict[str, tuple[str, ...]] = {}  # the audit tests no claim of the source, so its findings carry no numbers
 
 # A representative subset for the quick preset (about 15 s on 2 cores).
@@ -83,13 +86,14 @@ def run(config: Config, progress=None) -> dict:
             progress(done / len(items), f"{name}")
 
     results = audit_api.run_plan(items, config.backends, config.seed, step)
+    far = far_positions.audit_positions(seed=config.seed)
     summary = audit_api.report(results, config.backends, 0.0)
     rows = [{k: v for k, v in row.items() if k != "seconds"} for row in summary["rows"]]
     return {"transformers": summary["transformers"], "backends": list(config.backends),
             "families_audited": "all" if config.families is None else list(config.families),
             "tolerances": summary["tolerances"], "counts": summary["counts"], "coverage": summary["coverage"],
             "rows": rows,
-            "families": [compact(result) for result in results]}
+            "families": [compact(result) for result in results], "far_positions": far}
 
 
 def judge(result: dict) -> dict:
@@ -111,6 +115,9 @@ def tables(result: dict) -> dict[str, list[dict]]:
     covered = [{"family": f["family"], "towers": f["reason"]} for f in result["families"] if f["status"] == "covered"]
     out = {f"mismatches and backend disagreements in transformers {result['transformers']} ({scope})": findings,
            "families audited": result["rows"]}
+    if result.get("far_positions"):
+        out["factor at far positions (relative to position 0, measured through the whole forward pass)"] = \
+            far_positions.table(result["far_positions"])
     if covered:
         out["composites covered by their towers"] = covered
     if skipped:
