@@ -479,6 +479,10 @@ CASES = [
     port_case("callable-recurses", "RecursionError", "def attn(q, k, v, mask=None):\n    return attn(q, k, v)\n"),
     port_case("callable-nan", "NaN", "def attn(q, k, v, mask=None):\n    return q * float('nan')\n"),
     port_case("callable-import-raises", "cannot import", "raise RuntimeError('no GPU here')\n"),
+    Case("callable-a-class", ["audit", "--callable", "torch.nn:MultiheadAttention"], "names a class"),
+    Case("callable-a-module", ["audit", "--callable", "torch:nn"], "names a module (torch.nn)"),
+    Case("callable-not-callable", ["audit", "--callable", "math:pi"], "names a float"),
+    Case("callable-missing-name", ["audit", "--callable", "math:no_such"], "has no 'no_such'"),
 ]
 
 

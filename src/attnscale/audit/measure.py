@@ -807,6 +807,7 @@ def load_callable(spec: str):
     """The function named by ``module:function`` (the module imported from the current folder or
     the Python path)."""
     import importlib
+    import inspect
     import os
 
     module_name, _, function_name = (spec or "").partition(":")
@@ -818,9 +819,17 @@ def load_callable(spec: str):
         module = importlib.import_module(module_name)
     except Exception as error:  # noqa: BLE001 - the user's module: a SyntaxError or any error it raises on import
         raise UserError(f"--callable {spec!r}: cannot import {module_name!r} ({families.first_line(error)})") from None
-    function = getattr(module, function_name, None)
+    accepted = "accepted: an attention function f(q, k, v, mask=None) -> out"
+    if not hasattr(module, function_name):
+        raise UserError(f"--callable {spec!r}: {module_name} has no {function_name!r}; {accepted}")
+    function = getattr(module, function_name)
+    if inspect.isclass(function):
+        raise UserError(f"--callable {spec!r} names a class ({function.__module__}.{function.__qualname__}), not a "
+                        f"function; {accepted} (wrap a module: def f(q, k, v, mask=None): return my_module(q, k, v))")
+    if inspect.ismodule(function):
+        raise UserError(f"--callable {spec!r} names a module ({function.__name__}), not a function; {accepted}")
     if not callable(function):
-        raise UserError(f"--callable {spec!r}: {module_name} has no callable {function_name!r}")
+        raise UserError(f"--callable {spec!r} names a {type(function).__name__}, not a function; {accepted}")
     return function
 
 

@@ -48,6 +48,9 @@ def print_table(report: dict) -> None:
     from ..cli import console as terminal
 
     console = terminal if terminal.is_terminal and terminal.width >= 132 else Console(width=160, highlight=False)
+    if "rows" not in report:  # --callable alone
+        print_callable(report, console)
+        return
     table = Table(title=f"scale audit: transformers {report['transformers']}, backends {', '.join(report['backends'])}")
     columns = ["family", "declared", *report["backends"], "non-linearity", "other mechanisms", "position dependence", "verdict", "seconds"]
     for column in columns:
@@ -82,6 +85,10 @@ def print_table(report: dict) -> None:
                   f"({cover['unmeasured_share']:.0%}) unmeasured, each with its reason; {cover['tower_rows']} rows for "
                   f"towers without a base model of their own, {cover['tower_rows_measured']} of them measured",
                   markup=False, highlight=False)
+    print_callable(report, console)
+
+
+def print_callable(report: dict, console) -> None:
     if report.get("callable"):
         port = report["callable"]
         console.print(f"callable {port['target']}: factor {port['function']['factor']:.6g}, "
@@ -108,8 +115,8 @@ def register(app: typer.Typer) -> None:
                                      help="Comma-separated attention implementations to measure and compare."),
         callable_spec: str = typer.Option(None, "--callable", help="module:function, an attention function "
                                           "f(q, k, v, mask=None) to measure (against TARGET's first layer if given)."),
-        head_dim: int = typer.Option(64, callback=options.within(1, MAX_HEAD_DIM), help="Head dimension for --callable when no "
-                                                                      "TARGET gives one."),
+        head_dim: int = typer.Option(64, callback=options.within(1, MAX_HEAD_DIM), help="Head dimension for --callable "
+                                                                      "alone (with TARGET: its first layer's)."),
         as_json: bool = typer.Option(False, "--json", help="Print the whole audit as JSON."),
         out: Annotated[Optional[Path], options.path_option("Write audit.json into this folder.")] = None,
         seed: options.Seed = 0,
@@ -135,6 +142,17 @@ def register(app: typer.Typer) -> None:
                 console.print(f"{family.model_type}  ({', '.join(family.kinds)})", markup=False, highlight=False)
             return
         start = time.perf_counter()
+        if port is not None and target is None:  # the function alone, at --head-dim
+            report = {"callable": audit_api.audit_callable(port, head_dim, callable_spec).to_dict(),
+                      "seconds": time.perf_counter() - start}
+            if out is not None:
+                written = write_out(report, out)
+                (err_console if as_json else console).print(f"wrote {', '.join(written)}", markup=False, highlight=False)
+            if as_json:
+                sys.stdout.write(json.dumps(report, indent=1, default=str) + "\n")
+            else:
+                print_table(report)
+            return
         plan = audit_api.plan(target)
         with progress_bar() as bar:
             task = bar.add_task("audit", total=max(len(plan), 1), note="")
