@@ -117,6 +117,10 @@ def register(app: typer.Typer) -> None:
                                           "f(q, k, v, mask=None) to measure (against TARGET's first layer if given)."),
         head_dim: int = typer.Option(64, callback=options.within(1, MAX_HEAD_DIM), help="Head dimension for --callable "
                                                                       "alone (with TARGET: its first layer's)."),
+        module_spec: str = typer.Option(None, "--module", help="pkg.mod:factory, a function (or class) that returns "
+                                        "an nn.Module: read the factor of every attention call it makes."),
+        input_shape: str = typer.Option("2,16,64", "--input-shape", help="Shape of the random input --module is run "
+                                        "on (comma-separated; the last axis is the model width)."),
         as_json: bool = typer.Option(False, "--json", help="Print the whole audit as JSON."),
         out: Annotated[Optional[Path], options.path_option("Write audit.json into this folder.")] = None,
         seed: options.Seed = 0,
@@ -134,6 +138,20 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             check_folder(out, "--out")
             check_outputs(out, files=("audit.json",))
+        if module_spec is not None:
+            if target is not None or callable_spec is not None:
+                raise UserError("--module reads one module of yours; it takes no TARGET and no --callable")
+            from ..probing import module_cli
+
+            report = {"module": module_cli.probe_spec(module_spec, input_shape, seed)}
+            if out is not None:
+                written = write_out(report, out)
+                (err_console if as_json else console).print(f"wrote {', '.join(written)}", markup=False, highlight=False)
+            if as_json:
+                sys.stdout.write(json.dumps(report, indent=1, default=str) + "\n")
+            else:
+                module_cli.print_probe(report["module"], console)
+            return
         port = audit_api.load_callable(callable_spec) if callable_spec else None
         if port is not None:
             audit_api.check_callable(port, callable_spec, head_dim)

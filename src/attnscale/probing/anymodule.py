@@ -1,0 +1,279 @@
+"""The factor any nn.Module applies to q·k, read from the operations it runs.
+
+``probe(module, example_input)`` runs the module once under a dispatch mode that sees every
+ATen operation it makes, whatever the code above it (``nn.MultiheadAttention``'s slow path,
+einsum, ``@``, ``torch.bmm``, ``F.scaled_dot_product_attention``, a library's own module):
+
+* **an attention call** is either a softmax whose input is a product of two tensors (the logits
+  of q·k, after whatever was done to them) or a fused SDPA operation;
+* **the factor at the call**: for a softmax, the ratio of its input to the product it came
+  from (the same number at every unmasked entry if the step between is a factor; an additive
+  term, such as ALiBi's, is named instead); for a fused SDPA operation, measured by calling that
+  operation again, with the arguments the module gave it, on one query and two keys whose
+  q·k differ by a known gap (log(p_0 / p_1) = factor x gap);
+* **what was done to q and k before**: each query (key) vector at the call is matched against the
+  outputs of the module's matrix products (its projections, fused or not) cut into pieces of the
+  head width; a vector that is c times one of them found, c is a factor folded into q (or k)
+  before the product (``nn.MultiheadAttention`` multiplies q by d^-1/2 first).  A c that differs
+  from vector to vector is QK-norm (every vector at the call has one length) or a factor that
+  moves with the query row (a length or position term);
+* **the factor** on the projections' q·k is the factor at the call times c_q times c_k.
+
+What cannot be read is said, with the reason (a rotation between the projection and the call, as
+RoPE does, leaves no vector a multiple of a projection's output).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+PRODUCTS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default")
+SOFTMAX = ("aten._softmax.default", "aten._safe_softmax.default")
+BIAS_ADD = "aten.add.Tensor"  # a projection's bias added after its product (F.linear on 3-D input, MHA's in_proj)
+SDPA_PREFIX = "aten._scaled_dot_product_"   # the fused kernels F.scaled_dot_product_attention picks
+MATCH_COS = 1 - 1e-4       # a vector at the call has a projection's direction
+SAME_SCALE = 1e-3          # relative spread under which a set of ratios is one number
+MASKED_BELOW = -1e4        # logits this low are a mask, not a factor's work
+SAMPLE = 64                # vectors matched per call
+GAP = 1.0                  # the q·k gap between the two designed keys of a fused call
+
+
+@dataclass
+class AttentionRead:
+    module: str                     # the innermost module running when the call was made ("" for the root)
+    kind: str                       # "softmax(q·k)" or the fused operation's name
+    d_k: int
+    factor_at_call: float | None    # what the call itself applies to the q·k it receives
+    q_scale: float | None = None    # c_q: q at the call / the projection's output (None: not matched)
+    k_scale: float | None = None
+    q_from: str = ""                # the module whose product q came from
+    k_from: str = ""
+    factor: float | None = None     # on the projections' q·k
+    form: str = "constant"          # constant | QK-norm | varies per query row | additive term | not read
+    detail: str = ""                # a number behind the form (a cosine-1 logit, a range), or why not read
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ModuleProbe:
+    module: str
+    calls: list[AttentionRead] = field(default_factory=list)
+    unread: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"module": self.module, "calls": [c.to_dict() for c in self.calls], "unread": list(self.unread)}
+
+
+class _Recorder(TorchDispatchMode):
+    """Keeps, in order, every matrix product (inputs and output), softmax and fused SDPA call, with
+    the module that was running."""
+
+    def __init__(self, where):
+        super().__init__()
+        self.where = where
+        self.events: list[tuple] = []
+        self.product_storage: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = str(func)
+        if name in PRODUCTS:
+            a, b = (args[1], args[2]) if name in ("aten.addmm.default", "aten.baddbmm.default") else (args[0], args[1])
+            self.events.append(("product", self.where(), a.detach().clone(), b.detach().clone(), out.detach().clone()))
+            self.product_storage.add(out.data_ptr())
+        elif name == BIAS_ADD and isinstance(args[0], torch.Tensor) and isinstance(args[1], torch.Tensor) \
+                and args[0].data_ptr() in self.product_storage and args[1].numel() < args[0].numel():
+            self.events.append(("biased", self.where(), out.detach().clone()))
+        elif name in SOFTMAX:
+            self.events.append(("softmax", self.where(), args[0].detach().clone(), int(args[1])))
+        elif name.startswith(SDPA_PREFIX):
+            self.events.append(("sdpa", self.where(), func, args, kwargs))
+        return out
+
+
+def _vectors(tensor: torch.Tensor, width: int) -> torch.Tensor | None:
+    """The tensor's last axis cut into pieces of ``width``: (pieces, width), or None if it does not divide."""
+    if tensor.dim() == 0 or tensor.shape[-1] % width:
+        return None
+    return tensor.reshape(-1, width).double()
+
+
+def _match(vectors: torch.Tensor, products: list[tuple[str, torch.Tensor]]) -> tuple[torch.Tensor | None, str]:
+    """Per sampled vector, c with vector = c x a piece of one product's output (one product for all), or
+    (None, why)."""
+    width = vectors.shape[-1]
+    picked = vectors[torch.linspace(0, len(vectors) - 1, min(SAMPLE, len(vectors))).long()]
+    picked = picked[picked.norm(dim=-1) > 0]
+    if not len(picked):
+        return None, "the vectors at the call are zero"
+    unit = picked / picked.norm(dim=-1, keepdim=True)
+    for source, output in reversed(products):  # the latest product first
+        pieces = _vectors(output, width)
+        if pieces is None or not len(pieces):
+            continue
+        norms = pieces.norm(dim=-1)
+        usable = norms > 0
+        if not usable.any():
+            continue
+        cos = unit @ (pieces[usable] / norms[usable, None]).T
+        best, index = cos.abs().max(dim=-1)
+        if bool((best >= MATCH_COS).all()):
+            chosen = pieces[usable][index]
+            return (picked * chosen).sum(-1) / (chosen * chosen).sum(-1), source
+    return None, "no vector at the call is a multiple of a matrix product's output (a rotation, such as RoPE, or a mix in between)"
+
+
+def _one_number(values: torch.Tensor) -> bool:
+    middle = values.median()
+    return bool(((values - middle).abs() <= SAME_SCALE * middle.abs().clamp_min(1e-30)).all())
+
+
+def _scale_form(scales: torch.Tensor | None, vectors: torch.Tensor) -> tuple[float | None, str]:
+    """(c, form) for the ratios of one side's vectors to their projection pieces."""
+    if scales is None:
+        return None, "not read"
+    if _one_number(scales):
+        return float(scales.median()), "constant"
+    lengths = vectors.norm(dim=-1)
+    if _one_number(lengths[lengths > 0]):
+        return None, "QK-norm"
+    return None, "varies per query row"
+
+
+def _softmax_read(where: str, logits: torch.Tensor, product) -> AttentionRead:
+    _, _, a, b, out = product
+    d_k = a.shape[-1]
+    flat_logits, flat_out = logits.reshape(-1).double(), out.reshape(-1).double()
+    keep = torch.isfinite(flat_logits) & (flat_logits > MASKED_BELOW) & \
+        (flat_out.abs() > 1e-6 * flat_out.abs().max().clamp_min(1e-30))
+    read = AttentionRead(where, "softmax(q·k)", d_k, None)
+    if not keep.any():
+        read.form, read.detail = "not read", "every logit is masked"
+        return read
+    ratio = flat_logits[keep] / flat_out[keep]
+    read.factor_at_call = float(ratio.median())
+    if not _one_number(ratio):
+        read.form = "additive term"
+        read.detail = f"logits / q·k ranges {float(ratio.min()):.4g}-{float(ratio.max()):.4g} (a bias or mask added)"
+    return read
+
+
+def _sdpa_factor(func, args, kwargs) -> float:
+    """The fused operation's factor, from one query and two keys at a known q·k gap."""
+    q, k, v = args[0], args[1], args[2]
+    d_k, d_v = q.shape[-1], v.shape[-1]
+    query = torch.zeros(1, 1, 1, d_k, dtype=q.dtype)
+    query[..., 0] = 1.0
+    keys = torch.zeros(1, 1, 2, d_k, dtype=q.dtype)
+    keys[..., 0, 0], keys[..., 1, 0] = GAP / 2, -GAP / 2
+    values = torch.zeros(1, 1, 2, d_v, dtype=v.dtype)
+    values[..., 0, 0] = values[..., 1, 1 % d_v] = 1.0
+    rest = {key: value for key, value in kwargs.items() if key in ("scale",)}
+    with torch.no_grad():
+        out = func(query, keys, values, **rest)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    p0, p1 = float(out[0, 0, 0, 0]), float(out[0, 0, 0, 1 % d_v])
+    return math.log(p0 / p1) / GAP
+
+
+def _sdpa_read(where: str, func, args, kwargs) -> tuple[AttentionRead, torch.Tensor, torch.Tensor]:
+    q, k = args[0], args[1]
+    read = AttentionRead(where, str(func).removeprefix("aten.").removesuffix(".default"), q.shape[-1],
+                         _sdpa_factor(func, args, kwargs))
+    return read, q.detach().reshape(-1, q.shape[-1]), k.detach().reshape(-1, k.shape[-1])
+
+
+def _fold(read: AttentionRead, q_vectors, k_vectors, products) -> AttentionRead:
+    """c_q, c_k and the factor on the projections' q·k."""
+    if read.form != "constant":
+        return read
+    q_scales, read.q_from = _match(q_vectors.double(), products)
+    k_scales, read.k_from = _match(k_vectors.double(), products)
+    read.q_scale, q_form = _scale_form(q_scales, q_vectors.double())
+    read.k_scale, k_form = _scale_form(k_scales, k_vectors.double())
+    forms = {q_form, k_form}
+    if forms == {"constant"}:
+        read.factor = read.factor_at_call * read.q_scale * read.k_scale
+    elif "QK-norm" in forms and forms <= {"QK-norm", "constant"}:
+        q_len, k_len = q_vectors.double().norm(dim=-1).median(), k_vectors.double().norm(dim=-1).median()
+        read.form = "QK-norm"
+        read.detail = f"the logit of a cosine-1 pair is {float(read.factor_at_call * q_len * k_len):.4g}"
+    elif "varies per query row" in forms:
+        read.form = "varies per query row"
+        read.detail = "q at the call is not one multiple of its projection: a factor that moves with the row"
+    else:
+        read.form = "not read"
+        read.detail = read.q_from if q_form == "not read" else read.k_from
+        read.q_from = read.q_from if q_form != "not read" else ""
+        read.k_from = read.k_from if k_form != "not read" else ""
+    return read
+
+
+def probe(module: torch.nn.Module, example_input, **forward_kwargs) -> ModuleProbe:
+    """Run ``module(example_input, **forward_kwargs)`` once and read every attention call it makes.
+
+    ``example_input`` is a tensor or a tuple of positional arguments.  Raises TypeError for a
+    module that is not an nn.Module, ValueError if the module's forward fails on the input."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"probe needs an nn.Module, got {type(module).__name__}")
+    names = {id(m): name for name, m in module.named_modules()}
+    stack: list[str] = []
+
+    def enter(m, args):
+        stack.append(names.get(id(m), type(m).__name__))
+
+    def leave(m, args, out):
+        if stack:
+            stack.pop()
+
+    hooks = [torch.nn.modules.module.register_module_forward_pre_hook(enter),
+             torch.nn.modules.module.register_module_forward_hook(leave)]
+    recorder = _Recorder(lambda: stack[-1] if stack else "")
+    args = example_input if isinstance(example_input, tuple) else (example_input,)
+    try:
+        with recorder:
+            module(*args, **forward_kwargs)
+    except Exception as error:  # noqa: BLE001 - the user's module on the user's input
+        raise ValueError(f"{type(module).__name__} failed on the example input: {type(error).__name__}: "
+                         f"{str(error).splitlines()[0] if str(error) else ''}") from None
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return _reads(type(module).__name__, recorder.events)
+
+
+def _reads(name: str, events: list[tuple]) -> ModuleProbe:
+    result = ModuleProbe(name)
+    products: list[tuple[str, torch.Tensor]] = []
+    last_product = None
+    for event in events:
+        if event[0] == "product":
+            products.append((event[1] or name, event[4]))
+            last_product = event
+        elif event[0] == "biased":  # a projection's output with its bias: a candidate for q and k, not logits
+            products.append((event[1] or name, event[2]))
+        elif event[0] == "softmax":
+            logits = event[2]
+            if last_product is None or last_product[4].numel() != logits.numel():
+                result.unread.append(f"a softmax in {event[1] or name} over {tuple(logits.shape)} whose input is no "
+                                     "matrix product just before it")
+                continue
+            read = _softmax_read(event[1] or name, logits, last_product)
+            a, b = last_product[2], last_product[3]
+            q_vectors = a.reshape(-1, a.shape[-1])
+            k_vectors = b.transpose(-1, -2).reshape(-1, b.shape[-2])
+            result.calls.append(_fold(read, q_vectors, k_vectors, products[:-1]))
+            last_product = None
+        else:
+            read, q_vectors, k_vectors = _sdpa_read(event[1] or name, event[2], event[3], event[4])
+            result.calls.append(_fold(read, q_vectors, k_vectors, products))
+    if not result.calls and not result.unread:
+        result.unread.append("no attention call: no softmax over a matrix product and no fused attention operation ran")
+    return result

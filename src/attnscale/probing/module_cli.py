@@ -1,0 +1,97 @@
+"""``attnscale audit --module pkg.mod:factory``: build the user's module, run it on a random input, read it."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+
+import torch
+
+from ..errors import UserError
+from .anymodule import probe
+
+ACCEPTED = "accepted: pkg.mod:factory, a function or class that returns an nn.Module when called with no arguments"
+MAX_INPUT_ELEMENTS = 2**24
+
+
+def load_module(spec: str) -> torch.nn.Module:
+    """The nn.Module that ``pkg.mod:factory`` builds (the module imported from the current folder or the path)."""
+    module_name, _, attribute = (spec or "").partition(":")
+    if not module_name or not attribute:
+        raise UserError(f"--module {spec!r} is not pkg.mod:factory; {ACCEPTED}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        source = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - the user's module: any error it raises on import
+        raise UserError(f"--module {spec!r}: cannot import {module_name!r} ({type(error).__name__}: {error})") from None
+    if not hasattr(source, attribute):
+        raise UserError(f"--module {spec!r}: {module_name} has no {attribute!r}; {ACCEPTED}")
+    factory = getattr(source, attribute)
+    if isinstance(factory, torch.nn.Module):
+        return factory
+    if not callable(factory):
+        raise UserError(f"--module {spec!r} names a {type(factory).__name__}; {ACCEPTED}")
+    try:
+        built = factory()
+    except Exception as error:  # noqa: BLE001 - the user's factory, whatever it raises
+        raise UserError(f"--module {spec!r}: calling it with no arguments raised {type(error).__name__}: "
+                        f"{str(error).splitlines()[0] if str(error) else ''}; {ACCEPTED}") from None
+    if not isinstance(built, torch.nn.Module):
+        raise UserError(f"--module {spec!r} returned a {type(built).__name__}, not an nn.Module; {ACCEPTED}")
+    return built
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise UserError(f"--input-shape {text!r} is not comma-separated whole numbers; accepted: e.g. 2,16,64") from None
+    if not shape or min(shape) < 1:
+        raise UserError(f"--input-shape {text!r} has a size below 1; accepted: whole numbers >= 1, e.g. 2,16,64")
+    elements = 1
+    for size in shape:
+        elements *= size
+    if elements > MAX_INPUT_ELEMENTS:
+        raise UserError(f"--input-shape {text!r} holds {elements:,} numbers; accepted: at most {MAX_INPUT_ELEMENTS:,}")
+    return shape
+
+
+def required_inputs(module: torch.nn.Module) -> int:
+    """How many positional arguments the module's forward needs (self-attention gets x for each: MHA's q, k, v)."""
+    try:
+        parameters = inspect.signature(module.forward).parameters.values()
+    except (TypeError, ValueError):
+        return 1
+    needed = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    return max(1, len(needed))
+
+
+def probe_spec(spec: str, input_shape: str, seed: int = 0) -> dict:
+    shape = parse_shape(input_shape)
+    module = load_module(spec)
+    example = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+    torch.manual_seed(seed)
+    try:
+        read = probe(module, tuple(example for _ in range(required_inputs(module))))
+    except ValueError as error:
+        raise UserError(f"--module {spec!r} with --input-shape {input_shape}: {error}") from None
+    return {"target": spec, "input_shape": list(shape), **read.to_dict()}
+
+
+def print_probe(report: dict, console) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"attention calls of {report['target']} on a random input of shape {tuple(report['input_shape'])}")
+    for column in ("module", "call", "d_k", "at the call", "c_q", "c_k", "factor", "form", "q from"):
+        table.add_column(column, justify="right" if column in ("d_k", "at the call", "c_q", "c_k", "factor") else "left")
+    number = lambda value: "" if value is None else f"{value:.6g}"  # noqa: E731
+    for call in report["calls"]:
+        table.add_row(call["module"], call["kind"], str(call["d_k"]), number(call["factor_at_call"]),
+                      number(call["q_scale"]), number(call["k_scale"]), number(call["factor"]),
+                      call["form"] + (f": {call['detail']}" if call["detail"] else ""), call["q_from"])
+    console.print(table)
+    for reason in report["unread"]:
+        console.print(f"not read: {reason}", markup=False, highlight=False)
