@@ -161,3 +161,70 @@ def test_the_cli_reads_a_module_of_the_users(tmp_path, monkeypatch, capsys):
     assert exit_info.value.code == 0
     report = json.loads(capsys.readouterr().out)["module"]
     assert report["calls"][0]["factor"] == pytest.approx(0.25, rel=REL) and report["input_shape"] == [2, 8, 64]
+
+
+# ----------------------------------------------------------------------------- capture of any model
+
+def test_capture_of_a_transformers_model_agrees_with_its_own_attention_weights():
+    from attnscale import capture
+    from attnscale.probing.loading import load_model
+
+    model, tokenizer = load_model(None)  # all-MiniLM-L6-v2, offline
+    ids = tokenizer("The factor keeps the logits in range.", return_tensors="pt")
+    with torch.no_grad(), capture(model) as seen:
+        out = model(**ids, output_attentions=True)
+    names = [name for name, _ in seen]
+    assert names == [f"encoder.layer.{i}.attention.self" for i in range(6)]
+    for (name, call), weights in zip(seen, out.attentions):
+        assert call.factor == pytest.approx(32 ** -0.5, rel=REL) and call.q.shape == (1, 12, weights.shape[-1], 32)
+        assert torch.allclose(call.probs.float(), weights, atol=1e-6)
+        reference = (call.q.double() @ call.k.double().transpose(-1, -2)) * call.factor
+        finite = torch.isfinite(call.logits)
+        assert torch.allclose(call.logits.double()[finite], reference[finite], rtol=1e-5, atol=1e-5)
+
+
+def test_capture_of_torch_attention_under_both_paths():
+    from attnscale import capture
+
+    mha, x = nn.MultiheadAttention(WIDTH, HEADS, batch_first=True), x_input()
+    with capture(mha) as seen:
+        _, weights = mha(x, x, x)
+    call = seen["MultiheadAttention"]
+    assert torch.allclose(call.probs.float().view(2, HEADS, 6, 6).mean(1), weights, atol=1e-6)
+    with capture(mha) as fused:
+        out, _ = mha(x, x, x, need_weights=False)
+    call = fused["MultiheadAttention"]
+    assert call.factor == pytest.approx(D ** -0.5, rel=REL)
+    v = F.linear(x, mha.in_proj_weight[2 * WIDTH:], mha.in_proj_bias[2 * WIDTH:]).view(2, 6, HEADS, D).transpose(1, 2)
+    mixed = (call.probs.float() @ v).transpose(1, 2).reshape(2, 6, WIDTH)
+    assert torch.allclose(mha.out_proj(mixed), out, atol=1e-5)  # the recomputed probabilities are the call's
+
+
+def test_capture_of_a_module_without_attention_is_refused():
+    from attnscale import capture
+    from attnscale.errors import UserError
+
+    linear = nn.Linear(WIDTH, WIDTH)
+    with pytest.raises(UserError, match="made no attention call"):
+        with capture(linear) as _:
+            linear(x_input())
+
+
+def run_cli(args, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(args)
+    captured = capsys.readouterr()
+    return exit_info.value.code, captured.out, captured.err
+
+
+def test_numerics_checks_a_real_models_own_q_and_k(capsys):
+    code, out, _ = run_cli(["numerics", "--model", "default", "--layer", "2", "--json"], capsys)
+    assert code == 0
+    (report,) = json.loads(out)
+    assert report["layer"] == 2 and report["module"] == "encoder.layer.2.attention.self"
+    assert report["factor"] == pytest.approx(32 ** -0.5, rel=REL) and report["dtype"] == "float16"
+    for args, needle in ((["numerics", "--model", "default", "--layer", "6"], "--layer 6 is out of range"),
+                         (["numerics", "--layer", "1"], "apply only with --model"),
+                         (["numerics", "--model", "default", "--scale", "none"], "--scale")):
+        code, _, err = run_cli(args, capsys)
+        assert code == 2 and needle in err, err

@@ -416,6 +416,12 @@ def capture(model: nn.Module, detach: bool = True):
     """Record q, k, logits (masked entries NaN) and probabilities of every ScaledAttention
     inside ``model`` during the ``with`` block.  Outside it the modules run their normal path.
 
+    A model with no ScaledAttention inside (a transformers model, ``nn.MultiheadAttention``, any
+    module) is read from the operations it runs (:mod:`attnscale.probing.anymodule`): each
+    attention call is kept under the name of the module that made it ("#2" for its second call),
+    with q and k as the call received them, the logits (the call's own factor times q·k, masked
+    entries -inf) and the probabilities, all filled in when the block ends.
+
     >>> with capture(model) as seen:
     ...     model(x)
     >>> seen["blocks.0.attn"].probs.shape
@@ -425,7 +431,8 @@ def capture(model: nn.Module, detach: bool = True):
     record = Capture(detach=detach)
     modules = [(name, m) for name, m in model.named_modules() if isinstance(m, ScaledAttention)]
     if not modules:
-        raise UserError(f"{type(model).__name__} contains no ScaledAttention module to capture")
+        yield from _capture_any(model, record)
+        return
     for name, module in modules:
         module._capture, module._capture_name = record, name or "attn"
     try:
@@ -433,3 +440,19 @@ def capture(model: nn.Module, detach: bool = True):
     finally:
         for _, module in modules:
             module._capture = None
+
+
+def _capture_any(model: nn.Module, record: Capture):
+    from .probing.anymodule import reads, recording
+
+    with recording(model) as recorder:
+        yield record
+    probed = reads(type(model).__name__, recorder.events, keep_tensors=True)
+    if not probed.tensors:
+        raise UserError(f"{type(model).__name__} made no attention call to capture: " + "; ".join(probed.unread))
+    for call in probed.tensors:
+        name, count = call.module or "attn", 1
+        while name in record.observations:
+            count += 1
+            name = f"{call.module or 'attn'}#{count}"
+        record.observations[name] = Observation(call.q, call.k, call.logits, call.probs, call.factor)

@@ -85,6 +85,48 @@ def print_precision_check(report: dict) -> None:
         console.print(f"- {line}")
 
 
+def model_precision(model_dir, layer: int | None, text: str, dtype, seed: int, max_tokens: int = 128) -> list[dict]:
+    """The precision check of a real model's q and k, captured from one forward pass over ``text``: one report
+    per attention call (``layer``: only that one, counted from 0), each at the factor the call applies."""
+    from ..attention import capture
+    from ..doctor.health import clip_max_tokens, encode
+    from ..numerics import precision_check
+    from ..probing.intercept import model_inputs
+    from ..probing.loading import load_model
+
+    model, tokenizer = load_model(model_dir)
+    ids, _, _ = encode(tokenizer, text, clip_max_tokens(model, tokenizer, max_tokens), "cpu")
+    import torch
+
+    with torch.no_grad(), capture(model) as seen:
+        model(**model_inputs(model, ids))
+    calls = list(seen)
+    if layer is not None and not 0 <= layer < len(calls):
+        raise UserError(f"--layer {layer} is out of range; accepted: 0..{len(calls) - 1} (the model's "
+                        f"{len(calls)} attention calls)")
+    chosen = [calls[layer]] if layer is not None else calls
+    reports = []
+    for name, seen_call in chosen:
+        report = precision_check(seen_call.q, seen_call.k, scale=f"const:{seen_call.factor!r}", dtype=dtype, seed=seed)
+        reports.append({"layer": calls.index((name, seen_call)), "module": name, **report})
+    return reports
+
+
+def print_model_precision(reports: list[dict]) -> None:
+    from ..cli import console, print_rows
+
+    rows = [{"layer": str(r["layer"]), "module": r["module"], "d_k": str(r["d_k"]), "factor": f"{r['factor']:.4g}",
+             "logits min / max": f"{r['logits']['min']:.4g} / {r['logits']['max']:.4g}",
+             f"q k^T not finite ({r['dtype']})": str(r["matmul_overflow"]["count"]),
+             "naive softmax rows overflowing": f"{r['naive_softmax_overflow_rows']['count']} of {r['rows']}",
+             "probability error max": "n/a" if r["prob_error"]["max"] is None else f"{r['prob_error']['max']:.3g}"}
+            for r in reports]
+    print_rows("precision check of the model's own q and k", rows)
+    for report in reports:
+        for line in report["risks"]:
+            console.print(f"- layer {report['layer']}: {line}", markup=False, highlight=False)
+
+
 def _pair(error: dict) -> str:
     return "n/a" if error["max"] is None else f"{error['max']:.3g} / {error['mean']:.3g}"
 
@@ -102,15 +144,39 @@ def register(app: typer.Typer) -> None:
         from_file: Annotated[Optional[Path], options.path_option(
             "Audit your own activations instead: a safetensors file with tensors 'q' and 'k' of shape (..., T, d_k).",
             "--from-file")] = None,
+        model: Annotated[Optional[str], typer.Option("--model", help="Check a real model's own q and k instead: a "
+                         "local model folder, or 'default' (MiniLM, offline); each attention call at its own factor.")] = None,
+        layer: Annotated[Optional[int], typer.Option("--layer", help="With --model: only this attention call "
+                                                     "(counted from 0).")] = None,
+        text: str = typer.Option(None, help="With --model: the text to run (default: the doctor's text)."),
         scale: str = typer.Option("sqrt", help="With --from-file: the scale rule (sqrt, none, inv_d, const:C, ...)."),
-        dtype: str = typer.Option("float16", help="With --from-file: float16, bfloat16 or float32."),
+        dtype: str = typer.Option("float16", help="With --from-file or --model: float16, bfloat16 or float32."),
     ) -> None:
         """Run the numerics lab (FP16/BF16 overflow, error, clamp; C11, C12), or check the precision of q, k from a file."""
         from ..cli import run_lab_command
 
+        if model is not None:
+            if from_file is not None:
+                raise UserError("--model and --from-file are two sources of q and k; give one")
+            options.refuse_given(ctx, "the precision check of a model (--model) has no preset, figures or --scale (each "
+                                      "call is checked at its own factor)", refused=("preset", "figures", "scale"))
+            from ..doctor.health import DEFAULT_TEXT
+            from ..numerics import parse_dtype
+            from ..runtime import check_seed
+
+            low = parse_dtype(dtype)
+            check_seed(seed)
+            reports = model_precision(None if model == "default" else model, layer, text or DEFAULT_TEXT, low, seed)
+            if as_json:
+                sys.stdout.write(json.dumps(reports, indent=1) + "\n")
+            else:
+                print_model_precision(reports)
+            return
+        if layer is not None or text is not None:
+            raise UserError("--layer and --text apply only with --model")
         if from_file is None:
-            options.refuse_given(ctx, "--scale and --dtype apply only with --from-file (the lab runs its own rules "
-                                      "and dtypes)", refused=("scale", "dtype"))
+            options.refuse_given(ctx, "--scale and --dtype apply only with --from-file or --model (the lab runs its own "
+                                      "rules and dtypes)", refused=("scale", "dtype"))
             run_lab_command("numerics", options.preset_name(preset), seed, device, as_json, figures)
             return
         options.refuse_given(ctx, "the precision check of a file (--from-file) has no preset and no figures",

@@ -25,6 +25,7 @@ RoPE does, leaves no vector a multiple of a projection's output).
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -61,10 +62,24 @@ class AttentionRead:
 
 
 @dataclass
+class CallTensors:
+    """What one attention call saw: q and k as the call received them, the logits (factor_at_call x q·k, masked
+    entries -inf) and the probabilities, with leading axes (batch x heads, or batch, heads)."""
+
+    module: str
+    q: torch.Tensor
+    k: torch.Tensor
+    logits: torch.Tensor
+    probs: torch.Tensor
+    factor: float
+
+
+@dataclass
 class ModuleProbe:
     module: str
     calls: list[AttentionRead] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)
+    tensors: list[CallTensors] = field(default_factory=list)  # with keep_tensors: one per call, in order
 
     def to_dict(self) -> dict:
         return {"module": self.module, "calls": [c.to_dict() for c in self.calls], "unread": list(self.unread)}
@@ -94,7 +109,9 @@ class _Recorder(TorchDispatchMode):
         elif name in SOFTMAX:
             self.events.append(("softmax", self.where(), args[0].detach().clone(), int(args[1])))
         elif name.startswith(SDPA_PREFIX):
-            self.events.append(("sdpa", self.where(), func, args, kwargs))
+            kept = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+            self.events.append(("sdpa", self.where(), func, kept,
+                                {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}))
         return out
 
 
@@ -190,6 +207,21 @@ def _sdpa_read(where: str, func, args, kwargs) -> tuple[AttentionRead, torch.Ten
     return read, q.detach().reshape(-1, q.shape[-1]), k.detach().reshape(-1, k.shape[-1])
 
 
+def _sdpa_tensors(where: str, factor: float, args, kwargs) -> CallTensors:
+    """The logits and probabilities a fused call computed, recomputed in float64 from its q, k and mask."""
+    q, k = args[0].detach(), args[1].detach()
+    if k.shape[-3] != q.shape[-3]:  # grouped keys (enable_gqa): each key head serves several query heads
+        k = k.repeat_interleave(q.shape[-3] // k.shape[-3], dim=-3)
+    logits = (q.double() @ k.double().transpose(-1, -2)) * factor
+    causal = bool(args[4]) if len(args) > 4 else bool(kwargs.get("is_causal", False))
+    if causal:
+        logits = logits.masked_fill(torch.ones(logits.shape[-2:], dtype=torch.bool).triu(1), -math.inf)
+    mask = kwargs.get("attn_mask")
+    if isinstance(mask, torch.Tensor):
+        logits = logits.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else logits + mask.double()
+    return CallTensors(where, q, k, logits, torch.softmax(logits, dim=-1), factor)
+
+
 def _fold(read: AttentionRead, q_vectors, k_vectors, products) -> AttentionRead:
     """c_q, c_k and the factor on the projections' q·k."""
     if read.form != "constant":
@@ -216,11 +248,9 @@ def _fold(read: AttentionRead, q_vectors, k_vectors, products) -> AttentionRead:
     return read
 
 
-def probe(module: torch.nn.Module, example_input, **forward_kwargs) -> ModuleProbe:
-    """Run ``module(example_input, **forward_kwargs)`` once and read every attention call it makes.
-
-    ``example_input`` is a tensor or a tuple of positional arguments.  Raises TypeError for a
-    module that is not an nn.Module, ValueError if the module's forward fails on the input."""
+@contextlib.contextmanager
+def recording(module: torch.nn.Module):
+    """Inside the block, every operation ``module`` (or anything) runs is recorded; yields the recorder."""
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"probe needs an nn.Module, got {type(module).__name__}")
     names = {id(m): name for name, m in module.named_modules()}
@@ -236,20 +266,31 @@ def probe(module: torch.nn.Module, example_input, **forward_kwargs) -> ModulePro
     hooks = [torch.nn.modules.module.register_module_forward_pre_hook(enter),
              torch.nn.modules.module.register_module_forward_hook(leave)]
     recorder = _Recorder(lambda: stack[-1] if stack else "")
-    args = example_input if isinstance(example_input, tuple) else (example_input,)
     try:
         with recorder:
-            module(*args, **forward_kwargs)
-    except Exception as error:  # noqa: BLE001 - the user's module on the user's input
-        raise ValueError(f"{type(module).__name__} failed on the example input: {type(error).__name__}: "
-                         f"{str(error).splitlines()[0] if str(error) else ''}") from None
+            yield recorder
     finally:
         for hook in hooks:
             hook.remove()
-    return _reads(type(module).__name__, recorder.events)
 
 
-def _reads(name: str, events: list[tuple]) -> ModuleProbe:
+def probe(module: torch.nn.Module, example_input, keep_tensors: bool = False, **forward_kwargs) -> ModuleProbe:
+    """Run ``module(example_input, **forward_kwargs)`` once and read every attention call it makes.
+
+    ``example_input`` is a tensor or a tuple of positional arguments.  With ``keep_tensors`` the result
+    also holds each call's q, k, logits and probabilities (:class:`CallTensors`).  Raises TypeError for
+    a module that is not an nn.Module, ValueError if the module's forward fails on the input."""
+    args = example_input if isinstance(example_input, tuple) else (example_input,)
+    with recording(module) as recorder:
+        try:
+            module(*args, **forward_kwargs)
+        except Exception as error:  # noqa: BLE001 - the user's module on the user's input
+            raise ValueError(f"{type(module).__name__} failed on the example input: {type(error).__name__}: "
+                             f"{str(error).splitlines()[0] if str(error) else ''}") from None
+    return reads(type(module).__name__, recorder.events, keep_tensors)
+
+
+def reads(name: str, events: list[tuple], keep_tensors: bool = False) -> ModuleProbe:
     result = ModuleProbe(name)
     products: list[tuple[str, torch.Tensor]] = []
     last_product = None
@@ -270,10 +311,18 @@ def _reads(name: str, events: list[tuple]) -> ModuleProbe:
             q_vectors = a.reshape(-1, a.shape[-1])
             k_vectors = b.transpose(-1, -2).reshape(-1, b.shape[-2])
             result.calls.append(_fold(read, q_vectors, k_vectors, products[:-1]))
+            if keep_tensors:
+                lead = logits.shape[:-2]
+                q = a.reshape(*lead, a.shape[-2], a.shape[-1])
+                k = b.transpose(-1, -2).reshape(*lead, b.shape[-1], b.shape[-2])
+                result.tensors.append(CallTensors(read.module, q, k, logits, torch.softmax(logits.double(), dim=-1),
+                                                  read.factor_at_call if read.factor_at_call is not None else math.nan))
             last_product = None
         else:
             read, q_vectors, k_vectors = _sdpa_read(event[1] or name, event[2], event[3], event[4])
             result.calls.append(_fold(read, q_vectors, k_vectors, products))
+            if keep_tensors:
+                result.tensors.append(_sdpa_tensors(read.module, read.factor_at_call, event[3], event[4]))
     if not result.calls and not result.unread:
         result.unread.append("no attention call: no softmax over a matrix product and no fused attention operation ran")
     return result
