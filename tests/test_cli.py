@@ -97,3 +97,25 @@ def test_a_terminal_that_cannot_show_a_character_gets_a_replacement_not_a_codec_
     done = subprocess.run([sys.executable, "-m", "attnscale", "explain", "C06"], capture_output=True, timeout=120,
                           env={**base, **env})
     assert done.returncode == 0 and b"judge_c06" in done.stdout and b"UnicodeEncodeError" not in done.stderr
+
+
+def test_help_answers_without_importing_torch_and_takes_h():
+    import subprocess
+    import sys
+
+    check = "import sys, attnscale.cli; sys.exit(1 if 'torch' in sys.modules else 0)"
+    assert subprocess.run([sys.executable, "-c", check]).returncode == 0
+    done = subprocess.run([sys.executable, "-m", "attnscale", "-h"], capture_output=True, text=True)
+    assert done.returncode == 0 and "Usage: attnscale" in done.stdout and "--install-completion" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "attnscale", "report", "-h"], capture_output=True, text=True)
+    assert done.returncode == 0 and "--preset" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "attnscale", "--show-completion", "bash"], capture_output=True, text=True)
+    assert done.returncode == 0 and "complete" in done.stdout
+
+
+def test_the_package_attention_is_the_function_after_its_module_is_imported():
+    import attnscale
+    import attnscale.attention  # noqa: F401 - the module, imported by name
+    from attnscale import attention
+
+    assert callable(attention) and attnscale.attention is attention and attention.__name__ == "attention"

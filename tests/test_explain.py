@@ -56,3 +56,31 @@ def test_cli_explain_with_a_report_and_bad_ids(tmp_path, capsys):
     assert done.value.code == 2 and capsys.readouterr().err.startswith("attnscale: error: unknown claim 'C19'")
     with pytest.raises(UserError):
         explain.explain("nonsense")
+
+
+def test_explain_finds_the_report_folder_and_shows_evidence_values_and_paths_that_exist(quick_report, tmp_path,
+                                                                                      monkeypatch, capsys):
+    import re
+
+    out_dir, report = quick_report
+    (tmp_path / "attnscale-report").symlink_to(out_dir)
+    monkeypatch.chdir(tmp_path)  # not the source tree: paths are printed where they are
+    with pytest.raises(SystemExit) as done:
+        cli.main(["explain", "C05"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0
+    c05 = next(c for c in report["claims"] if c["id"] == "C05")
+    assert f"verdict in the report: {c05['verdict_line']}" in out and f"evidence: {c05['evidence']}" in out
+    name, value = next(iter(explain.number_values(["min_normalized_entropy"], c05["numbers"]).items()))
+    assert f"{name} = {value:.4g}" in out
+    paths = re.findall(r"(?:at|experiment:) (\S+\.py)", out)
+    assert paths and all(Path(path).is_file() for path in paths), paths
+    with pytest.raises(SystemExit) as done:
+        cli.main(["explain", "L2", "--json"])
+    found = json.loads(capsys.readouterr().out)
+    assert done.value.code == 0 and found["id"] == "L2" and found["labs"][0]["values"]
+    assert found["verdict"] == next(s for s in report["statements"] if s["id"] == "L2")["verdict_line"]
+    with pytest.raises(SystemExit) as done:
+        cli.main(["answer", "--json", "--lang", "zh"])
+    composed = json.loads(capsys.readouterr().out)
+    assert done.value.code == 0 and composed["lang"] == "zh" and composed["short"]

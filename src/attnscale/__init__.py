@@ -1,5 +1,7 @@
 """attnscale: why attention uses softmax(QK^T / sqrt(d_k)), tested by experiment."""
 
+import sys
+import types
 from importlib.metadata import PackageNotFoundError, version
 
 try:
@@ -7,15 +9,35 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+src"
 
-from .attention import ScaledAttention, attention, capture  # noqa: E402
-from .scaling import ScaleRule, parse  # noqa: E402
-
 __all__ = ["ScaledAttention", "ScaleRule", "attention", "capture", "parse", "probe", "__version__"]
+
+# Read when first asked for: importing attnscale (and so `attnscale --help`) does not import torch.
+_LAZY = {"ScaledAttention": "attention", "attention": "attention", "capture": "attention",
+         "ScaleRule": "scaling", "parse": "scaling", "probe": "probing.anymodule"}
 
 
 def __getattr__(name: str):
-    if name == "probe":  # read when asked: the probing package imports more than the core needs
-        from .probing.anymodule import probe
+    if name in _LAZY:
+        import importlib
 
-        return probe
+        value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'attnscale' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *_LAZY])
+
+
+class _Package(types.ModuleType):
+    """The package's ``attention`` is the function, as it always was, even after ``attnscale.attention`` (the
+    module, which the import system would set here) is imported."""
+
+    def __setattr__(self, name, value):
+        if name == "attention" and isinstance(value, types.ModuleType) and hasattr(value, "attention"):
+            value = value.attention
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

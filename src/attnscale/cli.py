@@ -40,8 +40,9 @@ app = typer.Typer(
     name="attnscale",
     help="Why attention uses softmax(QK^T / sqrt(d_k)), tested by experiment; and a health check for your model.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,   # --install-completion / --show-completion for bash, zsh, fish, PowerShell
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 # No markup, no highlighting: paths and user text (which may hold "[...]") print as they are.
 console = Console(markup=False, highlight=False)

@@ -23,6 +23,22 @@ from .errors import UserError
 ROOT = Path(__file__).resolve().parent
 
 
+def shown(relative: str) -> str:
+    """A path of this package as the reader can open it: relative to the current folder when the package lies
+    under it (a source checkout: src/attnscale/...), else absolute (an installed wheel's site-packages)."""
+    path = ROOT / relative
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def number_values(patterns, numbers: dict) -> dict:
+    """The numbers a finding carries that match a lab's declared keys (``name*`` for a family)."""
+    return {name: value for name, value in numbers.items()
+            if any(name == key or (key.endswith("*") and name.startswith(key[:-1])) for key in patterns)}
+
+
 def where(function) -> str:
     """'lab/training/verdicts.py:233' for a function of this package."""
     path = Path(inspect.getsourcefile(function)).resolve()
@@ -93,9 +109,9 @@ def answer_sentences(claim_id: str) -> list[str]:
 def explain(claim_id: str, report: dict | None = None) -> dict:
     """Everything that decides one claim's verdict, as data (see the module docstring)."""
     key = str(claim_id).upper()
-    if key not in claims.BY_ID:
-        raise UserError(f"unknown claim {claim_id!r}; accepted: {', '.join(claims.BY_ID)}")
-    claim = claims.BY_ID[key]
+    if key not in claims.ANY_BY_ID:
+        raise UserError(f"unknown claim {claim_id!r}; accepted: {', '.join(claims.ANY_BY_ID)}")
+    claim = claims.ANY_BY_ID[key]
     labs = []
     for name in claim.labs:
         verdicts = importlib.import_module(f"attnscale.lab.{name}.verdicts")
@@ -116,10 +132,16 @@ def explain(claim_id: str, report: dict | None = None) -> dict:
            "label_rule": {"name": claims.label.__name__, "where": where(claims.label)}, "labs": labs,
            "answer_sentences": answer_sentences(key)}
     if report is not None:
-        found = next((c for c in report.get("claims", []) if isinstance(c, dict) and c.get("id") == key), None)
+        listed = [*report.get("claims", []), *report.get("statements", [])]
+        found = next((c for c in listed if isinstance(c, dict) and c.get("id") == key), None)
         if found is not None:
             out["verdict"] = found.get("verdict_line", found.get("verdict"))
             out["figures"] = list(found.get("figures", []))
+            if isinstance(found.get("evidence"), str):
+                out["evidence"] = found["evidence"]
+            numbers = found.get("numbers") if isinstance(found.get("numbers"), dict) else {}
+            for entry in labs:
+                entry["values"] = number_values(entry["numbers"], numbers)
             states = {p.get("key"): p for p in found.get("parts", []) if isinstance(p, dict)}
             for part in parts:
                 if part["key"] in states:
@@ -130,7 +152,9 @@ def explain(claim_id: str, report: dict | None = None) -> dict:
 
 
 def render(explained: dict) -> str:
-    lines = [f"{explained['id']} (source section {explained['section']}): {explained['claim']}"]
+    where_from = "beyond the source" if explained["id"] in claims.STATEMENT_BY_ID else \
+        f"source section {explained['section']}"
+    lines = [f"{explained['id']} ({where_from}): {explained['claim']}"]
     if "verdict" in explained:
         lines.append(f"verdict in the report: {explained['verdict']}")
         if explained.get("margin"):
@@ -140,20 +164,25 @@ def render(explained: dict) -> str:
         lines.append(f"  {part['key']} ({part['role']}, {part['lab']} lab): {part['text']}; read at: {part['setting']}")
         if part.get("state"):
             lines.append(f"    {part['state']}: {part.get('measured') or ''} (threshold: {part.get('threshold') or '-'})")
-    lines.append(f"label from parts: {explained['label_rule']['name']} at src/attnscale/{explained['label_rule']['where']} "
+    if explained.get("evidence"):
+        lines += ["", "evidence: " + explained["evidence"]]
+    lines.append(f"label from parts: {explained['label_rule']['name']} at {shown(explained['label_rule']['where'])} "
                  "(supported: every assertion holds; refuted: every assertion fails; partly: some hold, some fail, or "
                  "a premise or side remark fails; inconclusive: an undecided assertion could turn it)")
     for entry in explained["labs"]:
         lines += ["", f"[{entry['lab']}] parts {', '.join(entry['parts'])}",
-                  f"  experiment: src/attnscale/{entry['experiment']}",
-                  f"  judge: {entry['judge']['name']} at src/attnscale/{entry['judge']['where']}"]
+                  f"  experiment: {shown(entry['experiment'])}",
+                  f"  judge: {entry['judge']['name']} at {shown(entry['judge']['where'])}"]
         if entry["judge"]["doc"]:
             lines.append("    " + " ".join(entry["judge"]["doc"].split()))
         if entry["helpers"]:
             lines.append("  helpers: " + ", ".join(f"{h['name']} ({h['where']})" for h in entry["helpers"]))
         if entry["thresholds"]:
             lines.append("  thresholds: " + ", ".join(f"{k} = {v!r}" for k, v in entry["thresholds"].items()))
-        if entry["numbers"]:
+        if entry.get("values"):
+            lines.append("  numbers: " + ", ".join(f"{k} = {v:.4g}" if isinstance(v, float) else f"{k} = {v}"
+                                                   for k, v in entry["values"].items()))
+        elif entry["numbers"]:
             lines.append("  numbers: " + ", ".join(entry["numbers"]))
         lines.append(f"  reproduce: {entry['reproduce']}")
     if explained.get("figures"):

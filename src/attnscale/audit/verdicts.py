@@ -14,7 +14,7 @@ import math
 
 import torch
 
-DEFAULT_BACKENDS = ("eager", "sdpa", "flex_attention")  # the attention implementations compared
+from ..backends import DEFAULT_BACKENDS  # noqa: E402,F401 - the attention implementations compared
 
 NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
 FACTOR_TOL = 1e-3  # measured and declared factors agree within 0.1%

@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..audit import measure as audit_api
+from ..backends import DEFAULT_BACKENDS
 from ..errors import UserError
 from . import options
 
@@ -67,6 +67,8 @@ def print_table(report: dict) -> None:
     if skipped:
         console.print(f"skipped {len(skipped)}: " + "; ".join(f"{r['family']} ({r['reason']})" for r in skipped[:12]) +
                       (" ..." if len(skipped) > 12 else ""), markup=False, highlight=False)
+    from ..audit import measure as audit_api
+
     partly_read = set(report["coverage"]["partly_read"])
     partly = [r for r in report["families"] if r["family"] in partly_read]
     if partly:
@@ -111,7 +113,7 @@ def register(app: typer.Typer) -> None:
     def audit(
         target: str = typer.Argument(None, help="Comma-separated transformers families (model_type), or a local "
                                                 "model folder; default: every decoder and encoder family."),
-        backends: str = typer.Option(",".join(audit_api.DEFAULT_BACKENDS),
+        backends: str = typer.Option(",".join(DEFAULT_BACKENDS),
                                      help="Comma-separated attention implementations to measure and compare."),
         callable_spec: str = typer.Option(None, "--callable", help="module:function, an attention function "
                                           "f(q, k, v, mask=None) to measure (against TARGET's first layer if given)."),
@@ -130,6 +132,7 @@ def register(app: typer.Typer) -> None:
                                                                    "(0: one per core)."),
     ) -> None:
         """Measure the factor each attention layer applies to q.k, under each backend, against its config."""
+        from ..audit import measure as audit_api
         from ..cli import console, err_console, progress_bar
 
         from ..paths import check_folder, check_outputs
