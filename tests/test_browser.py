@@ -152,3 +152,22 @@ def test_explorer_needle_fades_under_sqrt_and_log_n_keeps_only_a_wide_margin(bro
     assert page.locator(".explorer [data-x=needle]").inner_text() != "–"
     assert not page.locator(".explorer [data-x=base]").is_disabled()
     assert errors == []
+
+
+@pytest.mark.parametrize("width", [390, 1400])
+def test_report_page_fits_a_phone_and_a_desktop(browser, quick_report, width):
+    """No horizontal scroll of the page: wide tables scroll inside their own box; both screenshots kept."""
+    out, _ = quick_report
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto((out / "index.html").resolve().as_uri())
+    page.wait_for_load_state("load")
+    for summary in page.locator("details > summary").all()[:40]:  # open folds too: their tables must fit as well
+        summary.click()
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    sticking_out = page.evaluate("""(w) => [...document.querySelectorAll('body *')]
+        .filter(e => e.getBoundingClientRect().right > w + 1 && !e.closest('.scroll'))
+        .map(e => e.tagName + '.' + e.className).slice(0, 5)""", width)
+    assert sticking_out == []
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"report-{width}.png"), full_page=False)
+    assert (ARTIFACTS / f"report-{width}.png").stat().st_size > 10_000

@@ -60,18 +60,10 @@ def _fmt(value) -> str:
     return "" if value is None else str(value)
 
 
-def _table_md(rows: list[dict]) -> list[str]:
-    if not rows:
-        return []
-    cols = list(rows[0])
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(_fmt(r.get(c)) for c in cols) + " |" for r in rows]
-    return lines
-
-
 def _body_md(c: dict) -> list[str]:
     """A claim's or a statement's verdict, parts, evidence, figures and commands, in Markdown."""
-    lines = [f"**Verdict: {verdict_line(c)}.**", ""] + parts_table_md(c) + ["", c["evidence"], ""]
+    lines = [f"**Verdict: {verdict_line(c)}.**", ""] + parts_table_md(c)
+    lines += ["", "<details><summary>Evidence, with every number</summary>", "", c["evidence"], "", "</details>", ""]
     lines += [f"![{c['id']}]({path})" for path in c["figures"]]
     if c.get("commands"):
         lines += ["", "Reproduce: " + "; ".join(f"`{cmd}`" for cmd in c["commands"])]
@@ -110,12 +102,16 @@ def render_markdown(report: dict) -> str:
         lines += [f"| [{c['id']}](#{c['id'].lower()}) | {c['claim']} | {verdict_line(c)} |" for c in report["statements"]]
         for c in report["statements"]:
             lines += ["", f"## {c['id']}", "", f"**Statement:** {c['claim']}", ""] + _body_md(c)
-    lines += ["", "## Lab run times", ""]
+    lines += ["", "## Lab run times", "",
+              f"The report took {report['seconds']:.1f} s. Each lab's time is its own clock: the labs beside the "
+              "training lab run at the same time in worker processes, so the times overlap and add up to more.", ""]
     lines += [f"- {name}: {info['seconds']:.1f} s{' (stored result reused)' if info['cached'] else ''}"
               for name, info in report["labs"].items()]
-    for name, tables in report.get("tables", {}).items():
-        for title, rows in tables.items():
-            lines += ["", f"### {name}: {title}", ""] + _table_md(rows)
+    titles = [f"{name}: {title}" for name, tables in report.get("tables", {}).items() for title in tables]
+    if titles:
+        lines += ["", "## The labs' tables", "",
+                  f"{len(titles)} tables ({', '.join(titles[:6])}{', ...' if len(titles) > 6 else ''}) are in "
+                  "report.json (`tables`) and, folded, on the page (index.html)."]
     return "\n".join(lines) + "\n"
 
 
