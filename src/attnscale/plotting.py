@@ -5,28 +5,52 @@ from __future__ import annotations
 from pathlib import Path
 
 
+MIN_FONT = 8  # points: the smallest text a figure shows (at 100 dpi, about 11 px)
+READABLE = {"font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "xtick.labelsize": MIN_FONT,
+            "ytick.labelsize": MIN_FONT, "legend.fontsize": MIN_FONT, "legend.title_fontsize": MIN_FONT,
+            "figure.titlesize": 11}
+
+
 def pyplot():
-    """matplotlib.pyplot on the Agg backend (no display needed), imported on first use."""
+    """matplotlib.pyplot on the Agg backend (no display needed), imported on first use, with text no smaller
+    than MIN_FONT."""
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams.update(READABLE)
     import matplotlib.pyplot as plt
 
     return plt
 
 
+def plain_log_ticks(fig) -> None:
+    """Log axes labelled with plain numbers (0.01, 4, 1000), not 4x10^0, and no labels on minor ticks."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    plain = FuncFormatter(lambda value, _: f"{value:g}")
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_major_formatter(plain)
+                axis.set_minor_formatter(NullFormatter())
+
+
 def save_to(fig, path, dpi: int | None = None) -> None:
-    """Write the figure to ``path`` atomically (a kill or a full disk leaves no partial PNG) and close it."""
+    """Write the figure to ``path`` atomically (a kill or a full disk leaves no partial PNG) and close it; the
+    saved area takes in every title and label (nothing clipped)."""
     from .paths import write_atomic
 
+    plain_log_ticks(fig)
     try:
-        write_atomic(Path(path), lambda tmp: fig.savefig(tmp, dpi=dpi or "figure"))
+        write_atomic(Path(path), lambda tmp: fig.savefig(tmp, dpi=dpi or "figure", bbox_inches="tight"))
     finally:
         pyplot().close(fig)
 
 
-def save(fig, outdir, name: str, dpi: int = 100) -> str:
-    """Lay out, write ``outdir/name``, close the figure (so none pile up); returns ``name``."""
-    fig.tight_layout()
+def save(fig, outdir, name: str, dpi: int = 100, tight: bool = True) -> str:
+    """Lay out (``tight``: matplotlib's tight layout; a figure with a shared colour bar lays itself out),
+    write ``outdir/name``, close the figure (so none pile up); returns ``name``."""
+    if tight:
+        fig.tight_layout()
     save_to(fig, Path(outdir) / name, dpi)
     return name

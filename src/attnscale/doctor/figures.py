@@ -35,7 +35,7 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -
     for (layer, head), value in ((divmod(i, grid.shape[1]), v) for i, v in enumerate(grid.flatten().tolist())):
         flags = diagnosis.heads[layer * grid.shape[1] + head]["flags"]
         mark = "".join(FLAG_MARKS[f] for f in flags)
-        ax.text(head, layer, mark, ha="center", va="center", color="white" if value < 0.6 else "black", fontsize=7)
+        ax.text(head, layer, mark, ha="center", va="center", color="white" if value < 0.6 else "black", fontsize=8)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_xticks(range(grid.shape[1]))
@@ -45,29 +45,32 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -
     written = [save(fig, outdir, "entropy_grid.png")]
 
     n = len(diagnosis.tokens)
-    labelled = n <= max_labelled_tokens
+    step = max(1, math.ceil(n / max_labelled_tokens))  # every token labelled up to max_labelled_tokens, else every step-th
+    ticks = list(range(0, n, step))
+    labels = [diagnosis.tokens[i] for i in ticks]
     for layer, probs in enumerate(diagnosis.attentions):
         heads = probs.shape[0]
         cols = min(4, heads)
         rows = math.ceil(heads / cols)
-        size = 3.2 if labelled else 2.2
-        fig, axes = plt.subplots(rows, cols, figsize=(size * cols, size * rows), dpi=100, squeeze=False)
+        size = max(3.2, 0.12 * len(ticks) + 1.2)  # room for the token labels at MIN_FONT
+        fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 0.8, size * rows + 0.6), dpi=100, squeeze=False,
+                                 layout="constrained")
         for head in range(rows * cols):
             ax = axes[head // cols][head % cols]
             if head >= heads:
                 ax.axis("off")
                 continue
-            ax.imshow(probs[head].numpy(), cmap="magma", norm=PowerNorm(0.5, vmin=0.0, vmax=1.0), aspect="auto",
-                      interpolation="nearest")
-            ax.set_title(f"L{layer} H{head} " + " ".join(diagnosis.heads[layer * heads + head]["flags"]), fontsize=7)
-            if labelled:
-                ax.set_xticks(range(n))
-                ax.set_xticklabels(diagnosis.tokens, rotation=90, fontsize=5)
-                ax.set_yticks(range(n))
-                ax.set_yticklabels(diagnosis.tokens, fontsize=5)
-            else:
-                ax.set_xticks([])
-                ax.set_yticks([])
-        fig.suptitle(f"layer {layer}: attention weights, sqrt colour scale (rows: queries, columns: keys)", fontsize=9)
-        written.append(save(fig, outdir, f"attention_layer{layer}.png"))
+            image = ax.imshow(probs[head].numpy(), cmap="magma", norm=PowerNorm(0.5, vmin=0.0, vmax=1.0),
+                              aspect="auto", interpolation="nearest")
+            ax.set_title(f"L{layer} H{head} " + " ".join(diagnosis.heads[layer * heads + head]["flags"]))
+            ax.set_xticks(ticks)
+            ax.set_xticklabels(labels, rotation=90)
+            ax.set_yticks(ticks)
+            ax.set_yticklabels(labels)
+            ax.set_xlabel("key")
+            ax.set_ylabel("query")
+        fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.025, label="attention weight (sqrt colour scale)")
+        fig.suptitle(f"layer {layer}: attention weights (rows: queries, columns: keys"
+                     + (f"; one token in {step} labelled" if step > 1 else "") + ")")
+        written.append(save(fig, outdir, f"attention_layer{layer}.png", tight=False))
     return written

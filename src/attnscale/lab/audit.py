@@ -146,8 +146,8 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     ax.axhline(1.0, color="gray", lw=0.8)
     ax.set_yscale("log")
     ax.set_xticks(range(len(families)))
-    ax.set_xticklabels([f["family"] for f in families], rotation=90, fontsize=6)
+    ax.set_xticklabels([f["family"] for f in families], rotation=90, fontsize=8)
     ax.set_ylabel("measured / declared factor")
     ax.set_title(f"scale audit, transformers {result['transformers']} (first attention layer)", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
     return {"audit": [save(fig, outdir, "audit_factors.png")]}

@@ -24,18 +24,18 @@ def figure_c14(result: dict, path) -> None:
     for ax, row in zip(axes, conditions):
         grid = torch.tensor(row["head_entropy"]).reshape(layers, heads).numpy()
         image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-        ax.set_title(f"{row['condition']}\nfactor {row['factor']:.3g}", fontsize=7)
-        ax.set_xlabel("head", fontsize=7)
-        ax.set_ylabel("layer", fontsize=7)
+        ax.set_title(f"{row['condition']}\nfactor {row['factor']:.3g}", fontsize=8)
+        ax.set_xlabel("head", fontsize=8)
+        ax.set_ylabel("layer", fontsize=8)
         ax.tick_params(labelsize=6)
     fig.colorbar(image, ax=list(axes[:len(conditions)]), fraction=0.02, pad=0.01)
     bar = axes[-1]
     bar.barh(range(len(conditions)), [row["over_smoothed_heads"] for row in conditions], color="tab:blue")
     bar.set_yticks(range(len(conditions)))
-    bar.set_yticklabels([row["condition"] for row in conditions], fontsize=6)
+    bar.set_yticklabels([row["condition"] for row in conditions], fontsize=8)
     bar.axvline(FIRES_SHARE, color="gray", ls="--", lw=0.8)
     bar.set_xlim(0, 1)
-    bar.set_xlabel("share of heads over-smoothed", fontsize=7)
+    bar.set_xlabel("share of heads over-smoothed", fontsize=8)
     bar.tick_params(labelsize=6)
     fig.suptitle("C14: normalised entropy per head (1 = uniform, every key 1/n)", fontsize=9)
     save_to(fig, path)
@@ -60,7 +60,7 @@ def figure_c14_training(result: dict, path) -> None:
     flagged.axhline(FIRES_SHARE, color="gray", ls="--", lw=0.8)
     flagged.set(xlabel="training step", ylabel="share of heads over-smoothed", ylim=(-0.05, 1.05))
     entropy.set(xlabel="training step", ylabel="mean normalised entropy", ylim=(0, 1.02))
-    flagged.legend(fontsize=7)
+    flagged.legend(fontsize=8)
     fig.suptitle(f"C14: the 1/n flag while training on recall (d_head {result['scratch']['runs'][0]['d_head']})",
                  fontsize=9)
     save_to(fig, path)
@@ -75,7 +75,7 @@ def figure_c13(result: dict, path) -> None:
     d_k = result["probe"][0]["d_k"]
     for value, name in ((1.0, "1/sqrt(d_k)"), (d_k**-0.5, "1/d_k"), (d_k**0.5, "none")):
         ax.axhline(value, color="gray", ls=":", lw=0.8)
-        ax.text(len(result["probe"]) - 0.5, value, name, fontsize=7, va="bottom", ha="right")
+        ax.text(len(result["probe"]) - 0.5, value, name, fontsize=8, va="bottom", ha="right")
     ax.set_yscale("log")
     ax.set_yticks([d_k**-0.5, 1.0, d_k**0.5])
     ax.set_yticklabels([f"{d_k**-0.5:.3g}", "1", f"{d_k**0.5:.3g}"])
@@ -84,7 +84,7 @@ def figure_c13(result: dict, path) -> None:
     ax.set_xticklabels([row["model"] for row in result["probe"]])
     ax.set_ylabel("measured factor x sqrt(d_k)")
     ax.set_title(f"C13: factor measured in transformers {result['transformers_version']} (d_k = {d_k})", fontsize=9)
-    ax.legend(fontsize=6, loc="lower left")
+    ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     save_to(fig, path)
 
@@ -100,7 +100,7 @@ def figure_c10(result: dict, path) -> None:
     ax.set_xlabel("factor * q.k at initialisation (first layer; ends clipped to +-4)")
     ax.set_ylabel("share")
     ax.set_title("C10: T5 (no factor, folded init) vs BERT of the same size", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     save_to(fig, path)
 
@@ -114,9 +114,9 @@ def figure_counterfactual(result: dict, path) -> None:
     ax.bar([i + 0.2 for i in x], [r["entropy_change"] for r in rows], width=0.4, label="change of mean norm. entropy")
     ax.axhline(0, color="black", lw=0.6)
     ax.set_xticks(list(x))
-    ax.set_xticklabels([f"{r['scale']}\n({r['factor']:.3g})" for r in rows], fontsize=7)
+    ax.set_xticklabels([f"{r['scale']}\n({r['factor']:.3g})" for r in rows], fontsize=8)
     ax.set_title(f"{result['pretrained']['model_type']} with its factor replaced", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     save_to(fig, path)
 

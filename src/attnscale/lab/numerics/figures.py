@@ -14,12 +14,12 @@ def _heatmap(ax, values, row_labels, col_labels, title, fmt="{:.2g}"):
     data = np.array([[np.nan if v is None else v for v in row] for row in values], dtype=float)
     image = ax.imshow(data, cmap="Reds", vmin=0, vmax=max(1e-12, np.nanmax(data)) if np.isfinite(data).any() else 1,
                       aspect="auto")
-    ax.set_xticks(range(len(col_labels)), col_labels, rotation=40, ha="right", fontsize=7)
-    ax.set_yticks(range(len(row_labels)), row_labels, fontsize=7)
+    ax.set_xticks(range(len(col_labels)), col_labels, rotation=40, ha="right", fontsize=8)
+    ax.set_yticks(range(len(row_labels)), row_labels, fontsize=8)
     top = np.nanmax(data) if np.isfinite(data).any() else 1.0
     for i, row in enumerate(values):
         for j, v in enumerate(row):
-            ax.text(j, i, "-" if v is None else fmt.format(v), ha="center", va="center", fontsize=6,
+            ax.text(j, i, "-" if v is None else fmt.format(v), ha="center", va="center", fontsize=8,
                     color="white" if v is not None and v > 0.6 * top else "black")
     ax.set_title(title, fontsize=9)
     return image
@@ -43,7 +43,7 @@ def _figure_c11(result: dict, outdir) -> str:
     left.axhline(FP16_MAX, color="m", lw=1, ls=":", label="65504")
     left.set(xscale="log", yscale="log", xlabel="q, k std", ylabel="max |logit| after 1/sqrt(d_k)",
              title="logit range (scale sqrt)")
-    left.legend(fontsize=6)
+    left.legend(fontsize=8)
     scenarios = list(dict.fromkeys(r["scenario"] for r in result["impls"]))
     impls = [i for i in ("naive", *STANDARD_IMPLS) if i in impl_names_of(result)]
     values = [[worst_nonfinite(impl_rows(result, finite_logits=None, impl=i, scenario=s, scale="sqrt"))
@@ -64,7 +64,7 @@ def _figure_c12(result: dict, outdir) -> str:
     left.axhline(KL_CHEAP, color="k", lw=1, ls=":", label=f"{KL_CHEAP} nats")
     left.set(yscale="log", xlabel="clamp value C", ylabel="mean KL(exact || clamped), nats (0 at 1e-12)",
              title="what clamping costs (scale sqrt, float64)")
-    left.legend(fontsize=6)
+    left.legend(fontsize=8)
     columns = [(s, sc) for sc in SCALES for s in dict.fromkeys(r["scenario"] for r in result["impls"])]
     impls = impl_names_of(result)
     values = [[worst_nonfinite(impl_rows(result, finite_logits=None, impl=i, scenario=s, scale=sc))

@@ -37,9 +37,9 @@ def task_panels(result: dict):
 
 
 def label(ax, title: str, xlabel: str, ylabel: str) -> None:
-    ax.set_title(title, fontsize=9)
-    ax.set_xlabel(xlabel, fontsize=8)
-    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
 
 
 def band(ax, runs: list[dict], field: str, color=None, name: str = "", log: bool = False, fill=None) -> None:
@@ -65,7 +65,7 @@ def band(ax, runs: list[dict], field: str, color=None, name: str = "", log: bool
 def finish(fig, outdir: Path, name: str) -> str:
     for ax in fig.axes:
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
+            ax.legend(fontsize=8)
     return save(fig, outdir, name)
 
 
@@ -185,7 +185,8 @@ def figure_coord(result: dict, outdir: Path) -> str:
                     if pts:
                         ax.loglog(*zip(*pts), marker="o", color=RULE_COLORS.get(rule),
                                   linestyle="-" if layer == 0 else ":", label=f"{rule} L{layer}")
-            label(ax, f"{metric} at step {step} (median over seeds)", "d_head", metric)
+            words = {"logit_std": "logit std", "max_abs_logit": "largest |logit|"}[metric]
+            label(ax, f"{words}, step {step}\n(median over seeds)", "head dimension d_head", words)
             ax.minorticks_off()
             ax.set_xticks(result["config"]["d_heads"], [str(d) for d in result["config"]["d_heads"]])
     return finish(fig, outdir, "training_coord_check.png")

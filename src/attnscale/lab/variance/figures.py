@@ -26,7 +26,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
         line, = axes[0].loglog(d, [r["std"] for r in rows], "o", ms=4, label=family)
         axes[0].loglog(d, [math.sqrt(r["exact_var"]) for r in rows], "-", color=line.get_color(), lw=0.8)
     axes[0].set(xlabel="d_k", ylabel="std of q.k", title="measured (dots) vs closed form (lines)")
-    axes[0].legend(fontsize=7)
+    axes[0].legend(fontsize=8)
     rows = family_rows(result, "gaussian")
     if rows:
         d = [r["d_k"] for r in rows]
@@ -42,7 +42,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     ax.bar(range(len(names)), [r["var"] for r in result["init"]], label="measured")
     ax.plot(range(len(names)), [r["closed_form_var"] for r in result["init"]], "k_", ms=30, mew=2, label="closed form")
     ax.axhline(1, color="r", ls="--", lw=1, label="claimed: 1")
-    ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=7)
+    ax.set_xticks(range(len(names)), [n.replace(" ", "\n", 1) for n in names], fontsize=8)
     ax.set(ylabel="q component variance", title="unit-variance input through the q projection")
     ax.legend(fontsize=8)
     out["C01"] = [save(fig, outdir, "variance_c01.png")]
@@ -61,7 +61,7 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     ax.set_yscale("symlog", linthresh=0.1)
     ax.set_ylim(bottom=0)
     ax.set(xlabel="d_k", ylabel="% of q.k", title="share beyond 3 std (solid) vs beyond |3| (dashed)")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=8)
     out["C03"] = [save(fig, outdir, "variance_c03.png")]
     plt.close(fig)
 

@@ -1,0 +1,64 @@
+"""Figures a reader can read: no text below MIN_FONT, plain log ticks, nothing clipped, heat maps with their tokens and
+a colour bar."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import torch
+
+from attnscale import plotting
+from attnscale.doctor import figures as doctor_figures
+from attnscale.doctor.health import Diagnosis
+
+SOURCE = Path(plotting.__file__).resolve().parent
+
+
+def test_no_figure_sets_text_below_the_minimum():
+    small = []
+    for path in [*SOURCE.glob("lab/*/figures.py"), SOURCE / "lab/audit.py", SOURCE / "doctor/figures.py"]:
+        for size in re.findall(r"fontsize=(\d+(?:\.\d+)?)", path.read_text(encoding="utf-8")):
+            if float(size) < plotting.MIN_FONT:
+                small.append((path.name, size))
+    assert small == []
+    plt = plotting.pyplot()
+    assert min(plt.rcParams[key] for key in ("xtick.labelsize", "ytick.labelsize", "legend.fontsize")) >= plotting.MIN_FONT
+
+
+def test_log_axes_get_plain_tick_labels_and_the_saved_area_takes_in_the_title(tmp_path):
+    plt = plotting.pyplot()
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.loglog([1, 4, 1000], [0.01, 1, 30])
+    ax.set_title("a title long enough to run past a three-inch figure's edge on both sides")
+    plotting.save(fig, tmp_path, "log.png")
+    assert ax.xaxis.get_major_formatter()(4.0, 0) == "4" and ax.yaxis.get_major_formatter()(0.01, 0) == "0.01"
+    assert ax.xaxis.get_minor_formatter()(4.0, 0) == ""
+    from PIL import Image
+
+    width, _ = Image.open(tmp_path / "log.png").size
+    assert width > 300  # bbox_inches="tight" grew the saved area to hold the whole title (3 in x 100 dpi = 300 px)
+
+
+def test_attention_heat_maps_label_their_tokens_and_carry_a_colour_bar(tmp_path, monkeypatch):
+    tokens = [f"t{i}" for i in range(100)]  # more than max_labelled_tokens: every k-th token labelled
+    heads = [{"layer": 0, "head": h, "normalized_entropy": 0.5, "flags": []} for h in range(2)]
+    diagnosis = Diagnosis("m", "bert", 1, 2, 16, tokens, [0], heads, {}, None, [],
+                          attentions=[torch.softmax(torch.randn(2, 100, 100), dim=-1)])
+    drawn = []
+    real_save = doctor_figures.save
+
+    def keep(fig, outdir, name, **options):
+        drawn.append((name, fig, [(ax.get_xticklabels(), ax.get_ylabel(), ax.get_label()) for ax in fig.axes]))
+        return real_save(fig, outdir, name, **options)
+
+    monkeypatch.setattr(doctor_figures, "save", keep)
+    written = doctor_figures.draw_heatmaps(diagnosis, tmp_path)
+    assert written == ["entropy_grid.png", "attention_layer0.png"]
+    name, fig, axes = drawn[1]
+    heat = [a for a in axes if a[1] == "query"]
+    colour_bars = [a for a in axes if a[2] == "<colorbar>"]
+    assert len(heat) == 2 and len(colour_bars) == 1
+    for labels, _, _ in heat:
+        shown = [label.get_text() for label in labels]
+        assert shown[0] == "t0" and len(shown) >= 25 and all(text in tokens for text in shown)
