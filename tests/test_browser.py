@@ -171,3 +171,35 @@ def test_report_page_fits_a_phone_and_a_desktop(browser, quick_report, width):
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"report-{width}.png"), full_page=False)
     assert (ARTIFACTS / f"report-{width}.png").stat().st_size > 10_000
+
+
+def test_diagnose_head_view_page_shows_each_heads_weights_offline(browser, tmp_path):
+    import torch
+
+    from attnscale.doctor.health import Diagnosis
+    from attnscale.doctor.page import render_page
+
+    tokens = ["[CLS]", "the", "factor", "</script>", "keeps", "it"]  # a token that would end a script tag
+    weights = [torch.softmax(torch.randn(3, 6, 6, generator=torch.Generator().manual_seed(layer)), dim=-1)
+               for layer in range(2)]
+    heads = [{"layer": layer, "head": head, "normalized_entropy": 0.5, "max_prob": 0.4, "sink_share": 0.1,
+              "flags": ["sink"] if (layer, head) == (1, 2) else []} for layer in range(2) for head in range(3)]
+    diagnosis = Diagnosis("models/tiny", "bert", 2, 3, 8, tokens, [0], heads, {}, None, [], attentions=weights)
+    path = tmp_path / "attention.html"
+    path.write_text(render_page(diagnosis), encoding="utf-8")
+    page, errors, requests = open_page(browser, path)
+    for layer in range(2):
+        for head in range(3):
+            for q, k in ((0, 0), (4, 2), (5, 5)):
+                shown = page.evaluate(f"window.attnscaleHeads.value({layer}, {head}, {q}, {k})")
+                assert shown == pytest.approx(float(weights[layer][head, q, k]), abs=1 / 65535)
+    page.select_option("#layer", "1")
+    page.locator("#heads tbody tr").nth(2).click()
+    assert page.locator("#heads tbody tr.chosen td").last.inner_text() == "sink"
+    cell, margin = page.evaluate("[window.attnscaleHeads.cell, window.attnscaleHeads.margin]")
+    box = page.locator("#map").bounding_box()
+    page.mouse.move(box["x"] + margin + 2 * cell + cell / 2, box["y"] + margin + 4 * cell + cell / 2)
+    readout = page.locator("#readout").inner_text()
+    assert readout.startswith('query 4 "keeps" -> key 2 "factor": ') and \
+        float(readout.rsplit(": ", 1)[1]) == pytest.approx(float(weights[1][2, 4, 2]), abs=1e-4)
+    assert errors == [] and all(url.startswith(("file://", "data:")) for url in requests), requests

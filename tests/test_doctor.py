@@ -329,6 +329,8 @@ def test_cli_text_options(tmp_path, capsys):
     assert payload["tokens"][1:3] == ["the", "model"] and payload["probe"] is None
     assert json.loads((tmp_path / "out" / "diagnosis.json").read_text())["heads"] == payload["heads"]
     assert (tmp_path / "out" / "entropy_grid.png").exists()
+    page = (tmp_path / "out" / "attention.html").read_text(encoding="utf-8")
+    assert '"model"' in page and "window.attnscaleHeads" in page and "http" not in page.split("<script>")[1]
 
 
 def test_cli_table_output(capsys):

@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
                                            help="Comma-separated fixed scale rules to rerun the model with "
                                                 "('' for none)."),
         probe: bool = typer.Option(True, "--probe/--no-probe", help="Measure the factor each layer applies."),
-        out: Annotated[Optional[Path], options.path_option("Write diagnosis.json and PNG heatmaps into this "
+        out: Annotated[Optional[Path], options.path_option("Write diagnosis.json, attention.html (every head, offline) and PNG heatmaps into this "
                                                            "folder.")] = None,
         as_json: bool = typer.Option(False, "--json", help="Print the diagnosis as JSON."),
         device: options.Device = "cpu",
@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
         check_memory(folder, max_tokens)
         if out is not None:
             check_folder(out, "--out")
-            check_outputs(out, files=("diagnosis.json", *doctor.heatmap_names(out)))
+            check_outputs(out, files=("diagnosis.json", "attention.html", *doctor.heatmap_names(out)))
         chosen = read_text(text, text_file)
         if chosen is not None and not chosen.strip():
             raise UserError("the text is empty; give --text or --text-file with some words")
@@ -161,7 +161,10 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             write_text_atomic(out / "diagnosis.json", json.dumps(payload, indent=1))
-            written = ["diagnosis.json", *doctor.draw_heatmaps(result, out)]
+            from ..doctor.page import render_page
+
+            write_text_atomic(out / "attention.html", render_page(result))
+            written = ["diagnosis.json", "attention.html", *doctor.draw_heatmaps(result, out)]
             (err_console if as_json else console).print(f"wrote {', '.join(written)} into {out}")
         if as_json:
             sys.stdout.write(json.dumps(payload, indent=1) + "\n")
