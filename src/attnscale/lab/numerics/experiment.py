@@ -60,7 +60,7 @@ from ...softmax import naive_softmax
 from ...threads import torch_threads
 from ...runtime import check_device
 
-VERSION = 5  # 2: C11/C12 judged on trained activations and memory; 3: stable attention scores half precision in float32;
+VERSION = 6  # 6: the trained model named as prose names it; 2: C11/C12 judged on trained activations and memory; 3: stable attention scores half precision in float32;
 # 4: each clamp's mean KL with its 95% interval; 5: row counts (non-finite, wrong, reaching the range) for intervals
 SCALES = ("none", "sqrt")
 FP16_MAX = float(torch.finfo(torch.float16).max)
@@ -356,7 +356,10 @@ def trained_activations(config: Config) -> dict:
                          "naive_overflow_rows": found["naive_softmax_overflow_rows"]["share"],
                          "output_error_max": found["output_error"]["max"],
                          "prob_error_max": found["prob_error"]["max"]})
-    return {"model": getattr(model.config, "model_type", type(model).__name__), "d_k": int(calls[0].query.shape[-1]),
+    from ...probing.loading import model_name
+
+    return {"model": model_name(config.model_dir, getattr(model.config, "model_type", type(model).__name__)),
+            "d_k": int(calls[0].query.shape[-1]),
             "heads": int(calls[0].query.shape[1]), "tokens": len(tokens), "layers": rows}
 
 
