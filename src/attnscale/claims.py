@@ -78,7 +78,7 @@ class Claim:
     id: str
     section: str
     text: str
-    seed: str
+    source: str     # the interview answer's own sentence (Chinese); empty for a statement beyond it
     parts: tuple[Part, ...]
 
     @property
@@ -520,7 +520,7 @@ CLAIMS: tuple[Claim, ...] = (
 BY_ID = {claim.id: claim for claim in CLAIMS}
 
 # Statements beyond the source: what an answer must add today (long contexts), judged like the claims
-# in a group of their own; never in the source's tally, never C19...  Their "seed" text is empty: the
+# in a group of their own; never in the source's tally, never C19...  Their "source" text is empty: the
 # interview answer does not say them.
 STATEMENT_GROUPS = {"L": "long contexts"}
 
@@ -627,7 +627,7 @@ def evaluate(lab_findings: dict[str, dict[str, Finding]], registry: tuple[Claim,
         rows.append({
             "id": claim.id,
             "claim": claim.text,
-            "seed": claim.seed,
+            "source": claim.source,
             "section": claim.section,
             "verdict": verdict.verdict,
             "verdict_line": verdict.line,

@@ -93,7 +93,7 @@ def render_markdown(report: dict) -> str:
     ]
     lines += [f"| [{c['id']}](#{c['id'].lower()}) | {c['claim']} | {verdict_line(c)} |" for c in report["claims"]]
     for c in report["claims"]:
-        lines += ["", f"## {c['id']}", "", f"> {c['seed']}", "", f"**Claim** (interview answer, section {c['section']}): {c['claim']}",
+        lines += ["", f"## {c['id']}", "", f"> {c['source']}", "", f"**Claim** (interview answer, section {c['section']}): {c['claim']}",
                   ""] + _body_md(c)
     if report.get("statements"):
         lines += ["", "## Beyond the source: long contexts", "",

@@ -22,7 +22,7 @@ CLAIM = {
     "properties": {
         "id": {"type": "string", "pattern": "^C[0-9]{2}$"},
         "claim": {"type": "string", "minLength": 1},
-        "seed": {"type": "string"},
+        "source": {"type": "string"},  # the interview answer's own sentence
         "verdict": {"enum": [*VERDICTS, PENDING]},
         "verdict_line": {"type": "string", "minLength": 1},
         "evidence": {"type": "string"},
