@@ -161,6 +161,28 @@ def full_report_with_text_numbers() -> str:
                        for c in CLAIMS])
 
 
+def full_report_with(text: str, value: str) -> str:
+    """A complete report whose first claim's number ``x`` is written as ``value`` (JSON text), and ``text`` replaced
+    into it (a field of another type)."""
+    from attnscale.claims import CLAIMS
+
+    body = cut_report([{"id": c.id, "verdict": "supported", "numbers": {"x": 1.5}, "evidence": "e"} for c in CLAIMS])
+    return body.replace('"x": 1.5', f'"x": {value}', 1).replace('"evidence": "e"', text, 1)
+
+
+def vision_folder(path: Path) -> None:
+    """A tiny ViT saved with a text tokenizer beside it: diagnose must refuse it, not crash."""
+    from transformers import ViTConfig, ViTModel
+
+    from attnscale.probing.loading import default_model_path
+
+    ViTModel(ViTConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                       image_size=16, patch_size=8)).save_pretrained(path)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (default_model_path() / name).exists():
+            write(path / name, (default_model_path() / name).read_bytes())
+
+
 def model_folder(path: Path, config: str | None) -> None:
     path.mkdir(parents=True)
     if config is not None:
@@ -294,6 +316,29 @@ CASES = [
          lambda d: write(d / "r.json", full_report_with_text_numbers())),
     Case("answer-report-folder", ["answer", "--report", "r"], "is a folder",
          lambda d: (d / "r" / "report.json").mkdir(parents=True)),
+    # values a file can carry (hardening, third pass): numbers JSON does not define, fields of the wrong type
+    Case("answer-nan", ["answer", "--report", "r.json"], "holds NaN",
+         lambda d: write(d / "r.json", full_report_with('"evidence": "e"', "NaN"))),
+    Case("answer-infinity", ["answer", "--report", "r.json"], "holds -Infinity",
+         lambda d: write(d / "r.json", full_report_with('"evidence": "e"', "-Infinity"))),
+    Case("answer-1e309", ["answer", "--report", "r.json"], "1e309, beyond float range",
+         lambda d: write(d / "r.json", full_report_with('"evidence": "e"', "1e309"))),
+    Case("answer-huge-int", ["answer", "--report", "r.json"], "integer of 5000 digits",
+         lambda d: write(d / "r.json", full_report_with('"evidence": "e"', "9" * 5000))),
+    Case("answer-evidence-null", ["answer", "--report", "r.json"], "'evidence' is a NoneType",
+         lambda d: write(d / "r.json", full_report_with('"evidence": null', "1"))),
+    Case("answer-number-list", ["answer", "--report", "r.json"], "number 'x' is a list",
+         lambda d: write(d / "r.json", full_report_with('"evidence": "e"', "[1, 2]"))),
+    Case("explain-nan", ["explain", "C02", "--report", "r.json"], "holds NaN",
+         lambda d: write(d / "r.json", full_report_with('"evidence": "e"', "NaN"))),
+    Case("diagnose-config-nan", ["diagnose", "m"], "holds NaN",
+         lambda d: write(tiny_folder(d / "m") / "config.json",
+                         json.dumps({**TINY_BERT, "layer_norm_eps": float("nan")}))),
+    Case("audit-config-infinity", ["audit", "./m"], "holds Infinity",
+         lambda d: write(tiny_folder(d / "m") / "config.json",
+                         json.dumps({**TINY_BERT, "layer_norm_eps": float("inf")}))),
+    Case("diagnose-text-not-utf8", ["diagnose", "--text", "abc\udcff"], "is not valid UTF-8"),
+    Case("diagnose-vision-model", ["diagnose", "m"], "takes pixel_values", lambda d: vision_folder(d / "m")),
     # explain
     Case("explain-unknown-claim", ["explain", "C99"], "'C99'"),
     Case("explain-no-claim", ["explain"], "Missing argument 'claim'"),

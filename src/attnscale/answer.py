@@ -26,6 +26,7 @@ from .answer_catalogue import GAP, Listing, Seq, Word, render
 from .claims import (ANY_BY_ID, ASSERTION, BY_ID, CLAIMS, FAILS, INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, PENDING, REFUTED,
                      SUPPORTED, VERDICTS, key_declared)
 from .probing.probe import NO_SCALING  # C10: the probe's label of T5's factor
+from . import jsonfile
 from .errors import UserError
 from .lab.numerics import CLAMP_COSTS, KL_CHEAP, MEMORY_SAVED, RANGE_REACHED, WRONG_OUTPUT
 from .lab.saturation import verdicts as saturation_rules  # C06: "around +-100", "gradient near 0"; C16: "near 0"
@@ -384,7 +385,18 @@ def check_report(report, source: str = "the report") -> dict:
                 or not isinstance(claim.get("lab_verdicts", {}), dict)):
             raise UserError(f"{source} is not a complete report.json: claim {claim['id']!r} lacks a known "
                              "'verdict' or a 'numbers' object")
+        for field in ("claim", "evidence", "verdict_line"):
+            if field in claim and not isinstance(claim[field], str):
+                raise UserError(f"{source} is not a report.json: claim {claim['id']!r}'s {field!r} is a "
+                                f"{type(claim[field]).__name__}; accepted: a string")
+        for name, value in claim["numbers"].items():
+            if isinstance(value, bool) or not isinstance(value, (int, float, str, type(None))):
+                raise UserError(f"{source} is not a report.json: claim {claim['id']!r} number {name!r} is a "
+                                f"{type(value).__name__}; accepted: a number, a string or null")
         found[claim["id"]] = claim
+    for field, kinds in (("preset", (str,)), ("seed", (int,)), ("seconds", (int, float))):
+        if field in report and (isinstance(report[field], bool) or not isinstance(report[field], kinds)):
+            raise UserError(f"{source} is not a report.json: its {field!r} is a {type(report[field]).__name__}")
     missing = [claim.id for claim in CLAIMS if claim.id not in found]
     if missing:
         named = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
@@ -503,7 +515,7 @@ def load_report(path: str | Path) -> dict:
         raise UserError(f"{str(path)!r} has {path.stat().st_size / 2**20:.0f} MiB; a report.json has a few, at most "
                         f"{REPORT_BYTES_LIMIT // 2**20} MiB accepted")
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = jsonfile.loads(path.read_text(encoding="utf-8"), repr(str(path)))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"{str(path)!r} is not a report.json: {error}") from None
     except RecursionError:

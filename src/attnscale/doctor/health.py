@@ -238,6 +238,23 @@ def counterfactual_runs(model, inputs: dict, specs, reference_hidden: torch.Tens
     return rows
 
 
+NON_TEXT_INPUTS = ("pixel_values", "input_features", "input_values", "pixel_values_videos", "audio_values")
+
+
+def refuse_non_text(model) -> None:
+    """diagnose feeds token ids only: a vision, audio or multimodal model (one whose forward takes images or
+    sound) is refused in one line, before it runs."""
+    import inspect
+
+    takes = inspect.signature(model.forward).parameters
+    other = [name for name in NON_TEXT_INPUTS if name in takes]
+    if getattr(model, "main_input_name", "input_ids") != "input_ids" or other:
+        kind = getattr(model.config, "model_type", type(model).__name__)
+        raise UserError(f"diagnose reads text models fed token ids; {type(model).__name__} ({kind}) takes "
+                        f"{', '.join(other) or getattr(model, 'main_input_name', '?')}; accepted: a text encoder or decoder "
+                        "(the audit, attnscale audit PATH, measures any family)")
+
+
 def diagnose(model_dir=None, text: str = DEFAULT_TEXT, *, max_tokens: int = 128, probe: bool = True,
              counterfactual=DEFAULT_COUNTERFACTUALS, model=None, tokenizer=None, device: str = "cpu",
              threads: int | None = 1) -> Diagnosis:
@@ -256,6 +273,7 @@ def diagnose(model_dir=None, text: str = DEFAULT_TEXT, *, max_tokens: int = 128,
         if tokenizer is None:
             raise UserError("diagnose(model=...) needs tokenizer= too")
         name = getattr(model.config, "name_or_path", "") or type(model).__name__
+    refuse_non_text(model)
     specs = tuple(counterfactual or ())
     for spec in specs:
         if scaling.parse(spec).kind != "fixed":

@@ -16,6 +16,7 @@ import functools
 import json
 from pathlib import Path
 
+from .. import jsonfile
 from ..errors import UserError
 from ..hub import offline
 
@@ -87,7 +88,7 @@ def quiet_transformers():
 
 def read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = jsonfile.loads(path.read_text(encoding="utf-8"), repr(str(path)))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise UserError(f"{str(path)!r} is not readable JSON ({type(error).__name__}); accepted: a Hugging Face "
                          "config file") from None

@@ -13,6 +13,9 @@ import json
 import sys
 from pathlib import Path
 
+from .. import jsonfile
+from ..errors import UserError
+
 START = "<!-- verdicts: python -m attnscale.report.readme REPORT_DIR --write (generated; do not edit) -->"
 END = "<!-- /verdicts -->"
 
@@ -50,9 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = args.report_dir / "report.json"
     try:
-        report = json.loads(path.read_text(encoding="utf-8"))
+        report = jsonfile.loads(path.read_text(encoding="utf-8"), repr(str(path)))
         table = verdict_table(report)
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, UserError) as error:
         print(f"attnscale: error: cannot read a report from {str(path)!r}: {error}", file=sys.stderr)
         return 2
     if not args.write:
