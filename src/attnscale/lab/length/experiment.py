@@ -40,7 +40,7 @@ from ...models import IGNORE_INDEX, ModelConfig, Transformer
 from ...models.tasks import NeedleTask
 from ...threads import torch_threads
 
-VERSION = 2
+VERSION = 3
 DECIDED_RATE = 0.5    # a cell's fade rate decides once its Wilson interval lies clear of this
 FADES_BELOW = 0.9     # a seed's needle fades at a length when its weight there is below this share of its weight at 1x
 DROPS_BY = 0.05       # a seed's accuracy drops at a length when it falls this much below its accuracy at 1x
@@ -73,7 +73,7 @@ class Config:
     d_head: int = 32
     batch: int = 32
     val_size: int = 256
-    steps: int = 400
+    steps: int = 300
     lrs: tuple[float, ...] = (3e-3, 6e-3)   # quick: the better of two rates; full: a grid widened past its edges
     lr_widen: int = 0
     seeds: int = 3
