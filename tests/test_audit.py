@@ -412,19 +412,19 @@ def test_cli_callable(tmp_path, capsys, monkeypatch):
 
 
 def test_cli_callable_alone_tests_the_function_at_head_dim(tmp_path, capsys, monkeypatch):
-    (tmp_path / "my_port.py").write_text(
+    (tmp_path / "my_port_alone.py").write_text(
         "import torch\n\ndef attention(q, k, v, mask=None):\n"
         "    return torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5, dim=-1) @ v\n")
     monkeypatch.chdir(tmp_path)
-    code, out, _ = run_cli(["audit", "--callable", "my_port:attention", "--head-dim", "16", "--json"], capsys)
+    code, out, _ = run_cli(["audit", "--callable", "my_port_alone:attention", "--head-dim", "16", "--json"], capsys)
     assert code == 0
     report = json.loads(out)
     assert "rows" not in report  # no family audited
     port = report["callable"]
     assert port["d_k"] == 16 and port["function"]["factor"] == pytest.approx(0.25, rel=FACTOR_REL)
     assert port["verdict"] == "ok"
-    code, out, _ = run_cli(["audit", "--callable", "my_port:attention", "--head-dim", "16"], capsys)
-    assert code == 0 and "callable my_port:attention: factor 0.25" in out
+    code, out, _ = run_cli(["audit", "--callable", "my_port_alone:attention", "--head-dim", "16"], capsys)
+    assert code == 0 and "callable my_port_alone:attention: factor 0.25" in out
 
 
 # ---------------------------------------------------------------------------------------

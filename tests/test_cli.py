@@ -109,8 +109,6 @@ def test_help_answers_without_importing_torch_and_takes_h():
     assert done.returncode == 0 and "Usage: attnscale" in done.stdout and "--install-completion" in done.stdout
     done = subprocess.run([sys.executable, "-m", "attnscale", "report", "-h"], capture_output=True, text=True)
     assert done.returncode == 0 and "--preset" in done.stdout
-    done = subprocess.run([sys.executable, "-m", "attnscale", "--show-completion", "bash"], capture_output=True, text=True)
-    assert done.returncode == 0 and "complete" in done.stdout
 
 
 def test_the_package_attention_is_the_function_after_its_module_is_imported():

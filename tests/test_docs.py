@@ -65,7 +65,7 @@ def test_the_readme_verdicts_are_a_fresh_reports(quick_report):
 
 def test_the_readme_table_tool_writes_and_refuses(quick_report, tmp_path, capsys):
     out, report = quick_report
-    (tmp_path / "README.md").write_text(f"top\n{readme.START}\nold\n{readme.END}\nbottom\n", encoding="utf-8")
+    (tmp_path / "README.md").write_text(f"top\n{readme.START}\nSTALE-TABLE\n{readme.END}\nbottom\n", encoding="utf-8")
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
@@ -74,7 +74,7 @@ def test_the_readme_table_tool_writes_and_refuses(quick_report, tmp_path, capsys
     finally:
         os.chdir(cwd)
     text = (tmp_path / "README.md").read_text(encoding="utf-8")
-    assert text.startswith("top\n") and text.endswith("bottom\n") and "old" not in text
+    assert text.startswith("top\n") and text.endswith("bottom\n") and "STALE-TABLE" not in text
     assert readme.block_of(text) == readme.verdict_table(report)
     assert "cannot read a report" in capsys.readouterr().err
 

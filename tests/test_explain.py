@@ -71,9 +71,9 @@ def test_explain_finds_the_report_folder_and_shows_evidence_values_and_paths_tha
     assert done.value.code == 0
     c05 = next(c for c in report["claims"] if c["id"] == "C05")
     assert f"verdict in the report: {c05['verdict_line']}" in out and f"evidence: {c05['evidence']}" in out
-    name, value = next(iter(explain.number_values(["min_normalized_entropy"], c05["numbers"]).items()))
+    name, value = next(iter(explain.number_values(["min_normalized_entropy"], c05["numbers"], "saturation").items()))
     assert f"{name} = {value:.4g}" in out
-    paths = re.findall(r"(?:at|experiment:) (\S+\.py)", out)
+    paths = re.findall(r"(?:\bat|experiment:) (\S+\.py)", out) + re.findall(r"\((\S+\.py):\d+\)", out)
     assert paths and all(Path(path).is_file() for path in paths), paths
     with pytest.raises(SystemExit) as done:
         cli.main(["explain", "L2", "--json"])

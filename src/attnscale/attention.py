@@ -450,9 +450,9 @@ def _capture_any(model: nn.Module, record: Capture):
     probed = reads(type(model).__name__, recorder.events, keep_tensors=True)
     if not probed.tensors:
         raise UserError(f"{type(model).__name__} made no attention call to capture: " + "; ".join(probed.unread))
-    for call in probed.tensors:
-        name, count = call.module or "attn", 1
+    for module, seen in probed.tensors:
+        name, count = module or "attn", 1
         while name in record.observations:
             count += 1
-            name = f"{call.module or 'attn'}#{count}"
-        record.observations[name] = Observation(call.q, call.k, call.logits, call.probs, call.factor)
+            name = f"{module or 'attn'}#{count}"
+        record.observations[name] = seen

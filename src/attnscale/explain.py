@@ -33,10 +33,14 @@ def shown(relative: str) -> str:
         return str(path)
 
 
-def number_values(patterns, numbers: dict) -> dict:
-    """The numbers a finding carries that match a lab's declared keys (``name*`` for a family)."""
+def number_values(patterns, numbers: dict, lab: str = "") -> dict:
+    """The numbers a finding carries that match a lab's declared keys (``name*`` for a family); a claim read by
+    several labs names each number ``lab.name`` in the report."""
+    def bare(name: str) -> str:
+        return name[len(lab) + 1:] if lab and name.startswith(lab + ".") else name
+
     return {name: value for name, value in numbers.items()
-            if any(name == key or (key.endswith("*") and name.startswith(key[:-1])) for key in patterns)}
+            if any(bare(name) == key or (key.endswith("*") and bare(name).startswith(key[:-1])) for key in patterns)}
 
 
 def where(function) -> str:
@@ -141,7 +145,7 @@ def explain(claim_id: str, report: dict | None = None) -> dict:
                 out["evidence"] = found["evidence"]
             numbers = found.get("numbers") if isinstance(found.get("numbers"), dict) else {}
             for entry in labs:
-                entry["values"] = number_values(entry["numbers"], numbers)
+                entry["values"] = number_values(entry["numbers"], numbers, entry["lab"])
             states = {p.get("key"): p for p in found.get("parts", []) if isinstance(p, dict)}
             for part in parts:
                 if part["key"] in states:
@@ -176,7 +180,7 @@ def render(explained: dict) -> str:
         if entry["judge"]["doc"]:
             lines.append("    " + " ".join(entry["judge"]["doc"].split()))
         if entry["helpers"]:
-            lines.append("  helpers: " + ", ".join(f"{h['name']} ({h['where']})" for h in entry["helpers"]))
+            lines.append("  helpers: " + ", ".join(f"{h['name']} ({shown(h['where'])})" for h in entry["helpers"]))
         if entry["thresholds"]:
             lines.append("  thresholds: " + ", ".join(f"{k} = {v!r}" for k, v in entry["thresholds"].items()))
         if entry.get("values"):

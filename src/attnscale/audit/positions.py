@@ -3,7 +3,7 @@
 Since 2022 long-context models multiply the queries by a factor that grows with the position p of
 the query (Llama 4's attention temperature on its NoPE layers, Ministral 3 and Mistral 4's
 ``llama_4_scaling_beta``, Mistral Large 4's learned s_h ln(p + 1) + b_h, Beam's scalable softmax,
-Inkling's log scaling).  The main audit sees such a factor only at the positions of a short probe;
+Inkling's log scaling, in Inkling 2 and its loop variant too).  The main audit sees such a factor only at the positions of a short probe;
 here each family's factor is measured at far positions (:data:`POSITIONS`, up to 1,048,576) and
 judged against what its config declares.
 
@@ -102,6 +102,9 @@ class PositionFamily:
 _MOE = dict(n_routed_experts=2, num_experts_per_tok=1, n_shared_experts=1, moe_intermediate_size=32)
 _MLA = dict(kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16)
 _SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=64)
+_INKLING = dict(**_SMALL, **_MOE, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
+                swa_num_attention_heads=2, swa_num_key_value_heads=1, swa_head_dim=16, sliding_window_size=8,
+                rel_extent=8, d_rel=4, layer_types=["hybrid", "hybrid_sliding"])  # a full layer, then a sliding one
 
 FAMILIES: tuple[PositionFamily, ...] = (
     PositionFamily(
@@ -139,19 +142,21 @@ FAMILIES: tuple[PositionFamily, ...] = (
         "beam/modeling_beam.py", "torch.exp(0.1 * torch.log1p((position_ids.float() + 1) / 2048))"),
     PositionFamily(
         "inkling_text", "InklingTextConfig",
-        dict(**_SMALL, **_MOE, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-             swa_num_attention_heads=2, swa_num_key_value_heads=1, swa_head_dim=16, sliding_window_size=8,
-             rel_extent=8, d_rel=4, layer_types=["hybrid", "hybrid_sliding"]),
+        _INKLING,
         "cache", inkling_log_scaling, "1 + alpha ln(max((p + 1) / log_scaling_n_floor, 1))", "full (not sliding) layers",
         "inkling/modeling_inkling.py", "(effective_n / self.config.log_scaling_n_floor).clamp(min=1.0)",
         enable={"log_scaling_n_floor": 8192}),
     PositionFamily(
         "inkling2_text", "Inkling2TextConfig",
-        dict(**_SMALL, **_MOE, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-             swa_num_attention_heads=2, swa_num_key_value_heads=1, swa_head_dim=16, sliding_window_size=8,
-             rel_extent=8, d_rel=4, layer_types=["hybrid", "hybrid_sliding"]),
+        _INKLING,
         "position_ids", inkling_log_scaling, "1 + alpha ln(max((p + 1) / log_scaling_n_floor, 1))",
         "full (not sliding) layers", "inkling2/modeling_inkling2.py",
+        "((position_ids + 1).float() / self.log_scaling_n_floor).clamp(min=1.0)"),
+    PositionFamily(
+        "inkling2_loop_text", "Inkling2LoopTextConfig",
+        _INKLING,
+        "position_ids", inkling_log_scaling, "1 + alpha ln(max((p + 1) / log_scaling_n_floor, 1))",
+        "full (not sliding) layers", "inkling2_loop/modeling_inkling2_loop.py",
         "((position_ids + 1).float() / self.log_scaling_n_floor).clamp(min=1.0)"),
 )
 
@@ -301,12 +306,15 @@ def measure(entry: PositionFamily, positions=POSITIONS, seed: int = 0, model=Non
 
 
 def audit_positions(positions=POSITIONS, seed: int = 0, progress: Callable[[float, str], None] | None = None) -> list[dict]:
-    """One row per family of :data:`FAMILIES`, in order."""
+    """One row per family of :data:`FAMILIES`, in order, on one torch thread (the same numbers in any process)."""
+    from ..threads import torch_threads
+
     rows = []
-    for index, entry in enumerate(FAMILIES):
-        if progress:
-            progress(index / len(FAMILIES), f"far positions: {entry.family}")
-        rows.append(measure(entry, positions, seed))
+    with torch_threads(1):
+        for index, entry in enumerate(FAMILIES):
+            if progress:
+                progress(index / len(FAMILIES), f"far positions: {entry.family}")
+            rows.append(measure(entry, positions, seed))
     return rows
 
 

@@ -101,6 +101,19 @@ def print_callable(report: dict, console) -> None:
             console.print(f"  {finding}", markup=False, highlight=False)
 
 
+def emit(report: dict, out: Path | None, as_json: bool, show) -> None:
+    """audit.json into ``out`` (if given), then the report as JSON on stdout or as ``show()`` prints it."""
+    from ..cli import console, err_console
+
+    if out is not None:
+        written = write_out(report, out)
+        (err_console if as_json else console).print(f"wrote {', '.join(written)}", markup=False, highlight=False)
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=1, default=str) + "\n")
+    else:
+        show()
+
+
 def write_out(report: dict, out: Path) -> list[str]:
     from ..paths import write_text_atomic
 
@@ -133,7 +146,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure the factor each attention layer applies to q.k, under each backend, against its config."""
         from ..audit import measure as audit_api
-        from ..cli import console, err_console, progress_bar
+        from ..cli import console, progress_bar
 
         from ..paths import check_folder, check_outputs
 
@@ -147,13 +160,7 @@ def register(app: typer.Typer) -> None:
             from ..probing import module_cli
 
             report = {"module": module_cli.probe_spec(module_spec, input_shape, seed)}
-            if out is not None:
-                written = write_out(report, out)
-                (err_console if as_json else console).print(f"wrote {', '.join(written)}", markup=False, highlight=False)
-            if as_json:
-                sys.stdout.write(json.dumps(report, indent=1, default=str) + "\n")
-            else:
-                module_cli.print_probe(report["module"], console)
+            emit(report, out, as_json, lambda: module_cli.print_probe(report["module"], console))
             return
         port = audit_api.load_callable(callable_spec) if callable_spec else None
         if port is not None:
@@ -166,13 +173,7 @@ def register(app: typer.Typer) -> None:
         if port is not None and target is None:  # the function alone, at --head-dim
             report = {"callable": audit_api.audit_callable(port, head_dim, callable_spec).to_dict(),
                       "seconds": time.perf_counter() - start}
-            if out is not None:
-                written = write_out(report, out)
-                (err_console if as_json else console).print(f"wrote {', '.join(written)}", markup=False, highlight=False)
-            if as_json:
-                sys.stdout.write(json.dumps(report, indent=1, default=str) + "\n")
-            else:
-                print_table(report)
+            emit(report, out, as_json, lambda: print_table(report))
             return
         plan = audit_api.plan(target)
         with progress_bar() as bar:
@@ -187,10 +188,4 @@ def register(app: typer.Typer) -> None:
             reference = next((r for r in results if r.layers), None)
             d_k = reference.layers[0]["d_k"] if reference else head_dim
             report["callable"] = audit_api.audit_callable(port, d_k, callable_spec, reference).to_dict()
-        if out is not None:
-            written = write_out(report, out)
-            (err_console if as_json else console).print(f"wrote {', '.join(written)}", markup=False, highlight=False)
-        if as_json:
-            sys.stdout.write(json.dumps(report, indent=1, default=str) + "\n")
-        else:
-            print_table(report)
+        emit(report, out, as_json, lambda: print_table(report))

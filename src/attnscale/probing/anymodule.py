@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..attention import Observation
+
 PRODUCTS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default")
 SOFTMAX = ("aten._softmax.default", "aten._safe_softmax.default")
 BIAS_ADD = "aten.add.Tensor"  # a projection's bias added after its product (F.linear on 3-D input, MHA's in_proj)
@@ -62,24 +64,13 @@ class AttentionRead:
 
 
 @dataclass
-class CallTensors:
-    """What one attention call saw: q and k as the call received them, the logits (factor_at_call x q·k, masked
-    entries -inf) and the probabilities, with leading axes (batch x heads, or batch, heads)."""
-
-    module: str
-    q: torch.Tensor
-    k: torch.Tensor
-    logits: torch.Tensor
-    probs: torch.Tensor
-    factor: float
-
-
-@dataclass
 class ModuleProbe:
     module: str
     calls: list[AttentionRead] = field(default_factory=list)
     unread: list[str] = field(default_factory=list)
-    tensors: list[CallTensors] = field(default_factory=list)  # with keep_tensors: one per call, in order
+    # with keep_tensors: (module, what the call saw) per call, in order: q and k as the call received them, the
+    # logits (factor_at_call x q·k, masked entries -inf) and the probabilities
+    tensors: list[tuple[str, Observation]] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"module": self.module, "calls": [c.to_dict() for c in self.calls], "unread": list(self.unread)}
@@ -207,7 +198,7 @@ def _sdpa_read(where: str, func, args, kwargs) -> tuple[AttentionRead, torch.Ten
     return read, q.detach().reshape(-1, q.shape[-1]), k.detach().reshape(-1, k.shape[-1])
 
 
-def _sdpa_tensors(where: str, factor: float, args, kwargs) -> CallTensors:
+def _sdpa_tensors(where: str, factor: float, args, kwargs) -> tuple[str, Observation]:
     """The logits and probabilities a fused call computed, recomputed in float64 from its q, k and mask."""
     q, k = args[0].detach(), args[1].detach()
     if k.shape[-3] != q.shape[-3]:  # grouped keys (enable_gqa): each key head serves several query heads
@@ -219,7 +210,7 @@ def _sdpa_tensors(where: str, factor: float, args, kwargs) -> CallTensors:
     mask = kwargs.get("attn_mask")
     if isinstance(mask, torch.Tensor):
         logits = logits.masked_fill(~mask, -math.inf) if mask.dtype == torch.bool else logits + mask.double()
-    return CallTensors(where, q, k, logits, torch.softmax(logits, dim=-1), factor)
+    return where, Observation(q, k, logits, torch.softmax(logits, dim=-1), factor)
 
 
 def _fold(read: AttentionRead, q_vectors, k_vectors, products) -> AttentionRead:
@@ -278,7 +269,7 @@ def probe(module: torch.nn.Module, example_input, keep_tensors: bool = False, **
     """Run ``module(example_input, **forward_kwargs)`` once and read every attention call it makes.
 
     ``example_input`` is a tensor or a tuple of positional arguments.  With ``keep_tensors`` the result
-    also holds each call's q, k, logits and probabilities (:class:`CallTensors`).  Raises TypeError for
+    also holds each call's q, k, logits and probabilities (:class:`attnscale.attention.Observation`).  Raises TypeError for
     a module that is not an nn.Module, ValueError if the module's forward fails on the input."""
     args = example_input if isinstance(example_input, tuple) else (example_input,)
     with recording(module) as recorder:
@@ -315,8 +306,9 @@ def reads(name: str, events: list[tuple], keep_tensors: bool = False) -> ModuleP
                 lead = logits.shape[:-2]
                 q = a.reshape(*lead, a.shape[-2], a.shape[-1])
                 k = b.transpose(-1, -2).reshape(*lead, b.shape[-1], b.shape[-2])
-                result.tensors.append(CallTensors(read.module, q, k, logits, torch.softmax(logits.double(), dim=-1),
-                                                  read.factor_at_call if read.factor_at_call is not None else math.nan))
+                factor = read.factor_at_call if read.factor_at_call is not None else math.nan
+                result.tensors.append((read.module, Observation(q, k, logits, torch.softmax(logits.double(), dim=-1),
+                                                                factor)))
             last_product = None
         else:
             read, q_vectors, k_vectors = _sdpa_read(event[1] or name, event[2], event[3], event[4])
