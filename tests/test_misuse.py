@@ -506,6 +506,16 @@ CASES = [
          lambda d: (d / "o" / "diagnosis.json").mkdir(parents=True)),
     Case("report-cjk-font-missing", ["report", "--out", "r", "--labs", "variance"], "ATTNSCALE_CJK_FONT='/no/font.ttf'",
          env={"ATTNSCALE_CJK_FONT": "/no/font.ttf"}),
+    # the environment is input too: each variable checked before any work, whatever the command
+    Case("env-memory-not-a-size", ["explain", "C01"], "ATTNSCALE_MEMORY_LIMIT='lots'", env={"ATTNSCALE_MEMORY_LIMIT": "lots"}),
+    Case("env-memory-zero", ["explore", "--out", "e.html"], "leaves no memory", env={"ATTNSCALE_MEMORY_LIMIT": "0"}),
+    Case("env-memory-huge", ["explain", "C01"], "beyond any machine", env={"ATTNSCALE_MEMORY_LIMIT": "9" * 40 + "T"}),
+    Case("env-font-folder", ["explain", "C01"], "ATTNSCALE_CJK_FONT='f' is a folder", lambda d: (d / "f").mkdir(),
+         env={"ATTNSCALE_CJK_FONT": "f"}),
+    Case("env-font-not-a-font", ["report", "--out", "r", "--labs", "variance"], "not a TrueType or OpenType font",
+         lambda d: write(d / "f.ttf", "not a font"), env={"ATTNSCALE_CJK_FONT": "f.ttf"}),
+    Case("env-history-cache-file", ["history", "--status"], "ATTNSCALE_HISTORY_CACHE='c' is a file",
+         lambda d: write(d / "c", "x"), env={"ATTNSCALE_HISTORY_CACHE": "c"}),
     Case("diagnose-out-heatmap-folder", ["diagnose", "--out", "o"], "is a folder",
          lambda d: (d / "o" / "attention_layer5.png").mkdir(parents=True)),  # MiniLM's last layer
     Case("audit-out-json-folder", ["audit", "llama", "--out", "o"], "is a folder",

@@ -213,6 +213,10 @@ def main(argv: list[str] | None = None) -> None:
     warnings.showwarning = show_notice
     degrade_output()
     try:
+        if args and not {"-h", "--help", "--version"} & set(args):  # help and the version read no variable
+            from .environment import check_environment
+
+            check_environment()
         code = app(args=args or ["--help"], prog_name="attnscale", standalone_mode=False)
     except usage_error_types() as error:
         fail(error.format_message().replace("\n", " "))

@@ -21,17 +21,17 @@ from __future__ import annotations
 import math
 import operator
 import os
-import re
 from pathlib import Path
 
 import torch
 
+from . import environment
 from .errors import UserError
 from .runtime import torch_device
 
 LIMIT_VARIABLE = "ATTNSCALE_MEMORY_LIMIT"
 USABLE_SHARE = 0.9  # of the free memory: the rest stays for the interpreter, torch and other processes
-UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+UNITS = environment.UNITS
 CGROUP_V2 = Path("/sys/fs/cgroup")
 CGROUP_V1 = Path("/sys/fs/cgroup/memory")
 
@@ -50,11 +50,7 @@ def format_bytes(count: float) -> str:
 
 def parse_bytes(text: str) -> int:
     """'2G' -> 2147483648, '512M', '1000' (bytes); ValueError naming the bad text."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", str(text), flags=re.IGNORECASE)
-    if not match:
-        raise UserError(f"{LIMIT_VARIABLE}={text!r} is not a size; accepted: bytes, or a number with K, M, G or T "
-                         "(e.g. 2G)")
-    return int(float(match.group(1)) * UNITS[match.group(2).upper()])
+    return environment.parse_bytes(text, LIMIT_VARIABLE)
 
 
 def tensor_bytes(shape, dtype: torch.dtype = torch.float32) -> int:
@@ -121,7 +117,7 @@ def available_bytes(device: str | torch.device = "cpu") -> int | None:
             free = _sysconf_available()
         if room is not None:
             free = room if free is None else min(free, room)
-    limit = os.environ.get(LIMIT_VARIABLE)
+    limit = environment.value(LIMIT_VARIABLE)
     if limit:
         cap = parse_bytes(limit)
         free = cap if free is None else min(free, cap)

@@ -175,7 +175,7 @@ def _softmax_read(where: str, logits: torch.Tensor, product) -> AttentionRead:
 
 def _sdpa_factor(func, args, kwargs) -> float:
     """The fused operation's factor, from one query and two keys at a known q·k gap."""
-    q, k, v = args[0], args[1], args[2]
+    q, v = args[0], args[2]
     d_k, d_v = q.shape[-1], v.shape[-1]
     query = torch.zeros(1, 1, 1, d_k, dtype=q.dtype)
     query[..., 0] = 1.0

@@ -15,11 +15,10 @@ from __future__ import annotations
 import base64
 import io
 import logging
-import os
 import re
 from pathlib import Path
 
-from ..errors import UserError
+from .. import environment
 
 FAMILY = "attnscale CJK"
 # Debian's packages, most compact first; ATTNSCALE_CJK_FONT names any other font file.
@@ -42,12 +41,9 @@ def cjk_characters(text: str) -> str:
 def font_path() -> Path | None:
     """The CJK font to cut the subset from: ATTNSCALE_CJK_FONT if set (it must name a file), else
     the first installed candidate, else None."""
-    chosen = os.environ.get("ATTNSCALE_CJK_FONT")
+    chosen = environment.value(environment.CJK_FONT)
     if chosen:
-        if not Path(chosen).is_file():
-            raise UserError(f"ATTNSCALE_CJK_FONT={chosen!r} is not a font file; accepted: the path of a .ttf, .otf or "
-                            ".ttc file, or unset it to use an installed CJK font")
-        return Path(chosen)
+        return environment.check_font(chosen)
     return next((Path(candidate) for candidate in CANDIDATES if Path(candidate).is_file()), None)
 
 

@@ -9,7 +9,6 @@ A test builds a fresh quick report and checks that README.md holds exactly this 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
