@@ -568,3 +568,28 @@ def test_diagnose_causal_model_counts_only_visible_keys():
     # uniform once the causal mask is respected, far from uniform over all n keys.
     assert all("over-smoothed" in head["flags"] for head in found.heads)
     assert all(head["normalized_entropy"] > 0.95 for head in found.heads)
+
+
+def test_diagnose_out_holds_one_runs_files_and_an_interrupted_run_keeps_the_previous(tmp_path, capsys, monkeypatch):
+    import attnscale.doctor as doctor_package
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "attention_layer9.png").write_bytes(b"\x89PNG from a deeper model")
+    args = ["diagnose", "--text", "A short text.", "--no-probe", "--counterfactual", "", "--out", str(out)]
+    code, _, _ = run_cli(args, capsys)
+    assert code == 0
+    maps = sorted(p.name for p in out.glob("attention_layer*.png"))
+    assert maps == [f"attention_layer{i}.png" for i in range(6)]  # MiniLM's six layers, not the stale ninth
+    before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+
+    def broken(*args, **kwargs):
+        raise KeyboardInterrupt  # a run stopped while it draws
+
+    monkeypatch.setattr(doctor_package, "draw_heatmaps", broken)
+    with pytest.raises((KeyboardInterrupt, SystemExit)):
+        from attnscale.cli import main
+        main(["diagnose", "--text", "Another text, longer than the first one.", "--no-probe", "--counterfactual", "",
+              "--out", str(out)])
+    after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    assert after == before and not list(out.glob(".*.tmp"))

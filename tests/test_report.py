@@ -426,3 +426,24 @@ def test_an_undecided_part_turns_out_only_as_its_settings_allow():
     pairs[1] = (pairs[1][0], part)
     assert claims.label(pairs).verdict == PARTLY
     assert claims.could_be([H, H]) == [] and claims.could_be([U, U]) == [H, F, claims.MIXED]
+
+
+def test_a_reused_folder_holds_one_reports_figures(fake_lab, tmp_path):
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "saturation_c04.png").write_bytes(b"\x89PNG old")  # an earlier report's figure
+    (tmp_path / "figures" / "notes.txt").write_text("the reader's own file")
+    build_report(out=tmp_path, labs=("variance",))
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == ["fake.png", "notes.txt"]
+
+
+def test_a_second_writer_is_refused_while_the_first_holds_the_folder(fake_lab, tmp_path, capsys):
+    from attnscale.cli import main
+    from attnscale.paths import FolderLock
+
+    with FolderLock(tmp_path, "the report folder"):
+        with pytest.raises(SystemExit) as done:
+            main(["report", "--out", str(tmp_path), "--labs", "variance"])
+    assert done.value.code == 2 and "another attnscale run is writing the report folder" in capsys.readouterr().err
+    assert not (tmp_path / "report.json").exists() and fake_lab == []  # refused before any lab ran
+    build_report(out=tmp_path, labs=("variance",))  # released with the block
+    assert (tmp_path / "report.json").exists()

@@ -101,3 +101,46 @@ def write_atomic(path, write: Callable[[Path], object], disk_errors: tuple[type[
 
 def write_text_atomic(path, text: str) -> Path:
     return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+
+
+LOCK_NAME = ".attnscale.lock"
+
+
+class FolderLock:
+    """An exclusive hold on an output folder while one run writes it: a second writer is refused in one line
+    while the first holds it (an advisory lock on ``folder/.attnscale.lock``, released when the process ends,
+    killed or not).  ``with FolderLock(folder, "--out"):`` makes the folder if needed."""
+
+    def __init__(self, folder: Path, what: str):
+        self.folder, self.what, self.handle, self.created = Path(folder), what, None, False
+
+    def __enter__(self) -> "FolderLock":
+        import fcntl
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.created = not (self.folder / LOCK_NAME).exists()
+        self.handle = open(self.folder / LOCK_NAME, "a+")  # noqa: SIM115 - held for the block
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.handle.close()
+            self.handle = None
+            raise UserError(f"another attnscale run is writing {self.what} {str(self.folder)!r}; wait for it to end "
+                            "or write elsewhere") from None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.handle is not None:
+            if self.created:  # the folder keeps no file of the lock's own
+                (self.folder / LOCK_NAME).unlink(missing_ok=True)
+            self.handle.close()  # closing releases the lock
+
+
+def replace_set(staging: Path, folder: Path, names: list[str], stale: list[Path]) -> None:
+    """Move ``names`` from ``staging`` into ``folder`` (the last one last), then remove ``stale``: files an earlier
+    run wrote that this run does not, so the folder holds one run's files."""
+    for name in names:
+        os.replace(staging / name, folder / name)
+    for path in stale:
+        if path.name not in names:
+            path.unlink(missing_ok=True)

@@ -53,6 +53,32 @@ def config_of(model_dir: Path) -> dict:
     return config if isinstance(config, dict) else {}
 
 
+def write_diagnosis(result, payload: dict, out: Path) -> list[str]:
+    """diagnosis.json, attention.html and the heat maps, written into a hidden folder first and moved in when all
+    are written; the heat maps of an earlier run that this one does not draw (a deeper model's) are removed, so
+    the folder holds one run's files, or the previous run's if this one is interrupted."""
+    import os
+    import shutil
+
+    from .. import doctor
+    from ..doctor.page import render_page
+    from ..paths import FolderLock, replace_set, write_text_atomic
+
+    with FolderLock(out, "--out"):
+        staging = out / f".diagnose.{os.getpid()}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            staging.mkdir()
+            write_text_atomic(staging / "diagnosis.json", json.dumps(payload, indent=1))
+            write_text_atomic(staging / "attention.html", render_page(result))
+            heatmaps = doctor.draw_heatmaps(result, staging)
+            names = [*heatmaps, "attention.html", "diagnosis.json"]
+            replace_set(staging, out, names, stale=list(out.glob("attention_layer*.png")))
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return ["diagnosis.json", "attention.html", *heatmaps]
+
+
 def check_memory(model_dir: Path, max_tokens: int) -> None:
     """Refuse a model whose weights and attention maps would not fit in memory, before loading it.
 
@@ -143,7 +169,7 @@ def register(app: typer.Typer) -> None:
         """Health check of a model's attention: entropy, saturation, sinks, and the scale it applies."""
         from .. import doctor, scaling
         from ..cli import console, err_console
-        from ..paths import check_folder, check_outputs, write_text_atomic
+        from ..paths import check_folder, check_outputs
         from ..runtime import check_device
 
         check_device(device)
@@ -165,12 +191,7 @@ def register(app: typer.Typer) -> None:
                                  threads=threads)
         payload = result.to_dict()
         if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(out / "diagnosis.json", json.dumps(payload, indent=1))
-            from ..doctor.page import render_page
-
-            write_text_atomic(out / "attention.html", render_page(result))
-            written = ["diagnosis.json", "attention.html", *doctor.draw_heatmaps(result, out)]
+            written = write_diagnosis(result, payload, out)
             (err_console if as_json else console).print(f"wrote {', '.join(written)} into {out}")
         if as_json:
             sys.stdout.write(json.dumps(payload, indent=1) + "\n")

@@ -23,7 +23,7 @@ from typing import Callable
 from .. import __version__, answer, claims, lab
 from ..errors import UserError, WriteError
 from ..runs import RunStore, default_workers, drained, progress_queue, worker_pool
-from ..paths import check_folder, check_outputs
+from ..paths import FolderLock, check_folder, check_outputs, replace_set
 from ..runtime import check_device, check_seed
 from ..store import Store, config_key
 from ..threads import torch_threads
@@ -235,28 +235,28 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
         RunStore.check(store_path.with_name("runs.sqlite"))
     store = Store(store_path)
     run_store = run_store_beside(store_path, fresh) if trains else None
-    out.mkdir(parents=True, exist_ok=True)
-    started = dt.datetime.now(dt.timezone.utc)
-    start = time.perf_counter()
-    # the labs run in workers draw their figures there as they finish; moved into the staged report after
-    drawn = out / f".figures.{os.getpid()}.tmp"
-    shutil.rmtree(drawn, ignore_errors=True)
-    try:
-        try:
-            drawn.mkdir()
-        except OSError as error:
-            raise WriteError(f"could not write the report into {str(out)!r}: {error.strerror}", error.strerror) from None
-        runs = run_labs(preset, seed, device, store, labs, fresh, progress, run_store, figure_dir=drawn)
-        with staged(out) as staging:
-            for figure in drawn.iterdir():
-                os.replace(figure, staging / "figures" / figure.name)
-            report = _assemble(runs, preset, seed, device, started, start, staging / "figures")
-            for name, text in (("report.json", json.dumps(report, indent=1, ensure_ascii=False)),
-                               ("report.md", render_markdown(report)), ("index.html", render_html(report, staging))):
-                (staging / name).write_text(text, encoding="utf-8")
-    finally:
+    with FolderLock(out, "the report folder"):  # made here, after every check: a refusal leaves nothing
+        started = dt.datetime.now(dt.timezone.utc)
+        start = time.perf_counter()
+        # the labs run in workers draw their figures there as they finish; moved into the staged report after
+        drawn = out / f".figures.{os.getpid()}.tmp"
         shutil.rmtree(drawn, ignore_errors=True)
-    report["seconds"] = round(time.perf_counter() - start, 2)
+        try:
+            try:
+                drawn.mkdir()
+            except OSError as error:
+                raise WriteError(f"could not write the report into {str(out)!r}: {error.strerror}", error.strerror) from None
+            runs = run_labs(preset, seed, device, store, labs, fresh, progress, run_store, figure_dir=drawn)
+            with staged(out) as staging:
+                for figure in drawn.iterdir():
+                    os.replace(figure, staging / "figures" / figure.name)
+                report = _assemble(runs, preset, seed, device, started, start, staging / "figures")
+                for name, text in (("report.json", json.dumps(report, indent=1, ensure_ascii=False)),
+                                   ("report.md", render_markdown(report)), ("index.html", render_html(report, staging))):
+                    (staging / name).write_text(text, encoding="utf-8")
+        finally:
+            shutil.rmtree(drawn, ignore_errors=True)
+        report["seconds"] = round(time.perf_counter() - start, 2)
     return report
 
 
@@ -284,10 +284,12 @@ def staged(out: Path):
         raise
     try:
         (out / "figures").mkdir(exist_ok=True)
-        for figure in sorted((staging / "figures").iterdir()):
-            os.replace(figure, out / "figures" / figure.name)
+        new = sorted(figure.name for figure in (staging / "figures").iterdir())
+        replace_set(staging / "figures", out / "figures", new, stale=[])
         for name in REPORT_FILES:
             os.replace(staging / name, out / name)
+        # figures an earlier report drew (other labs, another preset) go: the folder is this report's
+        replace_set(staging, out / "figures", [], stale=[f for f in (out / "figures").glob("*.png") if f.name not in new])
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
