@@ -506,6 +506,15 @@ CASES = [
          lambda d: (d / "o" / "diagnosis.json").mkdir(parents=True)),
     Case("report-cjk-font-missing", ["report", "--out", "r", "--labs", "variance"], "ATTNSCALE_CJK_FONT='/no/font.ttf'",
          env={"ATTNSCALE_CJK_FONT": "/no/font.ttf"}),
+    # what stands where a file is needed, named in words (hardening, third pass)
+    Case("answer-report-fifo", ["answer", "--report", "p"], "'p' is a named pipe (FIFO)", lambda d: os.mkfifo(d / "p")),
+    Case("answer-report-loop", ["answer", "--report", "a"], "'a' is a symbolic link that loops",
+         lambda d: ((d / "a").symlink_to("b"), (d / "b").symlink_to("a"))),
+    Case("answer-report-dangling", ["answer", "--report", "a"], "symbolic link to the missing",
+         lambda d: (d / "a").symlink_to("gone.json")),
+    Case("numerics-from-device", ["numerics", "--from-file", "/dev/zero"], "'/dev/zero' is a character device"),
+    Case("diagnose-text-file-fifo", ["diagnose", "--text-file", "p"], "'p' is a named pipe (FIFO)",
+         lambda d: os.mkfifo(d / "p")),
     # the environment is input too: each variable checked before any work, whatever the command
     Case("env-memory-not-a-size", ["explain", "C01"], "ATTNSCALE_MEMORY_LIMIT='lots'", env={"ATTNSCALE_MEMORY_LIMIT": "lots"}),
     Case("env-memory-zero", ["explore", "--out", "e.html"], "leaves no memory", env={"ATTNSCALE_MEMORY_LIMIT": "0"}),

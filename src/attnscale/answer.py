@@ -28,6 +28,7 @@ from .claims import (ANY_BY_ID, ASSERTION, BY_ID, CLAIMS, FAILS, INCONCLUSIVE, N
 from .probing.probe import NO_SCALING  # C10: the probe's label of T5's factor
 from . import jsonfile
 from .errors import UserError
+from .paths import what_is
 from .lab.numerics import CLAMP_COSTS, KL_CHEAP, MEMORY_SAVED, RANGE_REACHED, WRONG_OUTPUT
 from .lab.saturation import verdicts as saturation_rules  # C06: "around +-100", "gradient near 0"; C16: "near 0"
 from .lab.training.verdicts import EQUIVALENT_LOGITS, GRAD_DROP  # C10's trained logit std gap, C17's "10x"
@@ -507,10 +508,11 @@ def load_report(path: str | Path) -> dict:
     path = Path(path)
     if path.is_dir():
         path = path / "report.json"
-    if not path.exists():
+    kind = what_is(path)
+    if kind == "missing":
         raise FileNotFoundError(f"no report at {str(path)!r}; run `attnscale report` first (or pass --report)")
-    if not path.is_file():
-        raise UserError(f"{str(path)!r} is a folder, not a report.json")
+    if kind != "a file":
+        raise UserError(f"{str(path)!r} is {kind}, not a report.json")
     if path.stat().st_size > REPORT_BYTES_LIMIT:
         raise UserError(f"{str(path)!r} has {path.stat().st_size / 2**20:.0f} MiB; a report.json has a few, at most "
                         f"{REPORT_BYTES_LIMIT // 2**20} MiB accepted")

@@ -144,3 +144,31 @@ def replace_set(staging: Path, folder: Path, names: list[str], stale: list[Path]
     for path in stale:
         if path.name not in names:
             path.unlink(missing_ok=True)
+
+
+def what_is(path) -> str:
+    """What stands at ``path``, in words, for a refusal: 'a folder', 'a named pipe (FIFO)', 'a character device',
+    'a symbolic link that loops', 'a symbolic link to the missing ...', 'missing', 'a file'."""
+    import stat
+
+    path = Path(path)
+    try:
+        mode = path.lstat().st_mode
+    except OSError:
+        return "missing"
+    if stat.S_ISLNK(mode):
+        try:
+            path.stat()
+        except RuntimeError:
+            return "a symbolic link that loops"
+        except OSError as error:
+            if error.errno == 40:  # ELOOP
+                return "a symbolic link that loops"
+            return f"a symbolic link to the missing {os.readlink(path)!r}"
+        mode = path.stat().st_mode
+    for test, words in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
+                        (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                        (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return words
+    return "a file"

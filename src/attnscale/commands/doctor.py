@@ -26,10 +26,13 @@ def read_text(text: str | None, text_file: Path | None) -> str | None:
                 shown = text.encode("utf-8", "surrogateescape")[:40]
                 raise UserError(f"--text {shown!r} is not valid UTF-8; accepted: UTF-8 text") from None
         return text
-    if not text_file.exists():
+    from ..paths import what_is
+
+    kind = what_is(text_file)
+    if kind == "missing":
         raise FileNotFoundError(f"text file {str(text_file)!r} does not exist")
-    if not text_file.is_file():
-        raise UserError(f"text file {str(text_file)!r} is a folder; give a UTF-8 text file")
+    if kind != "a file":
+        raise UserError(f"text file {str(text_file)!r} is {kind}; give a UTF-8 text file")
     size = text_file.stat().st_size
     if size > TEXT_FILE_LIMIT:
         raise UserError(f"text file {str(text_file)!r} has {size / 2**20:.1f} MiB; accepted: at most "

@@ -32,10 +32,13 @@ def load_qk(path: Path):
 
     from ..memory import require_memory, tensor_bytes
 
-    if not path.exists():
+    from ..paths import what_is
+
+    kind = what_is(path)
+    if kind == "missing":
         raise FileNotFoundError(f"no such file: {str(path)!r} (expected a safetensors file with {EXPECTED})")
-    if not path.is_file():
-        raise UserError(f"{str(path)!r} is a folder; give a safetensors file with {EXPECTED}")
+    if kind != "a file":
+        raise UserError(f"{str(path)!r} is {kind}; give a safetensors file with {EXPECTED}")
     try:
         with safe_open(str(path), framework="pt") as file:
             names = set(file.keys())
