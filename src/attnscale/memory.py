@@ -29,7 +29,7 @@ from . import environment
 from .errors import UserError
 from .runtime import torch_device
 
-LIMIT_VARIABLE = "ATTNSCALE_MEMORY_LIMIT"
+LIMIT_VARIABLE = environment.MEMORY_LIMIT
 USABLE_SHARE = 0.9  # of the free memory: the rest stays for the interpreter, torch and other processes
 UNITS = environment.UNITS
 CGROUP_V2 = Path("/sys/fs/cgroup")

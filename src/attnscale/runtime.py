@@ -51,3 +51,26 @@ def check_seed(seed, name: str = "seed") -> int:
 class Notice(UserWarning):
     """Something the user should know that is not an error (e.g. a value clipped to a limit);
     raised with ``warnings.warn``, printed by the command line as one ``attnscale: note:`` line."""
+
+
+def import_target(spec: str, option: str, form: str, accepted: str):
+    """What ``pkg.mod:name`` names (the module imported from the current folder or the Python path), for
+    ``--callable`` and ``--module``; UserError naming ``option`` when the text is not ``form``, the module does not
+    import, or it has no such name."""
+    import importlib
+    import os
+    import sys
+
+    module_name, _, attribute = (spec or "").partition(":")
+    if not module_name or not attribute:
+        raise UserError(f"{option} {spec!r} is not {form}; {accepted}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:  # noqa: BLE001 - the user's module: a SyntaxError or any error it raises on import
+        text = str(error).splitlines()[0] if str(error) else ""
+        raise UserError(f"{option} {spec!r}: cannot import {module_name!r} ({type(error).__name__}: {text})") from None
+    if not hasattr(module, attribute):
+        raise UserError(f"{option} {spec!r}: {module_name} has no {attribute!r}; {accepted}")
+    return getattr(module, attribute)

@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import os
-import sys
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -806,23 +804,10 @@ def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyA
 def load_callable(spec: str):
     """The function named by ``module:function`` (the module imported from the current folder or
     the Python path)."""
-    import importlib
-    import inspect
-    import os
+    from ..runtime import import_target
 
-    module_name, _, function_name = (spec or "").partition(":")
-    if not module_name or not function_name:
-        raise UserError(f"--callable {spec!r} is not module:function; accepted: e.g. my_kernels:attention")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - the user's module: a SyntaxError or any error it raises on import
-        raise UserError(f"--callable {spec!r}: cannot import {module_name!r} ({families.first_line(error)})") from None
     accepted = "accepted: an attention function f(q, k, v, mask=None) -> out"
-    if not hasattr(module, function_name):
-        raise UserError(f"--callable {spec!r}: {module_name} has no {function_name!r}; {accepted}")
-    function = getattr(module, function_name)
+    function = import_target(spec, "--callable", "module:function", accepted + ", e.g. my_kernels:attention")
     if inspect.isclass(function):
         raise UserError(f"--callable {spec!r} names a class ({function.__module__}.{function.__qualname__}), not a "
                         f"function; {accepted} (wrap a module: def f(q, k, v, mask=None): return my_module(q, k, v))")

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Sequence
 
+from .. import environment
 from .releases import RELEASES, Release
 
-CACHE_ENV = "ATTNSCALE_HISTORY_CACHE"
+CACHE_ENV = environment.HISTORY_CACHE
 # The command that fills the cache (``python -m attnscale.history.cache --fetch`` does the same).
 FETCH_COMMAND = "attnscale history --fetch"
 UNPACKED_FOLDER = "unpacked"
@@ -64,9 +65,9 @@ class Unpacked:
 
 def default_cache_dir() -> Path:
     """``$ATTNSCALE_HISTORY_CACHE`` if set, else ``~/.cache/attnscale/history``; read at call time."""
-    configured = os.environ.get(CACHE_ENV, "").strip()
-    if configured:
-        return Path(configured).expanduser()
+    configured = environment.value(CACHE_ENV)
+    if configured is not None:
+        return Path(configured.strip()).expanduser()
     return Path.home() / ".cache" / "attnscale" / "history"
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import os
-import sys
 
 import torch
 
 from ..errors import UserError
+from ..runtime import import_target
 from .anymodule import probe
 
 ACCEPTED = "accepted: pkg.mod:factory, a function or class that returns an nn.Module when called with no arguments"
@@ -18,18 +16,7 @@ MAX_INPUT_ELEMENTS = 2**24
 
 def load_module(spec: str) -> torch.nn.Module:
     """The nn.Module that ``pkg.mod:factory`` builds (the module imported from the current folder or the path)."""
-    module_name, _, attribute = (spec or "").partition(":")
-    if not module_name or not attribute:
-        raise UserError(f"--module {spec!r} is not pkg.mod:factory; {ACCEPTED}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        source = importlib.import_module(module_name)
-    except Exception as error:  # noqa: BLE001 - the user's module: any error it raises on import
-        raise UserError(f"--module {spec!r}: cannot import {module_name!r} ({type(error).__name__}: {error})") from None
-    if not hasattr(source, attribute):
-        raise UserError(f"--module {spec!r}: {module_name} has no {attribute!r}; {ACCEPTED}")
-    factory = getattr(source, attribute)
+    factory = import_target(spec, "--module", "pkg.mod:factory", ACCEPTED)
     if isinstance(factory, torch.nn.Module):
         return factory
     if not callable(factory):

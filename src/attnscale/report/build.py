@@ -284,12 +284,11 @@ def staged(out: Path):
         raise
     try:
         (out / "figures").mkdir(exist_ok=True)
-        new = sorted(figure.name for figure in (staging / "figures").iterdir())
-        replace_set(staging / "figures", out / "figures", new, stale=[])
+        # the figures an earlier report drew that this one does not (other labs, another preset) go with it
+        replace_set(staging / "figures", out / "figures", sorted(f.name for f in (staging / "figures").iterdir()),
+                    stale=list((out / "figures").glob("*.png")))
         for name in REPORT_FILES:
             os.replace(staging / name, out / name)
-        # figures an earlier report drew (other labs, another preset) go: the folder is this report's
-        replace_set(staging, out / "figures", [], stale=[f for f in (out / "figures").glob("*.png") if f.name not in new])
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
