@@ -502,7 +502,7 @@ def outside_the_factor(config, model_type: str, code: str, fields: dict, rules: 
     if clip is not None and "clip_qkv" in code and ".clamp" in code:
         fields["clip_qkv"] = clip
         rules.append("CLIP_QKV")
-        found.append(f"q, k, v clipped at +-{clip:g} (clip_qkv, read from the code; the designs stay inside it)")
+        found.append(f"q, k, v clipped at +-{clip:g} (clip_qkv, read from the code)")
     return found
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import inspect
 import math
 import time
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,8 +239,18 @@ def path_results(model, backend: str, calls, layouts: dict, units: dict, main=No
             continue
         summary = whole_path.summarize(rows, whole_path.logit_unit(units, key), rows_of("longer", index, key), positions)
         summary["layout"] = layouts[key].name
+        if "clip" in units:
+            summary["designed_rms"] = designed_rms(runs["main"][index])
         out.append(summary)
     return out
+
+
+def designed_rms(call) -> float:
+    """The largest root-mean-square coordinate of a designed q or k vector at the product: what a clip of q and k
+    saw of the dense designs (:func:`.whole_path.head_vectors`, even over the coordinates: each coordinate is
+    this size before RoPE turns their pairs, which leaves the vector's length alone)."""
+    return float(max((tensor.detach().double().norm(dim=-1) / tensor.shape[-1] ** 0.5).max()
+                     for tensor in (call.query, call.key)))
 
 
 def parity_of(hidden: torch.Tensor, reference: torch.Tensor) -> float:
@@ -469,7 +480,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
                                                                               units, layouts)
             except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
                 if backend == "eager" and ("eager_attention_forward" in str(error) or NO_CALL in str(error)):
-                    inline_attention(model, model_type, result, order, inputs)
+                    inline_attention(model, model_type, result, order, inputs, units)
                     break
                 result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
                 if backend == "eager":
@@ -531,9 +542,11 @@ def inline_beside(model, family: str, result: FamilyAudit) -> None:
     result.unread_attention = unread_attention(model, result.layers)
 
 
-def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> None:
-    """A family without an attention function: the whole path read from its attention weights
-    (:mod:`.inline`), and the other backends' output against eager."""
+def inline_attention(model, family: str, result: FamilyAudit, order, inputs, units: dict) -> None:
+    """A family whose eager pass calls no attention function: the whole path read from its attention weights
+    (:mod:`.inline`).  A backend that does call one (GPT-2 with reorder_and_upcast_attn computes eager inline and
+    hands sdpa to the function) is measured there as any family's, beside the weights' reading; a backend that
+    computes inline too gets its output compared with eager's."""
     try:
         result.layers = inline.inline_rows(model, inline_declared(model, family), TOKENS, LONGER_TOKENS,
                                            far_position(model.config, TOKENS))
@@ -544,19 +557,38 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs) -> 
     result.backends["eager"] = {"accepted": True, "reason": "inline attention: weights read", "parity": None}
     with torch.no_grad():
         reference = final_hidden(model(**inputs))
+    rows = {row["name"]: row for row in result.layers}
     for backend in order[1:]:
-        previous = model.config._attn_implementation
         try:
-            set_attn_implementation(model, backend)
-            with torch.no_grad():
-                hidden = final_hidden(model(**inputs))
-            parity = parity_of(hidden, reference)
-            result.backends[backend] = {"accepted": True, "reason": "inline attention: output compared only",
-                                        "parity": parity}
-        except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
+            calls, hidden, parity, functions, wholes, _ = backend_pass(model, backend, reference, inputs, units, None)
+        except UserError as error:
+            if NO_CALL not in str(error):
+                result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
+                continue
+            result.backends[backend] = output_compared(model, backend, inputs, reference)
+            continue
+        except (RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
             result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
-        finally:
-            set_attn_implementation(model, previous)
+            continue
+        for call, function, whole in zip(calls, functions, wholes):
+            if call.name in rows:
+                rows[call.name]["backends"].setdefault(backend, {"function": function, "path": whole})
+        result.backends[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls),
+                                    "positions": differing_positions(hidden, reference, PARITY_TOL[torch.float32])}
+
+
+def output_compared(model, backend: str, inputs, reference) -> dict:
+    """A backend that computes attention inline as eager does: its final hidden states against eager's."""
+    previous = model.config._attn_implementation
+    try:
+        set_attn_implementation(model, backend)
+        with torch.no_grad():
+            hidden = final_hidden(model(**inputs))
+        return {"accepted": True, "reason": "inline attention: output compared only", "parity": parity_of(hidden, reference)}
+    except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
+        return {"accepted": False, "reason": families.first_line(error), "parity": None}
+    finally:
+        set_attn_implementation(model, previous)
 
 
 NO_SOFTMAX = "no softmax over q.k"  # how the reason of a family whose attention has none begins
@@ -931,6 +963,14 @@ def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
     have no base model of their own.  A composite those rows cannot cover (a tower left unmeasured,
     as a mask decoder with no model class of its own, or attention classes of its own) is built and
     audited whole; where that measures it, its row takes the place of the composite's skipped one."""
+    # transformers' notes on the tiny configs (a layer type it forces) and torch's on kernels (a padding copy) say
+    # nothing of the factor; the reading is the audit's to report
+    with quiet_transformers(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return item_rows(item, backends, seed)
+
+
+def item_rows(item, backends, seed: int) -> list[FamilyAudit]:
     kind, name = item
     if kind == "folder":
         return [audit_folder(name, backends, seed)]

@@ -49,7 +49,7 @@ def layer_findings(row: dict, backend: str) -> list[str]:
     entry, declared = row["backends"][backend], row["declared"]
     found = []
     function_factor = entry["function"].get("factor")
-    path = entry.get("path")
+    path = None if clipped(row, backend) else entry.get("path")
     if path and (path["form"] == "linear" or last_only(path)):
         for last, key in ((False, "factor"), (True, "factor_last")):
             expected = declared["path_last" if last else "path_first"]
@@ -71,6 +71,26 @@ def layer_findings(row: dict, backend: str) -> list[str]:
         found.append(f"{row['name']}: soft cap {cap if cap is None else round(cap, 4)}, config "
                      f"{declared['cap']}")
     return found
+
+
+def clipped(row: dict, backend: str) -> bool:
+    """The designs reached the layer's clip of q and k (clip_qkv): the whole path read is the clip's, not the
+    factor's, and is not judged."""
+    clip = row["declared"].get("fields", {}).get("clip_qkv")
+    path = row["backends"][backend].get("path") or {}
+    return clip is not None and path.get("designed_rms", 0.0) >= clip * (1 - 1e-6)
+
+
+def clip_text(rows: list[dict]) -> list[str]:
+    """Where the designs stood against the clip, read at the product (:func:`.measure.designed_rms`)."""
+    peaks = [(row["backends"]["eager"].get("path") or {}).get("designed_rms") for row in rows
+             if row["declared"].get("fields", {}).get("clip_qkv") is not None]
+    peaks = [peak for peak in peaks if peak is not None]
+    if not peaks:
+        return []
+    reached = any(clipped(row, "eager") for row in rows)
+    return [f"the designs' coordinates at the product {max(peaks):.3g} (root mean square): "
+            + ("at the clip, whole path not judged" if reached else "inside the clip")]
 
 
 def backend_findings(row: dict, backend: str) -> list[str]:
@@ -278,7 +298,7 @@ def other_mechanisms(rows: list[dict]) -> str:
             if sink["present"]:
                 logits.append(sink["sink_logit"])
         named += row["declared"].get("outside", [])
-    found = ([f"sink logit {span(logits)}"] if logits else []) + list(dict.fromkeys(named))
+    found = ([f"sink logit {span(logits)}"] if logits else []) + list(dict.fromkeys(named)) + clip_text(rows)
     return ", ".join(found) or ("none" if read else "-")
 
 

@@ -149,6 +149,11 @@ def candidate_layouts(module, q_shape, k_shape) -> list[Layout]:
         if total == heads_q * d + 2 * heads_k * d:
             layouts.append(Layout("fused [q|k|v]", [Block(fused, 0, heads_q, d, 0, d)],
                                   [Block(fused, heads_q * d, heads_k, d, 0, d)]))
+        if 1 < heads_k < heads_q and heads_q % heads_k == 0 and total == heads_q * d + 2 * heads_k * d:
+            group, width = heads_q // heads_k, (heads_q // heads_k + 2) * d  # per key/value group: its queries, k, v
+            layouts.append(Layout("fused per key/value group [q..|k|v]",
+                                  [Block(fused, j * width, group, d, 0, d) for j in range(heads_k)],
+                                  [Block(fused, j * width + group * d, 1, d, 0, d) for j in range(heads_k)]))
         if heads_q == heads_k and total % heads_q == 0 and total // heads_q > 2 * d:
             stride = total // heads_q  # v as wide as it is: 3 d, or LeViT's attention_ratio x d
             layouts.append(Layout("fused per head [q|k|v]", [Block(fused, 0, heads_q, stride, 0, d)],
@@ -178,16 +183,25 @@ DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0), Design(1, 2, False, 0
 LENGTH_DESIGNS = (Design(1, 0, False, 0), Design(1, 1, False, 0), Design(2, 0, False, 0), Design(0, 1, False, 0))
 
 
-def head_vectors(designs, tokens: int, dim: int, gap_unit: float, role: str, dtype, q_unit: float = 1.0) -> torch.Tensor:
-    """(B, T, dim) designed q (every token, m q_unit) or k (tokens 0 and 1) per design."""
+def head_vectors(designs, tokens: int, dim: int, gap_unit: float, role: str, dtype, q_unit: float = 1.0,
+                 dense: bool = False) -> torch.Tensor:
+    """(B, T, dim) designed q (every token, m q_unit) or k (tokens 0 and 1) per design, along the first or the
+    last head coordinate; ``dense``: along a direction of the same length spread evenly over every coordinate
+    (all signs + for "first", alternating for "last"), so that no coordinate stands out after a norm."""
     out = torch.zeros(len(designs), tokens, dim, dtype=dtype)
     for b, design in enumerate(designs):
-        coordinate = dim - 1 if design.last else 0
-        if role == "q":
-            out[b, :, coordinate] = design.q_scale * q_unit
+        direction = torch.zeros(dim, dtype=dtype)
+        if dense:
+            direction[:] = dim ** -0.5
+            if design.last:
+                direction[1::2] *= -1
         else:
-            out[b, 0, coordinate] = design.gap * gap_unit / 2
-            out[b, 1, coordinate] = -design.gap * gap_unit / 2
+            direction[dim - 1 if design.last else 0] = 1.0
+        if role == "q":
+            out[b, :] = design.q_scale * q_unit * direction
+        else:
+            out[b, 0] = design.gap * gap_unit / 2 * direction
+            out[b, 1] = -design.gap * gap_unit / 2 * direction
     return out
 
 
@@ -251,7 +265,7 @@ def install(layouts: dict, units: dict, designs, tokens: int, dtype, token_count
             count = (token_counts or {}).get((key, role), tokens)
 
             def make(n, dim=dim, key=key, role=role):
-                return head_vectors(designs, n, dim, units[key], role, dtype, units.get("q", 1.0))
+                return head_vectors(designs, n, dim, units[key], role, dtype, units.get("q", 1.0), units.get("dense", False))
 
             vectors = make(count)
             for block in blocks:
@@ -268,9 +282,11 @@ def logit_unit(units: dict, key: int) -> float:
 
 def inside_clip(units: dict, clip: float | None) -> dict:
     """Designs that a clip of q, k and v (clip_qkv) leaves alone: the q unit clip / 4 (so |q| <= clip / 2)
-    and every gap unit G at most clip / 4 (|k| <= G), also for modules added later (``units["clip"]``)."""
+    and every gap unit G at most clip / 4 (|k| <= G), also for modules added later (``units["clip"]``); spread
+    over every coordinate (``units["dense"]``), so that a norm before the clip (OLMoE's QK-norm) leaves each
+    coordinate at the norm's weight, not sqrt(d) times it on one coordinate."""
     if clip is not None:
-        units.update(clip=clip, q=min(1.0, clip / 4))
+        units.update(clip=clip, q=min(1.0, clip / 4), dense=True)
         for key, gap in units.items():
             if isinstance(key, int):
                 units[key] = min(gap, clip / 4)

@@ -1,0 +1,30 @@
+"""The report stage on the user's terminal: the audit's own table and lines, not the notes third-party code prints
+while the tiny models are built and run."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from attnscale.audit import measure
+from attnscale.cli import main
+
+
+def test_transformers_and_torch_notes_stay_off_the_terminal(capfd, monkeypatch):
+    """Gemma 4's and DiffusionGemma's text configs log that they force their last layer to full attention at
+    the tiny sizes (built as the composites' towers), and a warning raised while a family is audited (as torch's
+    on an even kernel's 'same' padding) is not the audit's to print: neither reaches stderr."""
+    audit_family = measure.audit_family
+
+    def noisy(*args, **kwargs):
+        warnings.warn("a kernel note from model code", UserWarning)
+        return audit_family(*args, **kwargs)
+
+    monkeypatch.setattr(measure, "audit_family", noisy)
+    with pytest.raises(SystemExit) as leaving:
+        main(["audit", "gemma4,diffusion_gemma", "--backends", "eager", "--workers", "1"])
+    out, err = capfd.readouterr()
+    assert leaving.value.code == 0
+    assert "gemma4" in out and "diffusion_gemma" in out
+    assert "Last layer must use" not in out + err and "kernel note" not in err and "Warning" not in err, err
