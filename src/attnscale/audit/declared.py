@@ -460,9 +460,36 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         fields.update(attn_temperature_tuning=True, floor_scale=getattr(config, "floor_scale", None),
                       attn_scale=getattr(config, "attn_scale", None))
         rules.append("TEMPERATURE_TUNING")
-    outside = outside_the_factor(config, model_type, code, fields, rules)
+    outside = outside_the_factor(config, model_type, code, fields, rules) + rounded_keys(module, code, fields, rules)
     return Declared(head_dim, function, gain**2, multiplier, first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
                     outside, unread, coordinate_scale, cosine)
+
+
+@dataclass(frozen=True)
+class Rounding:
+    """Keys rounded to a number format before the product, by a line of the layer's code that runs where the
+    layer's ``attribute`` is set: the designed keys reach the product rounded, so the whole path reads the
+    rounding with the factor and is not judged (the attention function's factor still is)."""
+
+    format: str
+    quote: str
+    attribute: str
+
+
+ROUNDINGS = (  # Kolibri 1.1's sparse layers (those with an indexer) attend to NVFP4 keys and values
+    Rounding("NVFP4", "key_states = key_states + (nvfp4_fake_quantize(key_states) - key_states).detach()", "indexer"),
+)
+
+
+def rounded_keys(module, code: str, fields: dict, rules: list[str]) -> list[str]:
+    found = []
+    for rounding in ROUNDINGS:
+        if module is not None and rounding.quote in code and getattr(module, rounding.attribute, None) is not None:
+            fields["keys rounded to"] = rounding.format
+            rules.append("ROUNDED_KEYS")
+            found.append(f"keys and values rounded to {rounding.format} before the product (read from the code, where "
+                         f"the layer's {rounding.attribute} is set): the whole path is read with the rounding, not judged")
+    return found
 
 
 def clip_of(config) -> float | None:

@@ -37,7 +37,7 @@ from ..probing.intercept import (final_hidden, intercept_attention, model_inputs
 from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config,
                                quiet_transformers, read_json)
 from ..threads import torch_threads
-from . import attention_function, composite_rows, families, inline, series, whole_path
+from . import attention_function, composite_rows, families, inline, qk_norm, series, whole_path
 from . import declared as declared_rules
 from .verdicts import (CAP_TOL, DEFAULT_BACKENDS, DEPENDENCE_TOL, FACTOR_TOL, NOT_FINITE, PARITY_TOL, VERDICTS, agree,
                        caps_differ, family_row, judge_family)
@@ -735,6 +735,7 @@ def layer_rows(model, family: str, measured: dict) -> list[dict]:
         declared = declared_of(model, call, index, family)
         row = {"name": call.name, "layer": layer_index(call.module, index), "d_k": int(call.query.shape[-1]),
                "declared": declared.to_dict(), "backends": {}, "source": class_location(call.module)}
+        declare_cosine(model, call, row, eager_wholes[index])
         if eager_wholes[index] is None:
             row["path_missing"] = (PACKED if whole_path.main_input(model) == whole_path.PATCHES else
                                    ROTARY_UNPINNED if rotary_unpinned(model, call.module) else why_no_path(call.module))
@@ -747,6 +748,21 @@ def layer_rows(model, family: str, measured: dict) -> list[dict]:
                     row["backends"][backend]["rows_masked_everywhere"] = masked
         rows.append(row)
     return rows
+
+
+def declare_cosine(model, call, row: dict, eager_path: dict | None) -> None:
+    """Where the whole path reads q and k normalised and the config declares no temperature of its own (Swin V2's
+    logit_scale), the cosine-1 logit its factor, norms and multipliers declare (:mod:`.qk_norm`)."""
+    declared = row["declared"]
+    if not eager_path or eager_path["form"] != "q and k normalised" or declared["cosine_temperature"] is not None:
+        return
+    config = getattr(call.module, "config", None) or model.config
+    found = qk_norm.declared_cosine(call.module, config, declared_rules.source_for(call.module) or "",
+                                    declared["path_first"], row["d_k"])
+    if found is not None:
+        declared.update(cosine_temperature=found.value, cosine_from=found.text)
+        declared["rules"] = [*declared["rules"], "QK_NORM_LENGTHS"]
+        declared["fields"] = {**declared["fields"], **found.fields}
 
 
 # ---------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import math
 import torch
 
 from ..backends import DEFAULT_BACKENDS  # noqa: E402,F401 - the attention implementations compared
+from .qk_norm import COSINE_TOL
 
 NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
 FACTOR_TOL = 1e-3  # measured and declared factors agree within 0.1%
@@ -49,7 +50,7 @@ def layer_findings(row: dict, backend: str) -> list[str]:
     entry, declared = row["backends"][backend], row["declared"]
     found = []
     function_factor = entry["function"].get("factor")
-    path = None if clipped(row, backend) else entry.get("path")
+    path = None if clipped(row, backend) or "keys rounded to" in declared.get("fields", {}) else entry.get("path")
     if path and (path["form"] == "linear" or last_only(path)):
         for last, key in ((False, "factor"), (True, "factor_last")):
             expected = declared["path_last" if last else "path_first"]
@@ -59,9 +60,12 @@ def layer_findings(row: dict, backend: str) -> list[str]:
                 found.append(f"{row['name']}: whole path {path[key]:.6g} along the {'last' if last else 'first'} "
                              f"coordinate, config implies {expected:.6g}")
     elif path and path["form"] == "q and k normalised" and declared.get("cosine_temperature") is not None:
-        if not agree(path["cosine_temperature"], declared["cosine_temperature"]):
-            found.append(f"{row['name']}: cosine attention temperature {path['cosine_temperature']:.6g}, the layer's "
-                         f"logit_scale implies {declared['cosine_temperature']:.6g}")
+        made = declared.get("cosine_from")  # QK-norm: factor x the norms' lengths x multipliers; else logit_scale
+        if not agree(path["cosine_temperature"], declared["cosine_temperature"], COSINE_TOL if made else FACTOR_TOL):
+            digits = ".4g" if made else ".6g"  # QK-norm: the norms' eps moves the fifth digit
+            source = f"the config implies {declared['cosine_temperature']:{digits}} ({made})" if made else \
+                f"the layer's logit_scale implies {declared['cosine_temperature']:{digits}}"
+            found.append(f"{row['name']}: logit of a cosine-1 pair {path['cosine_temperature']:{digits}}, {source}")
     elif declared["function"] is not None and function_factor is not None and not agree(function_factor, declared["function"]):
         found.append(f"{row['name']}: attention function applies {function_factor:.6g}, config implies "
                      f"{declared['function']:.6g}")
@@ -271,7 +275,7 @@ def nonlinearity(rows: list[dict], backend: str = "eager") -> str:
             found.append("non-linear")
         path = entry.get("path")
         if path and path["form"] not in ("linear", "varies with the query position", "not readable"):
-            found.append(path["form"] if path["form"] != "q and k normalised" else "QK-norm")
+            found.append(path["form"] if path["form"] != "q and k normalised" else qk_norm_text(rows, backend))
         elif path and path.get("form_last") not in (None, "linear", "not readable", path["form"]):
             found.append(f"{path['form_last']} (last coordinate)")
     for row in rows:
@@ -283,6 +287,15 @@ def nonlinearity(rows: list[dict], backend: str = "eager") -> str:
     if rows and not any(row["backends"][backend].get("path") for row in rows):
         return f"{text} (attention function only: {rows[0].get('path_missing', 'no whole path read')})"
     return text
+
+
+def qk_norm_text(rows: list[dict], backend: str) -> str:
+    """QK-norm, with the logit of a cosine-1 pair read over the layers and the one their configs declare."""
+    read = [(row["backends"][backend].get("path") or {}).get("cosine_temperature") for row in rows]
+    declared = [row["declared"].get("cosine_temperature") for row in rows]
+    if not any(value is not None for value in read):
+        return "QK-norm"
+    return f"QK-norm (cosine-1 logit {span(read)}, declared {span(declared)})"
 
 
 def other_mechanisms(rows: list[dict]) -> str:

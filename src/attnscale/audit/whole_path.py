@@ -1097,8 +1097,8 @@ def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, posi
                           median((rows[8] - last_base) / (rows[5] - last_base)), factor_last)
     per_query = [median(step[t] / unit) for t in range(step.shape[0])]
     query_spread = spread_of(per_query)
-    if form == "linear" and query_spread > QUERY_SPREAD_TOL:
-        form = "varies with the query position"
+    if form in ("linear", "q and k normalised") and query_spread > QUERY_SPREAD_TOL:
+        form = "varies with the query position"  # also a cosine-1 logit: one temperature is one for every query
     # along the last coordinate too: RoPE the designs cannot pin (RoFormer rotates by the token index)
     # turns the first coordinate's pair fastest and the last's slowest
     if form_last == "linear" and spread_of([median(last_step[t] / unit) for t in range(last_step.shape[0])]) > QUERY_SPREAD_TOL:
