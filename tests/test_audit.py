@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnscale.audit import attention_function, composite_rows, declared, families, verdicts
+from attnscale.audit import attention_function, compose, composite_rows, declared, families, pipeline, record, verdicts
 from attnscale.audit import measure as audit
 from attnscale.lab import audit as lab
 
@@ -125,7 +125,7 @@ def test_qwen3_qk_norm():
         assert entry["path"]["form"] == "q and k normalised"
         assert entry["path"]["ratio_q"] == pytest.approx(1.0, abs=0.01)
         assert entry["path"]["cosine_temperature"] == pytest.approx(4.0, rel=FACTOR_REL)
-    assert verdicts.family_row(result, ("eager",))["non-linearity"] == "QK-norm"
+    assert verdicts.family_row(result, ("eager",))["non-linearity"] == "QK-norm (cosine-1 logit 3.999, declared 4)"
 
 
 def test_t5_applies_no_factor():
@@ -599,7 +599,7 @@ def test_a_layer_whose_whole_path_cannot_be_driven_says_so_and_reads_its_own_inp
 def test_every_base_model_type_is_listed(capsys):
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    listed = [name for _, name in audit.plan(None)]
+    listed = [name for _, name in pipeline.plan(None)]
     assert len(listed) == len(set(listed)) >= 400
     assert set(MODEL_MAPPING_NAMES) <= set(listed)
     assert {family.model_type for family in families.text_families()} <= set(listed)
@@ -644,24 +644,26 @@ def test_a_composite_is_covered_only_where_every_tower_is_measured_and_it_has_no
     # its decoder's own (the Parakeet encoder is its tower)
     assert {"CohereAsrSelfAttention", "CohereAsrCrossAttention"} <= set(by_name["cohere_asr"].own_attention)
     assert not any("Norm" in name for name in by_name["cohere_asr"].own_attention)
-    summary = audit.report(results, ("eager",), 0.0)
-    assert by_name["llava"].status == "covered" and by_name["llava"].verdict == composite_rows.COVERED
-    assert by_name["llava"].reason == "every tower measured: vision_config = clip_vision_model (ok), text_config = llama (ok)"
-    assert by_name["cohere_asr"].status == "skipped" and "own attention classes are not audited" in by_name["cohere_asr"].reason
-    audit.report(results, ("eager",), 0.0)  # a second report does not repeat the note
-    assert by_name["cohere_asr"].reason.count("own attention classes") == 1
+    composed = pipeline.compose(results)
+    summary = pipeline.report(composed, ("eager",), 0.0)
+    settled = {r.family: r for r in composed}
+    assert settled["llava"].status == "covered" and settled["llava"].verdict == record.COVERED
+    assert settled["llava"].reason == "every tower measured: vision_config = clip_vision_model (ok), text_config = llama (ok)"
+    assert settled["cohere_asr"].status == "skipped" and "own attention classes are not audited" in settled["cohere_asr"].reason
+    assert by_name["llava"].status == "skipped"  # the records composed from are left as they were
+    assert pipeline.compose(results) == composed  # composing again gives the same records (the note once)
+    assert settled["cohere_asr"].reason.count("own attention classes") == 1
     cover = summary["coverage"]
     assert (cover["measured"], cover["covered"], cover["unmeasured"]) == (2, 1, 1) and cover["attention_bearing"] == 4
-    alone = audit.audit_family("llava", ("eager",))
-    audit.report([alone], ("eager",), 0.0)  # its towers not audited here: it stays skipped, the towers named
-    assert alone.status == "skipped" and alone.reason.startswith("a composite of other families")
+    [alone] = pipeline.compose([audit.audit_family("llava", ("eager",))])  # its towers not audited here: it stays
+    assert alone.status == "skipped" and alone.reason.startswith("a composite of other families")  # skipped
 
 
 def test_measured_families_that_leave_attention_unread_are_counted_and_named():
     """A family measured while some attention module of it is "not intercepted" is counted apart in the
     coverage (measured_partly, partly_read) and named with its classes on the summary line; a module named
     by what it computes (no softmax over q.k) is not unread, nor one a row it relies on reads (a composite's
-    tower, which settle_whole requires measured with nothing left)."""
+    tower, which compose.settled requires measured with nothing left)."""
     unread = [{"name": "layers.0.local", "class": "LocalAttention", "mechanism": "not intercepted"}]
     named = [{"name": "layers.0.wkv", "class": "WkvAttention", "mechanism": "WKV recurrence" + audit.NO_FACTOR}]
     read_by = [{**unread[0], "read_by": "vit"}]
@@ -669,10 +671,10 @@ def test_measured_families_that_leave_attention_unread_are_counted_and_named():
             audit.FamilyAudit("named", status="audited", verdict="ok", unread_attention=named),
             audit.FamilyAudit("whole", status="audited", verdict="ok", unread_attention=read_by, relies_on=["vit"]),
             audit.FamilyAudit("full", status="audited", verdict="ok")]
-    cover = audit.coverage(rows)
+    cover = pipeline.coverage(rows)
     assert (cover["measured"], cover["measured_partly"], cover["partly_read"]) == (4, 1, ["partial"])
-    longt5 = audit.audit_item(("family", "longt5"), ("eager",), 0)[0]  # its local attention computes inline
-    assert audit.partly_read(longt5) == any(u["mechanism"] == "not intercepted" for u in longt5.unread_attention)
+    longt5 = pipeline.audit_item(("family", "longt5"), ("eager",), 0)[0]  # its local attention computes inline
+    assert record.partly_read(longt5) == any(u["mechanism"] == "not intercepted" for u in longt5.unread_attention)
 
 
 def test_a_composite_covered_by_its_towers_covers_the_composites_it_is_a_tower_of():
@@ -683,12 +685,10 @@ def test_a_composite_covered_by_its_towers_covers_the_composites_it_is_a_tower_o
         return audit.FamilyAudit(name, status="skipped", reason="multimodal composite (...)",
                                  towers=[{"name": f"{t}_config", "model_type": t, "own": True} for t in towers])
     vit = audit.FamilyAudit("vit_like", status="audited", verdict="ok")
-    outer, inner = composite("outer", "inner", "missing"), composite("inner", "vit_like")
-    composite_rows.mark_covered([outer, inner, vit])
+    outer, inner, vit = compose.covered([composite("outer", "inner", "missing"), composite("inner", "vit_like"), vit])
     assert inner.status == "covered" and inner.reason == "every tower measured: vit_like_config = vit_like (ok)"
     assert outer.status == "skipped" and outer.reason.endswith("; not measured here: missing_config")
-    again = composite("outer", "inner")
-    composite_rows.mark_covered([again, composite("inner", "vit_like"), vit])
+    again, _, _ = compose.covered([composite("outer", "inner"), composite("inner", "vit_like"), vit])
     assert again.status == "covered" and again.reason == ("every tower measured: inner_config = inner "
                                                           "(covered by its towers)")
 
@@ -699,14 +699,16 @@ def test_a_tower_without_a_base_model_of_its_own_is_audited_as_a_row_of_its_comp
     ``align.<tower>``; the text tower applies head_dim^-0.5 = 0.25."""
     assert families.tower_class(families.config_class("align"), families.config_class("align_text_model")).__name__ == (
         "AlignTextModel")
-    rows = audit.audit_item(("family", "align"), ("eager",), 0)
+    rows = pipeline.audit_item(("family", "align"), ("eager",), 0)
     by_name = {r.family: r for r in rows}
     assert set(by_name) == {"align", "align.vision_config", "align.text_config"}
     text = by_name["align.text_config"]
     assert text.tower_of == "align" and text.verdict == "ok", (text.reason, text.findings)
     assert verdicts.family_row(text, ("eager",))["eager"] == "0.25"
     assert by_name["align.vision_config"].reason.startswith(families.NO_ATTENTION)
-    cover = audit.report(rows, ("eager",), 0.0)["coverage"]
+    rows = pipeline.compose(rows)
+    by_name = {r.family: r for r in rows}
+    cover = pipeline.report(rows, ("eager",), 0.0)["coverage"]
     assert cover["families"] == 1 and cover["tower_rows"] == 2 and cover["tower_rows_measured"] == 1
     assert by_name["align"].status == "covered"  # its one tower with attention is measured
     assert by_name["align"].reason == ("every tower measured: vision_config = align.vision_config (no attention "
@@ -765,8 +767,8 @@ def test_a_vision_tower_that_takes_its_image_cut_into_patches_is_fed_patches_and
     row = verdicts.family_row(result, ("eager", "sdpa"))
     assert row["eager"] == row["sdpa"] == row["declared"] == "0.25"
     rows = [r for item in (("family", "siglip2_vision_model"), ("family", "siglip2"), ("family", "lfm2_vl"),
-                           ("family", "lfm2")) for r in audit.audit_item(item, ("eager",), 0)]
-    audit.report(rows, ("eager",), 0.0)
+                           ("family", "lfm2")) for r in pipeline.audit_item(item, ("eager",), 0)]
+    rows = pipeline.compose(rows)
     by_name = {r.family: r for r in rows}
     assert by_name["siglip2"].status == by_name["lfm2_vl"].status == "covered", (by_name["siglip2"].reason,
                                                                                  by_name["lfm2_vl"].reason)
@@ -776,7 +778,7 @@ def test_vision_towers_that_name_their_image_otherwise_or_take_its_patch_grid_ar
     """GOT-OCR2's vision encoder keeps input_ids as its main input's name but takes pixel_values;
     MiniCPM-V's tower takes each image's patch grid (target_sizes) beside the pixels.  Both measured,
     head_dim^-0.5 = 0.25 at head dim 16."""
-    got = {r.family: r for r in audit.audit_item(("family", "got_ocr2"), ("eager",), 0)}["got_ocr2.vision_config"]
+    got = {r.family: r for r in pipeline.audit_item(("family", "got_ocr2"), ("eager",), 0)}["got_ocr2.vision_config"]
     minicpm = audit.audit_family("minicpmv4_7_vision", ("eager", "sdpa"))
     for result in (got, minicpm):
         assert result.status == "audited" and result.verdict == "ok", (result.family, result.reason, result.findings)
@@ -788,8 +790,8 @@ def test_an_audio_encoder_that_reads_its_frame_mask_without_a_default_gets_every
     every frame real, it is measured (head_dim^-0.5 = 0.25 at head dim 16) and covers AudioFlamingo 3
     and Music Flamingo beside their Qwen2 text tower."""
     rows = [r for name in ("audioflamingo3_encoder", "audioflamingo3", "musicflamingo", "qwen2")
-            for r in audit.audit_item(("family", name), ("eager",), 0)]
-    audit.report(rows, ("eager",), 0.0)
+            for r in pipeline.audit_item(("family", name), ("eager",), 0)]
+    rows = pipeline.compose(rows)
     by_name = {r.family: r for r in rows}
     encoder = by_name["audioflamingo3_encoder"]
     assert encoder.verdict == "ok" and verdicts.family_row(encoder, ("eager",))["eager"] == "0.25", encoder.reason
@@ -800,8 +802,8 @@ def test_a_tower_config_with_widths_under_names_of_its_own_is_built_tiny():
     """Qwen2-VL's vision config names its widths embed_dim, depth and num_heads (hidden_size is the
     merger's output): built at the tiny sizes (it had 67 million parameters), the tower is measured
     and Qwen2-VL is covered."""
-    rows = [r for name in ("qwen2_vl", "qwen2_vl_text") for r in audit.audit_item(("family", name), ("eager",), 0)]
-    audit.report(rows, ("eager",), 0.0)
+    rows = [r for name in ("qwen2_vl", "qwen2_vl_text") for r in pipeline.audit_item(("family", name), ("eager",), 0)]
+    rows = pipeline.compose(rows)
     by_name = {r.family: r for r in rows}
     tower = by_name["qwen2_vl.vision_config"]
     assert tower.verdict == "ok" and verdicts.family_row(tower, ("eager",))["eager"] == "0.25", tower.reason
@@ -813,8 +815,8 @@ def test_a_vision_tower_that_takes_its_image_as_tiles_is_fed_them():
     aspect-ratio id and tile mask, and returns the states of the layers in intermediate_layers_indices
     (kept inside the tiny depth): fed one image as its 4 tiles, all real, it is measured under every
     backend (head_dim^-0.5 = 0.25 at head dim 16) and, with its text tower, covers Mllama."""
-    rows = audit.audit_item(("family", "mllama"), ("eager", "sdpa"), 0)
-    audit.report(rows, ("eager", "sdpa"), 0.0)
+    rows = pipeline.audit_item(("family", "mllama"), ("eager", "sdpa"), 0)
+    rows = pipeline.compose(rows)
     by_name = {r.family: r for r in rows}
     tower = by_name["mllama.vision_config"]
     assert tower.verdict == "ok", (tower.reason, tower.findings)
@@ -923,7 +925,7 @@ def test_an_eager_mask_that_blocks_every_key_is_a_backend_disagreement():
     assert "self.scaling = self.head_dim**-0.5" in source
     result = audit.audit_family("nemotron_asr_streaming_encoder", ("eager", "sdpa"))
     assert result.backends["eager"]["output"] == "not finite" and "output" not in result.backends["sdpa"]
-    assert result.verdict == "backend disagreement" and audit.is_measured(result)
+    assert result.verdict == "backend disagreement" and record.is_measured(result)
     assert result.findings[0].startswith("eager output is not finite where sdpa's is (eager's attention calls: ")
     for layer in result.layers:
         rows, of = layer["backends"]["eager"]["rows_masked_everywhere"]
@@ -942,7 +944,7 @@ def test_composite_parts_without_attention_leave_nothing_to_cover():
     attention = {tower["name"]: tower["attention"] for tower in composite.towers}
     assert attention == {"audio_config": True, "head_config": False, "streaming_config": False}
     tower = audit.audit_family("nemotron3_diarization_audio", ("eager",))
-    composite_rows.mark_covered([composite, tower])
+    composite, _ = compose.covered([composite, tower])
     assert composite.status == "covered", composite.reason
     assert "head_config: no attention, streaming_config: no attention" in composite.reason
 
@@ -961,15 +963,15 @@ def test_a_composite_part_with_no_model_class_and_no_attention_leaves_nothing_to
     code = "".join(inspect.getsource(cls) for cls in parts if cls.__module__ == modeling_vibevoice.__name__)
     assert not any(families.is_attention_class(cls.__name__) for cls in parts)
     assert "VibeVoiceMLP" in code and "softmax" not in code and "matmul" not in code and " @ " not in code
-    rows = audit.audit_item(("family", "vibevoice"), ("eager",), 0)
+    rows = pipeline.audit_item(("family", "vibevoice"), ("eager",), 0)
     composite = rows[0]
     assert [row.family for row in rows] == ["vibevoice"] and not composite.own_attention
     attention = {tower["name"]: tower["attention"] for tower in composite.towers}
     assert attention == {"text_config": True, "diffusion_head_config": False, "semantic_model_config": True,
                          "audio_config": True}
     towers = [r for name in ("qwen2", "vibevoice_acoustic_tokenizer_encoder", "vibevoice_acoustic_tokenizer")
-              for r in audit.audit_item(("family", name), ("eager",), 0)]
-    composite_rows.mark_covered([composite, *towers])
+              for r in pipeline.audit_item(("family", name), ("eager",), 0)]
+    composite = compose.covered([composite, *towers])[0]
     assert composite.status == "covered" and "diffusion_head_config: no attention" in composite.reason
 
 
@@ -1011,7 +1013,7 @@ def test_audio_shapes_keep_the_stated_channels_first_and_add_sub_configs_and_sta
 
 def test_a_list_of_families_too_long_for_a_path_is_read_as_families():
     names = ",".join(["llama"] * 60)
-    assert audit.plan(names) == [("family", "llama")]
+    assert pipeline.plan(names) == [("family", "llama")]
 
 
 def test_a_detector_is_built_whole_on_a_tiny_backbone_of_its_default_type():
@@ -1286,7 +1288,7 @@ def test_a_composite_its_towers_cannot_cover_is_built_whole_and_its_own_attentio
     at the tiny sizes and fed a box prompt, ids per codebook, features with decoder ids, a pair of images.
     Each call's factor is d_k^-0.5, as every one of these classes states (head_dim**-0.5, or SAM's
     (internal_dim // heads)**-0.5: 16 for its self-attention, 8 where it downsamples to the image)."""
-    rows = audit.audit_item(("family", family), ("eager",), 0)
+    rows = pipeline.audit_item(("family", family), ("eager",), 0)
     whole = rows[0]
     assert whole.family == family and whole.status == "audited" and whole.verdict == "ok", (whole.reason,
                                                                                              whole.findings)
@@ -1302,7 +1304,7 @@ def test_a_part_that_numbers_its_own_positions_leaves_its_whole_path_unread():
     them and the whole path reads head_dim^-0.5; its global transformer numbers its patches itself
     (global_position_ids = arange), so its rotary embedding sees positions varying over the tokens in a designed
     pass: its whole path is left unread with the reason, not reported as a factor varying with the query."""
-    result = audit.audit_item(("family", "blt"), ("eager",), 0)[0]
+    result = pipeline.audit_item(("family", "blt"), ("eager",), 0)[0]
     assert result.verdict == "ok", result.findings
     for row in result.layers:
         path = row["backends"]["eager"]["path"]
@@ -1318,7 +1320,7 @@ def test_a_byte_model_built_whole_is_given_patches_of_two_bytes_and_its_cross_at
     entropy patching always starts patches at bytes 0 and 1, so no patch query would see both designed keys),
     every BltCrossAttention (patches over bytes in the encoder, bytes over patches in the decoder) reads
     head_dim**-0.5, as the class states (self.scaling = self.head_dim**-0.5)."""
-    rows = audit.audit_item(("family", "blt"), ("eager",), 0)
+    rows = pipeline.audit_item(("family", "blt"), ("eager",), 0)
     whole = rows[0]
     assert whole.family == "blt" and whole.status == "audited" and whole.verdict == "ok", (whole.reason,
                                                                                           whole.findings)
@@ -1342,7 +1344,7 @@ def test_a_composite_is_fed_the_media_its_placeholder_tokens_take_and_its_projec
     fed its tower's media and ids ending in as many placeholders as the projector outputs vectors, and every
     attention it runs is read at head_dim**-0.5 (torch's MultiheadAttention scales by (embed_dim // num_heads)**-0.5,
     embed_dim and heads the vision tower's; FunAsrNanoAttention's self.scaling = self.head_dim**-0.5)."""
-    rows = audit.audit_item(("family", family), ("eager",), 0)
+    rows = pipeline.audit_item(("family", family), ("eager",), 0)
     whole = rows[0]
     assert whole.family == family and whole.status == "audited" and whole.verdict == "ok", (whole.reason,
                                                                                              whole.findings)
@@ -1372,7 +1374,7 @@ def test_a_video_tracker_is_run_through_a_prompted_session_and_its_memory_attent
     class it runs is read (the memory attention's RoPE self- and cross-attention, EdgeTAM's perceiver,
     the mask decoder's two-way transformer), each at head_dim**-0.5 as the classes state (self.scaling =
     self.head_dim**-0.5; the memory attention's head: memory_attention_hidden_size / its heads)."""
-    rows = audit.audit_item(("family", family), ("eager",), 0)
+    rows = pipeline.audit_item(("family", family), ("eager",), 0)
     whole = rows[0]
     assert whole.status == "audited" and whole.verdict == "ok", (whole.reason, whole.findings)
     assert whole.own_attention == [] and whole.relies_on == [] and whole.unread_attention == []
@@ -1402,18 +1404,18 @@ def test_a_composite_built_whole_counts_only_where_every_attention_it_runs_is_re
     stays unmeasured, and says which row is missing."""
     from attnscale.audit import whole_path
 
-    git = audit.audit_item(("family", "git"), ("eager",), 0)
+    git = pipeline.audit_item(("family", "git"), ("eager",), 0)
     assert git[0].status == "audited" and git[0].verdict == "ok"
-    assert [row.family for row in git[1:]] == ["git.vision_config"] and audit.is_measured(git[1])
-    assert git[0].relies_on == ["git.vision_config"]  # kept, so the report checks it again (settle_whole)
+    assert [row.family for row in git[1:]] == ["git.vision_config"] and record.is_measured(git[1])
+    assert git[0].relies_on == ["git.vision_config"]  # kept, so the report checks it again (compose.settled)
     monkeypatch.setattr(whole_path, "KV_NAMES", tuple(name for name in whole_path.KV_NAMES if name != "to_kv"))
-    speech = audit.audit_item(("family", "granite_speech"), ("eager",), 0)
+    speech = pipeline.audit_item(("family", "granite_speech"), ("eager",), 0)
     assert speech[0].status == "skipped"
     assert "built whole: the attention of granite_speech.encoder_config is not read" in speech[0].reason
     # a tower that is a family of its own is looked up when the audit is reported
     relying = audit.FamilyAudit("composite", status="audited", verdict="ok", relies_on=["tower"])
     tower = audit.FamilyAudit("tower", status="skipped", reason="cannot run a forward pass: ...")
-    composite_rows.settle_whole([relying, tower])
+    relying, _ = compose.settled([relying, tower])
     assert relying.status == "skipped" and "the attention of tower is not read" in relying.reason
 
 
@@ -1489,7 +1491,7 @@ def test_families_whose_tiny_build_needed_more_than_the_tiny_sizes_are_measured(
     vision), stacked frames (Fun-ASR), hidden-wide frames both sides (SpeechT5): each runs and every layer
     reads the factor its source states (head_dim^-0.5 where None; the whole path where no attention
     function is called)."""
-    result = audit.audit_item(("family", family), ("eager",), 0)[0]
+    result = pipeline.audit_item(("family", family), ("eager",), 0)[0]
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
     assert result.layers
     for row in result.layers:
@@ -1507,8 +1509,8 @@ def test_attention_with_no_softmax_over_q_k_is_named_and_left_out_of_the_unmeasu
     skipped with the mechanism its code shows, and counted apart from the unmeasured (nothing to scale)."""
     result = audit.audit_family(family, ("eager",))
     assert result.status == "skipped" and result.reason.startswith(f"{audit.NO_SOFTMAX} ({starts}")
-    assert result.reason.endswith(audit.NO_FACTOR + ")") and composite_rows.nothing_left(result)
-    cover = audit.coverage([result])
+    assert result.reason.endswith(audit.NO_FACTOR + ")") and compose.nothing_left(result)
+    cover = pipeline.coverage([result])
     assert cover["no_softmax"] == 1 and cover["unmeasured"] == 0 and cover["attention_bearing"] == 1
 
 
@@ -1524,7 +1526,7 @@ def test_an_attention_s_output_layer_or_helper_structure_is_not_attention(family
     assert families.is_attention_class("LxmertSelfAttentionLayer") and families.is_attention_class(
         "FunnelRelMultiheadAttention")
     result = audit.audit_family(family, ("eager",))
-    assert result.verdict == "ok" and composite_rows.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and compose.nothing_left(result), result.unread_attention
 
 
 @pytest.mark.parametrize("family, module_class, starts", [
@@ -1540,7 +1542,7 @@ def test_attention_beside_the_measured_with_no_softmax_over_q_k_is_named(family,
     unread = [u for u in result.unread_attention if u["class"] == module_class]
     assert unread and all(u["mechanism"].startswith(starts) and u["mechanism"].endswith(audit.NO_FACTOR)
                           for u in unread)
-    assert composite_rows.nothing_left(result), result.unread_attention
+    assert compose.nothing_left(result), result.unread_attention
 
 
 @pytest.mark.parametrize("family", ["grounding-dino", "mm-grounding-dino"])
@@ -1556,7 +1558,7 @@ def test_grounding_dino_s_image_text_fusion_is_read_at_its_head_dim(family):
     assert fusion and all(row["d_k"] == head_dim for row in fusion)
     for row in fusion:
         assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
-    assert result.verdict == "ok" and composite_rows.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and compose.nothing_left(result), result.unread_attention
 
 
 def test_dab_detr_s_decoder_attention_is_read_where_its_q_and_k_are_handed_in():
@@ -1573,7 +1575,7 @@ def test_dab_detr_s_decoder_attention_is_read_where_its_q_and_k_are_handed_in():
         assert rows and all(row["d_k"] == head_dim for row in rows), part
         for row in rows:
             assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
-    assert result.verdict == "ok" and composite_rows.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and compose.nothing_left(result), result.unread_attention
 
 
 def test_longt5_s_local_attention_is_read_across_its_blocks():
@@ -1591,7 +1593,7 @@ def test_longt5_s_local_attention_is_read_across_its_blocks():
         seen = path["per_query"][:radius + 1]
         assert all(value == pytest.approx(1.0, rel=FACTOR_REL) for value in seen)
         assert all(math.isnan(value) for value in path["per_query"][radius + 1:])  # key 0 out of their reach
-    assert result.verdict == "ok" and composite_rows.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and compose.nothing_left(result), result.unread_attention
 
 
 def test_prophetnet_s_ngram_self_attention_is_read_in_its_main_and_predict_streams():
@@ -1611,14 +1613,14 @@ def test_prophetnet_s_ngram_self_attention_is_read_in_its_main_and_predict_strea
         for stream in streams:  # each stream has queries that see the designed keys, each at the factor
             seen = [value for value in stream if not math.isnan(value)]
             assert seen and all(value == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL) for value in seen)
-    assert result.verdict == "ok" and composite_rows.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and compose.nothing_left(result), result.unread_attention
 
 
 def test_a_mechanism_with_a_factor_the_audit_cannot_run_stays_unmeasured_and_is_named():
     """MRA computes exp(q.k / sqrt(head_dim)) only in its CUDA kernel: unmeasured here, with what its code
     computes (and that heads narrower than 32 are padded to 32 before head_dim is read)."""
     result = audit.audit_family("mra", ("eager",))
-    assert result.verdict == "not measured" and not composite_rows.nothing_left(result)
+    assert result.verdict == "not measured" and not compose.nothing_left(result)
     assert any("multi-resolution attention (MRA)" in f and "sqrt(32)" in f for f in result.findings)
 
 
@@ -1633,7 +1635,7 @@ KEY_SCALE_GEMMA4 = math.log(1 + math.e) / math.log(2)  # modeling_gemma4.py: sel
     ("funnel", 0.25),  # q_head / k_head; its position terms and content bias cancel between designs
     ("longformer", 0.25)])  # banded (B, T, H, 2w + 1) probabilities unfolded to rows
 def test_inline_attention_of_other_shapes_is_read_at_the_factor_its_source_states(family, factor):
-    result = audit.audit_item(("family", family), ("eager",), 0)[0]
+    result = pipeline.audit_item(("family", family), ("eager",), 0)[0]
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
     for row in result.layers:
         assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(factor, rel=FACTOR_REL), row["name"]
@@ -1678,7 +1680,7 @@ def test_odd_inputs_and_composite_towers_are_fed_and_read_at_the_factor_their_so
     towers of Kosmos-2.5 (flattened patches), IDEFICS2 (its perceiver's context), Step 3.7, CLVP and
     PaddleOCR-VL (packed patches): every row of the family reads the factor its source states
     (head_dim^-0.5 where None)."""
-    rows = [row for row in audit.audit_item(("family", family), ("eager",), 0) if row.status == "audited"]
+    rows = [row for row in pipeline.audit_item(("family", family), ("eager",), 0) if row.status == "audited"]
     assert rows and all(row.verdict == "ok" for row in rows), [(row.family, row.findings) for row in rows]
     for result in rows:
         for layer in result.layers:
@@ -1710,14 +1712,13 @@ def test_composites_whose_sub_configs_are_typed_by_their_spec_or_class_alone_are
     text width) and the composite is built whole, fed audio at its placeholder tokens, so the adaptor runs
     and is read there (nothing left to a tower row)."""
     rows = {row.family: row for item in ("gemma4_assistant", "gemma4_text", "inkling_mm_model", "inkling_text")
-            for row in audit.audit_item(("family", item), ("eager",), 0)}
-    composite_rows.settle_whole(list(rows.values()))
-    composite_rows.mark_covered(list(rows.values()))
+            for row in pipeline.audit_item(("family", item), ("eager",), 0)}
+    rows = {row.family: row for row in pipeline.compose(list(rows.values()))}
     assert rows["gemma4_assistant"].status == "covered", rows["gemma4_assistant"].reason
     assert "text_config = gemma4_text" in rows["gemma4_assistant"].reason
     assert rows["inkling_mm_model"].status == "covered", rows["inkling_mm_model"].reason
-    fun = audit.audit_item(("family", "fun_asr_nano"), ("eager",), 0)[0]
-    composite_rows.settle_whole([fun])
+    fun = pipeline.audit_item(("family", "fun_asr_nano"), ("eager",), 0)[0]
+    [fun] = compose.settled([fun])
     assert fun.status == "audited" and fun.verdict == "ok" and not fun.relies_on, (fun.reason, fun.findings)
     assert any(row["name"].startswith("multi_modal_projector.layers") for row in fun.layers)
 
@@ -1727,9 +1728,9 @@ def test_a_sam_encoder_inside_a_larger_vision_tower_is_read_at_its_own_head_widt
     scale head_dim^-0.5 with head_dim = its own hidden / heads) before an intercepted encoder whose
     config holds no hidden size: the SAM layers' head width is read off their fused projection
     (3 x heads x 16 wide), and the whole path reads 16^-0.5 there, as the source states."""
-    rows = audit.audit_item(("family", "deepseek_ocr2"), ("eager",), 0)
+    rows = pipeline.audit_item(("family", "deepseek_ocr2"), ("eager",), 0)
     vision = next(row for row in rows if row.family == "deepseek_ocr2.vision_config")
-    assert composite_rows.nothing_left(vision), vision.unread_attention
+    assert compose.nothing_left(vision), vision.unread_attention
     sam = [layer for layer in vision.layers if layer["name"].startswith("sam_encoder.")]
     assert sam and all(layer["d_k"] == 16 for layer in sam)
     for layer in sam:
@@ -1742,10 +1743,10 @@ def test_a_relative_position_bias_table_is_not_counted_as_attention():
     layer: no q.k of its own, so it leaves nothing unread, and Phi-4 multimodal is measured whole."""
     assert not families.is_attention_class("Phi4MultimodalAudioRelativeAttentionBias")
     assert families.is_attention_class("Phi4MultimodalAudioAttention")
-    rows = audit.audit_item(("family", "phi4_multimodal"), ("eager",), 0)
-    assert audit.is_measured(rows[0]) and not rows[0].own_attention, rows[0].reason
+    rows = pipeline.audit_item(("family", "phi4_multimodal"), ("eager",), 0)
+    assert record.is_measured(rows[0]) and not rows[0].own_attention, rows[0].reason
     audio = next(row for row in rows if row.family == "phi4_multimodal.audio_config")
-    assert composite_rows.nothing_left(audio)
+    assert compose.nothing_left(audio)
 
 
 def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights_or_keeps_a_tower_uncovered():
@@ -1758,15 +1759,15 @@ def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights
     assert result.unread_attention == []
     partial = audit.FamilyAudit("tower", status="audited", verdict="ok", layers=result.layers,
                                 unread_attention=[{"name": "x", "class": "X", "mechanism": "not intercepted"}])
-    assert audit.is_measured(partial) and not composite_rows.nothing_left(partial)
+    assert record.is_measured(partial) and not compose.nothing_left(partial)
 
 
 def test_a_hybrids_delta_rule_layers_are_named_and_leave_its_attention_layers_to_cover_the_composite():
     """GLM-5-Next's text model mixes softmax layers with gated delta-rule layers (no softmax over q.k): the
     latter are named from their code, so the measured text tower with the vision tower covers GLM-5-Next."""
     rows = [r for name in ("glm5_next", "glm5_next_text", "glm5_next_vision")
-            for r in audit.audit_item(("family", name), ("eager",), 0)]
-    audit.report(rows, ("eager",), 0.0)
+            for r in pipeline.audit_item(("family", name), ("eager",), 0)]
+    rows = pipeline.compose(rows)
     by_name = {r.family: r for r in rows}
     text = by_name["glm5_next_text"]
     assert text.verdict == "ok" and text.unread_attention
@@ -1780,8 +1781,8 @@ def test_a_window_attention_merger_inside_the_tiny_depth_is_read_and_its_towers_
     set inside the tiny depth, every window's call reads 0.25, nothing is left unread, and the measured
     towers with Qwen3.5's text model cover the three composites."""
     names = ("qwen3_5_text", "minicpm_ocr_vision", "minicpmv4_7_vision", "minicpm_ocr", "minicpmv4_6", "minicpmv4_7")
-    rows = [r for name in names for r in audit.audit_item(("family", name), ("eager",), 0)]
-    audit.report(rows, ("eager",), 0.0)
+    rows = [r for name in names for r in pipeline.audit_item(("family", name), ("eager",), 0)]
+    rows = pipeline.compose(rows)
     by_name = {r.family: r for r in rows}
     for tower in ("minicpm_ocr_vision", "minicpmv4_7_vision", "minicpmv4_6.vision_config"):
         result = by_name[tower]
@@ -1816,8 +1817,8 @@ def test_a_softmax_over_the_queries_is_read_with_q_and_k_swapped_and_its_weights
     for row in changed.layers:
         if row["name"].endswith("downsample.assign"):
             assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(0.3, rel=FACTOR_REL)
-    rows = audit.audit_item(("family", "groupvit"), ("eager",), 0)
-    audit.report(rows, ("eager",), 0.0)
+    rows = pipeline.audit_item(("family", "groupvit"), ("eager",), 0)
+    rows = pipeline.compose(rows)
     assert rows[0].status == "covered", rows[0].reason
 
 
@@ -1826,8 +1827,8 @@ def test_attention_with_1x1_conv2d_projections_is_read_over_the_maps_positions()
     attend over the map's H x W positions with one head, scaled by int(channels) ** (-0.5): every block
     of the encoder and decoder reads in_channels^-0.5, and with its text and vision towers the VQ row
     covers Janus."""
-    rows = [r for name in ("llama", "janus") for r in audit.audit_item(("family", name), ("eager",), 0)]
-    audit.report(rows, ("eager",), 0.0)
+    rows = [r for name in ("llama", "janus") for r in pipeline.audit_item(("family", name), ("eager",), 0)]
+    rows = pipeline.compose(rows)
     by_name = {r.family: r for r in rows}
     vq = by_name["janus.vq_config"]
     assert vq.verdict == "ok" and vq.unread_attention == [], vq.unread_attention
@@ -1856,8 +1857,8 @@ def test_a_tower_with_only_an_encode_is_run_through_it_and_its_attention_blocks_
     and the middle block, both 64 channels wide.  With its text tower (and its audio tokenizer, which has no
     attention) it covers Apertus 1.5."""
     rows = [r for name in ("apertus1p5_text", "wavtokenizer_encoder", "apertus1p5")
-            for r in audit.audit_item(("family", name), ("eager",), 0)]
-    audit.report(rows, ("eager",), 0.0)
+            for r in pipeline.audit_item(("family", name), ("eager",), 0)]
+    rows = pipeline.compose(rows)
     by_name = {r.family: r for r in rows}
     tower = by_name["apertus1p5.vision_config"]
     assert tower.verdict == "ok" and tower.unread_attention == [], (tower.reason, tower.unread_attention)
@@ -1873,8 +1874,8 @@ def test_a_model_that_predicts_one_codebook_is_given_its_index_beside_ids_per_co
     beside input_ids of one id per Encodec codebook (batch, tokens, n_codes_total): given both, its
     non-causal BarkSelfAttention reads 1 / sqrt(head_dim) at every query, and with the semantic and
     coarse models and Encodec (no attention) it covers Bark."""
-    rows = [r for name in ("bark", "encodec") for r in audit.audit_item(("family", name), ("eager",), 0)]
-    audit.report(rows, ("eager",), 0.0)
+    rows = [r for name in ("bark", "encodec") for r in pipeline.audit_item(("family", name), ("eager",), 0)]
+    rows = pipeline.compose(rows)
     by_name = {r.family: r for r in rows}
     fine = by_name["bark.fine_acoustics_config"]
     assert fine.verdict == "ok" and fine.unread_attention == [], (fine.reason, fine.unread_attention)
@@ -1951,8 +1952,8 @@ def test_composites_whose_towers_read_every_attention_they_run_are_covered(compo
     query_embeds.shape[1]): its tower row is given query embeddings beside its ids and reads that layer at
     attention_head_size^-0.5; AIMv2's vision tower reads its pooling head and Granite Speech's encoder its
     conformer: each composite is covered by its towers."""
-    rows = [r for name in (composite, *towers) for r in audit.audit_item(("family", name), ("eager",), 0)]
-    audit.report(rows, ("eager",), 0.0)
+    rows = [r for name in (composite, *towers) for r in pipeline.audit_item(("family", name), ("eager",), 0)]
+    rows = pipeline.compose(rows)
     by_name = {r.family: r for r in rows}
     assert by_name[composite].status == "covered", by_name[composite].reason
     qformer = by_name.get(f"{composite}.qformer_config")
@@ -1986,17 +1987,15 @@ def test_a_composite_audited_on_token_ids_relies_on_the_row_that_reads_its_tower
     the attention modules left unread there rely on the tower's own row, which builds the same classes
     (the classes of the installed modeling files) and reads every one of them; without that row in the
     report the composite is not measured."""
-    rows = audit.audit_item(("family", composite), ("eager",), 0)
+    rows = pipeline.audit_item(("family", composite), ("eager",), 0)
     result = rows[0]
-    assert audit.is_measured(result) and result.relies_on == [row], (result.reason, result.relies_on)
+    assert record.is_measured(result) and result.relies_on == [row], (result.reason, result.relies_on)
     assert {u["class"] for u in result.unread_attention if u["mechanism"] == "not intercepted"} == unread
-    tower = audit.audit_item(("family", row), ("eager",), 0)[0]
-    assert composite_rows.nothing_left(tower), tower.unread_attention
+    tower = pipeline.audit_item(("family", row), ("eager",), 0)[0]
+    assert compose.nothing_left(tower), tower.unread_attention
     assert unread <= classes_of(audit.tiny_model(row, 0, {}), [layer["name"] for layer in tower.layers])
-    composite_rows.settle_whole([result, tower])
-    assert audit.is_measured(result)
-    alone = audit.audit_item(("family", composite), ("eager",), 0)[0]
-    composite_rows.settle_whole([alone])
+    assert record.is_measured(compose.settled([result, tower])[0])
+    [alone] = compose.settled([pipeline.audit_item(("family", composite), ("eager",), 0)[0]])
     assert alone.status == "skipped" and f"the attention of {row} is not read" in alone.reason
 
 
@@ -2012,15 +2011,14 @@ def test_a_vq_image_tokenizer_with_no_forward_is_read_through_its_round_trip(com
     """Chameleon's and Emu3's VQ-VAEs define encode (and Emu3's decode), no forward; a text pass of the
     composite never runs them.  The tokenizer's row runs the image through encode, then decode where there
     is one, and reads every attention block at d_k^-0.5; the composite relies on that row."""
-    rows = {row.family: row for row in audit.audit_item(("family", composite), ("eager",), 0)}
+    rows = {row.family: row for row in pipeline.audit_item(("family", composite), ("eager",), 0)}
     result, vq = rows[composite], rows[f"{composite}.vq_config"]
-    assert audit.is_measured(result) and result.relies_on == [f"{composite}.vq_config"]
-    assert composite_rows.nothing_left(vq) and [layer["name"] for layer in vq.layers] == names
+    assert record.is_measured(result) and result.relies_on == [f"{composite}.vq_config"]
+    assert compose.nothing_left(vq) and [layer["name"] for layer in vq.layers] == names
     for layer in vq.layers:
         assert layer["d_k"] == d_k
         assert verdicts.judged_factor(layer["backends"]["eager"]) == pytest.approx(d_k ** -0.5, rel=FACTOR_REL)
-    composite_rows.settle_whole(list(rows.values()))
-    assert audit.is_measured(result)
+    assert record.is_measured(compose.settled(list(rows.values()))[0])
 
 
 def test_inkling2_loops_message_attention_runs_in_its_second_pass_and_is_read():
@@ -2030,7 +2028,7 @@ def test_inkling2_loops_message_attention_runs_in_its_second_pass_and_is_read():
     result = audit.audit_family("inkling2_loop_text", ("eager",))
     messages = [row for row in result.layers if row["name"] == "message_input"]
     hidden = families.tiny_config("inkling2_loop_text").hidden_size
-    assert messages and result.unread_attention == [] and audit.is_measured(result)
+    assert messages and result.unread_attention == [] and record.is_measured(result)
     for row in messages:
         assert row["d_k"] == hidden
         assert row["backends"]["eager"]["function"]["factor"] == pytest.approx(hidden ** -0.5, rel=FACTOR_REL)
@@ -2042,7 +2040,7 @@ def test_sam3s_geometry_encoder_left_unread_says_its_box_prompt_is_refused():
     """SAM 3 runs its geometry encoder only on a box prompt (has_geometry_prompts), whose features it pools
     with torchvision.ops.roi_align: without torchvision the box is refused, and each geometry encoder
     module left unread says so."""
-    result = audit.audit_item(("family", "sam3"), ("eager",), 0)[0]
+    result = pipeline.audit_item(("family", "sam3"), ("eager",), 0)[0]
     unread = [u for u in result.unread_attention if u["mechanism"] == "not intercepted"]
     assert unread and all(u["name"].startswith("geometry_encoder.") for u in unread)
     assert all("box prompt" in u["why"] and "torchvision" in u["why"] for u in unread)
@@ -2056,7 +2054,7 @@ def test_evolla_s_protein_path_runs_on_protein_ids_beside_its_text_and_each_clas
     protein and latents (to_kv fused); EvollaSequenceAlignerCrossAttention scales q by num_attention_heads**-0.5,
     the number of heads, not head_dim (4 heads of 16 here: 0.5, not 0.25).  Its config class is one AutoModel
     cannot resolve; it reads every class itself and relies on no tower row (SaProt's has no model type)."""
-    result = audit.audit_item(("family", "evolla"), ("eager",), 0)[0]
+    result = pipeline.audit_item(("family", "evolla"), ("eager",), 0)[0]
     config = families.build_whole("evolla", 0).config
     protein = config.protein_encoder_config
     expected = {"EvollaSaProtSelfAttention": (protein.hidden_size // protein.num_attention_heads) ** -0.5,
@@ -2073,7 +2071,7 @@ def test_evolla_s_protein_path_runs_on_protein_ids_beside_its_text_and_each_clas
             assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
             assert row["declared"]["path_first"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
-    assert composite_rows.nothing_left(result) and not result.relies_on, result.unread_attention
+    assert compose.nothing_left(result) and not result.relies_on, result.unread_attention
 
 
 def test_pegasus_x_s_global_local_attention_is_read_in_its_blocks_beside_the_global_keys():

@@ -106,7 +106,7 @@ def write(golden: dict, path: Path) -> None:
 
 
 def full_audit() -> dict:
-    from attnscale.audit.measure import plan, report, run_plan
+    from attnscale.audit.pipeline import plan, report, run_plan
     from attnscale.runs import default_workers
 
     items = plan(None)

@@ -1,8 +1,13 @@
 """The scale audit: the factor every attention layer of a transformers family or model folder
 applies, under each backend, measured and compared with what its config declares.
 
-``measure``             planning and measuring: a family, a folder, a callable; the worker pool
-``composite_rows``      a composite's rows: its towers, the composite built whole, what a row relies on
+``pipeline``            from a target to its report: plan, audit each item (in order or over workers), compose, report
+``record``              one record per audited model (FamilyAudit), its status and skip kind as enums
+``measure``             one model: build, feed, read and declare (a family, a folder, a callable)
+``composite_rows``      a composite's own rows: its towers as rows, the composite built whole
+``towers``              which row reads the attention a composite's towers run
+``compose``             composites settled from finished records, as new records (covered, or skipped with why)
+``qk_norm``             the logit of a cosine-1 pair a config declares under QK-norm (multipliers as data)
 ``families``            the installed transformers' model types, as tiny random-init models
 ``sizes``               the tiny sizes, and the fields some families need beside them (with why)
 ``companions``          what a model reads beside its main input (boxes, region features, prompts)
@@ -16,6 +21,7 @@ applies, under each backend, measured and compared with what its config declares
 It shares the probing code with the health check (:mod:`attnscale.probing`).
 """
 
-from .measure import CallableAudit, FamilyAudit, audit_callable, audit_family, audit_folder, audit_model
+from .measure import CallableAudit, audit_callable, audit_family, audit_folder, audit_model
+from .record import FamilyAudit
 
 __all__ = ["CallableAudit", "FamilyAudit", "audit_callable", "audit_family", "audit_folder", "audit_model"]

@@ -17,13 +17,14 @@ import torch
 
 from ..errors import UserError
 from ..hub import offline
+from .record import Skip as RecordSkip
 from .sizes import FALLBACKS, FAMILY_TINY, TINY, TINY_HYBRID, VISION_TINY, WHOLE_TINY  # noqa: F401 - families.TINY etc.
 
 offline()
 
 ATTENTION_WORDS = ("attention", "attn")  # in the class name of a module that attends
 ATTENTION_SUFFIXES = ("MLA",)  # or at its end, in capitals (LongcatFlashMLA; not LayerNorm, ConvNormLayer)
-NO_ATTENTION = "no attention module"  # how the reason of a model without one begins
+NO_ATTENTION = RecordSkip.NO_ATTENTION.value  # how the reason of a model without one begins
 MAX_PARAMETERS = 32_000_000  # a "tiny" build above this is refused (a config ignored the tiny sizes)
 # a composite above this is not built whole: its towers are audited as their own rows instead
 MAX_COMPOSITE_PARAMETERS = 5_000_000
@@ -49,9 +50,10 @@ class Skip(Exception):
     ``final``: no other tiny size can help (multimodal, too big, no base model class).  A
     composite's Skip also names its ``towers`` and the ``own_attention`` classes of its own file."""
 
-    def __init__(self, reason: str, final: bool = False):
+    def __init__(self, reason: str, final: bool = False, kind: RecordSkip = RecordSkip.NONE):
         super().__init__(reason)
         self.final = final
+        self.kind = kind  # the record's skip kind: a model without any attention module says so
         self.towers: list[dict] = []
         self.own_attention: list[str] = []
 
@@ -701,7 +703,8 @@ def count_parameters(config) -> int:
 def shell_parameters(model, final: bool = False) -> int:
     """The parameters of a (meta-device) model; Skip if it has no attention module."""
     if not any(is_attention_class(type(module).__name__) for module in model.modules()):
-        raise Skip(f"{NO_ATTENTION} ({type(model).__name__} has no module whose class is an attention)", final=final)
+        raise Skip(f"{NO_ATTENTION} ({type(model).__name__} has no module whose class is an attention)", final=final,
+                   kind=RecordSkip.NO_ATTENTION)
     return sum(p.numel() for p in model.parameters())
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import inspect
 import math
 import time
-import warnings
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,38 +36,15 @@ from ..probing.intercept import (final_hidden, intercept_attention, model_inputs
 from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config,
                                quiet_transformers, read_json)
 from ..threads import torch_threads
-from . import attention_function, composite_rows, families, inline, qk_norm, series, whole_path
+from . import attention_function, families, inline, qk_norm, series, whole_path
 from . import declared as declared_rules
-from .verdicts import (CAP_TOL, DEFAULT_BACKENDS, DEPENDENCE_TOL, FACTOR_TOL, NOT_FINITE, PARITY_TOL, VERDICTS, agree,
-                       caps_differ, family_row, judge_family)
+from .record import FamilyAudit, Skip, Status
+from .towers import rely_on_towers
+from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge_family
 
 NO_CALL = "no attention function was called"  # attention computed inline: read from its weights instead
 TOKENS, LONGER_TOKENS = 8, 24
 FAR_POSITION = 65536  # past the original context of YaRN / Llama-4-style position temperatures
-
-
-@dataclass
-class FamilyAudit:
-    family: str
-    model_class: str = ""
-    status: str = "audited"  # or "skipped"
-    reason: str = ""
-    seconds: float = 0.0
-    backends: dict = field(default_factory=dict)  # backend -> {"accepted", "reason", "parity"}
-    layers: list = field(default_factory=list)
-    verdict: str = "not measured"
-    findings: list = field(default_factory=list)
-    source_lines: list = field(default_factory=list)
-    towers: list = field(default_factory=list)        # a composite's towers: name, model type, own family or not
-    own_attention: list = field(default_factory=list)  # attention classes a composite runs outside its towers
-    tower_of: str = ""  # a tower row: the composite it belongs to (not a family of its own)
-    unread_attention: list = field(default_factory=list)  # attention modules no row reads, with what they compute
-    # a composite built whole, or audited on token ids its towers never see: the tower rows whose attention it
-    # left unread (measured there, or it is not measured)
-    relies_on: list = field(default_factory=list)
-
-    def to_dict(self) -> dict:
-        return {k: v for k, v in self.__dict__.items()}
 
 
 # ---------------------------------------------------------------------------------------
@@ -507,7 +483,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     judge_family(result, backends)
     mechanisms = list(dict.fromkeys(u["mechanism"] for u in result.unread_attention if u["mechanism"] != "not intercepted"))
     if has_no_factor(result):
-        result.status = "skipped"
+        result.status, result.skip = Status.SKIPPED, Skip.NO_SOFTMAX
         result.reason = f"{NO_SOFTMAX} ({'; '.join(mechanisms)})"
     elif result.verdict == "not measured" and mechanisms:  # what the code shows it computes, said beside why
         result.findings += [f"its attention, read from the code: {mechanism}" for mechanism in mechanisms]
@@ -591,7 +567,7 @@ def output_compared(model, backend: str, inputs, reference) -> dict:
         set_attn_implementation(model, previous)
 
 
-NO_SOFTMAX = "no softmax over q.k"  # how the reason of a family whose attention has none begins
+NO_SOFTMAX = Skip.NO_SOFTMAX.value  # how the reason of a family whose attention has none begins
 NO_FACTOR = ", so no factor"  # how the text of a mechanism with no softmax over q.k ends: nothing to scale
 DEFORMABLE_PARTS = ("sampling_offsets", "attention_weights")  # Deformable DETR's linear maps of the query
 DEFORMABLE = ("deformable attention: weights from a linear map of the query, a softmax over sampling points; "
@@ -774,14 +750,15 @@ def audit_family(model_type: str, backends=DEFAULT_BACKENDS, seed: int = 0, **ov
     try:
         model = tiny_model(model_type, seed, overrides)
     except families.Skip as reason:
-        return FamilyAudit(model_type, status="skipped", reason=str(reason), seconds=time.perf_counter() - start,
+        return FamilyAudit(model_type, status=Status.SKIPPED, reason=str(reason), skip=reason.kind,
+                           seconds=time.perf_counter() - start,
                            towers=reason.towers, own_attention=reason.own_attention)
     try:
         result = audit_model(model, model_type, backends, seed)
     except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a result, not a crash
         result = FamilyAudit(model_type, type(model).__name__, status="skipped",
                              reason=f"audit failed: {families.first_line(error)}")
-    composite_rows.rely_on_towers(model, result)
+    rely_on_towers(model, result)
     result.seconds = time.perf_counter() - start
     return result
 
@@ -899,30 +876,6 @@ def check_callable(attn_fn, spec: str, d_k: int) -> None:
 # ---------------------------------------------------------------------------------------
 # A whole audit: families or a folder.
 
-def is_folder(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:  # a name too long for a path: a list of families
-        return False
-
-
-def plan(target: str | None) -> list[tuple[str, str]]:
-    """What to audit: ("family", model_type) or ("folder", path) items, checked before anything runs."""
-    if target is None:
-        return [("family", family.model_type) for family in families.all_families()]
-    path = Path(target).expanduser()
-    if "/" in target or target.startswith(".") or is_folder(path):
-        checked = check_model_dir(path)
-        check_weights(checked, required=False)
-        return [("folder", str(checked))]
-    names = [name.strip() for name in target.split(",") if name.strip()]
-    if not names:
-        raise UserError(f"no family in {target!r}; accepted: comma-separated model types (attnscale audit --list)")
-    for name in names:
-        families.config_class(name)
-    return [("family", name) for name in dict.fromkeys(names)]
-
-
 def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
     """A local model folder: its safetensors weights if it has them, else random init from its config."""
     from transformers import AutoModel
@@ -960,131 +913,3 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
     return result
 
 
-def run_plan(items, backends=DEFAULT_BACKENDS, seed: int = 0, progress=None, workers: int = 1) -> list[FamilyAudit]:
-    """Audit each item, in order; ``workers`` > 1 spreads the items over that many processes
-    (each audits whole families; the results come back in the items' order)."""
-    if workers > 1 and len(items) > 4 * workers:
-        return run_parallel(items, backends, seed, progress, workers)
-    results = []
-    for done, item in enumerate(items, start=1):
-        rows = audit_item(item, backends, seed)
-        results += rows
-        if progress:
-            progress(done, rows[0].family, sum(r.seconds for r in rows))
-    return results
-
-
-def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
-    """One planned item's rows: a folder's or a family's, then the rows of a composite's towers that
-    have no base model of their own.  A composite those rows cannot cover (a tower left unmeasured,
-    as a mask decoder with no model class of its own, or attention classes of its own) is built and
-    audited whole; where that measures it, its row takes the place of the composite's skipped one."""
-    # transformers' notes on the tiny configs (a layer type it forces) and torch's on kernels (a padding copy) say
-    # nothing of the factor; the reading is the audit's to report
-    with quiet_transformers(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return item_rows(item, backends, seed)
-
-
-def item_rows(item, backends, seed: int) -> list[FamilyAudit]:
-    kind, name = item
-    if kind == "folder":
-        return [audit_folder(name, backends, seed)]
-    result = audit_family(name, backends, seed)
-    towers = [t for t in composite_rows.attending(result.towers) if t["model_type"] and not t["own"]
-              and (result.status == "skipped" or f"{name}.{t['name']}" in result.relies_on)]
-    rows = [composite_rows.audit_tower(name, tower, backends, seed) for tower in towers]
-    # a tower with no model type of its own that runs attention (Fun-ASR-Nano's adaptor: a config class only) has no row
-    # to cover it
-    typeless = any(not tower["model_type"] for tower in composite_rows.attending(result.towers))
-    if result.status == "skipped" and result.towers and (result.own_attention or typeless
-                                                          or not all(map(composite_rows.nothing_left, rows))):
-        whole = composite_rows.audit_whole(result, backends, seed)
-        by_row = {row.family: row for row in rows}
-        unmeasured = [name for name in whole.relies_on if name in by_row and not composite_rows.nothing_left(by_row[name])]
-        if is_measured(whole) and not whole.own_attention and not unmeasured:
-            # its relies_on are checked again in the report (settle_whole), families of their own only there
-            return [whole, *rows]
-        why = (whole.reason or "; ".join(whole.findings) if not is_measured(whole)
-               else composite_rows.unread_text(whole.own_attention, unmeasured))
-        result.reason += f"; built whole: {why}"
-    return [result, *rows]
-
-
-def run_parallel(items, backends, seed: int, progress, workers: int) -> list[FamilyAudit]:
-    """The items over the project's worker pool (:func:`attnscale.runs.worker_pool`: workers that
-    die with this process, one torch thread each per core), whole families per task."""
-    import concurrent.futures as cf
-    import multiprocessing
-
-    from ..runs import default_workers, worker_pool
-
-    context = multiprocessing.get_context("spawn")
-    results: list = [[] for _ in items]
-    threads = max(1, default_workers() // workers)
-    with worker_pool(context, workers, threads, None) as pool:
-        futures = {pool.submit(audit_item, item, tuple(backends), seed): index for index, item in enumerate(items)}
-        for done, future in enumerate(cf.as_completed(futures), start=1):
-            rows = future.result()
-            results[futures[future]] = rows
-            if progress:
-                progress(done, rows[0].family, sum(r.seconds for r in rows))
-    return [row for rows in results for row in rows]
-
-
-def is_measured(result: FamilyAudit) -> bool:
-    return result.status == "audited" and result.verdict != "not measured"
-
-
-def coverage(results: list[FamilyAudit]) -> dict:
-    """How many of the attention-bearing families (all but those without an attention module) were
-    measured, covered by their towers, or left unmeasured (each with its reason)."""
-    towers = [r for r in results if r.tower_of]
-    results = [r for r in results if not r.tower_of]
-    bearing = [r for r in results if not (r.status == "skipped" and r.reason.startswith(families.NO_ATTENTION))]
-    measured = sum(map(is_measured, bearing))
-    covered = sum(r.status == "covered" for r in bearing)
-    # attention with no softmax over q.k (RWKV's recurrence, YOSO's hashing, ...): named, nothing to measure
-    no_softmax = sum(r.status == "skipped" and r.reason.startswith(NO_SOFTMAX) for r in bearing)
-    unmeasured = len(bearing) - measured - covered - no_softmax
-    partly = sorted(r.family for r in bearing if partly_read(r))
-    return {"families": len(results), "attention_bearing": len(bearing), "measured": measured, "covered": covered,
-            "no_softmax": no_softmax, "unmeasured": unmeasured, "unmeasured_share": unmeasured / len(bearing) if bearing else 0.0,
-            "measured_partly": len(partly), "partly_read": partly,
-            "tower_rows": len(towers), "tower_rows_measured": sum(map(is_measured, towers))}
-
-
-def unread_here(unread_attention: list[dict]) -> list[dict]:
-    """The attention modules of a row "not intercepted" that no row reads: not its own row reading the
-    same class, nor a tower's row it relies on (``read_by``; composite_rows.settle_whole keeps the row
-    measured only where that row is measured with nothing left)."""
-    return [u for u in unread_attention if u.get("mechanism") == "not intercepted" and not u.get("read_by")]
-
-
-def partly_read(result: FamilyAudit) -> bool:
-    """A family counted measured that leaves some attention module unread (named in its other mechanisms)."""
-    return is_measured(result) and bool(unread_here(result.unread_attention))
-
-
-def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
-    """The audit as plain data: a table row per family, every measurement, the counts."""
-    import transformers
-
-    composite_rows.settle_whole(results)
-    composite_rows.mark_covered(results)
-    counts = {verdict: 0 for verdict in (*VERDICTS, composite_rows.COVERED, "skipped")}
-    for result in results:
-        if not result.tower_of:  # the families; tower rows are counted in coverage
-            counts["skipped" if result.status == "skipped" else result.verdict] += 1
-    return {
-        "transformers": transformers.__version__,
-        "torch": torch.__version__,
-        "backends": list(backends),
-        "seconds": round(seconds, 2),
-        "tolerances": {"factor": FACTOR_TOL, "cap": CAP_TOL, "dependence": DEPENDENCE_TOL,
-                       "parity_float32": PARITY_TOL[torch.float32]},
-        "counts": counts,
-        "coverage": coverage(results),
-        "rows": [family_row(result, backends) for result in results],
-        "families": [result.to_dict() for result in results],
-    }

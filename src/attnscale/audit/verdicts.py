@@ -16,6 +16,7 @@ import torch
 
 from ..backends import DEFAULT_BACKENDS  # noqa: E402,F401 - the attention implementations compared
 from .qk_norm import COSINE_TOL
+from .record import FamilyAudit
 
 NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
 FACTOR_TOL = 1e-3  # measured and declared factors agree within 0.1%

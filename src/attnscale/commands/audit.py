@@ -67,12 +67,12 @@ def print_table(report: dict) -> None:
     if skipped:
         console.print(f"skipped {len(skipped)}: " + "; ".join(f"{r['family']} ({r['reason']})" for r in skipped[:12]) +
                       (" ..." if len(skipped) > 12 else ""), markup=False, highlight=False)
-    from ..audit import measure as audit_api
+    from ..audit.record import unread_here
 
     partly_read = set(report["coverage"]["partly_read"])
     partly = [r for r in report["families"] if r["family"] in partly_read]
     if partly:
-        unread = lambda r: ", ".join(sorted({u["class"] for u in audit_api.unread_here(r["unread_attention"])}))  # noqa: E731
+        unread = lambda r: ", ".join(sorted({u["class"] for u in unread_here(r["unread_attention"])}))  # noqa: E731
         console.print(f"measured, leaving attention unread {len(partly)}: " +
                       "; ".join(f"{r['family']} ({unread(r)})" for r in partly), markup=False, highlight=False)
     counts = report["counts"]
@@ -146,6 +146,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Measure the factor each attention layer applies to q.k, under each backend, against its config."""
         from ..audit import measure as audit_api
+        from ..audit import pipeline
         from ..cli import console, progress_bar
 
         from ..paths import check_folder, check_outputs
@@ -175,15 +176,15 @@ def register(app: typer.Typer) -> None:
                       "seconds": time.perf_counter() - start}
             emit(report, out, as_json, lambda: print_table(report))
             return
-        plan = audit_api.plan(target)
+        plan = pipeline.plan(target)
         with progress_bar() as bar:
             task = bar.add_task("audit", total=max(len(plan), 1), note="")
 
             def progress(done: int, name: str, seconds: float) -> None:
                 bar.update(task, completed=done, note=f"{name} {seconds:.1f} s")
 
-            results = audit_api.run_plan(plan, chosen, seed, progress, workers or os.cpu_count() or 1)
-        report = audit_api.report(results, chosen, time.perf_counter() - start)
+            results = pipeline.run_plan(plan, chosen, seed, progress, workers or os.cpu_count() or 1)
+        report = pipeline.report(results, chosen, time.perf_counter() - start)
         if port is not None:
             reference = next((r for r in results if r.layers), None)
             d_k = reference.layers[0]["d_k"] if reference else head_dim

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import checks
-from ..audit import measure as audit_api
+from ..audit import pipeline
 from ..audit import positions as far_positions
 from ..errors import UserError
 from ..plotting import pyplot, save
@@ -40,7 +40,7 @@ class Config:
     seed: int = 0
     device: str = "cpu"  # the audit's tiny models always run on the CPU
     families: tuple[str, ...] | None = QUICK_FAMILIES  # None: every decoder and encoder family
-    backends: tuple[str, ...] = audit_api.DEFAULT_BACKENDS
+    backends: tuple[str, ...] = pipeline.DEFAULT_BACKENDS
 
     def __post_init__(self):
         checks.config(self)
@@ -79,15 +79,15 @@ def compact(result) -> dict:
 
 def run(config: Config, progress=None) -> dict:
     check_config(config)
-    items = audit_api.plan(None if config.families is None else ",".join(config.families))
+    items = pipeline.plan(None if config.families is None else ",".join(config.families))
 
     def step(done: int, name: str, seconds: float) -> None:
         if progress:
             progress(done / len(items), f"{name}")
 
-    results = audit_api.run_plan(items, config.backends, config.seed, step)
+    results = pipeline.run_plan(items, config.backends, config.seed, step)
     far = far_positions.audit_positions(seed=config.seed)
-    summary = audit_api.report(results, config.backends, 0.0)
+    summary = pipeline.report(results, config.backends, 0.0)
     rows = [{k: v for k, v in row.items() if k != "seconds"} for row in summary["rows"]]
     return {"transformers": summary["transformers"], "backends": list(config.backends),
             "families_audited": "all" if config.families is None else list(config.families),

@@ -1,0 +1,73 @@
+"""One record per audited model: what was built, fed, read, declared and judged of it.
+
+The stages fill a :class:`FamilyAudit` in turn (:mod:`.measure` builds, feeds, reads and declares; :mod:`.verdicts`
+judges); :mod:`.compose` then settles composites from finished records into new ones, and :mod:`.pipeline` reports
+them.  ``status`` and ``skip`` are enums, so that no stage reads another's reason text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    AUDITED = "audited"  # built and run: its verdict says what was read
+    SKIPPED = "skipped"  # not measured: its reason says why
+    COVERED = "covered"  # a composite whose towers are measured as rows of their own
+
+
+class Skip(StrEnum):
+    """Why a skipped record has nothing to measure (empty for every other record)."""
+
+    NONE = ""
+    NO_ATTENTION = "no attention module"
+    NO_SOFTMAX = "no softmax over q.k"
+
+
+NOT_MEASURED = "not measured"
+COVERED = "covered by its towers"  # the verdict of a covered composite
+
+
+@dataclass
+class FamilyAudit:
+    family: str
+    model_class: str = ""
+    status: Status = Status.AUDITED
+    reason: str = ""
+    seconds: float = 0.0
+    backends: dict = field(default_factory=dict)  # backend -> {"accepted", "reason", "parity"}
+    layers: list = field(default_factory=list)
+    verdict: str = NOT_MEASURED
+    findings: list = field(default_factory=list)
+    source_lines: list = field(default_factory=list)
+    towers: list = field(default_factory=list)        # a composite's towers: name, model type, own family or not
+    own_attention: list = field(default_factory=list)  # attention classes a composite runs outside its towers
+    tower_of: str = ""  # a tower row: the composite it belongs to (not a family of its own)
+    unread_attention: list = field(default_factory=list)  # attention modules no row reads, with what they compute
+    # a composite built whole, or audited on token ids its towers never see: the tower rows whose attention it
+    # left unread (measured there, or it is not measured)
+    relies_on: list = field(default_factory=list)
+    skip: Skip = Skip.NONE  # kept out of audit.json: its reason says it in words
+
+    def __post_init__(self):
+        self.status, self.skip = Status(self.status), Skip(self.skip)
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "skip"}
+
+
+def is_measured(record: FamilyAudit) -> bool:
+    return record.status == Status.AUDITED and record.verdict != NOT_MEASURED
+
+
+def unread_here(unread_attention: list[dict]) -> list[dict]:
+    """The attention modules of a row "not intercepted" that no row reads: not its own row reading the
+    same class, nor a tower's row it relies on (``read_by``; :func:`.compose.settled` keeps the row
+    measured only where that row is measured with nothing left)."""
+    return [u for u in unread_attention if u.get("mechanism") == "not intercepted" and not u.get("read_by")]
+
+
+def partly_read(record: FamilyAudit) -> bool:
+    """A family counted measured that leaves some attention module unread (named in its other mechanisms)."""
+    return is_measured(record) and bool(unread_here(record.unread_attention))
