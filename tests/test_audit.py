@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attnscale.audit import attention_function, compose, composite_rows, declared, families, pipeline, record, verdicts
+from attnscale.audit import attention_function, compose, composite_rows, declared, families, feed, pipeline, record, verdicts
 from attnscale.audit import measure as audit
 from attnscale.lab import audit as lab
 
@@ -632,7 +632,7 @@ def test_skips_name_what_the_family_lacks():
     model = families.build(families.tiny_config("bert"))
     model.main_input_name = "point_cloud"
     unfed = audit.audit_model(model, "bert", ("eager",))
-    assert unfed.backends["eager"]["reason"] == f"takes point_cloud (not token ids); the audit feeds {audit.FED_TEXT} only"
+    assert unfed.backends["eager"]["reason"] == f"takes point_cloud (not token ids); the audit feeds {feed.FED_TEXT} only"
     assert unfed.verdict == "not measured" and not unfed.layers
 
 
@@ -1224,7 +1224,7 @@ def test_a_token_model_that_does_not_run_on_ids_alone_is_given_what_it_reads_bes
     from attnscale.audit import companions
 
     model = families.build(families.tiny_config(family))
-    inputs = audit.first_inputs(model)
+    inputs = feed.first_inputs(model, feed.Feeding())
     assert beside <= set(inputs)
     if "bbox" in inputs:
         boxes = inputs["bbox"]
@@ -1239,7 +1239,7 @@ def test_a_token_model_that_does_not_run_on_ids_alone_is_given_what_it_reads_bes
 def test_a_token_model_that_runs_on_ids_alone_gets_nothing_beside_them():
     """LayoutLM takes boxes but runs without them (zeros by default): it is given ids only, as before."""
     model = families.build(families.tiny_config("layoutlm"))
-    assert "bbox" not in audit.first_inputs(model)
+    assert "bbox" not in feed.first_inputs(model, feed.Feeding())
 
 
 @pytest.mark.parametrize("family, beside, shown", [("grounding-dino", {"input_ids", "attention_mask"}, "0.1768..0.25"),
@@ -1249,7 +1249,7 @@ def test_an_image_model_that_requires_a_text_or_task_beside_its_image_is_given_i
     the top proposals of a 4 x 4 feature map), OneFormer a task prompt at its task length: given them,
     each is measured (0.25 at head dim 16; Grounding DINO's image-text fusion at its head dim 32, 0.1768)."""
     model = families.build(families.tiny_config(family))
-    inputs = audit.first_inputs(model)
+    inputs = feed.first_inputs(model, feed.Feeding())
     assert beside <= set(inputs)
     if "task_inputs" in inputs:
         assert inputs["task_inputs"].shape[-1] == model.config.task_seq_len
@@ -1608,8 +1608,8 @@ def test_prophetnet_s_ngram_self_attention_is_read_in_its_main_and_predict_strea
     for row in rows:
         assert row["d_k"] == head_dim
         per_query = row["backends"]["eager"]["path"]["per_query"]
-        assert len(per_query) == (1 + config.ngram) * audit.TOKENS
-        streams = [per_query[start:start + audit.TOKENS] for start in range(0, len(per_query), audit.TOKENS)]
+        assert len(per_query) == (1 + config.ngram) * feed.TOKENS
+        streams = [per_query[start:start + feed.TOKENS] for start in range(0, len(per_query), feed.TOKENS)]
         for stream in streams:  # each stream has queries that see the designed keys, each at the factor
             seen = [value for value in stream if not math.isnan(value)]
             assert seen and all(value == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL) for value in seen)

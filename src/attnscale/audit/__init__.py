@@ -3,7 +3,8 @@ applies, under each backend, measured and compared with what its config declares
 
 ``pipeline``            from a target to its report: plan, audit each item (in order or over workers), compose, report
 ``record``              one record per audited model (FamilyAudit), its status and skip kind as enums
-``measure``             one model: build, feed, read and declare (a family, a folder, a callable)
+``measure``             one model: build, read and declare (a family, a folder, a callable)
+``feed``                the inputs that run one model, found once and kept on its Feeding record
 ``composite_rows``      a composite's own rows: its towers as rows, the composite built whole
 ``towers``              which row reads the attention a composite's towers run
 ``compose``             composites settled from finished records, as new records (covered, or skipped with why)

@@ -16,6 +16,7 @@ import torch
 from ..probing.loading import quiet_transformers
 from ..threads import torch_threads
 from . import families, measure, whole_path
+from .feed import Feeding, first_inputs
 from .record import FamilyAudit, Status
 from .towers import tower_row
 from .verdicts import DEFAULT_BACKENDS
@@ -27,9 +28,9 @@ def audit_tower(composite: str, tower: dict, backends=DEFAULT_BACKENDS, seed: in
     start = time.perf_counter()
     name = f"{composite}.{tower['name']}"
     try:
-        model = families.build_tower(composite, tower["name"], seed)
+        model, feeding = families.build_tower(composite, tower["name"], seed), Feeding()
         with torch.no_grad(), quiet_transformers(), torch_threads(1):
-            model(**measure.first_inputs(model))
+            model(**first_inputs(model, feeding))
     except families.Skip as reason:
         return FamilyAudit(name, status=Status.SKIPPED, reason=str(reason), skip=reason.kind, tower_of=composite,
                            seconds=time.perf_counter() - start)
@@ -37,7 +38,7 @@ def audit_tower(composite: str, tower: dict, backends=DEFAULT_BACKENDS, seed: in
         return FamilyAudit(name, status=Status.SKIPPED, reason=f"cannot run a forward pass: {families.first_line(error)}",
                            tower_of=composite, seconds=time.perf_counter() - start)
     try:
-        result = measure.audit_model(model, name, backends, seed, model_type=tower["model_type"])
+        result = measure.audit_model(model, name, backends, seed, model_type=tower["model_type"], feeding=feeding)
     except Exception as error:  # noqa: BLE001
         result = FamilyAudit(name, type(model).__name__, status=Status.SKIPPED,
                              reason=f"audit failed: {families.first_line(error)}")
@@ -48,7 +49,7 @@ def audit_tower(composite: str, tower: dict, backends=DEFAULT_BACKENDS, seed: in
 
 def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
     """A composite its towers cannot cover (``skipped``: its row as a family), built whole at the tiny
-    sizes (:func:`families.build_whole`) and fed everything its forward needs (:func:`.measure.first_inputs`: an
+    sizes (:func:`families.build_whole`) and fed everything its forward needs (:func:`.feed.first_inputs`: an
     image with a prompt, ids in codebooks, a pair of images) and audited as one model: its own attention
     is measured among its calls.  ``own_attention`` then keeps the composite's own classes no row reads."""
     model_type = skipped.family
@@ -56,8 +57,8 @@ def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) 
     try:
         model = families.build_whole(model_type, seed)
         with torch.no_grad(), quiet_transformers(), torch_threads(1):
-            whole_path.MEDIA[model] = placeholder_media(model)
-            model(**measure.first_inputs(model))
+            feeding = Feeding(media=placeholder_media(model))
+            model(**first_inputs(model, feeding))
     except families.Skip as reason:
         return FamilyAudit(model_type, status=Status.SKIPPED, reason=str(reason), skip=reason.kind,
                            seconds=time.perf_counter() - start)
@@ -65,7 +66,7 @@ def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) 
         return FamilyAudit(model_type, status=Status.SKIPPED, seconds=time.perf_counter() - start,
                            reason=f"cannot run a forward pass: {families.first_line(error)}")
     try:
-        result = measure.audit_model(model, model_type, backends, seed)
+        result = measure.audit_model(model, model_type, backends, seed, feeding=feeding)
     except Exception as error:  # noqa: BLE001
         result = FamilyAudit(model_type, type(model).__name__, status=Status.SKIPPED,
                              reason=f"audit failed: {families.first_line(error)}")
@@ -92,9 +93,9 @@ MEDIA_KINDS = (("image", "vision_config"), ("audio", "audio_config"))  # a mediu
 
 
 def placeholder_media(model) -> list[tuple[int, int, dict]]:
-    """The media a composite merges into its ids at placeholder tokens, for :data:`whole_path.MEDIA`: each kind
+    """The media a composite merges into its ids at placeholder tokens, for ``Feeding.media``: each kind
     whose token the config names (image_token_id, audio_token_id) and whose features the model computes
-    (get_<kind>_features), given as its tower runs on them (:func:`.measure.first_inputs` of the module built from the
+    (get_<kind>_features), given as its tower runs on them (:func:`.feed.first_inputs` of the module built from the
     tower's sub-config, under the names the composite takes), with as many placeholders as those features hold
     vectors of the text's width; without them the ids alone run and the towers' media path never does."""
     found = []
@@ -105,7 +106,8 @@ def placeholder_media(model) -> list[tuple[int, int, dict]]:
         if not isinstance(token, int) or features is None or tower is None:
             continue
         try:
-            inputs = {name: value for name, value in measure.first_inputs(tower).items() if whole_path.accepts(model, name)}
+            inputs = {name: value for name, value in first_inputs(tower, Feeding()).items()
+                      if whole_path.accepts(model, name)}
             output = features(**inputs)
             pooled = getattr(output, "pooler_output", output)
             found.append((token, pooled.numel() // model.get_input_embeddings().embedding_dim, inputs))

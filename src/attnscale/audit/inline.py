@@ -15,6 +15,7 @@ from a measurement otherwise.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import weakref
@@ -51,13 +52,9 @@ class InProjection(torch.nn.Module):
         return torch.nn.functional.linear(x, weight, bias)
 
 
-IN_PROJECTIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # nn.MultiheadAttention -> (q, k, v)
-
-
 def in_projections(module: torch.nn.MultiheadAttention) -> tuple[InProjection, ...]:
-    if module not in IN_PROJECTIONS:
-        IN_PROJECTIONS[module] = tuple(InProjection(module.embed_dim) for _ in range(3))
-    return IN_PROJECTIONS[module]
+    """Its q, k and v as modules of their own: the layout holds them, and :class:`Watch` reads them from it."""
+    return tuple(InProjection(module.embed_dim) for _ in range(3))
 
 
 class PassThrough(torch.nn.Module):
@@ -79,9 +76,6 @@ class CallQuery(PassThrough):
     through by :class:`Watch` as (B, T, H * d)."""
 
 
-CALL_QUERIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # attention module -> CallQuery
-
-
 def learned_query(module, config) -> list[whole_path.Layout]:
     """The layout of a module whose code calls ``F.scaled_dot_product_attention`` on keys from a k
     projection and a query from no projection (its learned query): q designed at the call (what the
@@ -95,10 +89,8 @@ def learned_query(module, config) -> list[whole_path.Layout]:
     if width % heads:
         return []
     d = width // heads
-    if module not in CALL_QUERIES:
-        CALL_QUERIES[module] = CallQuery(width)
     return [whole_path.Layout("learned query designed at the call, separate k (weights read)",
-                              [whole_path.Block(CALL_QUERIES[module], 0, heads, d, 0, d)],
+                              [whole_path.Block(CallQuery(width), 0, heads, d, 0, d)],
                               [whole_path.Block(k_mod, 0, heads, d, 0, d)])]
 
 
@@ -109,7 +101,6 @@ class HandedIn(PassThrough):
 
 
 HANDED_IN_ARGUMENTS = ("hidden_states", "key_states")  # the q and k such a module's forward takes
-HANDED_INS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # attention module -> (q, k) HandedIn
 
 
 def handed_in_layout(module) -> list[whole_path.Layout]:
@@ -124,17 +115,15 @@ def handed_in_layout(module) -> list[whole_path.Layout]:
         return []
     if whole_path.child(module, whole_path.Q_NAMES) is not None or whole_path.child(module, whole_path.K_NAMES) is not None:
         return []
-    if module not in HANDED_INS:
-        HANDED_INS[module] = (HandedIn(heads * d), HandedIn(heads * d))
-    q_mod, k_mod = HANDED_INS[module]
+    q_mod, k_mod = HandedIn(heads * d), HandedIn(heads * d)
     return [whole_path.Layout("q and k designed where they are handed in (weights read)",
                               [whole_path.Block(q_mod, 0, heads, d, 0, d)], [whole_path.Block(k_mod, 0, heads, d, 0, d)])]
 
 
-def through_handed_in(module, args, kwargs):
-    """A forward pre-hook: the module's handed-in q and k (keyword arguments) through its :class:`HandedIn`."""
-    shims = HANDED_INS.get(module)
-    if shims is None or not all(isinstance(kwargs.get(name), torch.Tensor) for name in HANDED_IN_ARGUMENTS):
+def through_handed_in(shims, module, args, kwargs):
+    """A forward pre-hook (``shims`` bound): the module's handed-in q and k (keyword arguments) through the
+    :class:`HandedIn` modules its layout holds."""
+    if not all(isinstance(kwargs.get(name), torch.Tensor) for name in HANDED_IN_ARGUMENTS):
         return None
     return args, {**kwargs, **{name: shim(kwargs[name]) for name, shim in zip(HANDED_IN_ARGUMENTS, shims)}}
 
@@ -166,9 +155,6 @@ class ParameterProjection(torch.nn.Module):
         return torch.einsum(EINSUM_PROJECTION, x, self.weight_of()).flatten(-2)
 
 
-PARAMETER_PROJECTIONS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # module -> (q, k) projections
-
-
 def parameter_projections(module) -> tuple[ParameterProjection, ParameterProjection] | None:
     """A module's q and k as :class:`ParameterProjection`, where both are (hidden, heads, d) parameters of
     the same shape (XLNet's relative attention); None otherwise."""
@@ -176,9 +162,7 @@ def parameter_projections(module) -> tuple[ParameterProjection, ParameterProject
     if not (isinstance(q, torch.nn.Parameter) and isinstance(k, torch.nn.Parameter) and q.dim() == 3
             and q.shape == k.shape):
         return None
-    if module not in PARAMETER_PROJECTIONS:
-        PARAMETER_PROJECTIONS[module] = (ParameterProjection(q), ParameterProjection(k))
-    return PARAMETER_PROJECTIONS[module]
+    return ParameterProjection(q), ParameterProjection(k)
 
 
 HEAD_WIDTH_NAMES = ("key_dim", "head_dim", "attention_head_size")  # q.k's width per head, where the module states it
@@ -354,7 +338,7 @@ class Watch(torch.overrides.TorchFunctionMode):
         if func is SDPA and self.active:
             return self.scaled_dot_product(self.found[self.active[-1]][1], args, kwargs or {})
         if func is torch.einsum and self.active and not kwargs:
-            out = self.parameter_projection(self.found[self.active[-1]][0], args)
+            out = self.parameter_projection(*self.found[self.active[-1]], args)
             if out is not None:
                 return out
         out = func(*args, **(kwargs or {}))
@@ -366,17 +350,20 @@ class Watch(torch.overrides.TorchFunctionMode):
         for key, (module, layout) in self.found.items():
             self.handles.append(module.register_forward_pre_hook(lambda m, a, key=key: self.active.append(key)))
             if isinstance(layout.q[0].module, HandedIn):
-                self.handles.append(module.register_forward_pre_hook(through_handed_in, with_kwargs=True))
+                shims = (layout.q[0].module, layout.k[0].module)
+                self.handles.append(module.register_forward_pre_hook(functools.partial(through_handed_in, shims),
+                                                                     with_kwargs=True))
             self.handles.append(module.register_forward_hook(self.leave(key)))
             for role, blocks in (("q", layout.q), ("k", layout.k)):
                 self.handles.append(blocks[0].module.register_forward_hook(self.shape_of(key, role)))
         return super().__enter__()
 
-    def parameter_projection(self, module, args) -> torch.Tensor | None:
+    def parameter_projection(self, module, layout, args) -> torch.Tensor | None:
         """``torch.einsum(EINSUM_PROJECTION, x, q or k)`` inside a watched module whose q and k are parameters
-        (XLNet's): through its :class:`ParameterProjection` (hooked like any projection), as (T, B, heads, d)."""
-        shims = PARAMETER_PROJECTIONS.get(module)
-        if shims is None or len(args) != 3 or args[0] != EINSUM_PROJECTION:
+        (XLNet's): through the :class:`ParameterProjection` its layout holds (hooked like any projection), as
+        (T, B, heads, d)."""
+        shims = (layout.q[0].module, layout.k[0].module)
+        if not isinstance(shims[0], ParameterProjection) or len(args) != 3 or args[0] != EINSUM_PROJECTION:
             return None
         for shim, parameter in zip(shims, (module.q, module.k)):
             if args[2] is parameter:
@@ -596,26 +583,26 @@ def projection_shapes(model, layouts: dict, inputs: dict) -> dict:
     return watch.shapes
 
 
-def designed_weights(model, layouts: dict, units: dict, designs, tokens: int, far: int) -> dict:
+def designed_weights(model, feeding, layouts: dict, units: dict, designs, tokens: int, far: int) -> dict:
     """:func:`designed_pass` of all the designs, or where the model refuses them as one batch (TVP's 2-d
     position embeddings are viewed at batch 1), one pass a design, their weights stacked."""
     try:
-        return designed_pass(model, layouts, units, designs, tokens, far)
+        return designed_pass(model, feeding, layouts, units, designs, tokens, far)
     except RuntimeError:
         if len(designs) == 1:
             raise
-    passes = [designed_pass(model, layouts, units, (design,), tokens, far) for design in designs]
+    passes = [designed_pass(model, feeding, layouts, units, (design,), tokens, far) for design in designs]
     return {key: torch.cat([found[key] for found in passes]) for key in passes[0]
             if all(key in found for found in passes)}
 
 
-def designed_pass(model, layouts: dict, units: dict, designs, tokens: int, far: int) -> dict:
+def designed_pass(model, feeding, layouts: dict, units: dict, designs, tokens: int, far: int) -> dict:
     """{module id: (B, H, T, T_k) weights, windows laid end to end along T} for one designed forward
     pass; ``layouts`` maps module ids to (module, Layout).  The designs are written at the token
     counts the projections output (an image's patches, keys reduced as PVT's are), per window
     where a module attends within windows (Swin)."""
     vocab = getattr(model.config, "vocab_size", None) or 100
-    inputs = whole_path.path_inputs(model, designs, tokens, far, vocab)
+    inputs = whole_path.path_inputs(model, feeding, designs, tokens, far, vocab)
     token_counts = {}
     for key, shape in projection_shapes(model, layouts, inputs).items():
         layout = whole_path.token_layout(shape, len(designs))
@@ -662,7 +649,7 @@ def inside(name: str, names) -> bool:
     return any(name == outer or name.startswith(outer + ".") for outer in names)
 
 
-def inline_rows(model, declared_of, tokens: int, longer_tokens: int, far: int, only=None) -> list[dict]:
+def inline_rows(model, feeding, declared_of, tokens: int, longer_tokens: int, far: int, only=None) -> list[dict]:
     """Layer rows (as audit.layer_rows makes them) with the whole path read from the weights; ``only``:
     the names of the modules to read (and those inside them), where the others are read otherwise."""
     found = [item for item in attention_modules(model) if only is None or inside(item[0], only)]
@@ -676,7 +663,7 @@ def inline_rows(model, declared_of, tokens: int, longer_tokens: int, far: int, o
     while pending:
         trial = {key: (module, options.pop(0)) for key, (module, options) in pending.items()}
         try:
-            main = designed_weights(model, trial, units, whole_path.DESIGNS, tokens, far)
+            main = designed_weights(model, feeding, trial, units, whole_path.DESIGNS, tokens, far)
         except (RuntimeError, ValueError, IndexError):
             main = {}
         for key, (module, layout) in trial.items():
@@ -689,7 +676,7 @@ def inline_rows(model, declared_of, tokens: int, longer_tokens: int, far: int, o
     longer = {}
     if chosen and whole_path.main_input(model) == "input_ids":  # an image or a signal has one length here
         try:
-            longer = designed_weights(model, chosen, units, whole_path.LENGTH_DESIGNS, longer_tokens, far)
+            longer = designed_weights(model, feeding, chosen, units, whole_path.LENGTH_DESIGNS, longer_tokens, far)
         except (RuntimeError, ValueError, IndexError):
             pass
     rows = []

@@ -1,6 +1,7 @@
 """The scale audit: the factor every attention layer applies, measured, against the config.
 
-For one model (a tiny random-init member of a transformers family, or a local folder),
+For one model (a tiny random-init member of a transformers family, or a local folder), fed as
+:mod:`.feed` finds it runs (its :class:`.feed.Feeding` record goes with it through every pass),
 under each attention backend it accepts, per attention call:
 
 * the attention function's factor on q.k, its soft cap (:mod:`.attention_function`), measured by
@@ -23,7 +24,6 @@ from __future__ import annotations
 import inspect
 import math
 import time
-import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,19 +31,19 @@ import torch
 
 from ..errors import UserError
 from ..memory import require_memory
-from ..probing.intercept import (final_hidden, intercept_attention, model_inputs, run_attention, set_attn_implementation,
+from ..probing.intercept import (final_hidden, intercept_attention, run_attention, set_attn_implementation,
                                  uncompiled_flex)
 from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config,
                                quiet_transformers, read_json)
 from ..threads import torch_threads
-from . import attention_function, families, inline, qk_norm, series, whole_path
+from . import attention_function, families, inline, qk_norm, whole_path
 from . import declared as declared_rules
+from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_refused, first_inputs, is_fed
 from .record import FamilyAudit, Skip, Status
 from .towers import rely_on_towers
 from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge_family
 
 NO_CALL = "no attention function was called"  # attention computed inline: read from its weights instead
-TOKENS, LONGER_TOKENS = 8, 24
 FAR_POSITION = 65536  # past the original context of YaRN / Llama-4-style position temperatures
 
 
@@ -83,7 +83,7 @@ def probe_tokens(model, calls) -> int:
     return TOKENS if whole_path.main_input(model) == "input_ids" else int(calls[0].query.shape[-2])
 
 
-def choose_layouts(model, backend: str, calls, units: dict) -> tuple[dict, list | None]:
+def choose_layouts(model, feeding: Feeding, backend: str, calls, units: dict) -> tuple[dict, list | None]:
     """The first candidate layout per attention module that passes the check on what reaches
     the attention function (modules with none are left out), and the designed calls of the
     trial where every module passed at once (None otherwise)."""
@@ -97,7 +97,8 @@ def choose_layouts(model, backend: str, calls, units: dict) -> tuple[dict, list 
     while pending:
         trial = {key: options.pop(0) for key, options in pending.items()}
         try:
-            designed = designed_calls(model, backend, trial, units, whole_path.DESIGNS, probe_tokens(model, calls), vocab)
+            designed = designed_calls(model, feeding, backend, trial, units, whole_path.DESIGNS, probe_tokens(model, calls),
+                                      vocab)
         except (RuntimeError, ValueError, IndexError, TypeError):
             designed = []
         checked = {}
@@ -123,14 +124,14 @@ def far_position(config, tokens: int) -> int:
     return min(FAR_POSITION, maximum - 8) if isinstance(maximum, int) and maximum > 16 else 2
 
 
-def designed_calls(model, backend: str, layouts: dict, units: dict, designs, tokens: int, vocab: int):
+def designed_calls(model, feeding: Feeding, backend: str, layouts: dict, units: dict, designs, tokens: int, vocab: int):
     """One forward pass of the designs with the projections overwritten; returns the calls (whose
     ``output`` was computed with the designed values)."""
     far = far_position(model.config, tokens)
     handles = whole_path.install(layouts, units, designs, tokens, next(model.parameters()).dtype)
-    handles += whole_path.pin_beside_positions(model, designs, far) + watch_rotaries(model)
+    handles += whole_path.pin_beside_positions(model, designs, far) + watch_rotaries(model, feeding)
     try:
-        inputs = whole_path.path_inputs(model, designs, tokens, far, vocab)
+        inputs = whole_path.path_inputs(model, feeding, designs, tokens, far, vocab)
         rewrite = lambda module, q, k, v: (q, k, whole_path.designed_values(v))  # noqa: E731
         _, calls = run_attention(model, inputs, backend=backend, rewrite=rewrite)
     finally:
@@ -139,7 +140,7 @@ def designed_calls(model, backend: str, layouts: dict, units: dict, designs, tok
     return calls
 
 
-def rotary_unpinned(model, module=None) -> bool:
+def rotary_unpinned(model, feeding: Feeding, module=None) -> bool:
     """RoPE that the designed passes cannot pin: the model rotates q and k by positions it does not
     take as position_ids (an audio encoder counts its frames), so the designed keys at positions
     0 and 1 and a query at position t differ by a rotation of t, not by the factor alone.  The
@@ -151,26 +152,22 @@ def rotary_unpinned(model, module=None) -> bool:
         return False
     if whole_path.main_input(model) != "input_ids" and not whole_path.accepts(model, "position_ids"):
         return True
-    return numbers_own_positions(model, module)
+    return numbers_own_positions(feeding, module)
 
 
-def numbers_own_positions(model, module) -> bool:
+def numbers_own_positions(feeding: Feeding, module) -> bool:
     """An attention ``module`` whose RoPE the designed passes did not pin: a rotary embedding built from the
     same config as the module was handed positions that vary over the tokens in a designed pass (where
     every token of a design is at one position), so that part numbers its positions itself (Dots3-Note's
     audio tower, BLT's global transformer; not BLT's byte encoder, which takes the position_ids given)."""
     own = getattr(module, "config", None)
-    return own is not None and id(own) in UNPINNED_CONFIGS.get(model, set())
+    return own is not None and id(own) in feeding.unpinned
 
 
-# model -> ids of the configs whose rotary embeddings saw positions varying over the tokens in a designed pass
-UNPINNED_CONFIGS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def watch_rotaries(model) -> list:
-    """Hooks on the model's rotary embeddings that record (in :data:`UNPINNED_CONFIGS`) the config of each
+def watch_rotaries(model, feeding: Feeding) -> list:
+    """Hooks on the model's rotary embeddings that record (in ``feeding.unpinned``) the config of each
     one handed positions that vary over the tokens; their handles."""
-    seen = UNPINNED_CONFIGS.setdefault(model, set())
+    seen = feeding.unpinned
 
     def watch(module, args, kwargs):
         positions = kwargs.get("position_ids", args[1] if len(args) > 1 else None)
@@ -181,10 +178,10 @@ def watch_rotaries(model) -> list:
             if type(module).__name__.endswith("RotaryEmbedding") and getattr(module, "config", None) is not None]
 
 
-def path_results(model, backend: str, calls, layouts: dict, units: dict, main=None) -> list[dict | None]:
+def path_results(model, feeding: Feeding, backend: str, calls, layouts: dict, units: dict, main=None) -> list[dict | None]:
     """The whole path's numbers per attention call (None where no layout was found); ``main``:
     the designed calls of :data:`whole_path.DESIGNS` when already run."""
-    if not layouts or rotary_unpinned(model):
+    if not layouts or rotary_unpinned(model, feeding):
         return [None] * len(calls)
     vocab = getattr(model.config, "vocab_size", None) or 100
     runs = {"main": main}
@@ -195,7 +192,7 @@ def path_results(model, backend: str, calls, layouts: dict, units: dict, main=No
         if runs.get(name) is not None:
             continue
         try:
-            runs[name] = designed_calls(model, backend, layouts, units, designs, tokens, vocab)
+            runs[name] = designed_calls(model, feeding, backend, layouts, units, designs, tokens, vocab)
         except (RuntimeError, ValueError, IndexError, TypeError):
             runs[name] = None
     positions = whole_path.accepts(model, "position_ids")
@@ -209,7 +206,7 @@ def path_results(model, backend: str, calls, layouts: dict, units: dict, main=No
     out = []
     for index, call in enumerate(calls):
         key = id(call.module)
-        rows = rows_of("main", index, key) if key in layouts and not rotary_unpinned(model, call.module) else None
+        rows = rows_of("main", index, key) if key in layouts and not rotary_unpinned(model, feeding, call.module) else None
         if rows is None:
             out.append(None)
             continue
@@ -244,7 +241,7 @@ def differing_positions(hidden: torch.Tensor, reference: torch.Tensor, tol: floa
     return [int(t) for t in torch.nonzero(per_position > tol).flatten()]
 
 
-def backend_pass(model, backend: str, reference_hidden, inputs, units: dict, layouts: dict | None):
+def backend_pass(model, feeding: Feeding, backend: str, reference_hidden, inputs, units: dict, layouts: dict | None):
     """Everything measured under one backend; raises ValueError if the family refuses it."""
     with torch.no_grad(), intercept_attention(model, backend=backend) as calls:
         outputs = model(**inputs)
@@ -261,8 +258,8 @@ def backend_pass(model, backend: str, reference_hidden, inputs, units: dict, lay
             factor = result.get("factor")
             scale = abs(factor) if factor and math.isfinite(factor) else call.query.shape[-1] ** -0.5
             units.setdefault(id(call.module), min(0.1 / scale, units.get("clip", math.inf) / 4))
-        layouts, main = choose_layouts(model, backend, calls, units)
-    return calls, hidden, parity, functions, path_results(model, backend, calls, layouts, units, main), layouts
+        layouts, main = choose_layouts(model, feeding, backend, calls, units)
+    return calls, hidden, parity, functions, path_results(model, feeding, backend, calls, layouts, units, main), layouts
 
 
 # ---------------------------------------------------------------------------------------
@@ -291,147 +288,14 @@ def declared_of(model, call, fallback_index: int, model_type: str) -> declared_r
                                        module=call.module)
 
 
-INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_values": "raw audio samples",
-               "pixel_values": "images", whole_path.PATCHES: "image patches with their grid",
-               series.SERIES_INPUT: "a time series' past values", series.TRAJECTORY_INPUT: "a trajectory's states"}
-FED = ("input_ids", "pixel_values", *whole_path.SHAPED_INPUTS)  # token ids, a 32 x 32 image, audio, patches
-FED_TEXT = ("token ids, images, video clips, image patches, audio, time series, trajectories, query embeddings and "
-            "continuous inputs (latents)")
-
-
-def is_fed(takes: str) -> bool:
-    return takes in FED or whole_path.is_shaped(takes)
-
-
-def first_inputs(model) -> dict:
-    """The real pass's inputs: TOKENS token ids (and their mask), one image, or one audio input of
-    the first shape the model runs on (kept for the designed passes); raises UserError if none runs."""
-    takes = whole_path.main_input(model)
-    if takes == "pixel_values":
-        if model not in whole_path.IMAGE_BESIDE:
-            image_companions(model)
-        if model not in whole_path.IMAGE_AXIS:
-            whole_path.IMAGE_AXIS[model] = image_axis(model)
-        return whole_path.image_inputs(model, 1)
-    if whole_path.is_shaped(takes):
-        if model in whole_path.SIGNAL_SHAPES:
-            return whole_path.shaped_input(model, 1, whole_path.SIGNAL_SHAPES[model])
-        refusals = []
-        for shape in whole_path.input_shapes(model, takes):
-            inputs = whole_path.shaped_input(model, 1, shape)
-            try:
-                with torch.no_grad(), quiet_transformers(), torch_threads(1):
-                    model(**inputs)
-            except Exception as error:  # noqa: BLE001 - a shape the model does not take: try the next
-                refusals.append(f"{tuple(shape)}: {families.first_line(error)}")
-                continue
-            whole_path.SIGNAL_SHAPES[model] = shape
-            return inputs
-        raise UserError(f"{type(model).__name__} ran on none of the {takes} shapes tried ({'; '.join(refusals)})")
-    vocab = getattr(model.config, "vocab_size", None) or 100
-    ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
-    if model not in whole_path.ID_LAYOUTS and whole_path.id_layouts(model.config):
-        whole_path.ID_LAYOUTS[model] = id_layout(model, ids)
-    inputs = token_inputs(model, ids, whole_path.ID_LAYOUTS.get(model))
-    if model not in whole_path.BESIDE and whole_path.takes_companions(model):
-        # ids alone first: what a model reads beside them (boxes, region features, an image) is given only
-        # where it does not run without
-        whole_path.BESIDE[model] = not runs(model, lambda: inputs)
-        if whole_path.BESIDE[model] and whole_path.accepts(model, "pixel_values") and not runs(
-                model, lambda: {**inputs, **whole_path.token_companions(model, 1, TOKENS)}):
-            # one image refused: a clip of frames (X-CLIP's video), kept where it runs
-            whole_path.BESIDE_FRAMES[model] = whole_path.clip_frames(model.config)
-            if not runs(model, lambda: {**inputs, **whole_path.token_companions(model, 1, TOKENS)}):
-                del whole_path.BESIDE_FRAMES[model]
-    return {**inputs, **whole_path.token_companions(model, 1, TOKENS)}
-
-
-def runs(model, make_inputs) -> bool:
-    """Whether the model runs one forward pass on the inputs ``make_inputs()`` gives (no gradients, one
-    thread, transformers quiet); any refusal, in making the inputs or in the model's code, is a no."""
-    return refusal_of(model, make_inputs) is None
-
-
-def refusal_of(model, make_inputs) -> str | None:
-    """The first line of the error one forward pass on ``make_inputs()`` raises (see :func:`runs`); None where it runs."""
-    try:
-        with torch.no_grad(), quiet_transformers(), torch_threads(1):
-            model(**make_inputs())
-        return None
-    except Exception as error:  # noqa: BLE001 - third-party model code: whatever it raises means it does not run so
-        return families.first_line(error)
-
-
-# model -> why its last box prompt was refused, where it runs without one (SAM 3: its geometry encoder pools the
-# box's features with torchvision.ops.roi_align, and torchvision is not installed)
-BOX_REFUSALS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def token_inputs(model, ids: torch.Tensor, layout) -> dict:
-    """Token ids (and their mask, encoder states) laid out as ``layout`` (see :func:`whole_path.id_layouts`)."""
-    ids = whole_path.with_placeholders(model, ids)
-    inputs = model_inputs(model, whole_path.lay_out_ids(ids, layout), torch.ones_like(ids),
-                          **whole_path.encoder_states(model, 1), **whole_path.codebook_index(model))
-    if "decoder_input_ids" in inputs:
-        inputs["decoder_input_ids"] = whole_path.decoder_ids(ids, layout)
-    return whole_path.mask_queries(inputs)
-
-
-def image_axis(model) -> int | None:
-    """None where the model runs on one image a sample; else the first count of
-    :data:`whole_path.IMAGE_COUNTS` it runs on with the images on an axis of their own (a pair of
-    images to match), or FOLD_FRAMES (a clip's frames along the batch axis); None where none runs (the
-    forward's own error is then the reason)."""
-    for count in (None, *whole_path.IMAGE_COUNTS, whole_path.FOLD_FRAMES):
-        whole_path.IMAGE_AXIS[model] = count
-        if runs(model, lambda: whole_path.image_inputs(model, 1)):
-            return count
-    return None
-
-
-def id_layout(model, ids: torch.Tensor):
-    """The first layout of :func:`whole_path.id_layouts` (plain ids first: None) that the model runs
-    on; plain where none does (the forward's own error is then the reason)."""
-    for layout in (None, *whole_path.id_layouts(model.config)):
-        if runs(model, lambda: token_inputs(model, ids, layout)):  # noqa: B023 - called before the next layout
-            return layout
-    return None
-
-
-def image_companions(model) -> None:
-    """What a promptable image model runs with beside its image (:data:`whole_path.IMAGE_BESIDE`): a box
-    prompt wherever it runs with one, token ids only where the image alone is refused; the first
-    option that runs is kept (the last tried where none does: the forward's error is then the reason;
-    SAM 3's box needs torchvision's roi_align, so it runs without)."""
-    options = [()]
-    if whole_path.accepts(model, "input_ids"):
-        options.append(("text",))
-    if whole_path.accepts(model, "input_boxes"):
-        options = [(*option, "boxes") for option in options] + options  # with a box first, then without
-    for option in options:
-        whole_path.IMAGE_BESIDE[model] = option
-        refusal = None if len(options) == 1 else refusal_of(model, lambda: whole_path.image_inputs(model, 1))
-        if refusal is None:
-            return
-        if "boxes" in option:
-            BOX_REFUSALS[model] = refusal
-
-
-def box_refused(model, unread: list[dict]) -> None:
-    """Says, beside each attention module left unread (not intercepted) by a model that runs without the
-    box prompt it refused, that refusal: what would run such a module is not run here, and why."""
-    refusal = BOX_REFUSALS.get(model)
-    if refusal is None or "boxes" in whole_path.IMAGE_BESIDE.get(model, ()):
-        return
-    for entry in unread:
-        if entry["mechanism"] == "not intercepted":
-            entry["why"] = f"not run by the inputs that run here; the box prompt it takes beside them is refused ({refusal})"
 
 
 def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
-                model_type: str | None = None) -> FamilyAudit:
+                model_type: str | None = None, feeding: Feeding | None = None) -> FamilyAudit:
     """Audit one model (eval mode, CPU) under ``backends`` (eager always runs first); ``family``
-    names it in the result, ``model_type`` (default: the config's) selects the declared rules."""
+    names it in the result, ``model_type`` (default: the config's) selects the declared rules; ``feeding``:
+    what feeding it has found so far (a composite's media; a first pass's findings), else found here."""
+    feeding = feeding if feeding is not None else Feeding()
     start = time.perf_counter()
     model_type = model_type or getattr(model.config, "model_type", family)
     result = FamilyAudit(family, type(model).__name__)
@@ -445,18 +309,18 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
         result.seconds = time.perf_counter() - start
         return result
     order = ["eager", *[b for b in backends if b != "eager"]]
-    inputs = first_inputs(model)
+    inputs = first_inputs(model, feeding)
     units = whole_path.inside_clip({}, declared_rules.clip_of(model.config))
     layouts, reference, measured = None, None, {}
     with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
         for backend in order:
             torch.manual_seed(seed)  # every backend sees the same random draws (ViT-MAE masks patches at random)
             try:
-                calls, hidden, parity, functions, wholes, layouts = backend_pass(model, backend, reference, inputs,
-                                                                              units, layouts)
+                calls, hidden, parity, functions, wholes, layouts = backend_pass(model, feeding, backend, reference,
+                                                                              inputs, units, layouts)
             except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
                 if backend == "eager" and ("eager_attention_forward" in str(error) or NO_CALL in str(error)):
-                    inline_attention(model, model_type, result, order, inputs, units)
+                    inline_attention(model, feeding, model_type, result, order, inputs, units)
                     break
                 result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
                 if backend == "eager":
@@ -471,15 +335,15 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
                 result.backends[backend]["positions"] = differing_positions(hidden, reference, PARITY_TOL[torch.float32])
             measured[backend] = (calls, functions, wholes)
     if "eager" in measured:
-        result.layers = layer_rows(model, model_type, measured)
+        result.layers = layer_rows(model, feeding, model_type, measured)
     if result.layers:
         result.source_lines = declared_rules.scaling_lines(model)
     result.unread_attention = unread_attention(model, result.layers)
     if result.layers:
         with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
             torch.manual_seed(seed)
-            inline_beside(model, model_type, result)
-    box_refused(model, result.unread_attention)
+            inline_beside(model, feeding, model_type, result)
+    box_refused(feeding, result.unread_attention)
     judge_family(result, backends)
     mechanisms = list(dict.fromkeys(u["mechanism"] for u in result.unread_attention if u["mechanism"] != "not intercepted"))
     if has_no_factor(result):
@@ -502,7 +366,7 @@ def inline_declared(model, family: str):
     return declared
 
 
-def inline_beside(model, family: str, result: FamilyAudit) -> None:
+def inline_beside(model, feeding: Feeding, family: str, result: FamilyAudit) -> None:
     """Attention modules left unread beside the intercepted calls (a pooling head's torch
     nn.MultiheadAttention, an inline encoder inside a composite) read from their weights where they can
     be; the rest stay in ``unread_attention``."""
@@ -510,7 +374,7 @@ def inline_beside(model, family: str, result: FamilyAudit) -> None:
     if not names:
         return
     try:
-        rows = inline.inline_rows(model, inline_declared(model, family), TOKENS, LONGER_TOKENS,
+        rows = inline.inline_rows(model, feeding, inline_declared(model, family), TOKENS, LONGER_TOKENS,
                                   far_position(model.config, TOKENS), only=names)
     except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError):
         return
@@ -518,13 +382,13 @@ def inline_beside(model, family: str, result: FamilyAudit) -> None:
     result.unread_attention = unread_attention(model, result.layers)
 
 
-def inline_attention(model, family: str, result: FamilyAudit, order, inputs, units: dict) -> None:
+def inline_attention(model, feeding: Feeding, family: str, result: FamilyAudit, order, inputs, units: dict) -> None:
     """A family whose eager pass calls no attention function: the whole path read from its attention weights
     (:mod:`.inline`).  A backend that does call one (GPT-2 with reorder_and_upcast_attn computes eager inline and
     hands sdpa to the function) is measured there as any family's, beside the weights' reading; a backend that
     computes inline too gets its output compared with eager's."""
     try:
-        result.layers = inline.inline_rows(model, inline_declared(model, family), TOKENS, LONGER_TOKENS,
+        result.layers = inline.inline_rows(model, feeding, inline_declared(model, family), TOKENS, LONGER_TOKENS,
                                            far_position(model.config, TOKENS))
     except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError) as error:
         result.backends["eager"] = {"accepted": False, "reason": f"inline attention: {families.first_line(error)}",
@@ -536,7 +400,8 @@ def inline_attention(model, family: str, result: FamilyAudit, order, inputs, uni
     rows = {row["name"]: row for row in result.layers}
     for backend in order[1:]:
         try:
-            calls, hidden, parity, functions, wholes, _ = backend_pass(model, backend, reference, inputs, units, None)
+            calls, hidden, parity, functions, wholes, _ = backend_pass(model, feeding, backend, reference, inputs, units,
+                                                                       None)
         except UserError as error:
             if NO_CALL not in str(error):
                 result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
@@ -704,7 +569,7 @@ def rows_masked_everywhere(mask) -> list[int] | None:
     return [int(whole.sum()), whole.numel()] if bool(whole.any()) else None
 
 
-def layer_rows(model, family: str, measured: dict) -> list[dict]:
+def layer_rows(model, feeding: Feeding, family: str, measured: dict) -> list[dict]:
     calls, _, eager_wholes = measured["eager"]
     rows = []
     for index, call in enumerate(calls):
@@ -714,7 +579,7 @@ def layer_rows(model, family: str, measured: dict) -> list[dict]:
         declare_cosine(model, call, row, eager_wholes[index])
         if eager_wholes[index] is None:
             row["path_missing"] = (PACKED if whole_path.main_input(model) == whole_path.PATCHES else
-                                   ROTARY_UNPINNED if rotary_unpinned(model, call.module) else why_no_path(call.module))
+                                   ROTARY_UNPINNED if rotary_unpinned(model, feeding, call.module) else why_no_path(call.module))
             row["inputs"] = input_norms(call)
         for backend, (b_calls, functions, wholes) in measured.items():
             if index < len(b_calls) and b_calls[index].module is call.module:
@@ -748,13 +613,13 @@ def audit_family(model_type: str, backends=DEFAULT_BACKENDS, seed: int = 0, **ov
     """Build the family's tiny random-init model (``overrides`` set config fields) and audit it."""
     start = time.perf_counter()
     try:
-        model = tiny_model(model_type, seed, overrides)
+        model, feeding = tiny_model_fed(model_type, seed, overrides)
     except families.Skip as reason:
         return FamilyAudit(model_type, status=Status.SKIPPED, reason=str(reason), skip=reason.kind,
                            seconds=time.perf_counter() - start,
                            towers=reason.towers, own_attention=reason.own_attention)
     try:
-        result = audit_model(model, model_type, backends, seed)
+        result = audit_model(model, model_type, backends, seed, feeding=feeding)
     except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a result, not a crash
         result = FamilyAudit(model_type, type(model).__name__, status="skipped",
                              reason=f"audit failed: {families.first_line(error)}")
@@ -764,8 +629,13 @@ def audit_family(model_type: str, backends=DEFAULT_BACKENDS, seed: int = 0, **ov
 
 
 def tiny_model(model_type: str, seed: int, overrides: dict):
+    """The tiny model (see :func:`tiny_model_fed`)."""
+    return tiny_model_fed(model_type, seed, overrides)[0]
+
+
+def tiny_model_fed(model_type: str, seed: int, overrides: dict) -> tuple[torch.nn.Module, Feeding]:
     """The tiny model, checked with one forward pass (configs that build but cannot run are
-    retried with the fallback sizes, then skipped)."""
+    retried with the fallback sizes, then skipped), and what feeding it found."""
     refusal = None
     for change in ({}, {"tied_first": True}, {"num_key_value_heads": 4}, {"num_hidden_layers": 4},
                    {"num_hidden_layers": 8}):
@@ -776,9 +646,10 @@ def tiny_model(model_type: str, seed: int, overrides: dict):
             if not is_fed(main_input):
                 raise families.Skip(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the audit "
                                     f"feeds {FED_TEXT} only", final=True)
+            feeding = Feeding()
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
-                model(**first_inputs(model))
-            return model
+                model(**first_inputs(model, feeding))
+            return model, feeding
         except families.Skip as reason:
             refusal = refusal or reason
             if reason.final:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import inspect
 import math
-import weakref
 from dataclasses import dataclass
 
 import torch
@@ -410,7 +409,7 @@ def patch_side(config, default: int = 14) -> int:
 PATCH_GRID = 4  # a pre-cut image's patches a side (NaFlex: SigLIP 2's vision tower)
 
 
-def image_inputs(model, batch: int) -> dict:
+def image_inputs(model, batch: int, feeding) -> dict:
     """The image inputs of ``batch`` copies of one fixed image, in the form the model's forward asks
     for: the pixels (with each image's patch grid where it takes ``target_sizes``, as MiniCPM-V's
     tower does); the image already cut into patches with their grid and a patch mask (NaFlex); or
@@ -430,13 +429,13 @@ def image_inputs(model, batch: int) -> dict:
     images = pixel_values(model.config, batch)
     if any(name.startswith(companions.PROMPT_PREFIX) for name in required):  # SegGPT: image and prompt, stacked
         images = images[..., : images.shape[-2] // 2, :].contiguous()
-    count = IMAGE_AXIS.get(model)
+    count = feeding.known("image_axis")
     if count == FOLD_FRAMES and images.dim() == 5:  # X-CLIP's vision tower: the clip's frames along the batch axis
         images = images.flatten(0, 1)
     if count:  # images given per sample (LightGlue's pair): (batch, count, channels, height, width)
         images = torch.stack([images.flip(-1) if i % 2 else images for i in range(count)], dim=1)
     inputs = {image_name(model): images, **companions.beside_image(model, batch, COMPANION_TOKENS, required, images)}
-    beside = IMAGE_BESIDE.get(model, ())
+    beside = feeding.known("image_beside") or ()
     if "boxes" in beside:
         inputs["input_boxes"] = torch.tensor([[companions.PROMPT_BOX]] * batch)
     if "text" in beside and "input_ids" not in inputs:
@@ -448,8 +447,7 @@ def image_inputs(model, batch: int) -> dict:
 
 
 IMAGE_COUNTS = (1, 2)  # images per sample to try where one image a sample is refused (a pair: LightGlue)
-FOLD_FRAMES = 0  # the IMAGE_AXIS of a video model that takes its clip's frames along the batch axis (X-CLIP's tower)
-IMAGE_AXIS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> images per sample it ran on
+FOLD_FRAMES = 0  # the image axis of a video model that takes its clip's frames along the batch axis (X-CLIP's tower)
 COMPANION_TOKENS = 8  # the text an image model requires beside its image (Grounding DINO's)
 PATCH_POSITIONS = "_position_ids"  # a pre-cut image's per-patch (x, y) (Gemma 4's pixel_position_ids)
 
@@ -458,16 +456,6 @@ def patch_positions(batch: int) -> torch.Tensor:
     """Each patch's (x, y) on the PATCH_GRID x PATCH_GRID grid, row by row: (batch, patches, 2)."""
     index = torch.arange(PATCH_GRID * PATCH_GRID)
     return torch.stack([index % PATCH_GRID, index // PATCH_GRID], dim=-1).repeat(batch, 1, 1)
-
-
-# model -> what a promptable image model's image runs with: "boxes" (one box prompt, given wherever the model
-# runs with it: SAM's mask decoder reads it as two more tokens, SAM 3's geometry encoder as its input) and
-# "text" (token ids, given only where the image alone is refused: SAM 3's concept prompt); measure.first_inputs
-IMAGE_BESIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-# model -> True where its token ids alone did not run and they run with what it takes beside them
-BESIDE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-# model -> the frames of the clip a token model takes beside its ids where one image is refused (X-CLIP)
-BESIDE_FRAMES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def clip_frames(config) -> int:
@@ -480,22 +468,16 @@ def takes_companions(model) -> bool:
     return any(accepts(model, name) for name in (*companions.BOX_NAMES, "visual_feats", "pixel_values"))
 
 
-# model -> [(placeholder token id, placeholders a sequence, the media inputs of one sequence)]: the media a
-# composite built whole merges into its ids at placeholder tokens (Aria's image, Fun-ASR-Nano's audio), fed beside
-# its ids, which end in that many placeholders (composite_rows.placeholder_media)
-MEDIA: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def with_placeholders(model, ids: torch.Tensor) -> torch.Tensor:
-    """(batch, tokens) ids followed by the placeholders of each medium the model is fed beside them (:data:`MEDIA`)."""
-    tails = [torch.full((ids.shape[0], count), token, dtype=ids.dtype) for token, count, _ in MEDIA.get(model, ())]
+def with_placeholders(ids: torch.Tensor, feeding) -> torch.Tensor:
+    """(batch, tokens) ids followed by the placeholders of each medium the model is fed beside them (``feeding.media``)."""
+    tails = [torch.full((ids.shape[0], count), token, dtype=ids.dtype) for token, count, _ in feeding.media]
     return torch.cat([ids, *tails], dim=-1)
 
 
-def media_inputs(model, batch: int) -> dict:
-    """The inputs of each medium of :data:`MEDIA`, repeated for ``batch`` sequences."""
+def media_inputs(batch: int, feeding) -> dict:
+    """The inputs of each medium of ``feeding.media``, repeated for ``batch`` sequences."""
     return {name: value.repeat(batch, *([1] * (value.dim() - 1)))
-            for _, _, inputs in MEDIA.get(model, ()) for name, value in inputs.items()}
+            for _, _, inputs in feeding.media for name, value in inputs.items()}
 
 
 # a byte model's patch lengths (BLT), given as patches of 2 bytes: its own entropy patching always starts patches at
@@ -510,15 +492,15 @@ def patch_lengths(model, batch: int, tokens: int) -> dict:
     return {PATCH_LENGTHS: torch.full((batch, tokens // PATCH_BYTES), PATCH_BYTES, dtype=torch.long)}
 
 
-def token_companions(model, batch: int, tokens: int) -> dict:
-    """What a token-id model found to need beside its ids (:data:`BESIDE`) for ``batch`` sequences, the
+def token_companions(model, batch: int, tokens: int, feeding) -> dict:
+    """What a token-id model found to need beside its ids (``feeding.beside``) for ``batch`` sequences, the
     sequences of its own it reads beside them wherever it takes them (companions.texts_beside), the media
-    merged into its placeholders (:data:`MEDIA`) and a byte model's patch lengths."""
+    merged into its placeholders (``feeding.media``) and a byte model's patch lengths."""
     given = {**companions.texts_beside(model, batch, tokens, lambda name: accepts(model, name)),
-             **media_inputs(model, batch), **patch_lengths(model, batch, tokens)}
-    if not BESIDE.get(model):
+             **media_inputs(batch, feeding), **patch_lengths(model, batch, tokens)}
+    if not feeding.known("beside"):
         return given
-    frames = BESIDE_FRAMES.get(model)
+    frames = feeding.beside_frames
     image = ((lambda count: pixel_values(model.config, count).unsqueeze(1).repeat(1, frames, 1, 1, 1)) if frames
              else (lambda count: pixel_values(model.config, count)))
     return {**given, **companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name), image)}
@@ -593,7 +575,6 @@ def cut_image(config, batch: int, mask: str | None) -> dict:
 AUDIO_INPUTS = ("input_values", "input_features", "audio_mel")  # audio_mel: Gemma 3n's encoder
 EMBEDS_SUFFIX = "_embeds"
 EMBEDS_TOKENS = 16  # vectors of an embeddings input (hidden_size wide)
-SIGNAL_SHAPES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # model -> the audio shape it ran on
 
 
 MEL_FIELDS = ("num_mel_bins", "feature_size", "input_feat_per_channel", "n_mels", "input_feat_size")
@@ -886,8 +867,6 @@ def codebook_index(model) -> dict:
     if not accepts(model, CODEBOOK_INDEX):
         return {}
     return {CODEBOOK_INDEX: model.config.n_codes_given}
-# model -> how its token ids are laid out, where not (batch, tokens): see id_layouts
-ID_LAYOUTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def id_layouts(config) -> list[tuple[str, int]]:
@@ -935,25 +914,25 @@ def lay_out_ids(ids: torch.Tensor, layout: tuple[str, int] | None) -> torch.Tens
     return ids.unsqueeze(1).repeat(1, count, 1)
 
 
-def shaped_ids(model, ids: torch.Tensor) -> torch.Tensor:
-    return lay_out_ids(ids, ID_LAYOUTS.get(model))
-
-
-def path_inputs(model, designs, tokens: int, far_position: int, vocab: int) -> dict:
+def path_inputs(model, feeding, designs, tokens: int, far_position: int, vocab: int) -> dict:
+    """The designed passes' inputs, fed as the first pass found the model runs (``feeding``: :class:`.feed.Feeding`)."""
     count = len(designs)
     if main_input(model) == "pixel_values":
-        return image_inputs(model, count)
+        return image_inputs(model, count, feeding)
     if is_shaped(main_input(model)):
-        return shaped_input(model, count, SIGNAL_SHAPES[model])
-    ids = with_placeholders(model, ((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1))
+        if feeding.known("signal_shape") is None:
+            raise ValueError("no audio shape found to run on")
+        return shaped_input(model, count, feeding.signal_shape)
+    ids = with_placeholders(((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1), feeding)
     tokens = ids.shape[-1]
-    inputs = {"input_ids": shaped_ids(model, ids), "attention_mask": torch.ones(count, tokens, dtype=torch.long),
-              **encoder_states(model, count), **token_companions(model, count, tokens), **codebook_index(model)}
+    inputs = {"input_ids": lay_out_ids(ids, feeding.known("id_layout")),
+              "attention_mask": torch.ones(count, tokens, dtype=torch.long), **encoder_states(model, count),
+              **token_companions(model, count, tokens, feeding), **codebook_index(model)}
     if accepts(model, "position_ids"):
         positions = [far_position if d.position < 0 else d.position for d in designs]
         inputs["position_ids"] = torch.tensor(positions).unsqueeze(1).repeat(1, tokens)
     if getattr(model.config, "is_encoder_decoder", False):
-        inputs["decoder_input_ids"] = decoder_ids(ids, ID_LAYOUTS.get(model))
+        inputs["decoder_input_ids"] = decoder_ids(ids, feeding.known("id_layout"))
         inputs["decoder_attention_mask"] = torch.ones(count, tokens, dtype=torch.long)
         if "position_ids" in inputs and accepts(model, "decoder_position_ids"):
             inputs["decoder_position_ids"] = inputs["position_ids"]
