@@ -989,10 +989,9 @@ def test_rope_that_cannot_be_pinned_leaves_the_whole_path_unread():
 
 
 def test_a_video_model_gets_a_clip_of_its_own_frame_count():
-    from attnscale.audit import whole_path
 
     config = families.tiny_config("videomae")
-    clip = whole_path.pixel_values(config, 2)
+    clip = feed.pixel_values(config, 2)
     assert clip.shape == (2, config.num_frames, config.num_channels, config.image_size, config.image_size)
     result = audit.audit_family("videomae", backends=("eager",))
     assert result.verdict == "ok"
@@ -1003,9 +1002,8 @@ def test_a_video_model_gets_a_clip_of_its_own_frame_count():
 def test_audio_shapes_keep_the_stated_channels_first_and_add_sub_configs_and_stacked_frames():
     from transformers import WhisperConfig
 
-    from attnscale.audit import whole_path
 
-    shapes = whole_path.audio_shapes(WhisperConfig(num_mel_bins=16, max_source_positions=16), "input_features")
+    shapes = feed.audio_shapes(WhisperConfig(num_mel_bins=16, max_source_positions=16), "input_features")
     assert shapes[:2] == [(16, 32), (32, 16)]  # the stated channel count first, frames 2 x positions
     # raw samples last, also as a mono waveform with its channel axis (Mimi, OmniASR)
     assert (32, 64) in shapes and (32, 80) in shapes and shapes[-2:] == [(6400,), (1, 6400)]
@@ -1021,13 +1019,12 @@ def test_a_detector_is_built_whole_on_a_tiny_backbone_of_its_default_type():
     at the tiny sizes (one block a stage, widths / 8) and feeds a 128 x 128 image, whose 4 x 4
     feature map gives the encoder 16 keys; every attention layer, encoder, decoder and cross, reads
     head_dim^-0.5 (DetrAttention's self.scaling = head_dim**-0.5)."""
-    from attnscale.audit import whole_path
 
     config = families.tiny_config("detr")
     backbone = config.backbone_config
     assert backbone.model_type == "resnet" and set(backbone.depths) == {1}
     assert backbone.hidden_sizes == [size // families.CNN_WIDTH_DIVISOR for size in type(backbone)().hidden_sizes]
-    assert whole_path.pixel_values(config, 1).shape[-2:] == (whole_path.BACKBONE_IMAGE,) * 2
+    assert feed.pixel_values(config, 1).shape[-2:] == (feed.BACKBONE_IMAGE,) * 2
     result = audit.audit_family("detr", backends=("eager", "sdpa"))
     # its ResNet has no attention: sdpa is set on the attention layers, the backbone keeps eager
     assert result.backends["sdpa"]["accepted"] and result.backends["sdpa"]["parity"] < 1e-4
@@ -1090,7 +1087,6 @@ def test_cross_attention_that_runs_only_with_encoder_states_is_fed_them_and_meas
     """A Q-Former's and a decoder tower's cross-attention run only when encoder states are given:
     the audit gives them 16 and measures those layers like the others (head_dim^-0.5 in both
     BLIP-2's Q-Former and Canary's decoder, whose attention classes scale by head_dim**-0.5)."""
-    from attnscale.audit import whole_path
 
     qformer = audit.audit_family("blip_2_qformer", backends=("eager",))
     cross = [layer for layer in qformer.layers if "crossattention" in layer["name"]]
@@ -1102,7 +1098,7 @@ def test_cross_attention_that_runs_only_with_encoder_states_is_fed_them_and_meas
     assert {layer["name"].rsplit(".", 1)[1] for layer in decoder.layers} == {"self_attn", "encoder_attn"}
     for layer in cross + decoder.layers:
         assert abs(layer["backends"]["eager"]["function"]["factor"] - layer["d_k"] ** -0.5) < 1e-5
-    assert whole_path.encoder_states(families.build(families.tiny_config("bert")), 1) == {}  # no cross-attention
+    assert feed.encoder_states(families.build(families.tiny_config("bert")), 1) == {}  # no cross-attention
 
 
 def test_a_modeling_file_that_asks_the_hub_for_kernels_imports_silently():
@@ -1171,11 +1167,11 @@ def test_forecasters_and_trajectory_models_are_fed_their_series_and_measured(fam
 def test_series_inputs_follow_the_config_history_and_horizon():
     """The history is the context plus the furthest lag (the Time Series Transformer builds lagged
     copies of the series), and the decoder's future values span the prediction length."""
-    from attnscale.audit import series, whole_path
+    from attnscale.audit import series
 
     model = families.build(families.tiny_config("time_series_transformer"))
     config = model.config
-    inputs = whole_path.shaped_input(model, 3, series.series_shapes(config)[0])
+    inputs = feed.shaped_input(model, 3, series.series_shapes(config)[0])
     history = config.context_length + max(config.lags_sequence)
     assert inputs["past_values"].shape == (3, history) and inputs["past_observed_mask"].shape == (3, history)
     assert inputs["future_values"].shape == (3, config.prediction_length)

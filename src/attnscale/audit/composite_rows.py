@@ -15,7 +15,7 @@ import torch
 
 from ..probing.loading import quiet_transformers
 from ..threads import torch_threads
-from . import families, measure, whole_path
+from . import families, feed, measure
 from .feed import Feeding, first_inputs
 from .record import FamilyAudit, Status
 from .towers import tower_row
@@ -107,7 +107,7 @@ def placeholder_media(model) -> list[tuple[int, int, dict]]:
             continue
         try:
             inputs = {name: value for name, value in first_inputs(tower, Feeding()).items()
-                      if whole_path.accepts(model, name)}
+                      if feed.accepts(model, name)}
             output = features(**inputs)
             pooled = getattr(output, "pooler_output", output)
             found.append((token, pooled.numel() // model.get_input_embeddings().embedding_dim, inputs))

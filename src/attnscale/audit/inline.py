@@ -23,7 +23,7 @@ import weakref
 import torch
 
 from ..errors import UserError
-from . import whole_path
+from . import feed, whole_path
 from .declared import clip_of, source_for
 
 HEAD_COUNT_NAMES = ("num_attention_heads", "num_heads", "num_attn_heads", "n_heads", "n_head",
@@ -602,7 +602,7 @@ def designed_pass(model, feeding, layouts: dict, units: dict, designs, tokens: i
     counts the projections output (an image's patches, keys reduced as PVT's are), per window
     where a module attends within windows (Swin)."""
     vocab = getattr(model.config, "vocab_size", None) or 100
-    inputs = whole_path.path_inputs(model, feeding, designs, tokens, far, vocab)
+    inputs = feed.path_inputs(model, feeding, designs, tokens, far, vocab)
     token_counts = {}
     for key, shape in projection_shapes(model, layouts, inputs).items():
         layout = whole_path.token_layout(shape, len(designs))
@@ -657,7 +657,7 @@ def inline_rows(model, feeding, declared_of, tokens: int, longer_tokens: int, fa
         raise UserError("no attention function to intercept and no module with q and k projections")
     units = whole_path.inside_clip({id(module): 0.1 * math.sqrt(options[0].q[0].size) for _, module, options in found},
                               clip_of(model.config))
-    positions = whole_path.accepts(model, "position_ids")
+    positions = feed.accepts(model, "position_ids")
     pending = {id(module): (module, list(options)) for _, module, options in found}
     chosen, main_rows = {}, {}
     while pending:
@@ -674,7 +674,7 @@ def inline_rows(model, feeding, declared_of, tokens: int, longer_tokens: int, fa
                     pending.pop(key)
         pending = {key: item for key, item in pending.items() if item[1]}
     longer = {}
-    if chosen and whole_path.main_input(model) == "input_ids":  # an image or a signal has one length here
+    if chosen and feed.main_input(model) == "input_ids":  # an image or a signal has one length here
         try:
             longer = designed_weights(model, feeding, chosen, units, whole_path.LENGTH_DESIGNS, longer_tokens, far)
         except (RuntimeError, ValueError, IndexError):

@@ -36,7 +36,7 @@ from ..probing.intercept import (final_hidden, intercept_attention, run_attentio
 from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config,
                                quiet_transformers, read_json)
 from ..threads import torch_threads
-from . import attention_function, families, inline, qk_norm, whole_path
+from . import attention_function, families, feed, inline, qk_norm, whole_path
 from . import declared as declared_rules
 from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_refused, first_inputs, is_fed
 from .record import FamilyAudit, Skip, Status
@@ -80,14 +80,14 @@ def function_results(calls) -> list[dict]:
 def probe_tokens(model, calls) -> int:
     """The sequence length of the designed passes: TOKENS for token ids; for images, the length the
     first attention call sees (patches, and a class token where the family has one)."""
-    return TOKENS if whole_path.main_input(model) == "input_ids" else int(calls[0].query.shape[-2])
+    return TOKENS if feed.main_input(model) == "input_ids" else int(calls[0].query.shape[-2])
 
 
 def choose_layouts(model, feeding: Feeding, backend: str, calls, units: dict) -> tuple[dict, list | None]:
     """The first candidate layout per attention module that passes the check on what reaches
     the attention function (modules with none are left out), and the designed calls of the
     trial where every module passed at once (None otherwise)."""
-    if whole_path.main_input(model) == whole_path.PATCHES:  # one packed sequence: no batch axis for the designs
+    if feed.main_input(model) == feed.PATCHES:  # one packed sequence: no batch axis for the designs
         return {}, None
     candidates = {id(c.module): whole_path.candidate_layouts(c.module, c.query.shape, c.key.shape) for c in calls}
     chosen, pending = {}, {key: list(options) for key, options in candidates.items() if options}
@@ -131,7 +131,7 @@ def designed_calls(model, feeding: Feeding, backend: str, layouts: dict, units: 
     handles = whole_path.install(layouts, units, designs, tokens, next(model.parameters()).dtype)
     handles += whole_path.pin_beside_positions(model, designs, far) + watch_rotaries(model, feeding)
     try:
-        inputs = whole_path.path_inputs(model, feeding, designs, tokens, far, vocab)
+        inputs = feed.path_inputs(model, feeding, designs, tokens, far, vocab)
         rewrite = lambda module, q, k, v: (q, k, whole_path.designed_values(v))  # noqa: E731
         _, calls = run_attention(model, inputs, backend=backend, rewrite=rewrite)
     finally:
@@ -150,7 +150,7 @@ def rotary_unpinned(model, feeding: Feeding, module=None) -> bool:
     rope = any(declared_rules.rope_parameters_for(config, None) for config in configs if config is not None)
     if not rope:
         return False
-    if whole_path.main_input(model) != "input_ids" and not whole_path.accepts(model, "position_ids"):
+    if feed.main_input(model) != "input_ids" and not feed.accepts(model, "position_ids"):
         return True
     return numbers_own_positions(feeding, module)
 
@@ -186,7 +186,7 @@ def path_results(model, feeding: Feeding, backend: str, calls, layouts: dict, un
     vocab = getattr(model.config, "vocab_size", None) or 100
     runs = {"main": main}
     plan = [("main", whole_path.DESIGNS, probe_tokens(model, calls))]
-    if whole_path.main_input(model) == "input_ids":  # an image has one length at its size
+    if feed.main_input(model) == "input_ids":  # an image has one length at its size
         plan.append(("longer", whole_path.LENGTH_DESIGNS, LONGER_TOKENS))
     for name, designs, tokens in plan:
         if runs.get(name) is not None:
@@ -195,7 +195,7 @@ def path_results(model, feeding: Feeding, backend: str, calls, layouts: dict, un
             runs[name] = designed_calls(model, feeding, backend, layouts, units, designs, tokens, vocab)
         except (RuntimeError, ValueError, IndexError, TypeError):
             runs[name] = None
-    positions = whole_path.accepts(model, "position_ids")
+    positions = feed.accepts(model, "position_ids")
     counts = {"main": len(whole_path.DESIGNS), "longer": len(whole_path.LENGTH_DESIGNS)}
 
     def rows_of(name, index, key):
@@ -299,7 +299,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     start = time.perf_counter()
     model_type = model_type or getattr(model.config, "model_type", family)
     result = FamilyAudit(family, type(model).__name__)
-    takes = whole_path.main_input(model)
+    takes = feed.main_input(model)
     if not is_fed(takes):
         # a time-series or other model: say what it takes instead of failing on token ids
         result.backends["eager"] = {"accepted": False, "parity": None,
@@ -578,7 +578,7 @@ def layer_rows(model, feeding: Feeding, family: str, measured: dict) -> list[dic
                "declared": declared.to_dict(), "backends": {}, "source": class_location(call.module)}
         declare_cosine(model, call, row, eager_wholes[index])
         if eager_wholes[index] is None:
-            row["path_missing"] = (PACKED if whole_path.main_input(model) == whole_path.PATCHES else
+            row["path_missing"] = (PACKED if feed.main_input(model) == feed.PATCHES else
                                    ROTARY_UNPINNED if rotary_unpinned(model, feeding, call.module) else why_no_path(call.module))
             row["inputs"] = input_norms(call)
         for backend, (b_calls, functions, wholes) in measured.items():
@@ -642,7 +642,7 @@ def tiny_model_fed(model_type: str, seed: int, overrides: dict) -> tuple[torch.n
         try:
             config = families.tiny_config(model_type, **{**change, **overrides})
             model = families.build(config, seed)
-            main_input = whole_path.main_input(model)
+            main_input = feed.main_input(model)
             if not is_fed(main_input):
                 raise families.Skip(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the audit "
                                     f"feeds {FED_TEXT} only", final=True)

@@ -290,7 +290,7 @@ FAMILY_TINY = {"gpt_neo": {"attention_types": [[["global", "local"], 1]]},
                # each stage's first block pools its queries: the third stage's second block is a plain global one
                "hiera": {"patch_size": [7, 7], "depths": [1, 1, 2, 1]},
                # the visual prompt is added to frames max_img_size a side (448 by default): the detector-sized
-               # image (whole_path.BACKBONE_IMAGE), with a band narrower than half of it (96 by default)
+               # image (feed.BACKBONE_IMAGE), with a band narrower than half of it (96 by default)
                "tvp": {"max_img_size": 128, "visual_prompt_size": 16},
                # Step 3.7's text model builds its sliding-window mask on every pass (modeling_step3p7.py:897),
                # sliding layers or not: the window must be set (None by default); 8 covers the 8-token probe
