@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -317,6 +318,89 @@ def relative_terms(config) -> list[str]:
     return [kind.strip() for kind in kinds.lower().split("|")] if isinstance(kinds, str) else list(kinds or [])
 
 
+@dataclass(frozen=True)
+class Layer:
+    """What the declared rules read of one attention layer: its config, its model type, the code that runs it, its
+    q.k width per head, its whole width, and the module itself."""
+
+    config: object
+    model_type: str
+    code: str
+    head_dim: int | None
+    width: int | None
+    module: object
+
+    def applies(self, rule: SourceRule) -> bool:
+        return rule.in_code(self.code)
+
+    def has_line(self, rule: SourceRule) -> bool:
+        """The quote as a whole statement ("self.scaling = 1.0", not a prefix of "... = 1.0 / d")."""
+        return any(line.split("#")[0].strip() == rule.quote for line in self.code.splitlines())
+
+
+def number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def mpt_softmax_scale(config):
+    attn_config = getattr(config, "attn_config", None)
+    return attn_config.get("softmax_scale") if isinstance(attn_config, dict) else getattr(attn_config, "softmax_scale", None)
+
+
+def counted_terms(kinds: list[str]) -> int:
+    return sum(kind in kinds for kind in ("c2p", "p2c"))
+
+
+@dataclass(frozen=True)
+class FactorRule:
+    """One way a layer's code or config sets the factor its attention function applies: ``factor`` gives (the
+    factor, the fields it read) where the rule holds for the layer, None where it does not."""
+
+    name: str
+    factor: Callable[[Layer], tuple[float, dict] | None]
+
+
+def when(holds: bool, factor, fields: dict | None = None) -> tuple[float, dict] | None:
+    return (factor(), fields or {}) if holds else None
+
+
+# The factor rules, in the order they are tried: where several hold, the last one sets the factor (so the
+# unscaled T5 family comes after the rules it would otherwise fall under, DeBERTa's terms after its count).
+# A family differs here by a line and a value; a new way of scaling is a new entry.
+FACTOR_RULES = (
+    FactorRule("UNIT_SCALING_INT", lambda l: when(l.has_line(UNIT_SCALING_INT) and not l.applies(HEAD_DIM), lambda: 1.0)),
+    FactorRule("UNIT_SCALING", lambda l: when(l.has_line(UNIT_SCALING) and not l.applies(HEAD_DIM), lambda: 1.0)),
+    FactorRule("T5_NO_SCALING", lambda l: when(l.model_type in T5_FAMILIES, lambda: 1.0)),
+    FactorRule("HALF_HEAD_DIM", lambda l: when(l.applies(HALF_HEAD_DIM) and bool(l.head_dim),
+                                               lambda: (l.head_dim / 2) ** -0.5)),
+    FactorRule("INVERSE_HEAD_DIM", lambda l: when(l.has_line(INVERSE_HEAD_DIM) and bool(l.head_dim),
+                                                  lambda: 1.0 / l.head_dim)),
+    FactorRule("QUERY_PRE_ATTN_SCALAR", lambda l: when(
+        number(qpas := getattr(l.config, "query_pre_attn_scalar", None)) and qpas > 0 and l.applies(QUERY_PRE_ATTN_SCALAR),
+        lambda: qpas**-0.5, {"query_pre_attn_scalar": qpas})),
+    FactorRule("WIDTH_SCALE", lambda l: when(bool(l.width) and l.has_line(WIDTH_SCALE), lambda: l.width**-0.5,
+                                             {"embed_dim": l.width})),
+    FactorRule("HEAD_COUNT_SCALE", lambda l: when(
+        isinstance(heads := getattr(l.module, "num_attention_heads", None), int) and heads > 0
+        and l.has_line(HEAD_COUNT_SCALE), lambda: heads**-0.5, {"num_attention_heads": heads})),
+    FactorRule("DISENTANGLED_COUNTED", lambda l: when(
+        bool(l.head_dim) and l.has_line(DISENTANGLED_COUNTED) and not l.applies(DISENTANGLED_TERMS),
+        lambda: (l.head_dim * (1 + counted_terms(relative_terms(l.config)))) ** -0.5,
+        {"pos_att_type": relative_terms(l.config)})),
+    FactorRule("DISENTANGLED_TERMS", lambda l: when(
+        bool(l.head_dim) and l.applies(DISENTANGLED_TERMS),
+        lambda: (l.head_dim * (1 + len(relative_terms(l.config)))) ** -0.5, {"pos_att_type": relative_terms(l.config)})),
+    FactorRule("MPT_SOFTMAX_SCALE", lambda l: when(
+        number(scale := mpt_softmax_scale(l.config)) and l.applies(MPT_SOFTMAX_SCALE), lambda: float(scale),
+        {"attn_config.softmax_scale": scale})),
+    FactorRule("ATTENTION_MULTIPLIER", lambda l: when(
+        number(multiplier := getattr(l.config, "attention_multiplier", None)), lambda: float(multiplier),
+        {"attention_multiplier": multiplier})),
+    FactorRule("SCALE_ATTN_WEIGHTS", lambda l: when(getattr(l.config, "scale_attn_weights", None) is False,
+                                                    lambda: 1.0, {"scale_attn_weights": False})),
+)
+
+
 def declared_for(config, model_type: str, layer_index: int | None = None, layer_type: str | None = None,
                  d_k: int | None = None, source: str | None = None, width: int | None = None,
                  module=None) -> Declared:
@@ -338,47 +422,16 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
         return any(line.split("#")[0].strip() == rule.quote for line in code.splitlines())
 
     head_dim = d_k or head_dim_of(config)
+    layer = Layer(config, model_type, code, head_dim, width, module)
     fields: dict = {"head_dim": head_dim}
     rules = ["HEAD_DIM"]
     function = head_dim**-0.5 if head_dim else None
-    if model_type in T5_FAMILIES:
-        function, rules = 1.0, ["T5_NO_SCALING"]
-    elif has_line(UNIT_SCALING) and not applies(HEAD_DIM):
-        function, rules = 1.0, ["UNIT_SCALING"]
-    elif has_line(UNIT_SCALING_INT) and not applies(HEAD_DIM):
-        function, rules = 1.0, ["UNIT_SCALING_INT"]
-    if applies(HALF_HEAD_DIM) and head_dim:
-        function, rules = (head_dim / 2) ** -0.5, ["HALF_HEAD_DIM"]
-    if has_line(INVERSE_HEAD_DIM) and head_dim:
-        function, rules = 1.0 / head_dim, ["INVERSE_HEAD_DIM"]
-    qpas = getattr(config, "query_pre_attn_scalar", None)
-    if isinstance(qpas, (int, float)) and qpas > 0 and applies(QUERY_PRE_ATTN_SCALAR):
-        function, fields["query_pre_attn_scalar"] = qpas**-0.5, qpas
-        rules = ["QUERY_PRE_ATTN_SCALAR"]
-    if width and has_line(WIDTH_SCALE):
-        function, fields["embed_dim"], rules = width**-0.5, width, ["WIDTH_SCALE"]
-    heads = getattr(module, "num_attention_heads", None)
-    if isinstance(heads, int) and heads > 0 and has_line(HEAD_COUNT_SCALE):
-        function, fields["num_attention_heads"], rules = heads**-0.5, heads, ["HEAD_COUNT_SCALE"]
-    kinds = relative_terms(config)
-    if head_dim and applies(DISENTANGLED_TERMS):
-        function, fields["pos_att_type"], rules = (head_dim * (1 + len(kinds))) ** -0.5, kinds, ["DISENTANGLED_TERMS"]
-    elif head_dim and has_line(DISENTANGLED_COUNTED):
-        counted = sum(kind in kinds for kind in ("c2p", "p2c"))
-        function, fields["pos_att_type"], rules = (head_dim * (1 + counted)) ** -0.5, kinds, ["DISENTANGLED_COUNTED"]
-    attn_config = getattr(config, "attn_config", None)
-    softmax_scale = (attn_config.get("softmax_scale") if isinstance(attn_config, dict)
-                     else getattr(attn_config, "softmax_scale", None))
-    if isinstance(softmax_scale, (int, float)) and applies(MPT_SOFTMAX_SCALE):
-        function, fields["attn_config.softmax_scale"] = float(softmax_scale), softmax_scale
-        rules = ["MPT_SOFTMAX_SCALE"]
-    multiplier = getattr(config, "attention_multiplier", None)
-    if isinstance(multiplier, (int, float)):
-        function, fields["attention_multiplier"] = float(multiplier), multiplier
-        rules = ["ATTENTION_MULTIPLIER"]
-    if getattr(config, "scale_attn_weights", None) is False:
-        function, fields["scale_attn_weights"] = 1.0, False
-        rules = ["SCALE_ATTN_WEIGHTS"]
+    for rule in FACTOR_RULES:  # the last rule that holds sets the factor; every one that holds names its fields
+        found = rule.factor(layer)
+        if found is not None:
+            function, read = found
+            fields.update(read)
+            rules = [rule.name]
     if getattr(config, "scale_attn_by_inverse_layer_idx", False) and function is not None and layer_index is not None:
         function /= layer_index + 1
         fields["scale_attn_by_inverse_layer_idx"] = True
