@@ -1,0 +1,61 @@
+"""The judge stage: verdicts and findings from the factors read and declared (verdicts.py), on constructed
+results and on audited families."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnscale.audit import verdicts
+from attnscale.audit import measure as audit
+
+from audit_helpers import FACTOR_REL, capped_kernel, eager_layers
+
+
+def test_gpt_neo_applies_no_factor_and_is_a_mismatch():
+    """GPT-Neo computes attention inline, with no factor: read from its attention weights."""
+    result = audit.audit_family("gpt_neo", ("eager",))
+    assert result.verdict == "mismatch"
+    for entry in eager_layers(result):
+        assert entry["path"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
+    assert any("config implies 0.25" in finding for finding in result.findings)
+
+
+def test_callable_checked_against_a_family():
+    reference = audit.audit_family("gemma2", ("eager",))
+    same = audit.audit_callable(capped_kernel(256**-0.5, cap=50.0), 16, reference=reference)
+    assert same.verdict == "ok", same.findings
+    no_cap = audit.audit_callable(capped_kernel(256**-0.5), 16, reference=reference)
+    assert no_cap.verdict == "mismatch" and "soft cap" in no_cap.findings[0]
+    wrong = audit.audit_callable(capped_kernel(16**-0.5, cap=50.0), 16, reference=reference)
+    assert wrong.verdict == "mismatch" and "factor" in wrong.findings[0]
+
+
+def constructed(function_factor=0.25, path_factor=0.25, sdpa_factor=0.25, parity=1e-7, cap=None, declared_cap=None):
+    def entry(factor, path):
+        return {"function": {"factor": factor, "cap": cap, "nonlinearity": "soft cap" if cap else "linear"},
+                "path": {"factor": path, "factor_last": path, "form": "linear", "per_query": [float("nan"), path],
+                         "query_spread": 0.0, "factor_far": path, "factor_longer": path}}
+
+    result = audit.FamilyAudit("constructed", "Model")
+    result.backends = {"eager": {"accepted": True, "parity": None}, "sdpa": {"accepted": True, "parity": parity}}
+    result.layers = [{"name": "layers.0", "layer": 0, "d_k": 16,
+                      "declared": {"function": 0.25, "path_first": 0.25, "path_last": 0.25, "cap": declared_cap},
+                      "backends": {"eager": entry(function_factor, path_factor), "sdpa": entry(sdpa_factor, sdpa_factor)}}]
+    return result
+
+
+@pytest.mark.parametrize("changes, verdict", [
+    ({}, "ok"),
+    ({"function_factor": 1 / 16, "path_factor": 1 / 16, "sdpa_factor": 1 / 16}, "mismatch"),
+    ({"path_factor": 0.2501}, "ok"),  # within 0.1%
+    ({"path_factor": 0.2504, "function_factor": 0.2504, "sdpa_factor": 0.2504}, "mismatch"),
+    ({"sdpa_factor": 1.0}, "backend disagreement"),
+    ({"parity": 0.01}, "backend disagreement"),
+    ({"cap": 50.0, "declared_cap": 50.0}, "ok"),
+    ({"cap": 50.0, "declared_cap": 30.0}, "mismatch"),
+    ({"function_factor": float("nan"), "path_factor": float("nan")}, "not measured"),
+])
+def test_verdict_rules(changes, verdict):
+    result = constructed(**changes)
+    verdicts.judge_family(result, ("eager", "sdpa"))
+    assert result.verdict == verdict, result.findings
