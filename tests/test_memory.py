@@ -96,3 +96,17 @@ def test_a_module_too_big_for_memory_is_refused_before_allocating(monkeypatch):
     monkeypatch.setenv(memory.LIMIT_VARIABLE, "1M")
     with pytest.raises(ValueError, match=r"ScaledAttention\(d_model=1024, n_heads=8, d_head=64\) would need 8.4 MB"):
         ScaledAttention(1024, 8, 64)
+
+
+@pytest.mark.parametrize("impl", ["naive", "stable"])
+def test_dense_attention_too_big_for_memory_is_refused_before_allocating(monkeypatch, impl):
+    """The dense impls hold 3 (T_q, T_k) score matrices: 3,000 x 3,000 keys in float32 is 108 MB, refused under a
+    50 MiB limit with the size and the tiled impl named; the tiled one runs on the same inputs."""
+    from attnscale import attention
+
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, "50M")
+    q = torch.randn(1, 1, 3000, 8)
+    with pytest.raises(ValueError, match=rf"impl='{impl}' on 3000 queries and 3000 keys .* would need 108.0 MB, "
+                                         r"but only 52\.4 MB is free; use impl='online'"):
+        attention(q, q, q, impl=impl, return_weights=True)
+    assert attention(q, q, q, impl="online").shape == q.shape

@@ -219,8 +219,30 @@ def _attend(q, k, v, factor, mask, causal: bool, impl: str, return_weights: bool
     mask = combined_mask(mask, causal, q.shape[-2], k.shape[-2], q.device)
     if impl == "online":
         return online_attention(q, k, v, factor, mask, block_size)[0]
+    check_dense_memory(q, k, impl)
     out, probs = dense_attention(q, k, v, factor, mask, impl)
     return (out, probs) if return_weights else out
+
+
+DENSE_COPIES = 3  # the (T_q, T_k) logits, their exponentials and the probabilities are alive at once
+SURELY_FITS = 64 * 2**20  # score matrices this small are not checked: reading the free memory would cost more
+
+
+def check_dense_memory(q: torch.Tensor, k: torch.Tensor, impl: str) -> None:
+    """ValueError before a dense impl allocates score matrices that cannot fit (100,000 queries and keys would need
+    120 GB in float32), naming the size and the tiled impl that needs none."""
+    q_batch, k_batch = tuple(q.shape[:-2]), tuple(k.shape[:-2])  # broadcast by hand: torch's takes 0.2 ms
+    width = max(len(q_batch), len(k_batch))
+    q_batch, k_batch = (1,) * (width - len(q_batch)) + q_batch, (1,) * (width - len(k_batch)) + k_batch
+    scores = (*(max(a, b) for a, b in zip(q_batch, k_batch)), q.shape[-2], k.shape[-2])
+    itemsize = max(q.element_size(), 4)  # float16 and bfloat16 scores are computed in float32
+    needed = DENSE_COPIES * math.prod(scores) * itemsize
+    if needed <= SURELY_FITS:
+        return
+    memory.require_memory(needed,
+                          f"impl={impl!r} on {q.shape[-2]} queries and {k.shape[-2]} keys ({DENSE_COPIES} score "
+                          f"matrices of shape {tuple(scores)})",
+                          "use impl='online' (tiled: no T_q x T_k matrix) or fewer queries or keys", q.device)
 
 
 def attention(
