@@ -949,3 +949,24 @@ def test_path_checks_raise_nothing_but_value_and_type_errors(name, tmp_path):
 
     check()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder"]  # the checks create nothing
+
+
+# ----------------------------------------------------------------------------- long names
+
+def test_a_valid_name_at_the_length_limit_is_written_with_no_temporary_left(tmp_path):
+    """A file name of 250 characters is valid (the limit is 255); its temporary name, which adds the process id,
+    is cut to fit, keeps the suffix, and is gone after the write."""
+    target = tmp_path / ("n" * 245 + ".json")
+    assert len(target.name) == 250
+    assert paths.temporary_name(target).suffix == ".json" and len(paths.temporary_name(target).name) <= 255
+    paths.write_text_atomic(target, "{}")
+    assert target.read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+def test_the_explorer_writes_to_a_name_at_the_length_limit(tmp_path):
+    out = tmp_path / ("e" * 246 + ".html")
+    result = subprocess.run([sys.executable, "-m", "attnscale", "explore", "--out", str(out)], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert out.stat().st_size > 1000
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]

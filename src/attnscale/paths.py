@@ -74,9 +74,24 @@ def check_outputs(folder: Path, files: tuple[str, ...] = (), folders: tuple[str,
             raise UserError(f"{str(path)!r} is read-only; the outputs {name!r} cannot be written there")
 
 
+NAME_MAX = 255  # the longest file name most file systems take, where the folder cannot say
+
+
+def name_limit(folder: Path) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return NAME_MAX
+
+
 def temporary_name(path: Path) -> Path:
-    """A hidden name beside ``path`` for this process, keeping the suffix (writers pick the format by it)."""
-    return path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
+    """A hidden name beside ``path`` for this process, keeping the suffix (writers pick the format by it), and
+    within the folder's name limit: a valid name 250 characters long gets its stem cut in the temporary one."""
+    tail = f".{os.getpid()}.tmp{path.suffix}"
+    room = name_limit(path.parent) - 1 - len(tail)
+    if room < 0:  # a suffix nearly as long as the limit: the temporary name goes without it
+        return path.with_name(f".{os.getpid()}.tmp")
+    return path.with_name(f".{path.stem[:room]}{tail}")
 
 
 def write_atomic(path, write: Callable[[Path], object], disk_errors: tuple[type[BaseException], ...] = ()) -> Path:
