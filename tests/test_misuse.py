@@ -970,3 +970,37 @@ def test_the_explorer_writes_to_a_name_at_the_length_limit(tmp_path):
     assert result.returncode == 0, result.stderr
     assert out.stat().st_size > 1000
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+# ----------------------------------------------------------------------------- a store another process writes
+
+def locked(path: Path) -> sqlite3.Connection:
+    """A connection holding a write lock on the store at ``path``, as a report or sweep writing it holds one."""
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("BEGIN IMMEDIATE")
+    return db
+
+
+def test_a_locked_store_is_named_before_any_work(tmp_path):
+    """report and sweep on a store another process is writing: one line naming the store and why, exit 2, in
+    seconds (before, the report ran its labs and then waited 60 s at its first write and discarded them)."""
+    from attnscale.runs import RunStore
+    from attnscale.store import Store
+
+    out = tmp_path / "report"
+    out.mkdir()
+    Store(out / "results.sqlite")
+    RunStore(tmp_path / "runs.sqlite")
+    for args, store in ((["report", "--out", str(out), "--labs", "variance"], out / "results.sqlite"),
+                        (["sweep", "--db", str(tmp_path / "runs.sqlite")], tmp_path / "runs.sqlite")):
+        holder = locked(store)
+        try:
+            result = subprocess.run([sys.executable, "-m", "attnscale", *args], capture_output=True, text=True,
+                                    timeout=60)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert result.returncode == 2, (args, result.stderr)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(store) in lines[0] and "is locked" in lines[0], lines
+    assert sorted(p.name for p in out.iterdir()) == ["results.sqlite"]  # nothing written beside it

@@ -88,6 +88,20 @@ class SQLiteTable:
         probe._check_location()
         if probe.path.exists():
             cls(path, readonly=True)
+            probe._check_unlocked()
+
+    def _check_unlocked(self) -> None:
+        """Refuse a store another process is writing now (a report or sweep on the same file): found before the
+        work, not after it, when the first write would wait and give up."""
+        with contextlib.closing(sqlite3.connect(self.path, timeout=0, isolation_level=None)) as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.execute("ROLLBACK")
+            except sqlite3.OperationalError as error:
+                if "locked" not in str(error) and "busy" not in str(error):
+                    raise
+                raise UserError(f"{self._name()} is locked: another process is writing it (a report or a sweep on "
+                                "the same file); wait for it to finish, or use another file") from None
 
     @classmethod
     def table_name(cls) -> str:

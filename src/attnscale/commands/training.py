@@ -185,6 +185,7 @@ def run_grid(specs: list, db: Path, checkpoint: Path | None, workers, executor: 
         check_folder(checkpoint, "--checkpoint")
     todo = {run_key(s): spec_dict(s) for s in specs}
     runs_check_memory(plan_groups(todo, batch_runs, pool_size), todo, pool_size if executor == "local" else 1)
+    RunStore.check(db)  # a store another sweep is writing is refused here, before any training
     store = RunStore(db)
     with progress_bar() as bar:
         job = bar.add_task("sweep", total=len(specs), note="")
