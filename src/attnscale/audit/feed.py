@@ -3,7 +3,7 @@
 Token ids (laid out per codebook where the model takes them so), one image (on an axis of its own, or with a box
 prompt or text beside it where the model needs them), an audio input of the first shape the model runs on, or a
 composite's media at its placeholder tokens.  What a first pass finds here (:func:`first_inputs`) is what the
-designed passes are fed (:func:`.path_inputs`), so both read the same record; nothing about a model is
+designed passes are fed (:func:`path_inputs`, below), so both read the same record; nothing about a model is
 kept anywhere else.
 """
 

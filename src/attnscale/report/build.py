@@ -76,8 +76,7 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
     alone = [name for name in todo if not lab.REGISTRY[name].uses_run_store]
     beside = alone if len(alone) > 1 and default_workers() > 1 else []
     here = [name for name in todo if name not in beside]
-    with SideLabs({name: todo[name][1] for name in beside}, keep, progress, figure_dir,
-                  yield_cpu=any(lab.REGISTRY[name].uses_run_store for name in here)) as side:
+    with SideLabs({name: todo[name][1] for name in beside}, keep, progress, figure_dir) as side:
         for name in here:
             module, config, _, _ = todo[name]
             keep(name, *_run_here(name, module, config, store, fresh, side.passing_on(progress), run_store))
@@ -100,16 +99,11 @@ def run_store_beside(results_path: Path, fresh: bool) -> RunStore:
     return RunStore(results_path.with_name("runs.sqlite"), since=time.time() if fresh else None)
 
 
-# While the training lab trains in this process, the side labs' workers run under the idle
-# scheduling class (Linux's SCHED_IDLE; elsewhere the lowest niceness): they take the cores the
-# training workers leave idle (between rounds, beside a round's last group) and yield them when
-# both are busy.  A plain niceness is not enough: at nice 10 a side lab still takes about a tenth
-# of a busy core, which is about all it needs, so the training lab paid for all of it.
-def yield_cpu() -> None:
-    if hasattr(os, "sched_setscheduler") and hasattr(os, "SCHED_IDLE"):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-    elif hasattr(os, "setpriority"):
-        os.setpriority(os.PRIO_PROCESS, 0, 19)
+# The side labs' workers run at the report's own priority, beside the training lab's: a lower one (the
+# idle scheduling class, used before) let any other busy process on the machine starve them, so under
+# load the report waited for the machine to go idle (1.95x its quiet time beside one busy process on 2
+# cores, where this takes 1.35x; quiet it costs the training lab the cores it used to leave idle:
+# bench/report_under_load.py, docs/benchmarks.md).
 
 
 class SideLabs:
@@ -121,9 +115,9 @@ class SideLabs:
     on (an interrupt stops them)."""
 
     def __init__(self, configs: dict, keep: Callable[..., None], progress: Progress | None,
-                 figure_dir: Path | None = None, yield_cpu: bool = False):
+                 figure_dir: Path | None = None):
         self.configs, self.keep, self.progress = configs, keep, progress
-        self.figure_dir, self.yield_cpu = figure_dir, yield_cpu
+        self.figure_dir = figure_dir
         self.futures: dict[cf.Future, str] = {}
         self.kept: set[str] = set()
         self._stack = contextlib.ExitStack()
@@ -134,7 +128,7 @@ class SideLabs:
             self.queue = context.Queue()
             pool = self._stack.enter_context(worker_pool(context, min(default_workers(), len(self.configs)), 1,
                                                          self.queue))
-            self.futures = {pool.submit(_run_in_worker, name, config, self.yield_cpu, self.figure_dir): name
+            self.futures = {pool.submit(_run_in_worker, name, config, self.figure_dir): name
                             for name, config in self.configs.items()}
         return self
 
@@ -176,11 +170,8 @@ class SideLabs:
             self.poll()
 
 
-def _run_in_worker(name: str, config, idle: bool = False,
-                   figure_dir: Path | None = None) -> tuple[dict, float, dict | None]:
+def _run_in_worker(name: str, config, figure_dir: Path | None = None) -> tuple[dict, float, dict | None]:
     """(result, seconds, figures or None): the lab's run, and with ``figure_dir`` its figures drawn there."""
-    if idle:
-        yield_cpu()
     queue = progress_queue()
     module = lab.load(name)
     start = time.perf_counter()
