@@ -235,8 +235,8 @@ def check_dense_memory(q: torch.Tensor, k: torch.Tensor, impl: str) -> None:
     width = max(len(q_batch), len(k_batch))
     q_batch, k_batch = (1,) * (width - len(q_batch)) + q_batch, (1,) * (width - len(k_batch)) + k_batch
     scores = (*(max(a, b) for a, b in zip(q_batch, k_batch)), q.shape[-2], k.shape[-2])
-    itemsize = max(q.element_size(), 4)  # float16 and bfloat16 scores are computed in float32
-    needed = DENSE_COPIES * math.prod(scores) * itemsize
+    dtype = q.dtype if impl == "naive" else stats_dtype(q.dtype)  # the dtype dense_attention computes them in
+    needed = DENSE_COPIES * memory.tensor_bytes(scores, dtype)
     if needed <= SURELY_FITS:
         return
     memory.require_memory(needed,

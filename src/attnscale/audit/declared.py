@@ -413,16 +413,9 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     code lacks is not applied: a config field the code never reads sets no factor.  ``module``: the
     layer itself, whose learned per-coordinate query scale (TimesFM's) is part of its factor."""
     code = family_source(model_type) if source is None else source
-
-    def applies(rule: SourceRule) -> bool:
-        return rule.in_code(code)
-
-    def has_line(rule: SourceRule) -> bool:
-        """The quote as a whole statement ("self.scaling = 1.0", not a prefix of "... = 1.0 / d")."""
-        return any(line.split("#")[0].strip() == rule.quote for line in code.splitlines())
-
     head_dim = d_k or head_dim_of(config)
     layer = Layer(config, model_type, code, head_dim, width, module)
+    applies = layer.applies
     fields: dict = {"head_dim": head_dim}
     rules = ["HEAD_DIM"]
     function = head_dim**-0.5 if head_dim else None

@@ -402,14 +402,9 @@ def inline_attention(model, feeding: Feeding, family: str, result: FamilyAudit, 
         try:
             calls, hidden, parity, functions, wholes, _ = backend_pass(model, feeding, backend, reference, inputs, units,
                                                                        None)
-        except UserError as error:
-            if NO_CALL not in str(error):
-                result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
-                continue
-            result.backends[backend] = output_compared(model, backend, inputs, reference)
-            continue
-        except (RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
-            result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
+        except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
+            result.backends[backend] = (output_compared(model, backend, inputs, reference) if NO_CALL in str(error)
+                                        else {"accepted": False, "reason": families.first_line(error), "parity": None})
             continue
         for call, function, whole in zip(calls, functions, wholes):
             if call.name in rows:

@@ -19,10 +19,9 @@ from ..probing.loading import check_model_dir, check_weights, quiet_transformers
 from . import composite_rows, families
 from .compose import compose, nothing_left, unread_text
 from .measure import audit_family, audit_folder
-from .record import FamilyAudit, Skip, Status, is_measured, partly_read
+from .record import COVERED, FamilyAudit, Skip, Status, is_measured, partly_read
 from .towers import attending
 from .verdicts import CAP_TOL, DEFAULT_BACKENDS, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, family_row
-from .record import COVERED
 
 
 def is_folder(path: Path) -> bool:

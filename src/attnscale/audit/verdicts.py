@@ -51,7 +51,7 @@ def layer_findings(row: dict, backend: str) -> list[str]:
     entry, declared = row["backends"][backend], row["declared"]
     found = []
     function_factor = entry["function"].get("factor")
-    path = None if clipped(row, backend) or "keys rounded to" in declared.get("fields", {}) else entry.get("path")
+    path = None if clipped(row, backend) or "ROUNDED_KEYS" in declared.get("rules", ()) else entry.get("path")
     if path and (path["form"] == "linear" or last_only(path)):
         for last, key in ((False, "factor"), (True, "factor_last")):
             expected = declared["path_last" if last else "path_first"]
