@@ -110,3 +110,58 @@ def test_dense_attention_too_big_for_memory_is_refused_before_allocating(monkeyp
                                          r"but only 52\.4 MB is free; use impl='online'"):
         attention(q, q, q, impl=impl, return_weights=True)
     assert attention(q, q, q, impl="online").shape == q.shape
+
+
+# ----------------------------------------------------------------------------- worker processes
+
+def test_workers_that_fit_count_each_process_and_the_largest_jobs_in_flight(monkeypatch):
+    """Usable is 90% of 1000 MB = 900 MB; each process costs 200 MB, jobs go largest first."""
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, str(1000 * 10**6))
+    per = 200 * 10**6
+    assert memory.workers_that_fit(8, per_worker=per) == 4  # 4 x 200 = 800 <= 900 < 1000
+    assert memory.workers_that_fit(3, per_worker=per) == 3
+    jobs = [100 * 10**6, 300 * 10**6, 50 * 10**6]
+    assert memory.workers_that_fit(3, jobs, per_worker=per) == 2  # 3 x 200 + 450 > 900 >= 2 x 200 + 400
+    assert memory.workers_that_fit(2, [800 * 10**6], per_worker=per) == 0  # not even one
+
+
+def test_a_sweep_with_more_workers_than_memory_holds_is_refused_naming_the_most_that_fit(monkeypatch):
+    from attnscale import runs
+    from attnscale.train import RunSpec
+    from attnscale.train.spec import memory_estimate
+
+    specs = [RunSpec(task="recall", d_head=8, d_model=16, steps=10, log_every=5, batch_size=8, seed=seed)
+             for seed in range(8)]
+    group = memory_estimate(specs[0], 1)
+    room = 3 * (memory.WORKER_PROCESS_BYTES + group) + memory.WORKER_PROCESS_BYTES // 2  # 3 fit, not 4
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, str(int(room / memory.USABLE_SHARE) + 1))
+    with pytest.raises(ValueError, match=r"8 group\(s\).* in 8 worker processes .*use --workers 3 or fewer"):
+        runs.execute(specs, workers=8, batch_runs=1)
+    # the default (one per core) is cut to what fits instead
+    monkeypatch.setattr(runs, "default_workers", lambda: 8)
+    todo = {runs.run_key(s): runs.spec_dict(s) for s in specs}
+    groups = runs.plan_groups(todo, batch_runs=1, workers=8)
+    assert runs.workers_for_memory(8, groups, todo) == 3
+    runs.check_memory(groups, todo, 3)  # and those fit
+
+
+def test_audit_workers_chosen_beyond_memory_are_refused_and_the_default_is_cut(monkeypatch):
+    from attnscale.audit import pipeline
+
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, str(int(2.5 * pipeline.AUDIT_WORKER_BYTES / memory.USABLE_SHARE)))
+    with pytest.raises(ValueError, match=r"4 audit worker processes .*use --workers 2 or fewer"):
+        pipeline.workers_within_memory(4, chosen=True)
+    assert pipeline.workers_within_memory(4, chosen=False) == 2
+    assert pipeline.workers_within_memory(2, chosen=True) == 2
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, str(pipeline.AUDIT_WORKER_BYTES // 2))
+    assert pipeline.workers_within_memory(4, chosen=False) == 1  # this process alone
+
+
+def test_the_reports_side_labs_run_in_as_many_workers_as_memory_holds(monkeypatch):
+    from attnscale.report import build
+
+    monkeypatch.setattr(build, "default_workers", lambda: 4)
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, str(int(2.5 * build.SIDE_LAB_WORKER_BYTES / memory.USABLE_SHARE)))
+    assert build.side_workers(8) == 2 and build.side_workers(1) == 1
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, str(build.SIDE_LAB_WORKER_BYTES))
+    assert build.side_workers(8) == 0  # not even one: the side labs run in the report's own process

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import re
 import sqlite3
 import subprocess
@@ -94,8 +95,8 @@ def runs_store(path: Path, result='{"status": "finished"}', readonly=False) -> P
     """A run store with one row, its digest right (as an older attnscale with another result format wrote it)."""
     from attnscale.store import row_digest
 
-    texts = ("k", "{}", "finished", result)
-    return table_file(path, runs_schema(), [(*texts, 1.0, 0.0, row_digest(*texts))], readonly)
+    values = ("k", "{}", "finished", result, 1.0, 0.0)
+    return table_file(path, runs_schema(), [(*values, row_digest(*values))], readonly)
 
 
 def truncated(path: Path) -> None:
@@ -529,6 +530,37 @@ CASES = [
          lambda d: (d / "o" / "attention_layer5.png").mkdir(parents=True)),  # MiniLM's last layer
     Case("audit-out-json-folder", ["audit", "llama", "--out", "o"], "is a folder",
          lambda d: (d / "o" / "audit.json").mkdir(parents=True)),
+    Case("diagnose-config-fifo", ["diagnose", "m"], "'m/config.json' is a named pipe (FIFO), not a file",
+         lambda d: ((d / "m").mkdir(), os.mkfifo(d / "m" / "config.json"))),
+    Case("audit-config-dangling", ["audit", "m"], "'m/config.json' is a symbolic link to the missing 'gone.json'",
+         lambda d: ((d / "m").mkdir(), (d / "m" / "config.json").symlink_to("gone.json"))),
+    Case("diagnose-config-folder", ["diagnose", "m"], "'m/config.json' is a folder, not a file",
+         lambda d: (d / "m" / "config.json").mkdir(parents=True)),
+    Case("diagnose-tokenizer-fifo", ["diagnose", "m"], "'m/tokenizer.json' in the model folder is a named pipe (FIFO)",
+         lambda d: (write(d / "m" / "config.json", "{}"), os.mkfifo(d / "m" / "tokenizer.json"))),
+    Case("audit-weights-device", ["audit", "m"], "'m/model.safetensors' in the model folder is a character device",
+         lambda d: (write(d / "m" / "config.json", "{}"), (d / "m" / "model.safetensors").symlink_to("/dev/zero"))),
+    Case("sweep-db-fifo", ["sweep", "--summary", "--db", "p"], "store 'p' is a named pipe (FIFO), not an SQLite file",
+         lambda d: os.mkfifo(d / "p")),
+    Case("sweep-db-loop", ["sweep", "--summary", "--db", "a"], "store 'a' is a symbolic link that loops",
+         lambda d: ((d / "a").symlink_to("b"), (d / "b").symlink_to("a"))),
+    Case("sweep-db-device", ["sweep", "--summary", "--db", "/dev/zero"], "store '/dev/zero' is a character device"),
+    Case("report-store-fifo", ["report", "--out", "r", "--labs", "variance"], "'r/results.sqlite' is a named pipe",
+         lambda d: ((d / "r").mkdir(), os.mkfifo(d / "r" / "results.sqlite"))),
+    Case("report-store-dangling", ["report", "--out", "r", "--labs", "variance"],
+         "'r/results.sqlite' is a symbolic link to the missing", lambda d: ((d / "r").mkdir(), (
+             d / "r" / "results.sqlite").symlink_to("/nowhere/results.sqlite"))),
+    # a read-only store whose last writes sit in its -wal file: read whole or refused, never read in part
+    Case("sweep-summary-wal-read-only", ["sweep", "--summary", "--db", "ro/r.sqlite"], "last writes are still in",
+         lambda d: read_only_run_store_with_wal(d), unprivileged=True),
+    # memory: every worker process counted, files read whole sized first
+    Case("sweep-workers-beyond-memory", ["sweep", "--db", "s.sqlite", "--rules", "sqrt", "--d-heads", "8", "--lrs",
+                                         "1e-3", "--seeds", "16", "--steps", "2", "--d-model", "16", "--batch-runs", "1",
+                                         "--workers", "16"], "in 16 worker processes", env={"ATTNSCALE_MEMORY_LIMIT": "1G"}),
+    Case("audit-workers-beyond-memory", ["audit", "--workers", "8"], "8 audit worker processes",
+         env={"ATTNSCALE_MEMORY_LIMIT": "2G"}),
+    Case("answer-report-beyond-memory", ["answer", "--report", "r.json"], "up to 25x that as Python objects",
+         lambda d: write(d / "r.json", "[" + ",".join(["{}"] * 400_000) + "]"), env={"ATTNSCALE_MEMORY_LIMIT": "20M"}),
     # stored rows edited by hand
     Case("report-store-row-edited", ["report", "--out", "r", "--labs", "variance"], "changed after attnscale wrote it",
          lambda d: edited_store(d / "r" / "results.sqlite", "results")),
@@ -584,10 +616,35 @@ def read_only_run_store(folder: Path) -> None:
               "chance_acc": 0.0625}
     from attnscale.store import row_digest
 
-    texts = ("k", json.dumps(spec, sort_keys=True), "finished", json.dumps(result))
-    path = table_file(folder / "ro" / "r.sqlite", runs_schema(), [(*texts, 1.0, 0.0, row_digest(*texts))],
+    values = ("k", json.dumps(spec, sort_keys=True), "finished", json.dumps(result), 1.0, 0.0)
+    path = table_file(folder / "ro" / "r.sqlite", runs_schema(), [(*values, row_digest(*values))],
                       readonly=True, wal=True)
     path.parent.chmod(0o555)
+
+
+def read_only_run_store_with_wal(folder: Path) -> None:
+    """A copy of a run store taken while its writer was still open, so that its one finished run sits in the -wal
+    file (SQLite folds the WAL into the file only at a checkpoint), in a read-only folder without the -shm file."""
+    values = ("k", "{}", "finished", '{"status": "finished"}', 1.0, 0.0)
+    from attnscale.store import row_digest
+
+    source = folder / "w" / "r.sqlite"
+    source.parent.mkdir()
+    writer = sqlite3.connect(source)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute(runs_schema())
+    writer.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?)", (*values, row_digest(*values)))
+    writer.commit()
+    (folder / "ro").mkdir()
+    for suffix in ("", "-wal"):
+        shutil.copy(f"{source}{suffix}", folder / "ro" / f"r.sqlite{suffix}")
+    writer.close()
+    shutil.rmtree(source.parent)
+    assert (folder / "ro" / "r.sqlite-wal").stat().st_size > 0
+    for file in (folder / "ro").iterdir():
+        file.chmod(0o444)
+    (folder / "ro").chmod(0o555)
 
 
 # Commands that must succeed, run in the same batch: Case(id, args, what stdout must hold, setup, ...).

@@ -96,3 +96,16 @@ def test_the_table_and_the_audit_lab_carry_every_family(rows):
     assert "log_scaling_n_floor = 8192" in inkling["notes"]
     result = {"transformers": "x", "families_audited": [], "rows": [], "families": [], "far_positions": list(rows.values())}
     assert any(name.startswith("factor at far positions") for name in audit_lab.tables(result))
+
+
+def test_transformers_notes_on_the_tiny_configs_stay_off_the_terminal():
+    """Its notes (an eos id beyond a tiny vocabulary, a kernel's fallback) say nothing of the factor, and the
+    report's terminal shows none of them.  In a fresh process: transformers says each only once per process."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "from attnscale.audit import positions as P; "
+                           "print(sum(r['verdict'] == 'agrees' for r in P.audit_positions()))"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(len(P.FAMILIES)) and "[transformers]" not in done.stderr, done.stderr[-2000:]

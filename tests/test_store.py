@@ -5,6 +5,7 @@ have them.  (Read-only files are tested through the command line in test_misuse.
 file permissions can be made to apply even to root.)
 """
 
+import hashlib
 import json
 import os
 import random
@@ -129,6 +130,58 @@ def test_a_row_edited_after_it_was_written_is_refused_naming_it(cls, tmp_path):
     for readonly in (False, True):
         with pytest.raises(ValueError, match=r"key 'k' was changed after attnscale wrote it"):
             cls(tmp_path / "s.sqlite", readonly=readonly)
+
+
+@pytest.mark.parametrize("cls", STORES)
+@pytest.mark.parametrize("column", ["seconds", "created"])
+def test_every_column_read_back_is_covered_by_the_digest(cls, column, tmp_path):
+    """The seconds a row took (shown in the report) and when a run was stored (which decides
+    whether a sweep reuses it) are read back, so an edit of either is refused like one of the result."""
+    filled_store(tmp_path / "s.sqlite", cls)
+    table = "results" if cls is Store else "runs"
+    read_back = set(cls.digest_columns)
+    if column == "created" and cls is Store:
+        assert "created" not in read_back  # never read back from the results table
+        return
+    assert column in read_back
+    db = sqlite3.connect(tmp_path / "s.sqlite")
+    db.execute(f"UPDATE {table} SET {column} = {column} + 0.5")
+    db.commit()
+    db.close()
+    with pytest.raises(ValueError, match=r"key 'k' was changed after attnscale wrote it"):
+        cls(tmp_path / "s.sqlite", readonly=True)
+
+
+@pytest.mark.parametrize("cls", STORES)
+def test_a_row_with_a_digest_of_the_earlier_format_is_not_trusted(cls, tmp_path):
+    """Digests once covered the key and JSON columns only: such a row's timing is not vouched for, so it is
+    read as a row without a digest (the report refuses it, a sweep trains the run again)."""
+    filled_store(tmp_path / "s.sqlite", cls)
+    table = "results" if cls is Store else "runs"
+    old_columns = ("key", "kind", "config", "result") if cls is Store else ("key", "spec", "status", "result")
+    db = sqlite3.connect(tmp_path / "s.sqlite")
+    texts = db.execute(f"SELECT {', '.join(old_columns)} FROM {table}").fetchone()
+    old_digest = hashlib.sha256("\0".join(texts).encode()).hexdigest()[:32]
+    db.execute(f"UPDATE {table} SET digest = ?", (old_digest,))
+    db.commit()
+    db.close()
+    store = cls(tmp_path / "s.sqlite")
+    if cls is Store:
+        assert store.get("k") is not None and not store.has_digest("k")
+    else:
+        assert store.get("k") is None and store.keys() == set() and store.unverified() == 1
+        store.put("k", {"seed": 0}, {"status": "finished", "x": [1]}, 2.0)  # trained again: the row is replaced
+        assert store.get("k") == {"status": "finished", "x": [1]} and store.unverified() == 0
+
+
+def test_a_digest_reads_the_stored_number_not_its_spelling(tmp_path):
+    """SQLite stores the seconds as a float whatever was handed to it (an int, a numpy float): the digest is
+    written over the value as read back, so the row opens again."""
+    import numpy as np
+
+    for number, seconds in enumerate([3, np.float64(0.1), 1e-300, 7.0]):
+        Store(tmp_path / "s.sqlite").put(f"k{number}", "variance", "{}", {"x": 1}, seconds)
+    assert [Store(tmp_path / "s.sqlite", readonly=True).get(f"k{n}")[1] for n in range(4)] == [3.0, 0.1, 1e-300, 7.0]
 
 
 @pytest.mark.parametrize("cls", STORES)

@@ -517,7 +517,7 @@ def load_report(path: str | Path) -> dict:
         raise UserError(f"{str(path)!r} has {path.stat().st_size / 2**20:.0f} MiB; a report.json has a few, at most "
                         f"{REPORT_BYTES_LIMIT // 2**20} MiB accepted")
     try:
-        report = jsonfile.loads(path.read_text(encoding="utf-8"), repr(str(path)))
+        report = jsonfile.read(path, repr(str(path)))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         raise UserError(f"{str(path)!r} is not a report.json: {error}") from None
     except RecursionError:

@@ -8,6 +8,9 @@ import math
 
 from .errors import UserError
 
+# The most memory Python's json holds per byte of text, the text included: a list of empty objects ('{},' each)
+# takes 24 bytes of objects per byte of text; a report.json about 5 (tracemalloc's peak over the file's size).
+EXPANSION = 25
 MAX_INT_DIGITS = 100  # far beyond any count, size or seed attnscale reads; int() refuses 4300 on its own, with a bug's words
 
 
@@ -30,3 +33,16 @@ def loads(text: str, what: str):
         return int(literal)
 
     return json.loads(text, parse_constant=constant, parse_float=real, parse_int=whole)
+
+
+def read(path, what: str):
+    """The JSON file at ``path``, read whole once its size is known to fit in free memory as Python objects
+    (:data:`EXPANSION` bytes a byte), then parsed by :func:`loads`."""
+    from pathlib import Path
+
+    from .memory import format_bytes, require_memory
+
+    size = Path(path).stat().st_size
+    require_memory(size * EXPANSION, f"reading {what} ({format_bytes(size)} of JSON, up to {EXPANSION}x that as "
+                   "Python objects)", "free memory, or pass the file that was meant")
+    return loads(Path(path).read_text(encoding="utf-8"), what)

@@ -42,7 +42,7 @@ from typing import Callable, Iterator
 
 from . import checks
 from .errors import UserError
-from .store import SQLiteTable, row_digest
+from .store import SQLiteTable, digested, row_digest
 from .train import RunSpec, as_spec, group_specs, run_key, train, train_group
 
 EXECUTORS = ("local", "ray")
@@ -81,27 +81,27 @@ class RunStore(SQLiteTable):
     """
 
     schema = SCHEMA
-    digest_columns = ("key", "spec", "status", "result")
+    digest_columns = ("key", "spec", "status", "result", "seconds", "created")
 
     def __init__(self, path: str | Path, since: float | None = None, readonly: bool = False):
         super().__init__(path, readonly=readonly)
         self.since = 0.0 if since is None else since
 
     # The rows this store reads: those stored since ``since`` that carry a digest.  A row without
-    # one (put there by hand, or by an attnscale older than digests) is not known to be a run's
+    # one (put there by hand, or by an attnscale whose digests did not cover every column) is not known to be a run's
     # output: it is trained again, and the new row replaces it.
     @property
     def _verified(self) -> str:
-        return "created >= ? AND digest IS NOT NULL" if self.digests else "created >= ? AND 0"  # 0: an old read-only store
+        return f"created >= ? AND {digested()}" if self.digests else "created >= ? AND 0"  # 0: an old read-only store
 
     def keys(self) -> set[str]:
         with self._connect() as db:
             return {row[0] for row in db.execute(f"SELECT key FROM runs WHERE {self._verified}", (self.since,))}
 
     def unverified(self) -> int:
-        """How many stored rows carry no digest (left out of :meth:`keys`, :meth:`get` and :meth:`rows`)."""
+        """How many stored rows carry no digest of the current format (left out of :meth:`keys`, :meth:`get` and :meth:`rows`)."""
         with self._connect() as db:
-            where = "WHERE digest IS NULL" if self.digests else ""
+            where = f"WHERE NOT coalesce({digested()}, 0)" if self.digests else ""
             return db.execute(f"SELECT COUNT(*) FROM runs {where}").fetchone()[0]
 
     def put(self, key: str, spec: dict, result: dict, seconds: float) -> None:
@@ -119,15 +119,15 @@ class RunStore(SQLiteTable):
                     "INSERT INTO runs (key, spec, status, result, seconds, created, digest) VALUES (?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT(key) DO UPDATE SET spec = excluded.spec, status = excluded.status, "
                     "result = excluded.result, seconds = excluded.seconds, created = excluded.created, "
-                    "digest = excluded.digest WHERE runs.created < ? OR runs.digest IS NULL",
+                    f"digest = excluded.digest WHERE runs.created < ? OR NOT coalesce({digested('runs.digest')}, 0)",
                     [self._row(key, spec, result, seconds, now) for key, spec, result, seconds in rows],
                 )
         finally:
             db.close()
 
     def _row(self, key: str, spec: dict, result: dict, seconds: float, now: float) -> tuple:
-        texts = (key, json.dumps(spec, sort_keys=True), result["status"], json.dumps(result))
-        return (*texts, seconds, now, row_digest(*texts), self.since)
+        values = (key, json.dumps(spec, sort_keys=True), result["status"], json.dumps(result), float(seconds), now)
+        return (*values, row_digest(*values), self.since)
 
     def get(self, key: str) -> dict | None:
         with self._connect() as db:
@@ -350,17 +350,46 @@ def check_options(executor: str, workers: int | None) -> int:
     return workers
 
 
-def check_memory(groups: list[list[str]], todo: dict, workers: int) -> None:
-    """Refuse, before any work, a sweep whose largest groups would not fit in free memory together."""
-    from .memory import require_memory
+def group_bytes(groups: list[list[str]], todo: dict) -> list[int]:
+    """What training each group takes in memory (train.spec.memory_estimate), in the groups' order."""
     from .train.spec import memory_estimate
 
-    sizes = sorted((memory_estimate(as_spec(todo[keys[0]]), len(keys)) for keys in groups), reverse=True)
-    largest = as_spec(todo[max(groups, key=len)[0]])
-    require_memory(sum(sizes[:max(1, min(workers, len(sizes)))]),
-                   f"{min(workers, len(sizes))} group(s) of up to {max(len(g) for g in groups)} runs in flight "
-                   f"(d_head up to {max(as_spec(todo[g[0]]).d_head for g in groups)})",
-                   "use fewer --workers, a smaller --batch-runs, or smaller models", largest.device)
+    return [memory_estimate(as_spec(todo[keys[0]]), len(keys)) for keys in groups]
+
+
+def workers_for_memory(workers: int, groups: list[list[str]], todo: dict) -> int:
+    """The default worker count cut to what fits in free memory with its groups in flight (at least 1: a
+    sweep that does not fit even so is refused by :func:`check_memory`, naming the sizes)."""
+    from .memory import workers_that_fit
+
+    if workers <= 1:
+        return workers
+    device = as_spec(todo[groups[0][0]]).device
+    return max(1, workers_that_fit(min(workers, len(groups)), group_bytes(groups, todo), device=device))
+
+
+def check_memory(groups: list[list[str]], todo: dict, workers: int) -> None:
+    """Refuse, before any work, a sweep whose worker processes (each its own interpreter and torch) and
+    largest groups in flight would not fit in free memory together, naming the most --workers that would."""
+    from .memory import WORKER_PROCESS_BYTES, format_bytes, require_memory, workers_that_fit
+
+    sizes = sorted(group_bytes(groups, todo), reverse=True)
+    device = as_spec(todo[max(groups, key=len)[0]]).device
+    in_flight = max(1, min(workers, len(sizes)))
+    processes = in_flight if workers > 1 else 0  # one worker trains in this process
+    fitting = workers_that_fit(in_flight, sizes, device=device) if processes else 0
+    hint = (f"use --workers {fitting} or fewer" if 0 < fitting < in_flight
+            else "use fewer --workers, a smaller --batch-runs, or smaller models")
+    what = (f"{in_flight} group(s) of up to {max(len(g) for g in groups)} runs in flight "
+            f"(d_head up to {max(as_spec(todo[g[0]]).d_head for g in groups)})")
+    if processes:
+        what += f" in {processes} worker processes ({format_bytes(WORKER_PROCESS_BYTES)} each before their work)"
+    process_bytes, work_bytes = processes * WORKER_PROCESS_BYTES, sum(sizes[:in_flight])
+    if str(device).split(":")[0] == "cpu":
+        require_memory(process_bytes + work_bytes, what, hint)
+    else:
+        require_memory(process_bytes, what, hint)
+        require_memory(work_bytes, what, hint, device)
 
 
 def plan_groups(todo: dict[str, dict], batch_runs: int, workers: int) -> list[list[str]]:
@@ -391,6 +420,7 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
     run once.  With one local worker the groups run in this process.  ``pool``: a
     :class:`KeptPool` to run the local groups in (its workers and threads), kept for the next call.
     """
+    chosen_workers = workers is not None
     workers = check_options(executor, workers)
     batch_runs = checks.positive_int("batch_runs", batch_runs)
     if store is None:
@@ -425,6 +455,10 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
         progress(finished, total, f"{finished}/{total} runs already stored")
     if todo:
         groups = plan_groups(todo, batch_runs, workers)
+        if executor == "local" and not chosen_workers:  # the default, cut to what memory holds
+            workers = workers_for_memory(workers, groups, todo)
+            if pool is not None and pool.pool is None:  # a kept pool not started yet starts with as many
+                pool.workers = workers
         check_memory(groups, todo, workers if executor == "local" else 1)
         if executor == "ray":
             _ray_execute(groups, todo, workers, address, ray_dir, ckpt, record)

@@ -20,7 +20,7 @@ import urllib.parse
 from pathlib import Path
 
 from .errors import UserError
-from .paths import check_folder
+from .paths import check_folder, what_is
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -35,10 +35,24 @@ CREATE TABLE IF NOT EXISTS results (
 """
 
 
-def row_digest(*texts: str) -> str:
-    """The digest a row is written with, over its key and JSON columns: a row edited by hand
-    afterwards (a number set to NaN, a list emptied) no longer matches it and is refused."""
-    return hashlib.sha256("\0".join(texts).encode()).hexdigest()[:32]
+# Digests of this format cover every column a store reads back (the timings too); an earlier
+# format covered the key and JSON columns only, and its rows are read as rows without a digest.
+DIGEST_FORMAT = "2:"
+
+
+def row_digest(*values: str | float) -> str:
+    """The digest a row is written with, over every column read back from it: a row edited by
+    hand afterwards (a number set to NaN, a list emptied, a time changed) no longer matches it
+    and is refused.  It guards against accidents and stale code, not against someone who can
+    rewrite the file and recompute the digest."""
+    texts = (repr(float(value)) if isinstance(value, float | int) and not isinstance(value, bool) else str(value)
+             for value in values)
+    return DIGEST_FORMAT + hashlib.sha256("\0".join(texts).encode()).hexdigest()[:32]
+
+
+def digested(column: str = "digest") -> str:
+    """SQL that is true for a row whose digest is of the current format (NULL where it has none)."""
+    return f"{column} LIKE '{DIGEST_FORMAT}%'"
 
 
 def config_key(kind: str, version: int | str, config) -> tuple[str, str]:
@@ -62,7 +76,7 @@ class SQLiteTable:
 
     schema = SCHEMA
     json_columns = ("config", "spec", "result")  # those of them that the table has hold JSON objects
-    digest_columns = ("key", "kind", "config", "result")  # what a row's digest covers, in this order
+    digest_columns = ("key", "kind", "config", "result", "seconds")  # what a row's digest covers, in this order
 
     def __init__(self, path: str | Path, readonly: bool = False):
         self.path = Path(path)
@@ -118,8 +132,11 @@ class SQLiteTable:
         return f"store {str(self.path)!r}"
 
     def _check_location(self) -> None:
-        if self.path.is_dir():
+        kind = what_is(self.path)
+        if kind == "a folder":
             raise UserError(f"{self._name()} is a folder, not an SQLite file; give a file path")
+        if kind not in ("a file", "missing"):  # a pipe or a device would hang SQLite or read as garbage
+            raise UserError(f"{self._name()} is {kind}, not an SQLite file; give a file path")
         if self.readonly:
             if not self.path.exists():
                 raise FileNotFoundError(f"no {self._name()}")
@@ -142,9 +159,19 @@ class SQLiteTable:
             try:
                 self._check_contents()
                 return
-            except sqlite3.OperationalError:  # a WAL store in a read-only folder: read it as immutable
-                self._uri = self._uri.replace("mode=ro", "immutable=1")
+            except sqlite3.OperationalError:  # a WAL store in a read-only folder
+                self._read_without_wal()
         self._check_contents()
+
+    def _read_without_wal(self) -> None:
+        """Read a WAL store SQLite cannot open read-only (no -shm file, a folder it cannot write) as the file
+        alone: whole when its -wal file is empty or gone, refused when the last writes sit there."""
+        wal = Path(f"{self.path}-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise UserError(f"{self._name()} is in a read-only folder and its last writes are still in {str(wal)!r}, "
+                            "which SQLite can only fold in where it may write; copy both files to a writable folder "
+                            "(or let the writer finish), then read the copy")
+        self._uri = self._uri.replace("mode=ro", "immutable=1")
 
     def _check_contents(self) -> None:
         db = self._open()
@@ -183,9 +210,9 @@ class SQLiteTable:
 
     def _check_digests(self, db: sqlite3.Connection) -> None:
         columns = ", ".join(self.digest_columns)
-        for *texts, digest in db.execute(f"SELECT {columns}, digest FROM {self.table} WHERE digest IS NOT NULL"):
-            if row_digest(*map(str, texts)) != digest:
-                raise UserError(f"{self._name()}: the row of key {texts[0]!r} was changed after attnscale wrote it (it "
+        for *values, digest in db.execute(f"SELECT {columns}, digest FROM {self.table} WHERE {digested()}"):
+            if row_digest(*values) != digest:
+                raise UserError(f"{self._name()}: the row of key {values[0]!r} was changed after attnscale wrote it (it "
                                 "no longer matches its digest); remove that row, or the file, to have it recomputed")
 
     def _first_non_object(self, db: sqlite3.Connection, label: str, column: str):
@@ -233,16 +260,17 @@ class Store(SQLiteTable):
         if not self.digests:
             return False
         with contextlib.closing(self._connect()) as db:
-            row = db.execute("SELECT digest FROM results WHERE key = ?", (key,)).fetchone()
+            row = db.execute(f"SELECT {digested()} FROM results WHERE key = ?", (key,)).fetchone()
         return bool(row and row[0])
 
     def put(self, key: str, kind: str, config_text: str, result: dict, seconds: float) -> None:
-        payload = json.dumps(result, allow_nan=True)
+        payload, seconds = json.dumps(result, allow_nan=True), float(seconds)
         with self._connect() as db:
             db.execute(
                 "INSERT OR REPLACE INTO results (key, kind, config, result, seconds, created, digest) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key, kind, config_text, payload, seconds, time.time(), row_digest(key, kind, config_text, payload)),
+                (key, kind, config_text, payload, seconds, time.time(),
+                 row_digest(key, kind, config_text, payload, seconds)),
             )
 
     def keys(self, kind: str | None = None) -> list[str]:

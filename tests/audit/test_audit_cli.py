@@ -34,6 +34,17 @@ def test_cli_out_must_be_a_folder(tmp_path, capsys):
     assert code == 2 and "is a file" in err
 
 
+def test_a_second_audit_writing_the_same_folder_is_refused_while_the_first_holds_it(tmp_path, capsys):
+    from attnscale.paths import FolderLock
+
+    with FolderLock(tmp_path, "--out"):
+        code, out, err = run_cli(["audit", "gpt2", "--out", str(tmp_path)], capsys)
+    assert code == 2 and "another attnscale run is writing --out" in err and not (tmp_path / "audit.json").exists()
+    code, _, _ = run_cli(["audit", "gpt2", "--out", str(tmp_path)], capsys)  # released with the block
+    assert code == 0 and (tmp_path / "audit.json").exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "audit.json"]  # no lock file left
+
+
 def test_cli_json_table_and_out(tmp_path, capsys):
     code, out, _ = run_cli(["audit", "gpt2,t5", "--backends", "eager,sdpa", "--json", "--out", str(tmp_path)], capsys)
     assert code == 0

@@ -105,6 +105,26 @@ def item_rows(item, backends, seed: int) -> list[FamilyAudit]:
 
 
 
+# What one audit worker process costs before the model it builds (whose own size measure.py checks as it builds
+# it): its interpreter, torch and transformers' modelling code.  Measured: see workers_within_memory.
+AUDIT_WORKER_BYTES = 600 * 10**6
+
+
+def workers_within_memory(workers: int, chosen: bool) -> int:
+    """``workers`` processes if their own cost fits in free memory.  A count the user chose (``--workers``) that
+    does not fit is refused, naming the most that would; the default is cut to that many (1: in this process)."""
+    from ..memory import format_bytes, require_memory, workers_that_fit
+
+    if workers <= 1:
+        return workers
+    fitting = workers_that_fit(workers, per_worker=AUDIT_WORKER_BYTES)
+    if fitting < workers and chosen:
+        require_memory(workers * AUDIT_WORKER_BYTES, f"{workers} audit worker processes ({format_bytes(AUDIT_WORKER_BYTES)} "
+                       "each before the model it builds)",
+                       f"use --workers {fitting} or fewer" if fitting > 1 else "use --workers 1 (this process alone)")
+    return max(1, fitting)
+
+
 def run_parallel(items, backends, seed: int, progress, workers: int) -> list[FamilyAudit]:
     """The items over the project's worker pool (:func:`attnscale.runs.worker_pool`: workers that
     die with this process, one torch thread each per core), whole families per task."""

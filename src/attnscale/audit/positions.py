@@ -307,10 +307,13 @@ def measure(entry: PositionFamily, positions=POSITIONS, seed: int = 0, model=Non
 
 def audit_positions(positions=POSITIONS, seed: int = 0, progress: Callable[[float, str], None] | None = None) -> list[dict]:
     """One row per family of :data:`FAMILIES`, in order, on one torch thread (the same numbers in any process)."""
+    from ..probing.loading import quiet_transformers
     from ..threads import torch_threads
 
     rows = []
-    with torch_threads(1):
+    # transformers' notes on the tiny configs (an eos id beyond the tiny vocabulary, a renamed cache argument)
+    # say nothing of the factor
+    with torch_threads(1), quiet_transformers():
         for index, entry in enumerate(FAMILIES):
             if progress:
                 progress(index / len(FAMILIES), f"far positions: {entry.family}")

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -149,7 +150,7 @@ def register(app: typer.Typer) -> None:
         from ..audit import pipeline
         from ..cli import console, progress_bar
 
-        from ..paths import check_folder, check_outputs
+        from ..paths import FolderLock, check_folder, check_outputs
 
         chosen = parse_backends(backends)
         if out is not None:
@@ -177,16 +178,19 @@ def register(app: typer.Typer) -> None:
             emit(report, out, as_json, lambda: print_table(report))
             return
         plan = pipeline.plan(target)
-        with progress_bar() as bar:
-            task = bar.add_task("audit", total=max(len(plan), 1), note="")
+        workers = pipeline.workers_within_memory(workers or os.cpu_count() or 1, chosen=workers > 0)
+        # a second audit writing the same --out is refused while this one runs (its audit.json would replace ours)
+        with FolderLock(out, "--out") if out is not None else contextlib.nullcontext():
+            with progress_bar() as bar:
+                task = bar.add_task("audit", total=max(len(plan), 1), note="")
 
-            def progress(done: int, name: str, seconds: float) -> None:
-                bar.update(task, completed=done, note=f"{name} {seconds:.1f} s")
+                def progress(done: int, name: str, seconds: float) -> None:
+                    bar.update(task, completed=done, note=f"{name} {seconds:.1f} s")
 
-            results = pipeline.run_plan(plan, chosen, seed, progress, workers or os.cpu_count() or 1)
-        report = pipeline.report(results, chosen, time.perf_counter() - start)
-        if port is not None:
-            reference = next((r for r in results if r.layers), None)
-            d_k = reference.layers[0]["d_k"] if reference else head_dim
-            report["callable"] = audit_api.audit_callable(port, d_k, callable_spec, reference).to_dict()
-        emit(report, out, as_json, lambda: print_table(report))
+                results = pipeline.run_plan(plan, chosen, seed, progress, workers)
+            report = pipeline.report(results, chosen, time.perf_counter() - start)
+            if port is not None:
+                reference = next((r for r in results if r.layers), None)
+                d_k = reference.layers[0]["d_k"] if reference else head_dim
+                report["callable"] = audit_api.audit_callable(port, d_k, callable_spec, reference).to_dict()
+            emit(report, out, as_json, lambda: print_table(report))

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .. import jsonfile
 from ..errors import UserError
 from . import options
 
@@ -50,8 +51,8 @@ def parse_specs(counterfactual: str) -> tuple[str, ...]:
 def config_of(model_dir: Path) -> dict:
     """config.json as a dict ({} where it cannot be read: loading the model says why)."""
     try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        config = jsonfile.read(model_dir / "config.json", repr(str(model_dir / "config.json")))
+    except (OSError, ValueError, RecursionError):
         config = {}
     return config if isinstance(config, dict) else {}
 

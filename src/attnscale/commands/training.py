@@ -143,7 +143,7 @@ def print_summary(db: Path) -> None:
     from ..cli import print_rows
     from ..runs import RunStore, summary
 
-    if not db.exists():
+    if not db.is_symlink() and not db.exists():  # a broken link is named by the store for what it is
         raise FileNotFoundError(f"no run store at {str(db)!r}; run a sweep first or pass --db")
     store = RunStore(db, readonly=True)
     rows, unverified = store.rows(), store.unverified()
@@ -177,14 +177,17 @@ def grid_specs(task, rules, d_heads, lrs, seeds, layers, optimisers, init, steps
 def run_grid(specs: list, db: Path, checkpoint: Path | None, workers, executor: str, address, batch_runs: int) -> None:
     from ..cli import print_rows, progress_bar
     from ..paths import check_folder
-    from ..runs import RunStore, check_options, execute, plan_groups, run_key, spec_dict, summary
+    from ..runs import RunStore, check_options, execute, plan_groups, run_key, spec_dict, summary, workers_for_memory
     from ..runs import check_memory as runs_check_memory
 
     pool_size = check_options(executor, workers)
     if checkpoint is not None:
         check_folder(checkpoint, "--checkpoint")
     todo = {run_key(s): spec_dict(s) for s in specs}
-    runs_check_memory(plan_groups(todo, batch_runs, pool_size), todo, pool_size if executor == "local" else 1)
+    groups = plan_groups(todo, batch_runs, pool_size)
+    if executor == "local" and workers is None:  # the default, cut to what memory holds (as execute cuts it)
+        pool_size = workers_for_memory(pool_size, groups, todo)
+    runs_check_memory(groups, todo, pool_size if executor == "local" else 1)
     RunStore.check(db)  # a store another sweep is writing is refused here, before any training
     store = RunStore(db)
     with progress_bar() as bar:

@@ -19,6 +19,7 @@ from pathlib import Path
 from .. import jsonfile
 from ..errors import UserError
 from ..hub import offline
+from ..paths import what_is
 
 offline()
 
@@ -88,7 +89,7 @@ def quiet_transformers():
 
 def read_json(path: Path) -> dict:
     try:
-        data = jsonfile.loads(path.read_text(encoding="utf-8"), repr(str(path)))
+        data = jsonfile.read(path, repr(str(path)))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise UserError(f"{str(path)!r} is not readable JSON ({type(error).__name__}); accepted: a Hugging Face "
                          "config file") from None
@@ -199,15 +200,29 @@ def check_model_dir(model_dir) -> Path:
     path = default_model_path() if model_dir is None else Path(model_dir).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"model folder {str(path)!r} does not exist; accepted: a local Hugging Face model folder")
-    if not path.is_dir() or not (path / "config.json").is_file():
+    config_kind = what_is(path / "config.json") if path.is_dir() else "missing"
+    if config_kind not in ("a file", "missing"):
+        raise UserError(f"{str(path / 'config.json')!r} is {config_kind}, not a file; accepted: a local folder with "
+                        "config.json, weights and a tokenizer as regular files")
+    if config_kind == "missing":
         raise UserError(
             f"{str(path)!r} is not a Hugging Face model folder (no config.json); "
             "accepted: a local folder with config.json, weights and a tokenizer"
         )
+    refuse_special_files(path)
     refuse_symlinks_out(path)
     refuse_code(path)
     check_config_sizes(read_json(path / "config.json"), path / "config.json")
     return path
+
+
+def refuse_special_files(path: Path) -> None:
+    """Refuse what would hang or fail deep inside transformers when it opens a file of the folder by name: a
+    named pipe, a device, a socket, a link to nothing or a loop of links."""
+    for entry in sorted(path.iterdir()):
+        kind = what_is(entry)
+        if kind not in ("a file", "a folder"):
+            raise UserError(f"{str(entry)!r} in the model folder is {kind}; accepted: regular files (copy the file in)")
 
 
 def refuse_symlinks_out(path: Path) -> None:

@@ -53,8 +53,8 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
         if stored is not None:
             result, seconds = stored
             if not store.has_digest(key):  # a row with a digest is this code's own output, checked on opening
-                raise UserError(f"the {name} row stored in {str(store.path)!r} (key {key!r}) carries no digest: it was "
-                                "put there by hand or by an attnscale older than digests, so its numbers are not known "
+                raise UserError(f"the {name} row stored in {str(store.path)!r} (key {key!r}) carries no digest of "
+                                "this attnscale's: it was put there by hand or by an older attnscale, so its numbers are not known "
                                 "to be this lab's; rerun with --fresh to compute it again")
             runs[name] = {"result": result, "seconds": seconds, "cached": True, "config": json.loads(config_text)["config"]}
             if progress:
@@ -74,7 +74,7 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
                       **({"figures": figures} if figures is not None else {})}
 
     alone = [name for name in todo if not lab.REGISTRY[name].uses_run_store]
-    beside = alone if len(alone) > 1 and default_workers() > 1 else []
+    beside = alone if len(alone) > 1 and side_workers(len(alone)) > 1 else []
     here = [name for name in todo if name not in beside]
     with SideLabs({name: todo[name][1] for name in beside}, keep, progress, figure_dir) as side:
         for name in here:
@@ -106,6 +106,19 @@ def run_store_beside(results_path: Path, fresh: bool) -> RunStore:
 # bench/report_under_load.py, docs/benchmarks.md).
 
 
+# What one side-lab worker process may hold at its peak: its interpreter, torch, and the largest side lab's work
+# (the doctor lab's real model and the audit lab's families).  Measured: see docs/benchmarks.md.
+SIDE_LAB_WORKER_BYTES = 1500 * 10**6
+
+
+def side_workers(labs: int) -> int:
+    """How many worker processes run the side labs: one per core, at most one per lab, and no more than free
+    memory holds (fewer than 2: the labs run in this process, one after the other)."""
+    from ..memory import workers_that_fit
+
+    return workers_that_fit(min(default_workers(), labs), per_worker=SIDE_LAB_WORKER_BYTES)
+
+
 class SideLabs:
     """Labs run side by side in a pool of worker processes (one per core) while this process goes
     on; ``keep(name, result, seconds)`` is called here, in this thread, for each as it comes back
@@ -126,7 +139,7 @@ class SideLabs:
         if self.configs:
             context = multiprocessing.get_context("spawn")
             self.queue = context.Queue()
-            pool = self._stack.enter_context(worker_pool(context, min(default_workers(), len(self.configs)), 1,
+            pool = self._stack.enter_context(worker_pool(context, side_workers(len(self.configs)), 1,
                                                          self.queue))
             self.futures = {pool.submit(_run_in_worker, name, config, self.figure_dir): name
                             for name, config in self.configs.items()}

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = args.report_dir / "report.json"
     try:
-        report = jsonfile.loads(path.read_text(encoding="utf-8"), repr(str(path)))
+        report = jsonfile.read(path, repr(str(path)))
         table = verdict_table(report)
     except (OSError, ValueError, KeyError, TypeError, UserError) as error:
         print(f"attnscale: error: cannot read a report from {str(path)!r}: {error}", file=sys.stderr)
