@@ -276,3 +276,19 @@ def test_the_answer_reads_a_real_length_result(measured):
     for lang in answer.LANGS:
         text = answer.compose(report, lang)["follow_ups"][3]["answer"][0]
         assert "L1" in text and "L3" in text and "L4" in text  # L4 pending here: no tiny model learned the task
+
+
+def test_the_monte_carlo_drawn_in_blocks_is_the_one_draw_of_every_row(monkeypatch):
+    """Rows drawn a block at a time (blocks of 16 rows: torch fills normals 16 at a time) are the very rows of one
+    draw of them all, so bounding the memory changes no draw; each statistic is per row."""
+    config = dataclasses.replace(E.PRESETS["quick"], draws=200, ns=(16, 300))
+    monkeypatch.setattr(E, "CHUNK_VALUES", 16 * 40)  # blocks of 32 rows at width 15, 16 at 299 and 300
+    for width in (15, 299, 300):
+        blocks = E.per_row(config, width, torch.Generator().manual_seed(5), [1.0, 2.5],
+                           lambda logits, m: E.needle_weight(logits, config.margin, m))
+        whole = torch.randn(config.draws, width, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+        for m, found in zip([1.0, 2.5], blocks):
+            assert torch.equal(found, E.needle_weight(whole * config.logit_std, config.margin, m))
+    entropy = E.per_row(config, 300, torch.Generator().manual_seed(5), [0.5], lambda x, m: E.normalised_entropy(x * m, 300))
+    whole = torch.randn(config.draws, 300, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    assert torch.equal(entropy[0], E.normalised_entropy(whole * config.logit_std * 0.5, 300))

@@ -40,7 +40,9 @@ from ...models import IGNORE_INDEX, ModelConfig, Transformer
 from ...models.tasks import NeedleTask
 from ...threads import torch_threads
 
-VERSION = 3
+# 4: the Monte Carlo at initialisation drawn a block of rows at a time (the same draws; the needle's mean weight
+# moves in its last bit, summed over its rows in another order)
+VERSION = 4
 DECIDED_RATE = 0.5    # a cell's fade rate decides once its Wilson interval lies clear of this
 FADES_BELOW = 0.9     # a seed's needle fades at a length when its weight there is below this share of its weight at 1x
 DROPS_BY = 0.05       # a seed's accuracy drops at a length when it falls this much below its accuracy at 1x
@@ -137,6 +139,34 @@ def rule_multiplier(rule: str, n: int) -> float:
     return 1.0 if term is None else float(term.multiplier(torch.tensor(float(n), dtype=torch.float64)))
 
 
+CHUNK_VALUES = 2**23  # logits drawn and softmaxed at a time (64 MB in float64): 2000 rows at n = 65,536 took 8 GB whole
+
+
+def per_row(config: Config, width: int, generator: torch.Generator, multipliers: list[float], statistic) -> list:
+    """``statistic(logits, m)`` of each of ``config.draws`` rows of ``width`` iid logits (std ``logit_std``), for each
+    multiplier m, drawn a block of rows at a time: blocks of a multiple of 16 rows draw the very numbers one draw of
+    all the rows would (torch fills normals 16 at a time), so the rows are the same however many fit in memory."""
+    block = max(16, CHUNK_VALUES // width // 16 * 16)
+    found = [[] for _ in multipliers]
+    for start in range(0, config.draws, block):
+        logits = torch.randn(min(block, config.draws - start), width, generator=generator,
+                             dtype=torch.float64) * config.logit_std
+        for values, m in zip(found, multipliers):
+            values.append(statistic(logits, m))
+    return [torch.cat(values) for values in found]
+
+
+def needle_weight(others: torch.Tensor, margin: float, m: float) -> torch.Tensor:
+    """Per row, the attention weight of a needle of logit ``margin`` beside the row's other logits, all times m."""
+    needle = torch.full((len(others), 1), margin, dtype=torch.float64)
+    return torch.softmax(torch.cat([needle, others], dim=1) * m, dim=1)[:, 0].clone()  # not a view holding every weight
+
+
+def normalised_entropy(logits: torch.Tensor, n: int) -> torch.Tensor:
+    probs = torch.softmax(logits, dim=1)
+    return -(probs * torch.log(probs.clamp_min(1e-300))).sum(dim=1) / math.log(n)
+
+
 def fading_at_init(config: Config) -> list[dict]:
     """One row per (rule or law, n): the needle's weight among equal keys (Fig. 1, exact), among keys of
     iid logits (closed form and Monte Carlo mean with its SE), and the normalised entropy of attention
@@ -146,14 +176,11 @@ def fading_at_init(config: Config) -> list[dict]:
     subjects += [("law", law, lambda n, w=law: law_multiplier(w, n, config.law_coef, config.base_length)) for law in LAWS]
     rows = []
     for n in config.ns:
-        others = torch.randn(config.draws, n - 1, generator=generator, dtype=torch.float64) * config.logit_std
-        plain = torch.randn(config.draws, n, generator=generator, dtype=torch.float64) * config.logit_std
-        for kind, name, multiplier_of in subjects:
-            m = multiplier_of(n)
-            logits = torch.cat([torch.full((config.draws, 1), config.margin, dtype=torch.float64), others], dim=1) * m
-            weight = torch.softmax(logits, dim=1)[:, 0]
-            probs = torch.softmax(plain * m, dim=1)
-            entropy = -(probs * torch.log(probs.clamp_min(1e-300))).sum(dim=1) / math.log(n)
+        multipliers = [multiplier_of(n) for _, _, multiplier_of in subjects]
+        weights = per_row(config, n - 1, generator, multipliers,
+                          lambda others, m: needle_weight(others, config.margin, m))
+        entropies = per_row(config, n, generator, multipliers, lambda plain, m: normalised_entropy(plain * m, n))
+        for (kind, name, _), m, weight, entropy in zip(subjects, multipliers, weights, entropies):
             rows.append({"kind": kind, "name": name, "n": n, "multiplier": m,
                          "weight_closed": needle_weight_closed(n, m, config.margin, config.logit_std),
                          "weight_equal": equal_keys_weight(n, m),
