@@ -17,7 +17,7 @@ import pytest
 
 from attnscale.history import factor_history, format_table
 from attnscale.history.cache import check, default_cache_dir, fetch, status, unpack
-from attnscale.history.probe import match_rule, probe_release
+from attnscale.history.probe import match_rule, probe_release, probe_releases
 from attnscale.history.reader import SUBJECTS, read_release, read_tree, scan_source
 from attnscale.history.releases import RELEASES, Release, find_release
 
@@ -394,6 +394,26 @@ def test_probe_reports_a_disagreement_instead_of_choosing(tmp_path):
     assert row["rule_measured"] == "1/d_k"
     assert row["factor_measured"] == {16: pytest.approx(1 / 16), 64: pytest.approx(1 / 64)}
     assert row["agreement"].startswith("DISAGREE: read 1/sqrt(d_k), measured 1/d_k")
+
+
+def test_releases_run_in_one_worker_import_each_its_own_code(tmp_path):
+    """Two releases of one package, one scaling by 1/sqrt(d_k) and one by 1/d_k, then a third that does not import,
+    run in one worker process: each measures its own module (a module left in sys.modules by the first would give
+    the second the first's factor), and a failure stays with its release."""
+    hidden = "1.0 / math.sqrt(int(config.hidden_size / config.num_attention_heads))"
+    plain = fake_bert_wheel(tmp_path / "a", "0.0.4", {"pytorch_pretrained_bert/modeling.py": bert_source()})
+    doubled = fake_bert_wheel(tmp_path / "b", "0.0.5", {"pytorch_pretrained_bert/modeling.py": bert_source(extra=hidden)})
+    broken = fake_bert_wheel(tmp_path / "c", "0.0.6", {"pytorch_pretrained_bert/modeling.py":
+                                                        "import no_such_module_here\n" + bert_source()})
+    for folder in ("b", "c"):
+        for file in (tmp_path / folder).iterdir():
+            file.rename(tmp_path / "a" / file.name)
+
+    first, second, third, again = probe_releases(tmp_path / "a", [plain, doubled, broken, plain])
+
+    assert first.rule == "1/sqrt(d_k)" and second.rule == "1/d_k" and again.rule == "1/sqrt(d_k)"
+    assert third.state == "failed" and "no_such_module_here" in third.reason
+    assert first.measured == again.measured and first.stubs_used == again.stubs_used
 
 
 def test_probe_on_the_real_pytorch_pretrained_bert_0_1_2():

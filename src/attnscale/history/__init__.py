@@ -97,28 +97,32 @@ def history_row(read: ReadResult, probe: ProbeResult | None) -> dict:
     }
 
 
-def factor_history(cache_dir=None, run: bool = True, releases=RELEASES, head_dims=(16, 64)) -> list[dict]:
+def factor_history(cache_dir=None, run: bool = True, releases=RELEASES, head_dims=(16, 64), progress=None) -> list[dict]:
     """One row per release: what its code says about the attention scale, and (PyTorch, ``run``) what it does.
 
     Keys: package, version, date, language, location ("file:line"), scope, statement, formula,
     factor_read, forward_read, factor_measured ({d_k: s} or None; None for TensorFlow, which is
     read, not run), rule_measured, agreement, status (``checked``, ``read only`` or the reason it
     could not be checked, with the fetch command), notes, stubs, shims, probe_seconds.
-    Nothing is downloaded here: a release missing from the cache gives a row that says so.
+    Nothing is downloaded here: a release missing from the cache gives a row that says so.  The releases
+    that run are run in one worker process (torch imported once), each isolated from the others there.
+    ``progress(fraction, message)`` is told of each release read and of the run.
     """
     from .cache import resolve_cache_dir
-    from .probe import probe_release
+    from .probe import probe_releases
     from .reader import read_release
 
     folder = resolve_cache_dir(cache_dir)
-    rows = []
-    for release in releases:
-        read = read_release(folder, release)
-        probe = None
-        if run and release.probed and read.reading is not None:
-            probe = probe_release(folder, release, head_dims=head_dims)
-        rows.append(history_row(read, probe))
-    return rows
+    reads = []
+    for index, release in enumerate(releases):
+        reads.append(read_release(folder, release))
+        if progress:
+            progress((index + 1) / (len(releases) + 1), f"read {release.package} {release.version}")
+    runnable = [read.release for read in reads if run and read.release.probed and read.reading is not None]
+    if progress and runnable:
+        progress(len(releases) / (len(releases) + 1), f"running {len(runnable)} releases' attention")
+    probes = dict(zip((id(r) for r in runnable), probe_releases(folder, runnable, head_dims=head_dims)))
+    return [history_row(read, probes.get(id(read.release))) for read in reads]
 
 
 def _measured_cell(row: dict) -> str:

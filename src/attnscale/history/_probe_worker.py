@@ -1,9 +1,12 @@
 """Subprocess entry point: import one old release's BERT self-attention and measure its logit scale.
 
-Run as ``python -I -B _probe_worker.py '<json spec>'`` by :mod:`.probe`; prints one JSON line.
-It is a separate process because the old package must be imported from the unpacked
-distribution, with stub modules for what it imports but the attention never uses, and
-neither may leak into the caller (the caller's ``transformers`` is version 5).
+Run as ``python -I -B _probe_worker.py '<json list of specs>'`` by :mod:`.probe`; prints one JSON
+line per spec, in order.  It is a separate process because the old package must be imported from the
+unpacked distribution, with stub modules for what it imports but the attention never uses, and
+neither may leak into the caller (the caller's ``transformers`` is version 5).  Nor may one release
+leak into the next: after each, the modules it brought in under its own package's name, the stubs and
+the shims are dropped and sys.path and the import hooks put back (:func:`isolated`), so that each
+release imports exactly what it would in a process of its own; torch is imported once for them all.
 
 Standard library and torch only: this file must not import ``attnscale``.
 
@@ -208,6 +211,26 @@ def measure_scale(attention, torch, heads: int, head_dim: int, logit: float) -> 
     return {"logit": logit, "per_head": per_head}
 
 
+class isolated:
+    """Leave the interpreter as it was before one release's probe: the modules imported under the release's
+    package, the stub and the shim names removed, sys.path and sys.meta_path restored.  Other modules it
+    imported (numpy, the standard library, torch's own submodules) stay: they cannot be imported twice in
+    one process, and are the same for every release."""
+
+    def __init__(self, spec: dict):
+        self.dropped = {spec["module"].split(".")[0], *STUBS, *SHIMS}
+
+    def __enter__(self):
+        self.modules, self.path, self.meta_path = set(sys.modules), sys.path[:], sys.meta_path[:]
+
+    def __exit__(self, *exc):
+        for name in set(sys.modules) - self.modules:
+            if name in self.dropped or name.split(".")[0] in self.dropped:
+                del sys.modules[name]
+        sys.path[:], sys.meta_path[:] = self.path, self.meta_path
+        importlib.invalidate_caches()
+
+
 def probe(spec: dict) -> dict:
     import torch
 
@@ -233,17 +256,33 @@ def probe(spec: dict) -> dict:
             "torch": torch.__version__, "python": sys.version.split()[0]}
 
 
-def main(argv) -> int:
-    if len(argv) != 1:
-        print(json.dumps({"ok": False, "error": "usage: _probe_worker.py '<json spec>'"}))
-        return 2
+def probe_one(spec: dict) -> dict:
+    """:func:`probe` in isolation, with the seconds it took; an error is an answer, not an exit."""
+    import time
+
+    started = time.monotonic()
     try:
-        result = probe(json.loads(argv[0]))
+        with isolated(spec):
+            result = probe(spec)
     except Exception as error:  # the caller reports it; the traceback says which import failed
         tail = traceback.format_exc().strip().splitlines()[-8:]
         result = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": tail}
-    print(json.dumps(result))
-    return 0 if result.get("ok") else 1
+    return {**result, "seconds": time.monotonic() - started}
+
+
+def main(argv) -> int:
+    if len(argv) != 1:
+        print(json.dumps({"ok": False, "error": "usage: _probe_worker.py '<json list of specs>'"}))
+        return 2
+    import torch  # once, before the first release's clock starts
+
+    del torch
+    failed = 0
+    for spec in json.loads(argv[0]):
+        result = probe_one(spec)
+        print(json.dumps(result), flush=True)  # line by line: what was done survives a crash in a later release
+        failed += not result.get("ok")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -107,31 +106,58 @@ def _worker_environment(home: str) -> dict[str, str]:
     return env
 
 
-def run_worker(spec: dict, timeout_s: float) -> dict:
-    """Run :mod:`._probe_worker` on ``spec`` in an isolated interpreter (``-I -B``: no user site,
-    no PYTHONPATH, no bytecode written into the cache) and return its JSON answer."""
+def run_worker(specs: list[dict], timeout_s: float) -> list[dict]:
+    """Run :mod:`._probe_worker` on ``specs`` in one isolated interpreter (``-I -B``: no user site,
+    no PYTHONPATH, no bytecode written into the cache), each release isolated from the others there,
+    and return its JSON answers in order (``timeout_s`` each; torch is imported once for them all)."""
     with tempfile.TemporaryDirectory(prefix="attnscale-probe-") as home:
-        command = [sys.executable, "-I", "-B", str(WORKER), json.dumps(spec)]
+        command = [sys.executable, "-I", "-B", str(WORKER), json.dumps(specs)]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, cwd=home,
+            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s * len(specs), cwd=home,
                                   env=_worker_environment(home))
-        except subprocess.TimeoutExpired:
-            return {"ok": False, "error": f"the probe took longer than {timeout_s:.0f} s"}
-    lines = [line for line in done.stdout.strip().splitlines() if line.startswith("{")]
-    if not lines:
-        tail = " | ".join(done.stderr.strip().splitlines()[-4:])
-        return {"ok": False, "error": f"the worker exited {done.returncode} without an answer: {tail}"}
-    return json.loads(lines[-1])
+            stdout, stderr, code = done.stdout, done.stderr, done.returncode
+        except subprocess.TimeoutExpired as expired:
+            stdout, stderr = (expired.stdout or b"").decode(errors="replace"), ""
+            code = f"after {timeout_s * len(specs):.0f} s (killed)"
+    answers = [json.loads(line) for line in stdout.strip().splitlines() if line.startswith("{")]
+    tail = " | ".join(stderr.strip().splitlines()[-4:])
+    missing = {"ok": False, "error": f"the worker exited {code} without an answer: {tail}".rstrip(": ")}
+    return (answers + [missing] * len(specs))[:len(specs)]
 
 
 def probe_release(cache_dir, release: Release, head_dims=DEFAULT_HEAD_DIMS, num_heads: int = 2,
                   timeout_s: float = 180.0) -> ProbeResult:
     """Measure the factor of one PyTorch release at each head size in ``head_dims``."""
+    return probe_releases(cache_dir, [release], head_dims, num_heads, timeout_s)[0]
+
+
+def probe_releases(cache_dir, releases: list[Release], head_dims=DEFAULT_HEAD_DIMS, num_heads: int = 2,
+                   timeout_s: float = 180.0) -> list[ProbeResult]:
+    """:func:`probe_release` for each release, those that can run probed in one worker process."""
     head_dims = tuple(int(d) for d in head_dims)
     if len(set(head_dims)) < 2 or any(d <= 0 for d in head_dims):
         raise ValueError(f"head_dims must hold two or more different positive sizes, got {head_dims}")
     if num_heads < 1:
         raise ValueError(f"num_heads must be at least 1, got {num_heads}")
+    prepared = [prepare(cache_dir, release, head_dims, num_heads) for release in releases]
+    runnable = [item for item in prepared if not isinstance(item, ProbeResult)]
+    answers = iter(run_worker([spec for _, spec, _ in runnable], timeout_s) if runnable else [])
+    return [item if isinstance(item, ProbeResult) else answered(item[0], next(answers), item[2]) for item in prepared]
+
+
+def answered(release: Release, answer: dict, status: CacheStatus) -> ProbeResult:
+    """The worker's answer for one release as its result."""
+    seconds = answer.get("seconds", 0.0)
+    if not answer.get("ok"):
+        reason = answer.get("error", "unknown error")
+        if answer.get("traceback"):
+            reason += " | " + " | ".join(answer["traceback"][-3:])
+        return ProbeResult(release, "failed", reason, seconds=seconds, status=status)
+    return _result_from(release, answer, seconds, status)
+
+
+def prepare(cache_dir, release: Release, head_dims: tuple[int, ...], num_heads: int):
+    """(release, the worker's spec, cache status) for a release that can run, else its ProbeResult saying why not."""
     if not release.probed:
         return ProbeResult(release, "not run", f"{release.language} release the probe cannot build: read, not run")
     unpacked = unpack(cache_dir, release)
@@ -144,15 +170,7 @@ def probe_release(cache_dir, release: Release, head_dims=DEFAULT_HEAD_DIMS, num_
         return ProbeResult(release, "failed", f"no class {ATTENTION_CLASS} in {release.label}", status=unpacked.status)
     spec = {"root": str(unpacked.root), "module": module, "class": ATTENTION_CLASS, "config_class": CONFIG_CLASS,
             "head_dims": list(head_dims), "num_heads": num_heads}
-    started = time.monotonic()
-    answer = run_worker(spec, timeout_s)
-    seconds = time.monotonic() - started
-    if not answer.get("ok"):
-        reason = answer.get("error", "unknown error")
-        if answer.get("traceback"):
-            reason += " | " + " | ".join(answer["traceback"][-3:])
-        return ProbeResult(release, "failed", reason, seconds=seconds, status=unpacked.status)
-    return _result_from(release, answer, seconds, unpacked.status)
+    return release, spec, unpacked.status
 
 
 def _result_from(release: Release, answer: dict, seconds: float, status: CacheStatus) -> ProbeResult:

@@ -54,11 +54,7 @@ def run(config: Config, progress=None) -> dict:
     from ...history.cache import FETCH_COMMAND, resolve_cache_dir
 
     folder = resolve_cache_dir(None)
-    rows = []
-    for i, release in enumerate(RELEASES):
-        rows += factor_history(folder, run=config.run, releases=(release,), head_dims=config.head_dims)
-        if progress:
-            progress((i + 1) / len(RELEASES), f"{release.package} {release.version}")
+    rows = factor_history(folder, run=config.run, releases=RELEASES, head_dims=config.head_dims, progress=progress)
     rows.append(installed_row())
     return {"config": dataclasses.asdict(config), "cache": str(folder), "fetch_command": FETCH_COMMAND, "rows": rows}
 
