@@ -19,6 +19,7 @@ import json
 import os
 import random
 import shutil
+import stat
 import re
 import sqlite3
 import subprocess
@@ -550,6 +551,14 @@ CASES = [
     Case("report-store-dangling", ["report", "--out", "r", "--labs", "variance"],
          "'r/results.sqlite' is a symbolic link to the missing", lambda d: ((d / "r").mkdir(), (
              d / "r" / "results.sqlite").symlink_to("/nowhere/results.sqlite"))),
+    Case("explore-out-device", ["explore", "--out", "d.html"], "--out 'd.html' is a character device, not a file",
+         lambda d: os.mknod(d / "d.html", 0o666 | stat.S_IFCHR, os.makedev(1, 3))),  # a copy of /dev/null
+    Case("explore-out-fifo", ["explore", "--out", "p"], "--out 'p' is a named pipe (FIFO), not a file",
+         lambda d: os.mkfifo(d / "p")),
+    Case("report-out-fifo", ["report", "--out", "p", "--labs", "variance"], "--out 'p' is a named pipe (FIFO), not a "
+         "folder", lambda d: os.mkfifo(d / "p")),
+    Case("train-checkpoint-loop", ["train", "--steps", "1", "--checkpoint", "a"], "--checkpoint 'a' is a symbolic link "
+         "that loops", lambda d: ((d / "a").symlink_to("b"), (d / "b").symlink_to("a"))),
     # a read-only store whose last writes sit in its -wal file: read whole or refused, never read in part
     Case("sweep-summary-wal-read-only", ["sweep", "--summary", "--db", "ro/r.sqlite"], "last writes are still in",
          lambda d: read_only_run_store_with_wal(d), unprivileged=True),

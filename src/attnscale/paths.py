@@ -32,8 +32,9 @@ def check_folder(path, what: str) -> Path:
     if isinstance(path, str) and not path.strip():
         raise UserError(f"{what} is empty ({path!r}); give a folder")
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise UserError(f"{what} {str(path)!r} is a file, not a folder; give a folder")
+    kind = what_is(path)
+    if kind not in ("missing", "a folder"):
+        raise UserError(f"{what} {str(path)!r} is {kind}, not a folder; give a folder")
     anchor = _existing_ancestor(path)
     if not anchor.is_dir():
         raise UserError(f"{what} {str(path)!r} cannot be created: {str(anchor)!r} is a file, not a folder")
@@ -47,8 +48,11 @@ def check_file(path, what: str) -> Path:
     if isinstance(path, str) and not path.strip():
         raise UserError(f"{what} is empty ({path!r}); give a file name")
     path = Path(path)
-    if path.is_dir():
+    kind = what_is(path)
+    if kind == "a folder":
         raise UserError(f"{what} {str(path)!r} is a folder; give a file name (e.g. {str(path / 'name')!r})")
+    if kind not in ("missing", "a file"):  # renaming the output over it would replace a pipe, a device or a link
+        raise UserError(f"{what} {str(path)!r} is {kind}, not a file; give a file name")
     if path.exists() and not os.access(path, os.W_OK):
         raise UserError(f"{what} {str(path)!r} is read-only")
     check_folder(path.parent, f"the folder of {what}")
