@@ -416,6 +416,29 @@ def test_releases_run_in_one_worker_import_each_its_own_code(tmp_path):
     assert first.measured == again.measured and first.stubs_used == again.stubs_used
 
 
+def test_a_release_that_hangs_crashes_or_prints_keeps_its_failure_to_itself(tmp_path):
+    """In one worker: a release that prints an answer-like line of its own, one that never returns, one that
+    takes the interpreter down; the releases after each still get their own answers (a fresh interpreter
+    after the hang and the crash)."""
+    versions = {"0.1.7": 'print(\'{"ok": true, "index": 5}\')\n', "0.1.8": "import time\ntime.sleep(600)\n",
+                "0.1.9": "import os\nos._exit(3)\n"}
+    releases = []
+    for version, prelude in versions.items():
+        releases.append(fake_bert_wheel(tmp_path / version, version, {"pytorch_pretrained_bert/modeling.py":
+                                                                        prelude + bert_source()}))
+        releases.append(fake_bert_wheel(tmp_path / f"{version}-good", version + "1", {
+            "pytorch_pretrained_bert/modeling.py": bert_source()}))
+    for folder in [p for p in tmp_path.iterdir() if p.is_dir()]:
+        for file in folder.iterdir():
+            file.rename(tmp_path / file.name)
+
+    printed, after_print, hung, after_hang, crashed, after_crash = probe_releases(tmp_path, releases, timeout_s=15)
+
+    assert printed.rule == after_print.rule == after_hang.rule == after_crash.rule == "1/sqrt(d_k)"
+    assert hung.state == "failed" and "took longer than 15 s" in hung.reason
+    assert crashed.state == "failed" and "exited 3 without an answer" in crashed.reason
+
+
 def test_probe_on_the_real_pytorch_pretrained_bert_0_1_2():
     release = find_release("pytorch-pretrained-bert", "0.1.2")
     folder = default_cache_dir()

@@ -165,3 +165,25 @@ def test_the_reports_side_labs_run_in_as_many_workers_as_memory_holds(monkeypatc
     assert build.side_workers(8) == 2 and build.side_workers(1) == 1
     monkeypatch.setenv(memory.LIMIT_VARIABLE, str(build.SIDE_LAB_WORKER_BYTES))
     assert build.side_workers(8) == 0  # not even one: the side labs run in the report's own process
+
+
+def test_a_kept_pool_shrinks_to_what_memory_holds_with_its_share_of_the_cores(monkeypatch):
+    from attnscale import runs
+
+    monkeypatch.setattr(runs, "default_workers", lambda: 8)
+    kept = runs.KeptPool(8)
+    assert (kept.workers, kept.threads) == (8, 1)
+    kept.shrink(3)
+    assert (kept.workers, kept.threads) == (3, 2)
+    chosen = runs.KeptPool(8, threads=1)
+    chosen.shrink(2)
+    assert (chosen.workers, chosen.threads) == (2, 1)  # threads the caller chose stay
+
+
+def test_audit_workers_are_counted_only_where_the_audit_would_spread_its_families(monkeypatch):
+    """A few families are audited in this process whatever --workers says, so no worker is sized for them."""
+    from attnscale.audit import pipeline
+
+    assert pipeline.parallel_workers(["gpt2"] * 8, 2) == 1 and pipeline.parallel_workers(["gpt2"] * 9, 2) == 2
+    monkeypatch.setenv(memory.LIMIT_VARIABLE, str(pipeline.AUDIT_WORKER_BYTES // 2))
+    assert pipeline.workers_within_memory(pipeline.parallel_workers(["gpt2"], 8), chosen=True) == 1

@@ -51,7 +51,7 @@ def check_file(path, what: str) -> Path:
     kind = what_is(path)
     if kind == "a folder":
         raise UserError(f"{what} {str(path)!r} is a folder; give a file name (e.g. {str(path / 'name')!r})")
-    if kind not in ("missing", "a file"):  # renaming the output over it would replace a pipe, a device or a link
+    if kind not in ("missing", "a file"):  # renaming the output over it would replace a pipe, a device, a broken link
         raise UserError(f"{what} {str(path)!r} is {kind}, not a file; give a file name")
     if path.exists() and not os.access(path, os.W_OK):
         raise UserError(f"{what} {str(path)!r} is read-only")
@@ -167,24 +167,26 @@ def replace_set(staging: Path, folder: Path, names: list[str], stale: list[Path]
 
 def what_is(path) -> str:
     """What stands at ``path``, in words, for a refusal: 'a folder', 'a named pipe (FIFO)', 'a character device',
-    'a symbolic link that loops', 'a symbolic link to the missing ...', 'missing', 'a file'."""
+    'a symbolic link that loops', 'a symbolic link to the missing ...', 'unreadable (...)', 'missing', 'a file'."""
+    import errno
     import stat
 
     path = Path(path)
     try:
         mode = path.lstat().st_mode
-    except OSError:
-        return "missing"
+    except OSError as error:
+        return "missing" if error.errno in (errno.ENOENT, errno.ENOTDIR) else f"unreadable ({error.strerror})"
     if stat.S_ISLNK(mode):
         try:
-            path.stat()
+            mode = path.stat().st_mode
         except RuntimeError:
             return "a symbolic link that loops"
         except OSError as error:
-            if error.errno == 40:  # ELOOP
+            if error.errno == errno.ELOOP:
                 return "a symbolic link that loops"
-            return f"a symbolic link to the missing {os.readlink(path)!r}"
-        mode = path.stat().st_mode
+            if error.errno in (errno.ENOENT, errno.ENOTDIR):
+                return f"a symbolic link to the missing {os.readlink(path)!r}"
+            return f"a symbolic link to {os.readlink(path)!r}, unreadable ({error.strerror})"
     for test, words in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe (FIFO)"),
                         (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                         (stat.S_ISSOCK, "a socket")):

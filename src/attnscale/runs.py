@@ -304,6 +304,7 @@ class KeptPool:
 
     def __init__(self, workers: int | None = None, threads: int | None = None):
         self.workers = check_options("local", workers)
+        self.chosen_threads = threads
         self.threads = threads or max(1, default_workers() // self.workers)
         self.context = multiprocessing.get_context("spawn")
         self.pool: cf.ProcessPoolExecutor | None = None
@@ -318,6 +319,14 @@ class KeptPool:
             for _ in drained(self.queue):  # reports of groups an earlier call finished
                 pass
         return self.pool, self.queue
+
+    def shrink(self, workers: int) -> None:
+        """At most ``workers`` processes from now on (a pool already started is started again), each with its
+        share of the cores unless threads were chosen."""
+        if workers < self.workers:
+            self.discard()
+            self.workers = workers
+            self.threads = self.chosen_threads or max(1, default_workers() // workers)
 
     def discard(self) -> None:
         if self.pool is not None:
@@ -365,7 +374,7 @@ def workers_for_memory(workers: int, groups: list[list[str]], todo: dict) -> int
     if workers <= 1:
         return workers
     device = as_spec(todo[groups[0][0]]).device
-    return max(1, workers_that_fit(min(workers, len(groups)), group_bytes(groups, todo), device=device))
+    return max(1, workers_that_fit(workers, group_bytes(groups, todo), device=device))
 
 
 def check_memory(groups: list[list[str]], todo: dict, workers: int) -> None:
@@ -455,10 +464,11 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
         progress(finished, total, f"{finished}/{total} runs already stored")
     if todo:
         groups = plan_groups(todo, batch_runs, workers)
-        if executor == "local" and not chosen_workers:  # the default, cut to what memory holds
-            workers = workers_for_memory(workers, groups, todo)
-            if pool is not None and pool.pool is None:  # a kept pool not started yet starts with as many
-                pool.workers = workers
+        fitting = workers_for_memory(workers, groups, todo) if executor == "local" and not chosen_workers else workers
+        if fitting < workers:  # the default, cut to what memory holds
+            workers = fitting
+            if pool is not None:
+                pool.shrink(workers)
         check_memory(groups, todo, workers if executor == "local" else 1)
         if executor == "ray":
             _ray_execute(groups, todo, workers, address, ray_dir, ckpt, record)

@@ -159,8 +159,10 @@ class SQLiteTable:
             try:
                 self._check_contents()
                 return
-            except sqlite3.OperationalError:  # a WAL store in a read-only folder
-                self._read_without_wal()
+            except sqlite3.OperationalError:
+                if "mode=ro" not in self._uri:  # a writer's lock outlasting the wait, say: not a read-only folder
+                    raise
+                self._read_without_wal()  # a WAL store in a read-only folder
         self._check_contents()
 
     def _read_without_wal(self) -> None:

@@ -54,7 +54,7 @@ def run_plan(items, backends=DEFAULT_BACKENDS, seed: int = 0, progress=None, wor
     """Audit each item, in order; ``workers`` > 1 spreads the items over that many processes
     (each audits whole families; the results come back in the items' order).  The records come back composed
     (:func:`.compose.compose`): a composite covered by its towers says so."""
-    if workers > 1 and len(items) > 4 * workers:
+    if parallel_workers(items, workers) > 1:
         return compose(run_parallel(items, backends, seed, progress, workers))
     results = []
     for done, item in enumerate(items, start=1):
@@ -64,6 +64,12 @@ def run_plan(items, backends=DEFAULT_BACKENDS, seed: int = 0, progress=None, wor
             progress(done, rows[0].family, sum(r.seconds for r in rows))
     return compose(results)
 
+
+
+def parallel_workers(items, workers: int) -> int:
+    """How many processes :func:`run_plan` uses: ``workers`` where there are enough items to share (more than 4
+    each: a worker's start costs about what auditing a few families does), else 1 (this process)."""
+    return workers if workers > 1 and len(items) > 4 * workers else 1
 
 
 def audit_item(item, backends, seed: int) -> list[FamilyAudit]:

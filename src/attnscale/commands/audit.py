@@ -156,13 +156,18 @@ def register(app: typer.Typer) -> None:
         if out is not None:
             check_folder(out, "--out")
             check_outputs(out, files=("audit.json",))
+
+        def holding_out():
+            """A second audit writing the same --out is refused while this one runs (its audit.json would replace ours)."""
+            return FolderLock(out, "--out") if out is not None else contextlib.nullcontext()
         if module_spec is not None:
             if target is not None or callable_spec is not None:
                 raise UserError("--module reads one module of yours; it takes no TARGET and no --callable")
             from ..probing import module_cli
 
-            report = {"module": module_cli.probe_spec(module_spec, input_shape, seed)}
-            emit(report, out, as_json, lambda: module_cli.print_probe(report["module"], console))
+            with holding_out():
+                report = {"module": module_cli.probe_spec(module_spec, input_shape, seed)}
+                emit(report, out, as_json, lambda: module_cli.print_probe(report["module"], console))
             return
         port = audit_api.load_callable(callable_spec) if callable_spec else None
         if port is not None:
@@ -173,14 +178,15 @@ def register(app: typer.Typer) -> None:
             return
         start = time.perf_counter()
         if port is not None and target is None:  # the function alone, at --head-dim
-            report = {"callable": audit_api.audit_callable(port, head_dim, callable_spec).to_dict(),
-                      "seconds": time.perf_counter() - start}
-            emit(report, out, as_json, lambda: print_table(report))
+            with holding_out():
+                report = {"callable": audit_api.audit_callable(port, head_dim, callable_spec).to_dict(),
+                          "seconds": time.perf_counter() - start}
+                emit(report, out, as_json, lambda: print_table(report))
             return
         plan = pipeline.plan(target)
-        workers = pipeline.workers_within_memory(workers or os.cpu_count() or 1, chosen=workers > 0)
-        # a second audit writing the same --out is refused while this one runs (its audit.json would replace ours)
-        with FolderLock(out, "--out") if out is not None else contextlib.nullcontext():
+        workers = pipeline.workers_within_memory(pipeline.parallel_workers(plan, workers or os.cpu_count() or 1),
+                                                 chosen=workers > 0)
+        with holding_out():
             with progress_bar() as bar:
                 task = bar.add_task("audit", total=max(len(plan), 1), note="")
 

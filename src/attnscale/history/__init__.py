@@ -121,7 +121,8 @@ def factor_history(cache_dir=None, run: bool = True, releases=RELEASES, head_dim
     runnable = [read.release for read in reads if run and read.release.probed and read.reading is not None]
     if progress and runnable:
         progress(len(releases) / (len(releases) + 1), f"running {len(runnable)} releases' attention")
-    probes = dict(zip((id(r) for r in runnable), probe_releases(folder, runnable, head_dims=head_dims)))
+    probed = probe_releases(folder, runnable, head_dims=head_dims) if runnable else []
+    probes = dict(zip((id(r) for r in runnable), probed))
     return [history_row(read, probes.get(id(read.release))) for read in reads]
 
 

@@ -256,18 +256,20 @@ def probe(spec: dict) -> dict:
             "torch": torch.__version__, "python": sys.version.split()[0]}
 
 
-def probe_one(spec: dict) -> dict:
-    """:func:`probe` in isolation, with the seconds it took; an error is an answer, not an exit."""
+def probe_one(spec: dict, index: int) -> dict:
+    """:func:`probe` in isolation, with the seconds it took and its place in the list; an error is an answer,
+    not an exit.  What the release prints goes to stderr: stdout carries the answers alone."""
+    import contextlib
     import time
 
     started = time.monotonic()
     try:
-        with isolated(spec):
+        with isolated(spec), contextlib.redirect_stdout(sys.stderr):
             result = probe(spec)
     except Exception as error:  # the caller reports it; the traceback says which import failed
         tail = traceback.format_exc().strip().splitlines()[-8:]
         result = {"ok": False, "error": f"{type(error).__name__}: {error}", "traceback": tail}
-    return {**result, "seconds": time.monotonic() - started}
+    return {**result, "seconds": time.monotonic() - started, "index": index}
 
 
 def main(argv) -> int:
@@ -278,8 +280,8 @@ def main(argv) -> int:
 
     del torch
     failed = 0
-    for spec in json.loads(argv[0]):
-        result = probe_one(spec)
+    for index, spec in enumerate(json.loads(argv[0])):
+        result = probe_one(spec, index)
         print(json.dumps(result), flush=True)  # line by line: what was done survives a crash in a later release
         failed += not result.get("ok")
     return 1 if failed else 0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import select
 import subprocess
 import sys
 import tempfile
@@ -107,22 +108,65 @@ def _worker_environment(home: str) -> dict[str, str]:
 
 
 def run_worker(specs: list[dict], timeout_s: float) -> list[dict]:
-    """Run :mod:`._probe_worker` on ``specs`` in one isolated interpreter (``-I -B``: no user site,
-    no PYTHONPATH, no bytecode written into the cache), each release isolated from the others there,
-    and return its JSON answers in order (``timeout_s`` each; torch is imported once for them all)."""
+    """Run :mod:`._probe_worker` on ``specs`` in isolated interpreters (``-I -B``: no user site, no
+    PYTHONPATH, no bytecode written into the cache) and return one JSON answer per spec, in order.
+
+    One interpreter serves them all (torch imported once), each release isolated from the others there.
+    A release that takes longer than ``timeout_s``, or takes the interpreter down with it, gets an answer
+    saying so, and the releases after it run in a fresh interpreter."""
+    answers: list[dict] = []
+    while len(answers) < len(specs):
+        rest = specs[len(answers):]
+        done, why = _one_worker(rest, timeout_s)
+        answers += done
+        if len(done) < len(rest):
+            answers.append({"ok": False, "error": why})
+    return answers
+
+
+def _one_worker(specs: list[dict], timeout_s: float) -> tuple[list[dict], str]:
+    """The answers one interpreter gave, in order, until it finished, stopped answering within ``timeout_s``
+    or exited; and, if it did not answer every spec, why not."""
     with tempfile.TemporaryDirectory(prefix="attnscale-probe-") as home:
         command = [sys.executable, "-I", "-B", str(WORKER), json.dumps(specs)]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s * len(specs), cwd=home,
-                                  env=_worker_environment(home))
-            stdout, stderr, code = done.stdout, done.stderr, done.returncode
-        except subprocess.TimeoutExpired as expired:
-            stdout, stderr = (expired.stdout or b"").decode(errors="replace"), ""
-            code = f"after {timeout_s * len(specs):.0f} s (killed)"
-    answers = [json.loads(line) for line in stdout.strip().splitlines() if line.startswith("{")]
-    tail = " | ".join(stderr.strip().splitlines()[-4:])
-    missing = {"ok": False, "error": f"the worker exited {code} without an answer: {tail}".rstrip(": ")}
-    return (answers + [missing] * len(specs))[:len(specs)]
+        with open(Path(home) / "stderr.txt", "w+", encoding="utf-8", errors="replace") as errors:
+            process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, cwd=home,
+                                       env=_worker_environment(home))
+            answers, why = [], ""
+            try:
+                for index, line in enumerate(_answer_lines(process.stdout.fileno(), timeout_s, len(specs))):
+                    answer = json.loads(line)
+                    if answer.get("index") != index:
+                        raise ValueError(f"answer {answer.get('index')!r} came where {index} was due")
+                    answers.append(answer)
+            except TimeoutError:
+                why = f"the probe took longer than {timeout_s:.0f} s"
+            except ValueError as error:  # a line that is not one whole answer (json's error is a ValueError)
+                why = f"the worker's answer could not be read ({error})"
+            finally:
+                process.kill()
+                code = process.wait()
+            errors.seek(0)
+            tail = " | ".join(errors.read().strip().splitlines()[-4:])
+    return answers, why or f"the worker exited {code} without an answer: {tail}".rstrip(": ")
+
+
+def _answer_lines(fd: int, timeout_s: float, count: int):
+    """Up to ``count`` lines from ``fd`` that hold an answer (they start with '{'), each within ``timeout_s`` of
+    the one before; ends early where the stream ends; TimeoutError where a line is late."""
+    buffer, found = b"", 0
+    while found < count:
+        while b"\n" not in buffer:
+            if not select.select([fd], [], [], timeout_s)[0]:
+                raise TimeoutError
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                return
+            buffer += chunk
+        line, buffer = buffer.split(b"\n", 1)
+        if line.startswith(b"{"):
+            found += 1
+            yield line.decode("utf-8", errors="replace")
 
 
 def probe_release(cache_dir, release: Release, head_dims=DEFAULT_HEAD_DIMS, num_heads: int = 2,

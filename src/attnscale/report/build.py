@@ -74,9 +74,10 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
                       **({"figures": figures} if figures is not None else {})}
 
     alone = [name for name in todo if not lab.REGISTRY[name].uses_run_store]
-    beside = alone if len(alone) > 1 and side_workers(len(alone)) > 1 else []
+    side_pool = side_workers(len(alone))
+    beside = alone if len(alone) > 1 and side_pool > 1 else []
     here = [name for name in todo if name not in beside]
-    with SideLabs({name: todo[name][1] for name in beside}, keep, progress, figure_dir) as side:
+    with SideLabs({name: todo[name][1] for name in beside}, keep, progress, figure_dir, side_pool) as side:
         for name in here:
             module, config, _, _ = todo[name]
             keep(name, *_run_here(name, module, config, store, fresh, side.passing_on(progress), run_store))
@@ -129,8 +130,9 @@ class SideLabs:
     on (an interrupt stops them)."""
 
     def __init__(self, configs: dict, keep: Callable[..., None], progress: Progress | None,
-                 figure_dir: Path | None = None):
+                 figure_dir: Path | None = None, workers: int | None = None):
         self.configs, self.keep, self.progress = configs, keep, progress
+        self.workers = workers or side_workers(len(configs))
         self.figure_dir = figure_dir
         self.futures: dict[cf.Future, str] = {}
         self.kept: set[str] = set()
@@ -140,7 +142,7 @@ class SideLabs:
         if self.configs:
             context = multiprocessing.get_context("spawn")
             self.queue = context.Queue()
-            pool = self._stack.enter_context(worker_pool(context, side_workers(len(self.configs)), 1,
+            pool = self._stack.enter_context(worker_pool(context, max(1, self.workers), 1,
                                                          self.queue))
             self.futures = {pool.submit(_run_in_worker, name, config, self.figure_dir): name
                             for name, config in self.configs.items()}
