@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 from .errors import UserError
 
@@ -38,9 +39,7 @@ def loads(text: str, what: str):
 def read(path, what: str):
     """The JSON file at ``path``, read whole once its size is known to fit in free memory as Python objects
     (:data:`EXPANSION` bytes a byte), then parsed by :func:`loads`."""
-    from pathlib import Path
-
-    from .memory import format_bytes, require_memory
+    from .memory import format_bytes, require_memory  # here: memory imports torch, which loads() does not need
 
     size = Path(path).stat().st_size
     require_memory(size * EXPANSION, f"reading {what} ({format_bytes(size)} of JSON, up to {EXPANSION}x that as "

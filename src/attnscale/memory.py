@@ -141,12 +141,18 @@ def workers_that_fit(wanted: int, work_bytes=(), per_worker: int = WORKER_PROCES
     ``work_bytes`` of the first k jobs in flight, largest first) fit in the free memory together; 0 when not
     even one does.  Memory that cannot be told refuses nothing (``wanted``)."""
     work = sorted(work_bytes, reverse=True)
-    on_cpu = torch_device(device).type == "cpu"
     for count in range(wanted, 0, -1):
-        processes, jobs = count * per_worker, sum(work[:count])
-        if fits(processes + jobs) if on_cpu else fits(processes) and fits(jobs, device):
+        if all(fits(needed, where) for needed, where in placed(count * per_worker, sum(work[:count]), device)):
             return count
     return 0
+
+
+def placed(process_bytes: int, work_bytes: int, device: str | torch.device = "cpu") -> list[tuple[int, str]]:
+    """(bytes, device) to check for worker processes and their work: the processes live in CPU memory and their
+    work on ``device``, one sum where that is the CPU too."""
+    if torch_device(device).type == "cpu":
+        return [(process_bytes + work_bytes, "cpu")]
+    return [(process_bytes, "cpu"), (work_bytes, str(device))]
 
 
 def require_memory(bytes_needed: int, what: str, shrink_hint: str, device: str | torch.device = "cpu") -> None:

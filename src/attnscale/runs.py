@@ -380,7 +380,7 @@ def workers_for_memory(workers: int, groups: list[list[str]], todo: dict) -> int
 def check_memory(groups: list[list[str]], todo: dict, workers: int) -> None:
     """Refuse, before any work, a sweep whose worker processes (each its own interpreter and torch) and
     largest groups in flight would not fit in free memory together, naming the most --workers that would."""
-    from .memory import WORKER_PROCESS_BYTES, format_bytes, require_memory, workers_that_fit
+    from .memory import WORKER_PROCESS_BYTES, format_bytes, placed, require_memory, workers_that_fit
 
     sizes = sorted(group_bytes(groups, todo), reverse=True)
     device = as_spec(todo[max(groups, key=len)[0]]).device
@@ -393,12 +393,8 @@ def check_memory(groups: list[list[str]], todo: dict, workers: int) -> None:
             f"(d_head up to {max(as_spec(todo[g[0]]).d_head for g in groups)})")
     if processes:
         what += f" in {processes} worker processes ({format_bytes(WORKER_PROCESS_BYTES)} each before their work)"
-    process_bytes, work_bytes = processes * WORKER_PROCESS_BYTES, sum(sizes[:in_flight])
-    if str(device).split(":")[0] == "cpu":
-        require_memory(process_bytes + work_bytes, what, hint)
-    else:
-        require_memory(process_bytes, what, hint)
-        require_memory(work_bytes, what, hint, device)
+    for needed, where in placed(processes * WORKER_PROCESS_BYTES, sum(sizes[:in_flight]), device):
+        require_memory(needed, what, hint, where)
 
 
 def plan_groups(todo: dict[str, dict], batch_runs: int, workers: int) -> list[list[str]]:

@@ -118,12 +118,12 @@ def factor_history(cache_dir=None, run: bool = True, releases=RELEASES, head_dim
         reads.append(read_release(folder, release))
         if progress:
             progress((index + 1) / (len(releases) + 1), f"read {release.package} {release.version}")
-    runnable = [read.release for read in reads if run and read.release.probed and read.reading is not None]
+    runs = [run and read.release.probed and read.reading is not None for read in reads]
+    runnable = [read.release for read, runs_it in zip(reads, runs) if runs_it]
     if progress and runnable:
         progress(len(releases) / (len(releases) + 1), f"running {len(runnable)} releases' attention")
-    probed = probe_releases(folder, runnable, head_dims=head_dims) if runnable else []
-    probes = dict(zip((id(r) for r in runnable), probed))
-    return [history_row(read, probes.get(id(read.release))) for read in reads]
+    probes = iter(probe_releases(folder, runnable, head_dims=head_dims) if runnable else [])
+    return [history_row(read, next(probes) if runs_it else None) for read, runs_it in zip(reads, runs)]
 
 
 def _measured_cell(row: dict) -> str:

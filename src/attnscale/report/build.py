@@ -105,8 +105,7 @@ def run_store_beside(results_path: Path, fresh: bool) -> RunStore:
 # load the report waited for the machine to go idle (1.95x its quiet time beside one busy process on 2
 # cores, where this takes 1.35x; quiet it costs the training lab the cores it used to leave idle:
 # bench/report_under_load.py, docs/benchmarks.md).
-
-
+#
 # What one side-lab worker process may hold at its peak: its interpreter, torch and the largest side lab's work.
 # Measured alone, full preset (max RSS): audit 1,611 MB, variance 1,054, doctor 902, length 801 at initialisation
 # (8 GB before its Monte Carlo went by blocks of rows), numerics 643, saturation 369, history 61.
@@ -122,7 +121,7 @@ def side_workers(labs: int) -> int:
 
 
 class SideLabs:
-    """Labs run side by side in a pool of worker processes (one per core) while this process goes
+    """Labs run side by side in a pool of worker processes (:func:`side_workers`) while this process goes
     on; ``keep(name, result, seconds)`` is called here, in this thread, for each as it comes back
     (from :meth:`poll`, which the work done here calls through :meth:`passing_on`, and from
     :meth:`finish`).  A lab's error is raised from whichever of them sees it first.  When the
@@ -130,9 +129,9 @@ class SideLabs:
     on (an interrupt stops them)."""
 
     def __init__(self, configs: dict, keep: Callable[..., None], progress: Progress | None,
-                 figure_dir: Path | None = None, workers: int | None = None):
+                 figure_dir: Path | None = None, workers: int = 1):
         self.configs, self.keep, self.progress = configs, keep, progress
-        self.workers = workers or side_workers(len(configs))
+        self.workers = workers  # run_labs's side_workers(), worked out once
         self.figure_dir = figure_dir
         self.futures: dict[cf.Future, str] = {}
         self.kept: set[str] = set()
@@ -142,7 +141,7 @@ class SideLabs:
         if self.configs:
             context = multiprocessing.get_context("spawn")
             self.queue = context.Queue()
-            pool = self._stack.enter_context(worker_pool(context, max(1, self.workers), 1,
+            pool = self._stack.enter_context(worker_pool(context, self.workers, 1,
                                                          self.queue))
             self.futures = {pool.submit(_run_in_worker, name, config, self.figure_dir): name
                             for name, config in self.configs.items()}
