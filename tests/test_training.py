@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from attnscale import claims, intervals
+from attnscale.errors import UserError
 from attnscale.claims import INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, UNDECIDED
 from attnscale.lab import training as T
 from attnscale.lab.training import experiment as E
@@ -346,26 +347,62 @@ def test_c09_every_outcome(result):
 
 
 def test_deep_cells_widen_and_get_seeds():
-    """A factor whose best rate is at its grid's edge gets the next x3 step; each factor's best cell
-    gets seeds up to deep_seed_cap, and a seed already trained is not asked for again."""
-    cfg = dataclasses.replace(TINY, seeds=2, deep_seed_cap=5, deep_lrs=(1e-3, 3e-3))
+    """A factor whose best rate is at its grid's edge gets the next x3 step on its deep base seeds; each
+    factor's best cell gets seeds (doubling, up to deep_seed_cap) while its solve rate's Wilson interval
+    straddles 1/2, and a seed already trained is not asked for again."""
+    cfg = dataclasses.replace(TINY, seeds=3, deep_seeds=2, deep_seed_cap=5, deep_lrs=(1e-3, 3e-3))
+    assert [s.seed for s in E.deep_specs(cfg)] == [0, 1] * 4  # 2 factors x 2 rates x the 2 deep base seeds
     best = {("recall", "const:0.125", cfg.deep_d_head): {"lr": 1e-3, "grid": [1e-3, 3e-3], "at_edge": "low"},
             ("recall", "const:0.0625", cfg.deep_d_head): {"lr": 3e-3, "grid": [1e-3, 3e-3], "at_edge": "high"}}
     widened = {}
     new = E.deep_widen(cfg, best, widened)
     assert sorted({(s.rule, s.lr) for s in new}) == [("const:0.0625", 0.009), ("const:0.125", 0.000333)]
+    assert sorted(s.seed for s in new) == [0, 0, 1, 1]
     assert all(s.n_layers == cfg.deep_layers and s.d_head == cfg.deep_d_head for s in new)
     assert widened == {"const:0.125": 1, "const:0.0625": 1}
     for _ in range(cfg.lr_widen):
         E.deep_widen(cfg, best, widened)
     assert E.deep_widen(cfg, best, widened) == []  # widened lr_widen times: no more
-    runs = [{"rule": "const:0.125", "lr": 1e-3, "seed": s} for s in (0, 1)] + [
-        {"rule": "const:0.0625", "lr": lr, "seed": s} for lr in (1e-3, 3e-3) for s in (0, 1, 2)]
-    seeds = E.deep_extend(cfg, best, runs)  # doubling: 2 -> 4 and 3 -> 5 (the cap)
+
+    def runs_of(rule, lr, accuracies):
+        return [{"rule": rule, "lr": lr, "seed": s, "status": "finished", "final_val_acc": a} for s, a in enumerate(accuracies)]
+
+    runs = runs_of("const:0.125", 1e-3, [1.0, 0.3]) + runs_of("const:0.0625", 3e-3, [1.0, 0.2, 1.0]) + \
+        runs_of("const:0.0625", 1e-3, [0.1, 0.1, 0.1])
+    seeds = E.deep_extend(cfg, best, runs)  # undecided: doubling, 2 -> 4 and 3 -> 5 (the cap)
     assert sorted((s.rule, s.lr, s.seed) for s in seeds) == [("const:0.0625", 3e-3, 3), ("const:0.0625", 3e-3, 4),
                                                              ("const:0.125", 1e-3, 2), ("const:0.125", 1e-3, 3)]
-    capped = runs + [{"rule": "const:0.125", "lr": 1e-3, "seed": s} for s in range(2, 5)]
+    capped = runs + runs_of("const:0.125", 1e-3, [1.0, 0.3, 1.0, 0.3, 1.0])[2:]
     assert all(s.rule == "const:0.0625" for s in E.deep_extend(cfg, best, capped))
+    # a rate already decided gets no seeds: 9 of 9 solved (Wilson [0.70, 1]) and 0 of 9 (a diverged run counts
+    # as not solved), under a cap of 20
+    wide = dataclasses.replace(cfg, deep_seed_cap=20)
+    decided = runs_of("const:0.125", 1e-3, [1.0] * 9) + runs_of("const:0.0625", 3e-3, [0.1] * 8) + [
+        {"rule": "const:0.0625", "lr": 3e-3, "seed": 8, "status": "diverged", "final_val_acc": 1.0}]
+    assert E.deep_extend(wide, best, decided) == []
+    fewer = decided[:8] + decided[9:]  # 8 of 8 solved: Wilson [0.68, 1], decided too
+    assert E.deep_extend(wide, best, fewer) == []
+    fewer[:2] = [dict(r, final_val_acc=0.0) for r in fewer[:2]]  # 6 of 8: [0.41, 0.93] straddles 1/2
+    assert sorted((s.rule, s.seed) for s in E.deep_extend(wide, best, fewer)) == [("const:0.125", s) for s in range(8, 16)]
+
+
+def test_deep_and_lm_seeds_checked():
+    with pytest.raises(UserError, match="deep_seeds must be an integer >= 1, got 0"):
+        dataclasses.replace(TINY, deep_seeds=0)
+    with pytest.raises(UserError, match=r"deep_seeds must be from 1 to deep_seed_cap \(10\), got 11"):
+        dataclasses.replace(TINY, deep_seeds=11, deep_seed_cap=10)
+    with pytest.raises(UserError, match=r"lm_seeds must be from 1 to lm_seed_cap \(6\), got 7"):
+        dataclasses.replace(TINY, lm_seeds=7)
+
+
+def test_shakespeare_cells_start_on_their_own_base_seeds():
+    """A Shakespeare cell's first runs are its lm_seeds base seeds (its best rate is chosen on them), a recall
+    cell's the config's seeds."""
+    cfg = dataclasses.replace(TINY, seeds=3, lm_seeds=2, seed=7)
+    seeds = {}
+    for _, spec in E.grid_specs(cfg):
+        seeds.setdefault(spec.task, set()).add(spec.seed)
+    assert seeds == {"recall": {7, 8, 9}, "shakespeare": {7, 8}}
 
 
 def test_c10_every_outcome(result):

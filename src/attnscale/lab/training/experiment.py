@@ -15,8 +15,9 @@ and not at all, and compare.  What runs (see :class:`Config`):
   rate (by the median over seeds) sits at an edge of its grid, the grid grows by one x3 step
   on that side, up to ``lr_widen`` times.
 * deep (full preset): an 8-layer model at d_head 256 on recall, factor 1/8 vs 1/16 -> C09.  Each
-  factor's grid widens like the others', and each factor's best cell gets added seeds, up to
-  ``deep_seed_cap`` (a seed escapes the copy plateau or not: the solve rate is what is read).
+  factor's grid (on ``deep_seeds`` base seeds) widens like the others', and each factor's best
+  cell gets added seeds while its solve rate is undecided, up to ``deep_seed_cap`` (a seed
+  escapes the copy plateau or not: the solve rate is what is read).
 * t5: rule ``none`` + ``t5`` init (the factor folded into W_q) vs ``sqrt`` + ``unit`` init,
   same seeds, under AdamW, SGD and Adafactor, on recall -> C10.
 * a fixed rule whose factor equals sqrt's at a d_head (``const:0.125`` at d_head 64) is the
@@ -44,7 +45,7 @@ from ...runs import KeptPool, execute, run_key
 from ...threads import torch_threads
 from ...train import RunSpec, attention_stats, build_model, build_task
 
-VERSION = 7
+VERSION = 8
 TASKS = ("recall", "shakespeare")
 SOLVED_ACC = 0.9          # recall: validation accuracy that counts as solved
 STALL_BELOW = 0.2         # progress below this: the seed stalls (learned under a fifth of what sqrt learned)
@@ -85,6 +86,10 @@ class Config:
     deep_d_head: int = 256
     deep_lrs: tuple[float, ...] = (3e-3,)
     deep_steps: int = 200
+    # the deep cells' base seeds (each factor's best rate is chosen on them); a deep run costs about 6 of a
+    # 2-layer d_head 256 run, so the rates are compared on fewer seeds than the grid's and the best cell alone
+    # gets more
+    deep_seeds: int = 3
     deep_seed_cap: int = 10
     t5_recall_d_head: int = 16
     t5_tasks: tuple[str, ...] = ("recall",)
@@ -109,11 +114,14 @@ class Config:
     # Shakespeare's progress is a loss drop, continuous and far from the stall threshold in every cell
     # measured (0.83-1.1 of sqrt's at seed 0, full preset, 10 seeds a cell): its cells stop at this many
     lm_seed_cap: int = 8
+    # Shakespeare's base seeds (each rule's best rate is chosen on them; a deciding cell then gets seeds up to
+    # lm_seed_cap while its stall rate is undecided, as a recall cell does)
+    lm_seeds: int = 3
 
     def __post_init__(self):
         checks.fields(self, ints=("seeds", "d_model", "n_heads", "n_layers", "log_every", "recall_pairs", "recall_values",
                                   "recall_steps", "recall_batch", "lm_context", "lm_steps", "lm_batch",
-                                  "deep_layers", "deep_d_head", "deep_steps", "deep_seed_cap", "t5_recall_d_head", "t5_lm_d_head",
+                                  "deep_layers", "deep_d_head", "deep_steps", "deep_seeds", "deep_seed_cap", "lm_seeds", "t5_recall_d_head", "t5_lm_d_head",
                                   "seed_cap", "seed_cap_large", "large_d_head", "lm_seed_cap"),
                       non_negative=("lr_widen",), int_tuples=("d_heads", "lm_d_heads"),
                       float_tuples=("recall_lrs", "lm_lrs", "deep_lrs"))
@@ -121,11 +129,14 @@ class Config:
             checks.fields(self, int_tuples=("decisive_d_heads",), float_tuples=("decisive_lrs", "decisive_sqrt_lrs"))
         for rule in self.decisive_rules:
             checks.one_of("decisive rule", rule, self.rules)
-        caps = {"seed_cap": self.seed_cap, "seed_cap_large": self.seed_cap_large, "lm_seed_cap": self.lm_seed_cap,
-                "deep_seed_cap": self.deep_seed_cap}
+        caps = {"seed_cap": self.seed_cap, "seed_cap_large": self.seed_cap_large}
         for name, cap in caps.items():
             if cap < self.seeds:
                 raise UserError(f"{name} must be >= seeds ({self.seeds}), got {cap}")
+        if not 1 <= self.lm_seeds <= self.lm_seed_cap:
+            raise UserError(f"lm_seeds must be from 1 to lm_seed_cap ({self.lm_seed_cap}), got {self.lm_seeds}")
+        if not 1 <= self.deep_seeds <= self.deep_seed_cap:
+            raise UserError(f"deep_seeds must be from 1 to deep_seed_cap ({self.deep_seed_cap}), got {self.deep_seeds}")
         for task in self.tasks + self.t5_tasks:
             checks.one_of("task", task, TASKS)
         if not isinstance(self.deep, bool):
@@ -138,11 +149,11 @@ class Config:
 
 PRESETS = {
     "quick": Config(),
-    # C09's deep cells take 20 seeds a factor (10 left all three of its parts undecided at seed 0: a Wilson
-    # interval over 10 seeds clears 1/2 only at 0-1 or 9-10 of them); a deep run costs about 18 s here
+    # C09's deep cells take up to 20 seeds a factor (10 left all three of its parts undecided at seed 0: a Wilson
+    # interval over 10 seeds clears 1/2 only at 0-1 or 9-10 of them); a deep run costs about 23 CPU-s here
     "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
-                   deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256, deep_seed_cap=20,
-                   decisive_d_heads=(), seed_cap=10, seed_cap_large=8, lm_seed_cap=5,
+                   deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256, deep_seeds=3, deep_seed_cap=20,
+                   decisive_d_heads=(), seed_cap=10, seed_cap_large=8, lm_seeds=3, lm_seed_cap=5,
                    t5_optimisers=(("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))),
 }
 
@@ -173,9 +184,14 @@ def task_d_heads(result: dict, task: str) -> tuple[int, ...]:
     return tuple(cfg["d_heads"]) + tuple(d for d in cfg.get("decisive_d_heads", ()) if d not in cfg["d_heads"])
 
 
-def seeds_of(config: Config) -> range:
-    """The base seeds: every cell gets them, and each rule's best learning rate is chosen on them."""
-    return range(config.seed, config.seed + config.seeds)
+def seeds_of(config: Config, task: str = "recall") -> range:
+    """A task's base seeds: every cell gets them, and each rule's best learning rate is chosen on them."""
+    return range(config.seed, config.seed + (config.seeds if task == "recall" else config.lm_seeds))
+
+
+def deep_seeds_of(config: dict) -> range:
+    """The deep cells' base seeds, from a config as stored with a result: each factor's best rate is chosen on them."""
+    return range(config["seed"], config["seed"] + config["deep_seeds"])
 
 
 def seed_cap(config: Config, task: str, d_head: int) -> int:
@@ -198,7 +214,7 @@ def cell_specs(config: Config, task: str, rule: str, d_head: int, lr: float,
     """One cell's runs, one per seed (by default the base seeds), each labelled with the cell's rule."""
     trained = trained_rule(rule, d_head)
     return [(rule, base_spec(config, task, rule=trained, d_head=d_head, lr=lr, seed=s))
-            for s in (seeds_of(config) if seeds is None else seeds)]
+            for s in (seeds_of(config, task) if seeds is None else seeds)]
 
 
 def lr_value(lr: float) -> float:
@@ -264,11 +280,11 @@ def deep_spec(config: Config, rule: str, lr: float, seed: int) -> RunSpec:
 
 
 def deep_specs(config: Config) -> list[RunSpec]:
-    """C09's first round: both factors at d_head 256, 8 layers, on recall, over ``deep_lrs`` and the base seeds."""
+    """C09's first round: both factors at d_head 256, 8 layers, on recall, over ``deep_lrs`` and ``deep_seeds``."""
     if not config.deep:
         return []
     return [deep_spec(config, rule, lr_value(lr), s) for rule in DEEP_FACTORS for lr in config.deep_lrs
-            for s in seeds_of(config)]
+            for s in deep_seeds_of(dataclasses.asdict(config))]
 
 
 def edge_steps(info: dict) -> list[float]:
@@ -285,20 +301,25 @@ def deep_widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int
         if info["at_edge"] is None or widened.get(rule, 0) >= config.lr_widen:
             continue
         widened[rule] = widened.get(rule, 0) + 1
-        new += [deep_spec(config, rule, lr_value(lr), s) for lr in edge_steps(info) for s in seeds_of(config)]
+        new += [deep_spec(config, rule, lr_value(lr), s) for lr in edge_steps(info)
+                for s in deep_seeds_of(dataclasses.asdict(config))]
     return new
 
 
 def deep_extend(config: Config, best: dict[tuple, dict], runs: list[dict]) -> list[RunSpec]:
-    """Seeds for each factor's best cell, twice as many per round up to ``deep_seed_cap``: whether a
-    seed escapes the plateau is close to a coin flip at this depth, so the rate needs them."""
+    """Seeds for each factor's best cell, twice as many per round up to ``deep_seed_cap``, while its
+    solve rate is undecided (its Wilson interval straddles DECIDED_RATE, the line C09's rate parts
+    are read against): whether a seed escapes the plateau is close to a coin flip at this depth."""
     new = []
     for (_, rule, _), info in best.items():
-        have = sum(r["rule"] == rule and r["lr"] == info["lr"] for r in runs)
-        if have < config.deep_seed_cap:
-            start = config.seed + have
-            new += [deep_spec(config, rule, info["lr"], s)
-                    for s in range(start, config.seed + min(config.deep_seed_cap, 2 * have))]
+        members = [r for r in runs if r["rule"] == rule and r["lr"] == info["lr"]]
+        solved_count = sum(r["status"] == "finished" and solved(r) for r in members)
+        if len(members) >= config.deep_seed_cap or \
+                intervals.side(intervals.wilson(solved_count, len(members)), DECIDED_RATE) != intervals.STRADDLES:
+            continue
+        start = config.seed + len(members)
+        new += [deep_spec(config, rule, info["lr"], s)
+                for s in range(start, config.seed + min(config.deep_seed_cap, 2 * len(members)))]
     return new
 
 
@@ -571,9 +592,9 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
 
 def _run(config: Config, progress, store, workers: int | None, batch_runs: int, pool: KeptPool) -> dict:
     rounds = 1 + config.lr_widen
-    caps = ((config.seed_cap, config.seed_cap_large) + ((config.deep_seed_cap,) if config.deep else ())
-            + ((config.lm_seed_cap,) if "shakespeare" in config.tasks else ()))
-    extension_rounds = max(0, math.ceil(math.log2(max(caps) / config.seeds)))
+    extension_rounds = max(0, math.ceil(math.log2(max(config.seed_cap, config.seed_cap_large) / config.seeds)),
+                           math.ceil(math.log2(config.lm_seed_cap / config.lm_seeds)) if "shakespeare" in config.tasks else 0,
+                           math.ceil(math.log2(config.deep_seed_cap / config.deep_seeds)) if config.deep else 0)
 
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
         def report(done, total, message):
@@ -596,11 +617,16 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
     def deep_summaries() -> list[dict]:
         return [summarise(s, results[run_key(s)]) for s in deep]
 
-    base = set(seeds_of(config))
+    base = {task: set(seeds_of(config, task)) for task in TASKS}
     task_baselines = baselines(config)
 
     def chosen_lrs(rows: list[dict]) -> dict[tuple, dict]:  # on the base seeds only, so added seeds cannot move a choice
-        return best_lrs(fold_cells([r for r in rows if r["seed"] in base]))
+        return best_lrs(fold_cells([r for r in rows if r["seed"] in base[r["task"]]]))
+
+    deep_base = set(deep_seeds_of(dataclasses.asdict(config)))
+
+    def deep_chosen_lrs(rows: list[dict]) -> dict[tuple, dict]:
+        return best_lrs(fold_cells([r for r in rows if r["seed"] in deep_base]))
 
     def unseen(specs: list[RunSpec]) -> list[RunSpec]:
         keys = {run_key(s) for s in deep}
@@ -613,15 +639,15 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
         # a widening step can land on sqrt's rate: such a cell is added once
         new = list({(rule, run_key(s)): (rule, s) for rule, s in new + fill_reference_rates(config, best)
                     if (rule, run_key(s)) not in have}.values())
-        new_deep = unseen(deep_widen(config, chosen_lrs(deep_summaries()), deep_widened)) if number < rounds else []
+        new_deep = unseen(deep_widen(config, deep_chosen_lrs(deep_summaries()), deep_widened)) if number < rounds else []
         if not new and not new_deep:
             break
         results.update(train_round([s for _, s in new] + new_deep, number, f"widening the LR grids (round {number})"))
         grid += new
         deep += new_deep
     best = chosen_lrs(summaries())
-    deep_best = chosen_lrs(deep_summaries())
-    for number in range(1, extension_rounds + 1):  # seeds where the deciding cells' seeds still all agree
+    deep_best = deep_chosen_lrs(deep_summaries())
+    for number in range(1, extension_rounds + 1):  # seeds where the deciding cells' rates are still undecided
         have = {(rule, run_key(s)) for rule, s in grid}
         new = [(rule, s) for rule, s in extend_seeds(config, best, summaries(), task_baselines)
                if (rule, run_key(s)) not in have]

@@ -33,8 +33,8 @@ import statistics
 from ... import claims, intervals, scaling
 from ...claims import (FAILS, HOLDS, NOT_IN_PRESET, UNDECIDED, Finding, Reading, measured_at, over_settings,
                        state_of, untested)
-from .experiment import (DECIDED_RATE, SOLVED_ACC, STALL_BELOW, accuracy, best_lrs, classify, final_loss, fold_cells, progress,
-                         solved, spread, task_d_heads, tasks_of)
+from .experiment import (DECIDED_RATE, SOLVED_ACC, STALL_BELOW, accuracy, best_lrs, classify, deep_seeds_of, final_loss,
+                         fold_cells, progress, solved, spread, task_d_heads, tasks_of)
 
 LM_MARGIN = 0.1           # nats: the reference must end this far below the bigram entropy for an LM cell to vote
 SLOWER_RANGE = (1.5, 4.0)  # C13: "2-3x slower", with slack
@@ -301,7 +301,7 @@ def deep_rows(result: dict) -> list[dict]:
 def deep_best(result: dict, rows: list[dict], rule: str) -> dict | None:
     """A factor at its own best learning rate: the highest mean accuracy over the base seeds, the
     statistic every grid cell is ranked by (and the one the experiment adds seeds by)."""
-    base = range(result["config"]["seed"], result["config"]["seed"] + result["config"]["seeds"])
+    base = deep_seeds_of(result["config"])
     best = best_lrs(fold_cells([r for r in result["deep"] if r["rule"] == rule and r["seed"] in base]))
     chosen = next((info["lr"] for info in best.values()), None)
     return next((r for r in rows if r["rule"] == rule and r["lr"] == chosen), None)
