@@ -17,14 +17,14 @@ def rows():
     return {row["family"]: row for row in P.audit_positions()}
 
 
-@pytest.mark.parametrize("entry", P.FAMILIES, ids=lambda e: e.family)
+@pytest.mark.parametrize("entry", P.families(), ids=lambda e: e.family)
 def test_every_formula_quotes_a_line_of_the_installed_source(entry):
     line = P.source_line(entry)
     assert line is not None and line.startswith(f"models/{entry.module}:") and entry.quote in line
 
 
 def test_every_family_applies_what_its_config_declares_at_far_positions(rows):
-    assert set(rows) == {e.family for e in P.FAMILIES}
+    assert set(rows) == {e.family for e in P.families()}
     for row in rows.values():
         assert row["verdict"] == "agrees", row
         assert row["max_error"] <= P.TOLERANCE and row["layers_scaled"]
@@ -90,7 +90,7 @@ def test_unknown_family_names_what_is_accepted():
 
 def test_the_table_and_the_audit_lab_carry_every_family(rows):
     table = P.table(list(rows.values()))
-    assert [line["family"] for line in table] == [e.family for e in P.FAMILIES]
+    assert [line["family"] for line in table] == [e.family for e in P.families()]
     assert {f"p = {p:,}" for p in P.POSITIONS} <= set(table[0])
     inkling = next(line for line in table if line["family"] == "inkling_text")
     assert "log_scaling_n_floor = 8192" in inkling["notes"]
@@ -108,4 +108,4 @@ def test_transformers_notes_on_the_tiny_configs_stay_off_the_terminal():
                            "print(sum(r['verdict'] == 'agrees' for r in P.audit_positions()))"],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == str(len(P.FAMILIES)) and "[transformers]" not in done.stderr, done.stderr[-2000:]
+    assert done.stdout.strip() == str(len(P.families())) and "[transformers]" not in done.stderr, done.stderr[-2000:]

@@ -67,15 +67,35 @@ def test_a_multiplier_the_audit_does_not_know_is_a_mismatch(monkeypatch):
         result.findings
 
 
-def test_every_multiplier_quotes_a_line_of_the_installed_source():
+def test_every_multiplier_and_rounding_quotes_a_line_of_the_families_that_name_it():
+    """The registry says which families apply each multiplier after a QK-norm and each key rounding; each quotes a
+    line of every such family's installed source, and each is named by some family."""
     from attnscale.audit.declared import ROUNDINGS, family_source
+    from attnscale.audit.known import KNOWN
 
-    sources = {"qk_scale_factor": family_source("muse_spark") + family_source("muse_glimmer"),
-               "(sqk x sqk_scale)^2": family_source("dory")}
     for multiplier in qk_norm.MULTIPLIERS:
-        assert multiplier.quote in sources[multiplier.name]
+        named = [entry.key for entry in KNOWN if multiplier.name in entry.multipliers]
+        assert named, multiplier.name
+        assert all(multiplier.quote in family_source(key) for key in named), (multiplier.name, named)
     for rounding in ROUNDINGS:
-        assert rounding.quote in family_source("kolibri1_1")
+        named = [entry.key for entry in KNOWN if rounding.format in entry.roundings]
+        assert named and all(rounding.quote in family_source(key) for key in named), (rounding.format, named)
+    names = {m.name for m in qk_norm.MULTIPLIERS} | {r.format for r in ROUNDINGS}
+    assert all(set(entry.multipliers) | set(entry.roundings) <= names for entry in KNOWN)
+
+
+def test_every_rule_a_family_declares_by_name_is_in_its_source():
+    """A factor rule a family's entry declares by name (T5's convention, stated in a comment of T5's attention, not
+    in code) is a rule of FACTOR_RULES, and its quoted line is in each such family's own modeling files."""
+    from attnscale.audit.declared import FACTOR_RULES, RULES, family_source
+    from attnscale.audit.known import KNOWN
+
+    rule_names = {rule.name for rule in FACTOR_RULES}
+    declaring = [entry for entry in KNOWN if entry.declares]
+    assert {entry.key for entry in declaring} >= {"t5", "mt5", "longt5", "udop"}
+    for entry in declaring:
+        for name in entry.declares:
+            assert name in rule_names and RULES[name].in_code(family_source(entry.key)), (entry.key, name)
 
 
 def test_rounded_keys_are_named_and_their_path_not_judged():

@@ -1,4 +1,4 @@
-"""The feed stage: the inputs given to a model (feed.py, companions.py, series.py): token ids and what runs
+"""The feed stage: the inputs given to a model (feed.py): token ids and what runs
 beside them, images, audio, patches, tiles, series, encoder states and prompts."""
 
 from __future__ import annotations
@@ -176,11 +176,9 @@ def test_forecasters_and_trajectory_models_are_fed_their_series_and_measured(fam
 def test_series_inputs_follow_the_config_history_and_horizon():
     """The history is the context plus the furthest lag (the Time Series Transformer builds lagged
     copies of the series), and the decoder's future values span the prediction length."""
-    from attnscale.audit import series
-
     model = families.build(families.tiny_config("time_series_transformer"))
     config = model.config
-    inputs = feed.shaped_input(model, 3, series.series_shapes(config)[0])
+    inputs = feed.shaped_input(model, 3, feed.series_shapes(config)[0])
     history = config.context_length + max(config.lags_sequence)
     assert inputs["past_values"].shape == (3, history) and inputs["past_observed_mask"].shape == (3, history)
     assert inputs["future_values"].shape == (3, config.prediction_length)
@@ -194,8 +192,6 @@ def test_a_token_model_that_does_not_run_on_ids_alone_is_given_what_it_reads_bes
     ViLT an image: refused on token ids alone, each is given them (boxes well formed on the 0-1000
     grid) and measured (head_dim^-0.5 = 0.25 at head dim 16 for the BERT-style ones; UDOP is T5's
     attention, unscaled: 1)."""
-    from attnscale.audit import companions
-
     model = families.build(families.tiny_config(family))
     inputs = feed.first_inputs(model, feed.Feeding())
     assert beside <= set(inputs)
@@ -203,7 +199,7 @@ def test_a_token_model_that_does_not_run_on_ids_alone_is_given_what_it_reads_bes
         boxes = inputs["bbox"]
         assert boxes.shape == (*inputs["input_ids"].shape, 4)
         assert bool((boxes[..., 0] < boxes[..., 2]).all() and (boxes[..., 1] < boxes[..., 3]).all())
-        assert int(boxes.min()) >= 0 and int(boxes.max()) < companions.PAGE
+        assert int(boxes.min()) >= 0 and int(boxes.max()) < feed.PAGE
     result = audit.audit_family(family, ("eager",))
     assert result.verdict == "ok", (result.reason, result.findings)
     assert verdicts.family_row(result, ("eager",))["eager"] == ("1" if family == "udop" else "0.25")

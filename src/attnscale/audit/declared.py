@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from .known import KNOWN
+
 
 @dataclass(frozen=True)
 class SourceRule:
@@ -152,9 +154,6 @@ MLA_KV_LORA_SCALE = SourceRule("models/longcat_flash/modeling_longcat_flash.py",
                                "no-RoPE part of k of a given hidden state scales by it upstream of k's projection (not "
                                "the RoPE part), outside the factor")
 RULES = {name: rule for name, rule in globals().items() if isinstance(rule, SourceRule)}
-
-# Families whose modeling file states T5's convention (each is a copy of T5's attention).
-T5_FAMILIES = ("t5", "mt5", "umt5", "longt5", "switch_transformers", "udop", "pop2piano")
 
 
 @dataclass
@@ -329,6 +328,7 @@ class Layer:
     head_dim: int | None
     width: int | None
     module: object
+    index: int | None = None  # its layer index
 
     def applies(self, rule: SourceRule) -> bool:
         return rule.in_code(self.code)
@@ -370,7 +370,7 @@ def when(holds: bool, factor, fields: dict | None = None) -> tuple[float, dict] 
 FACTOR_RULES = (
     FactorRule("UNIT_SCALING_INT", lambda l: when(l.has_line(UNIT_SCALING_INT) and not l.applies(HEAD_DIM), lambda: 1.0)),
     FactorRule("UNIT_SCALING", lambda l: when(l.has_line(UNIT_SCALING) and not l.applies(HEAD_DIM), lambda: 1.0)),
-    FactorRule("T5_NO_SCALING", lambda l: when(l.model_type in T5_FAMILIES, lambda: 1.0)),
+    FactorRule("T5_NO_SCALING", lambda l: when("T5_NO_SCALING" in KNOWN.get(l.model_type).declares, lambda: 1.0)),
     FactorRule("HALF_HEAD_DIM", lambda l: when(l.applies(HALF_HEAD_DIM) and bool(l.head_dim),
                                                lambda: (l.head_dim / 2) ** -0.5)),
     FactorRule("INVERSE_HEAD_DIM", lambda l: when(l.has_line(INVERSE_HEAD_DIM) and bool(l.head_dim),
@@ -401,6 +401,151 @@ FACTOR_RULES = (
 )
 
 
+@dataclass
+class Draft:
+    """One layer's declaration as the modifiers build it, after the factor rules (:data:`FACTOR_RULES`) set its
+    factor: what multiplies q.k beyond it, and the rules and config fields read on the way."""
+
+    function: float | None  # the attention function's factor
+    rules: list[str]
+    fields: dict
+    rope: dict  # the layer's rope parameters
+    key_multiplier: float = 1.0  # a config's multiplier on the keys
+    q_first: float = 1.0  # a factor applied to q before the product, outside the attention function
+    key_scale: float = 1.0  # a scale the layer applies to its keys
+    gain: float = 1.0  # RoPE's attention factor (on the rotary coordinates)
+    coordinate_scale: tuple[float, float] | None = None
+    cosine: float | None = None
+    cap: float | None = None
+    position: str | None = None
+    unread: list[str] = field(default_factory=list)
+
+    def read(self, rule: str, **fields) -> None:
+        self.rules.append(rule)
+        self.fields.update(fields)
+
+
+def inverse_layer_idx(layer: Layer, draft: Draft) -> None:
+    if getattr(layer.config, "scale_attn_by_inverse_layer_idx", False) and draft.function is not None \
+            and layer.index is not None:
+        draft.function /= layer.index + 1
+        draft.read("INVERSE_LAYER_IDX", scale_attn_by_inverse_layer_idx=True)
+
+
+def q_scaled_first(layer: Layer, draft: Draft) -> None:
+    """Whisper's and OPT's q scaled by the factor before the product, the function called with scaling=1.0."""
+    code = layer.code
+    if draft.function is not None and "scaling=1.0" in code and ("* self.scaling" in code or "self.scaling *" in code):
+        draft.q_first, draft.function = draft.function, 1.0
+        draft.read("Q_SCALED_FIRST")
+
+
+def yarn_mscale_all_dim(layer: Layer, draft: Draft) -> None:
+    rope = draft.rope
+    mscale_all, factor = rope.get("mscale_all_dim"), rope.get("factor")
+    if (rope.get("rope_type", "default") != "default" and mscale_all and draft.function is not None
+            and layer.applies(YARN_MSCALE_ALL_DIM) and factor is not None):
+        draft.function *= get_mscale(factor, mscale_all) ** 2
+        draft.read("YARN_MSCALE_ALL_DIM", mscale_all_dim=mscale_all, rope_factor=factor)
+
+
+def rope_gain(layer: Layer, draft: Draft) -> None:
+    gain, rule = rope_attention_factor(draft.rope, layer.config)
+    if rule:
+        draft.gain = gain
+        draft.read(rule, attention_factor=gain)
+
+
+def key_multiplier(layer: Layer, draft: Draft) -> None:
+    value = getattr(layer.config, "key_multiplier", None)
+    if isinstance(value, (int, float)):
+        draft.key_multiplier = float(value)
+        draft.read("KEY_MULTIPLIER", key_multiplier=value)
+
+
+def query_prescale(layer: Layer, draft: Draft) -> None:
+    if layer.applies(QUERY_PRESCALE) and layer.head_dim:
+        draft.q_first *= layer.head_dim**-0.5
+        draft.read("QUERY_PRESCALE")
+
+
+def mla_q_lora_scale(layer: Layer, draft: Draft) -> None:
+    q_lora, hidden = getattr(layer.config, "q_lora_rank", None), getattr(layer.config, "hidden_size", None)
+    if layer.applies(MLA_Q_LORA_SCALE) and isinstance(q_lora, int) and q_lora > 0 and isinstance(hidden, int):
+        draft.q_first *= (hidden / q_lora) ** 0.5
+        draft.read("MLA_Q_LORA_SCALE", hidden_size=hidden, q_lora_rank=q_lora)
+
+
+def learned_query_scale(layer: Layer, draft: Draft) -> None:
+    """TimesFM's learned per-coordinate query scale: softplus(s) / (ln 2 sqrt(head_dim)), in place of the factor."""
+    learned, head_dim = getattr(layer.module, "scaling", None), layer.head_dim
+    if (layer.applies(LEARNED_QUERY_SCALE) and head_dim and isinstance(learned, torch.Tensor)
+            and learned.shape == (head_dim,)):
+        per_coordinate = torch.nn.functional.softplus(learned.detach().double()) / (math.log(2) * math.sqrt(head_dim))
+        draft.function, draft.coordinate_scale = 1.0, (float(per_coordinate[0]), float(per_coordinate[-1]))
+        draft.fields["scaling (learned, first and last coordinate)"] = [float(learned[0].detach()),
+                                                                        float(learned[-1].detach())]
+        draft.rules[:] = [rule for rule in draft.rules if rule != "HEAD_DIM"] + ["LEARNED_QUERY_SCALE"]
+
+
+def per_dim_query_scale(layer: Layer, draft: Draft) -> None:
+    per_dim, head_dim = getattr(layer.module, "per_dim_scale", None), layer.head_dim
+    if (layer.applies(PER_DIM_QUERY_SCALE) and head_dim and isinstance(per_dim, torch.Tensor)
+            and per_dim.shape == (head_dim,)):
+        per_coordinate = torch.nn.functional.softplus(per_dim.detach().double()) / math.log(2)  # 1 at s_j = 0
+        draft.coordinate_scale = (float(per_coordinate[0]), float(per_coordinate[-1]))
+        draft.read("PER_DIM_QUERY_SCALE",
+                   **{"per_dim_scale (learned, first and last coordinate)": [float(per_dim[0]), float(per_dim[-1])]})
+
+
+def key_scale(layer: Layer, draft: Draft) -> None:
+    value = getattr(layer.module, "k_scale", None)
+    if layer.applies(KEY_SCALE) and isinstance(value, float):
+        draft.key_scale = value
+        draft.read("KEY_SCALE", k_scale=value)
+
+
+def cosine_logit_scale(layer: Layer, draft: Draft) -> None:
+    """Swin V2's cosine attention: a learned temperature per head on cos(q, k), no factor on q.k."""
+    logit_scale = getattr(layer.module, "logit_scale", None)
+    if layer.applies(COSINE_LOGIT_SCALE) and isinstance(logit_scale, torch.Tensor):
+        temperatures = logit_scale.detach().double().clamp(max=math.log(100.0)).exp().flatten()
+        draft.cosine, draft.function = float(temperatures.median()), None
+        draft.fields["logit_scale (learned, per head)"] = [round(float(v), 6) for v in logit_scale.detach().flatten()]
+        draft.rules[:] = ["COSINE_LOGIT_SCALE"]
+
+
+def softcap(layer: Layer, draft: Draft) -> None:
+    cap = getattr(layer.config, "attn_logit_softcapping", None)
+    if not isinstance(cap, (int, float)):
+        return
+    if not (layer.applies(SOFTCAP) or layer.applies(SOFTCAP_PASSED)):
+        # Gemma 3 stores the field and never applies it: a config field the code does not read
+        draft.unread.append(f"attn_logit_softcapping = {cap:g} is set in the config, but the layer's code never "
+                            f"applies it (its class neither caps the logits nor passes "
+                            f"{SOFTCAP_PASSED.quote.rstrip(',')!r} to its attention function, as {SOFTCAP_PASSED.path} "
+                            "does)")
+        return
+    draft.cap = float(cap)
+    draft.read("SOFTCAP", attn_logit_softcapping=cap)
+
+
+def temperature_tuning(layer: Layer, draft: Draft) -> None:
+    config = layer.config
+    if getattr(config, "attn_temperature_tuning", False):
+        draft.position = "temperature grows with the sequence index in layers without RoPE"
+        draft.read("TEMPERATURE_TUNING", attn_temperature_tuning=True, floor_scale=getattr(config, "floor_scale", None),
+                   attn_scale=getattr(config, "attn_scale", None))
+
+
+# What changes q.k beside the factor, in the order applied (a later one reads what an earlier one set: q scaled
+# first takes the factor the rules found, a learned scale replaces it, cosine attention replaces everything).
+# Each reads the layer's code or config; a small function where one value cannot say it.
+MODIFIERS = (inverse_layer_idx, q_scaled_first, yarn_mscale_all_dim, rope_gain, key_multiplier, query_prescale,
+             mla_q_lora_scale, learned_query_scale, per_dim_query_scale, key_scale, cosine_logit_scale, softcap,
+             temperature_tuning)
+
+
 def declared_for(config, model_type: str, layer_index: int | None = None, layer_type: str | None = None,
                  d_k: int | None = None, source: str | None = None, width: int | None = None,
                  module=None) -> Declared:
@@ -414,8 +559,7 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     layer itself, whose learned per-coordinate query scale (TimesFM's) is part of its factor."""
     code = family_source(model_type) if source is None else source
     head_dim = d_k or head_dim_of(config)
-    layer = Layer(config, model_type, code, head_dim, width, module)
-    applies = layer.applies
+    layer = Layer(config, model_type, code, head_dim, width, module, layer_index)
     fields: dict = {"head_dim": head_dim}
     rules = ["HEAD_DIM"]
     function = head_dim**-0.5 if head_dim else None
@@ -425,90 +569,15 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
             function, read = found
             fields.update(read)
             rules = [rule.name]
-    if getattr(config, "scale_attn_by_inverse_layer_idx", False) and function is not None and layer_index is not None:
-        function /= layer_index + 1
-        fields["scale_attn_by_inverse_layer_idx"] = True
-        rules.append("INVERSE_LAYER_IDX")
-    q_first = 1.0  # a factor applied to q before the product, outside the attention function
-    if function is not None and "scaling=1.0" in code and ("* self.scaling" in code or "self.scaling *" in code):
-        q_first, function = function, 1.0
-        rules.append("Q_SCALED_FIRST")
-    rope = rope_parameters_for(config, layer_type)
-    mscale_all = rope.get("mscale_all_dim")
-    if (rope.get("rope_type", "default") != "default" and mscale_all and function is not None
-            and applies(YARN_MSCALE_ALL_DIM)):
-        factor = rope.get("factor")
-        if factor is not None:
-            function *= get_mscale(factor, mscale_all) ** 2
-            fields.update(mscale_all_dim=mscale_all, rope_factor=factor)
-            rules.append("YARN_MSCALE_ALL_DIM")
-    gain, gain_rule = rope_attention_factor(rope, config)
-    if gain_rule:
-        rules.append(gain_rule)
-        fields["attention_factor"] = gain
-    first, last = rotary_coordinates(config, rope, head_dim)
-    key_multiplier = getattr(config, "key_multiplier", None)
-    multiplier = 1.0  # on every coordinate of q.k: the keys' multiplier and any factor applied to q first
-    if isinstance(key_multiplier, (int, float)):
-        fields["key_multiplier"] = key_multiplier
-        rules.append("KEY_MULTIPLIER")
-        multiplier = float(key_multiplier)
-    if applies(QUERY_PRESCALE) and head_dim:
-        q_first *= head_dim**-0.5
-        rules.append("QUERY_PRESCALE")
-    q_lora, hidden = getattr(config, "q_lora_rank", None), getattr(config, "hidden_size", None)
-    if applies(MLA_Q_LORA_SCALE) and isinstance(q_lora, int) and q_lora > 0 and isinstance(hidden, int):
-        q_first *= (hidden / q_lora) ** 0.5
-        fields.update(hidden_size=hidden, q_lora_rank=q_lora)
-        rules.append("MLA_Q_LORA_SCALE")
-    multiplier *= q_first
-    coordinate_scale = None
-    learned = getattr(module, "scaling", None)
-    if (applies(LEARNED_QUERY_SCALE) and head_dim and isinstance(learned, torch.Tensor)
-            and learned.shape == (head_dim,)):
-        per_coordinate = torch.nn.functional.softplus(learned.detach().double()) / (math.log(2) * math.sqrt(head_dim))
-        function, coordinate_scale = 1.0, (float(per_coordinate[0]), float(per_coordinate[-1]))
-        fields["scaling (learned, first and last coordinate)"] = [float(learned[0].detach()), float(learned[-1].detach())]
-        rules = [rule for rule in rules if rule != "HEAD_DIM"] + ["LEARNED_QUERY_SCALE"]
-    per_dim = getattr(module, "per_dim_scale", None)
-    if (applies(PER_DIM_QUERY_SCALE) and head_dim and isinstance(per_dim, torch.Tensor)
-            and per_dim.shape == (head_dim,)):
-        per_coordinate = torch.nn.functional.softplus(per_dim.detach().double()) / math.log(2)  # 1 at s_j = 0
-        coordinate_scale = (float(per_coordinate[0]), float(per_coordinate[-1]))
-        fields["per_dim_scale (learned, first and last coordinate)"] = [float(per_dim[0]), float(per_dim[-1])]
-        rules.append("PER_DIM_QUERY_SCALE")
-    key_scale = getattr(module, "k_scale", None)
-    if applies(KEY_SCALE) and isinstance(key_scale, float):
-        multiplier *= key_scale
-        fields["k_scale"] = key_scale
-        rules.append("KEY_SCALE")
-    cosine = None
-    logit_scale = getattr(module, "logit_scale", None)
-    if applies(COSINE_LOGIT_SCALE) and isinstance(logit_scale, torch.Tensor):
-        temperatures = logit_scale.detach().double().clamp(max=math.log(100.0)).exp().flatten()
-        cosine, function = float(temperatures.median()), None
-        fields["logit_scale (learned, per head)"] = [round(float(v), 6) for v in logit_scale.detach().flatten()]
-        rules = ["COSINE_LOGIT_SCALE"]
-    cap = getattr(config, "attn_logit_softcapping", None)
-    unread = []
-    if isinstance(cap, (int, float)) and not (applies(SOFTCAP) or applies(SOFTCAP_PASSED)):
-        # Gemma 3 stores the field and never applies it: a config field the code does not read
-        unread.append(f"attn_logit_softcapping = {cap:g} is set in the config, but the layer's code never applies "
-                      f"it (its class neither caps the logits nor passes {SOFTCAP_PASSED.quote.rstrip(',')!r} to its "
-                      f"attention function, as {SOFTCAP_PASSED.path} does)")
-        cap = None
-    elif isinstance(cap, (int, float)):
-        fields["attn_logit_softcapping"] = cap
-        rules.append("SOFTCAP")
-    position = None
-    if getattr(config, "attn_temperature_tuning", False):
-        position = "temperature grows with the sequence index in layers without RoPE"
-        fields.update(attn_temperature_tuning=True, floor_scale=getattr(config, "floor_scale", None),
-                      attn_scale=getattr(config, "attn_scale", None))
-        rules.append("TEMPERATURE_TUNING")
-    outside = outside_the_factor(config, model_type, code, fields, rules) + rounded_keys(module, code, fields, rules)
-    return Declared(head_dim, function, gain**2, multiplier, first, last, float(cap) if isinstance(cap, (int, float)) else None, position, rules, fields,
-                    outside, unread, coordinate_scale, cosine)
+    draft = Draft(function, rules, fields, rope_parameters_for(config, layer_type))
+    for modify in MODIFIERS:
+        modify(layer, draft)
+    first, last = rotary_coordinates(config, draft.rope, head_dim)
+    multiplier = draft.key_multiplier * draft.q_first * draft.key_scale  # on every coordinate of q.k
+    outside = outside_the_factor(config, model_type, code, fields, draft.rules) + \
+        rounded_keys(module, code, fields, draft.rules)
+    return Declared(head_dim, draft.function, draft.gain**2, multiplier, first, last, draft.cap, draft.position,
+                    draft.rules, fields, outside, draft.unread, draft.coordinate_scale, draft.cosine)
 
 
 @dataclass(frozen=True)

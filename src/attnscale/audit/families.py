@@ -18,7 +18,8 @@ import torch
 from ..errors import UserError
 from ..hub import offline
 from .record import Skip as RecordSkip
-from .sizes import FALLBACKS, FAMILY_TINY, TINY, TINY_HYBRID, VISION_TINY, WHOLE_TINY  # noqa: F401 - families.TINY etc.
+from .known import KNOWN
+from .sizes import FALLBACKS, TINY, TINY_HYBRID, VISION_TINY  # noqa: F401 - families.TINY etc.
 
 offline()
 
@@ -104,8 +105,8 @@ def field_names(cls) -> set[str]:
 
 
 def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
-    """The TINY sizes under the names this config class uses, its model type's FAMILY_TINY (a family or
-    a tower alike; a sub-config class with no model type under its class name), then ``overrides`` as given."""
+    """The TINY sizes under the names this config class uses, its model type's ``tiny`` in :mod:`.known` (a
+    family or a tower alike; a sub-config class with no model type under its class name), then ``overrides``."""
     names = field_names(cls)
     attribute_map = getattr(cls, "attribute_map", {}) or {}
     defaults = {f.name: f.default for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
@@ -129,7 +130,7 @@ def tiny_kwargs(cls, overrides: dict | None = None) -> dict:
         if isinstance(default, int) and default >= vocab:
             kwargs[token] = min(3, vocab - 1)
     family = getattr(cls, "model_type", "") or cls.__name__  # a sub-config with no model type: by its class
-    kwargs.update({**FAMILY_TINY.get(family, {}), **(overrides or {})})
+    kwargs.update({**KNOWN.get(family).tiny, **(overrides or {})})
     return kwargs
 
 
@@ -507,10 +508,10 @@ def with_round_trip(model):
 
 def whole_config(model_type: str):
     """A composite's config with every sub-config at the tiny sizes (each with its model type's
-    FAMILY_TINY), nested ones too (a vision config's backbone) and those its fields leave None but
+    ``tiny``), nested ones too (a vision config's backbone) and those its fields leave None but
     its default config builds (SAM's vision_config); one the default leaves unset stays unset (ESM's
-    folding head); a sub-config with WHOLE_TINY fields takes them beside its own.  Raises Skip with the
-    refusal."""
+    folding head); a sub-config the composite's ``whole_tiny`` names takes those fields beside its
+    own.  Raises Skip with the refusal."""
     from ..probing.loading import quiet_transformers
 
     def tiny_tree(cls, extra=None):
@@ -524,7 +525,7 @@ def whole_config(model_type: str):
             if name not in kwargs and built is not None:
                 # a detector's backbone as tiny_backbone shrinks it; another AutoConfig sub-config: the type
                 # its default builds
-                widened = WHOLE_TINY.get((cls.model_type, name))
+                widened = KNOWN.get(cls.model_type).whole_tiny.get(name)
                 kwargs[name] = tiny_backbone(cls, name) or tiny_tree(type(built), widened)
         kwargs.update(tiny_rope(cls, kwargs))
         return first_accepted(cls, kwargs, tied_widths(cls, {width for width in (default_width(cls),) if width}, kwargs))
@@ -595,7 +596,6 @@ def tiny_config(model_type: str, hybrid: bool = True, tied_first: bool = False, 
 
 
 BACKBONE = "backbone_config"  # the sub-config of a detector or segmenter's image backbone (ResNet, Swin, HGNetV2)
-NO_BACKBONES = ("timm_backbone", "timm_wrapper")  # need the timm package, which the audit does without
 CNN_WIDTH_DIVISOR = 8  # a convolutional backbone's channel widths at the tiny sizes: its own / 8, at least 8
 
 
@@ -625,7 +625,7 @@ def tiny_backbone(cls, name: str):
         return None
     sub_cls, stated = spec_class(cls, name)
     model_type = getattr(sub_cls, "model_type", None)
-    if sub_cls is None or model_type in NO_BACKBONES:
+    if sub_cls is None or KNOWN.get(model_type).skip:
         return None
     defaults = {f.name: f.default for f in dataclasses.fields(sub_cls)} if dataclasses.is_dataclass(sub_cls) else {}
     tiny = tiny_kwargs(sub_cls)
@@ -849,9 +849,9 @@ def session_class(model):
 
 def prompted_session(model, image: torch.Tensor):
     """A fresh session of a two-frame clip (the image, then it mirrored) with one box prompt
-    (companions.PROMPT_BOX, in pixels as the processor leaves it) on frame 0 for object 1, set up as
+    (feed.PROMPT_BOX, in pixels as the processor leaves it) on frame 0 for object 1, set up as
     the processor's add_inputs_to_inference_session does (the box as two points labelled 2 and 3)."""
-    from .companions import PROMPT_BOX
+    from .feed import PROMPT_BOX
 
     frames = torch.stack([image, image.flip(-1)])
     session = session_class(model)(video=frames, video_height=frames.shape[-2], video_width=frames.shape[-1],

@@ -1,8 +1,9 @@
 """The feed stage: the inputs that run one model, found once and kept on its :class:`Feeding` record.
 
 Token ids (laid out per codebook where the model takes them so), one image (on an axis of its own, or with a box
-prompt or text beside it where the model needs them), an audio input of the first shape the model runs on, or a
-composite's media at its placeholder tokens.  What a first pass finds here (:func:`first_inputs`) is what the
+prompt or text beside it where the model needs them), an audio input of the first shape the model runs on, a
+time series or a trajectory, or a composite's media at its placeholder tokens; what a model reads beside its
+main input (a page's boxes, region features, a prompt: the companions section).  What a first pass finds here (:func:`first_inputs`) is what the
 designed passes are fed (:func:`path_inputs`, below), so both read the same record; nothing about a model is
 kept anywhere else.
 """
@@ -18,10 +19,12 @@ from ..errors import UserError
 from ..probing.intercept import model_inputs
 from ..probing.loading import quiet_transformers
 from ..threads import torch_threads
-from . import companions, families, series
+from . import families
 from .sizes import TINY
 
 TOKENS, LONGER_TOKENS = 8, 24
+SERIES_INPUT = "past_values"  # a forecaster's history (the series section, at the end)
+TRAJECTORY_INPUT = "states"  # Decision Transformer's states (with its actions and returns)
 UNKNOWN = "unknown"  # a field no pass has found yet
 
 
@@ -321,19 +324,19 @@ def image_inputs(model, batch: int, feeding) -> dict:
         del inputs["spatial_shapes"]
         return {**inputs, positions: patch_positions(batch)}
     images = pixel_values(model.config, batch)
-    if any(name.startswith(companions.PROMPT_PREFIX) for name in required):  # SegGPT: image and prompt, stacked
+    if any(name.startswith(PROMPT_PREFIX) for name in required):  # SegGPT: image and prompt, stacked
         images = images[..., : images.shape[-2] // 2, :].contiguous()
     count = feeding.known("image_axis")
     if count == FOLD_FRAMES and images.dim() == 5:  # X-CLIP's vision tower: the clip's frames along the batch axis
         images = images.flatten(0, 1)
     if count:  # images given per sample (LightGlue's pair): (batch, count, channels, height, width)
         images = torch.stack([images.flip(-1) if i % 2 else images for i in range(count)], dim=1)
-    inputs = {image_name(model): images, **companions.beside_image(model, batch, COMPANION_TOKENS, required, images)}
+    inputs = {image_name(model): images, **beside_image(model, batch, COMPANION_TOKENS, required, images)}
     beside = feeding.known("image_beside") or ()
     if "boxes" in beside:
-        inputs["input_boxes"] = torch.tensor([[companions.PROMPT_BOX]] * batch)
+        inputs["input_boxes"] = torch.tensor([[PROMPT_BOX]] * batch)
     if "text" in beside and "input_ids" not in inputs:
-        inputs.update(companions.beside_image(model, batch, COMPANION_TOKENS, ["input_ids"], images))
+        inputs.update(beside_image(model, batch, COMPANION_TOKENS, ["input_ids"], images))
     if accepts(model, "target_sizes") and images.dim() == 4:
         size = patch_side(model.config)
         inputs["target_sizes"] = torch.tensor([[images.shape[-2] // size, images.shape[-1] // size]] * batch)
@@ -358,8 +361,8 @@ def clip_frames(config) -> int:
 
 
 def takes_companions(model) -> bool:
-    """Whether the forward takes anything companions.beside_tokens gives (boxes, region features, an image)."""
-    return any(accepts(model, name) for name in (*companions.BOX_NAMES, "visual_feats", "pixel_values"))
+    """Whether the forward takes anything beside_tokens gives (boxes, region features, an image)."""
+    return any(accepts(model, name) for name in (*BOX_NAMES, "visual_feats", "pixel_values"))
 
 
 def with_placeholders(ids: torch.Tensor, feeding) -> torch.Tensor:
@@ -388,16 +391,16 @@ def patch_lengths(model, batch: int, tokens: int) -> dict:
 
 def token_companions(model, batch: int, tokens: int, feeding) -> dict:
     """What a token-id model found to need beside its ids (``feeding.beside``) for ``batch`` sequences, the
-    sequences of its own it reads beside them wherever it takes them (companions.texts_beside), the media
+    sequences of its own it reads beside them wherever it takes them (texts_beside), the media
     merged into its placeholders (``feeding.media``) and a byte model's patch lengths."""
-    given = {**companions.texts_beside(model, batch, tokens, lambda name: accepts(model, name)),
+    given = {**texts_beside(model, batch, tokens, lambda name: accepts(model, name)),
              **media_inputs(batch, feeding), **patch_lengths(model, batch, tokens)}
     if not feeding.known("beside"):
         return given
     frames = feeding.beside_frames
     image = ((lambda count: pixel_values(model.config, count).unsqueeze(1).repeat(1, frames, 1, 1, 1)) if frames
              else (lambda count: pixel_values(model.config, count)))
-    return {**given, **companions.beside_tokens(model, batch, tokens, lambda name: accepts(model, name), image)}
+    return {**given, **beside_tokens(model, batch, tokens, lambda name: accepts(model, name), image)}
 
 
 def tiled_image(config, batch: int) -> dict:
@@ -594,7 +597,7 @@ def patch_input(model, batch: int, shape: tuple[int, ...]) -> dict:
 CONTINUOUS_INPUTS = ("latents", "inputs")
 WIDTH_FIELDS = ("hidden_size", "d_model")
 # inputs whose shape is found by trying candidates in turn
-SHAPED_INPUTS = (*AUDIO_INPUTS, PATCHES, series.SERIES_INPUT, series.TRAJECTORY_INPUT, *CONTINUOUS_INPUTS)
+SHAPED_INPUTS = (*AUDIO_INPUTS, PATCHES, SERIES_INPUT, TRAJECTORY_INPUT, *CONTINUOUS_INPUTS)
 
 
 def is_shaped(takes: str) -> bool:
@@ -630,10 +633,10 @@ def input_shapes(model, takes: str) -> list[tuple[int, ...]]:
         return [(EMBEDS_TOKENS, model.config.hidden_size)]
     if takes in CONTINUOUS_INPUTS:
         return continuous_shapes(model.config)
-    if takes == series.SERIES_INPUT:
-        return series.series_shapes(model.config)
-    if takes == series.TRAJECTORY_INPUT:
-        return [(series.TRAJECTORY_STEPS,)]
+    if takes == SERIES_INPUT:
+        return series_shapes(model.config)
+    if takes == TRAJECTORY_INPUT:
+        return [(TRAJECTORY_STEPS,)]
     return audio_shapes(model.config, takes)
 
 
@@ -641,10 +644,10 @@ def shaped_input(model, batch: int, shape: tuple[int, ...]) -> dict:
     takes = main_input(model)
     if takes == PATCHES:
         inputs = patch_input(model, batch, shape)
-    elif takes == series.SERIES_INPUT:
-        inputs = series.series_input(model, batch, shape, lambda name: accepts(model, name), required_inputs(model))
-    elif takes == series.TRAJECTORY_INPUT:
-        inputs = series.trajectory_input(model, batch)
+    elif takes == SERIES_INPUT:
+        inputs = series_input(model, batch, shape, lambda name: accepts(model, name), required_inputs(model))
+    elif takes == TRAJECTORY_INPUT:
+        inputs = trajectory_input(model, batch)
     else:
         inputs = audio_input(model, batch, shape)
     inputs.update(encoder_states(model, batch))
@@ -807,7 +810,7 @@ def path_inputs(model, feeding, designs, tokens: int, far_position: int, vocab: 
 
 INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_values": "raw audio samples",
                "pixel_values": "images", PATCHES: "image patches with their grid",
-               series.SERIES_INPUT: "a time series' past values", series.TRAJECTORY_INPUT: "a trajectory's states"}
+               SERIES_INPUT: "a time series' past values", TRAJECTORY_INPUT: "a trajectory's states"}
 FED = ("input_ids", "pixel_values", *SHAPED_INPUTS)  # token ids, a 32 x 32 image, audio, patches
 FED_TEXT = ("token ids, images, video clips, image patches, audio, time series, trajectories, query embeddings and "
             "continuous inputs (latents)")
@@ -817,3 +820,170 @@ FED_TEXT = ("token ids, images, video clips, image patches, audio, time series, 
 
 def is_fed(takes: str) -> bool:
     return takes in FED or is_shaped(takes)
+
+# --------------------------------------------------------------------------- companions
+#
+# What a model reads beside its main input: a page's boxes, an image's region features, a task.
+#
+# Document models (BROS, LiLT, UDOP, LayoutLMv3) read each token's box on the page; LXMERT reads
+# region features and their positions beside its text; ViLT an image beside its text; Grounding
+# DINO a text beside its image; OneFormer a task prompt; SegGPT a prompt image and its mask.  As
+# for the main input, the path probe overwrites q, k and v at the projections, so only shapes and
+# validity matter: boxes are well formed (left < right, top < bottom, on the 0-1000 grid), every
+# token and pixel real.
+
+PAGE = 1000  # the coordinate grid document models read boxes on
+REGIONS = 8  # LXMERT's region features
+BOX_NAMES = ("bbox",)
+TOKEN_NAMES = ("input_ids", "task_inputs")  # token ids a model requires beside its image
+IMAGE_MASK = "image_attention_mask"  # a token-by-image mask beside images given per sequence
+TEXTS_SUFFIXES = ("_input_ids", "_attention_mask")  # a text beside the image under a name of its own, and its mask
+STRUCTURE_SUFFIX = "_structure"  # the texts per image, where a model takes a list of them (one each here)
+# a sequence of its own a text model reads beside its ids, as <name>_input_ids and <name>_attention_mask: Evolla's
+# protein (its SaProt encoder, sequence compressor and aligner cross-attention run only where it is given)
+TEXTS_BESIDE = ("protein",)
+PROMPT_PREFIX = "prompt_"  # SegGPT's prompt image and mask, the image's shape
+# a promptable segmenter's box (input_boxes), one an image: SAM 3 reads it normalised as (cx, cy, w, h), SAM and
+# SAM 2 in pixels as (x0, y0, x1, y1), where it is a small box at the corner; a valid prompt either way
+PROMPT_BOX = (0.25, 0.25, 0.75, 0.75)
+
+
+def token_ids(batch: int, tokens: int, vocab: int) -> torch.Tensor:
+    return ((torch.arange(tokens) * 5 + 3) % max(vocab - 3, 1) + 3).repeat(batch, 1)
+
+
+def page_boxes(batch: int, tokens: int) -> torch.Tensor:
+    """One box per token, left to right along lines of 8 words: (batch, tokens, 4) as x0, y0, x1, y1."""
+    index = torch.arange(tokens)
+    column, line = index % 8, index // 8
+    x0, y0 = column * 120 + 10, line * 40 + 10
+    boxes = torch.stack([x0, y0, x0 + 100, y0 + 30], dim=-1).clamp(max=PAGE - 1)
+    return boxes.repeat(batch, 1, 1)
+
+
+def region_features(config, batch: int) -> dict:
+    generator = torch.Generator().manual_seed(2)
+    features = torch.randn(1, REGIONS, config.visual_feat_dim, generator=generator).repeat(batch, 1, 1)
+    positions = torch.rand(1, REGIONS, config.visual_pos_dim, generator=generator).repeat(batch, 1, 1)
+    return {"visual_feats": features, "visual_pos": positions}
+
+
+def beside_tokens(model, batch: int, tokens: int, accepts, image) -> dict:
+    """Inputs a token-id model takes beside its ids, for a model that does not run on ids alone:
+    boxes, region features, an image (``image(batch)``); ``accepts(name)`` says what its forward takes."""
+    inputs = {}
+    if any(accepts(name) for name in BOX_NAMES):
+        inputs["bbox"] = page_boxes(batch, tokens)
+    if accepts("visual_feats") and hasattr(model.config, "visual_feat_dim"):
+        inputs.update(region_features(model.config, batch))
+    if accepts("pixel_values"):
+        inputs["pixel_values"] = image(batch)
+        if accepts(IMAGE_MASK):  # which images each token sees (IDEFICS): the images of a sequence, one here
+            inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
+            inputs[IMAGE_MASK] = torch.ones(batch, tokens, 1, dtype=torch.long)
+    return inputs
+
+
+def texts_beside(model, batch: int, tokens: int, accepts) -> dict:
+    """The sequences of :data:`TEXTS_BESIDE` the forward takes (``accepts(name)``), each ``tokens`` ids of its own
+    vocabulary (the sub-config's ``<name>_encoder_config`` where there is one) and their mask, all real."""
+    inputs = {}
+    for name in TEXTS_BESIDE:
+        if not (accepts(f"{name}_input_ids") and accepts(f"{name}_attention_mask")):
+            continue
+        config = getattr(model.config, f"{name}_encoder_config", None) or model.config
+        ids = token_ids(batch, tokens, getattr(config, "vocab_size", None) or 100)
+        inputs.update({f"{name}_input_ids": ids, f"{name}_attention_mask": torch.ones_like(ids)})
+    return inputs
+
+
+def beside_image(model, batch: int, tokens: int, required: list[str], images: torch.Tensor) -> dict:
+    """What an image model requires beside its image: token ids and their mask (Grounding DINO's
+    text, OneFormer's task, at the config's task length), a prompt image and mask of the image's shape."""
+    config = model.config
+    vocab = getattr(config, "vocab_size", None) or getattr(getattr(config, "text_config", None), "vocab_size", 100)
+    inputs = {}
+    for name in required:
+        if name == "input_ids":
+            inputs["input_ids"] = token_ids(batch, tokens, vocab)
+            inputs["attention_mask"] = torch.ones(batch, tokens, dtype=torch.long)
+        elif name == "task_inputs":
+            inputs[name] = token_ids(batch, getattr(config, "task_seq_len", tokens), vocab)
+        elif name.endswith(TEXTS_SUFFIXES):  # texts of their own beside the image: OmDet-Turbo's classes and task
+            ids = token_ids(batch, tokens, vocab)
+            inputs[name] = ids if name.endswith("input_ids") else torch.ones_like(ids)
+        elif name.endswith(STRUCTURE_SUFFIX):  # how many of those texts each image has (classes_structure): one
+            inputs[name] = torch.ones(batch, dtype=torch.long)
+        elif name.startswith(PROMPT_PREFIX):
+            inputs[name] = torch.ones_like(images) if name.endswith("masks") else images.clone()
+    return inputs
+
+
+# --------------------------------------------------------------------------- series
+#
+# Inputs for models that read a time series or a trajectory instead of tokens.
+#
+# Forecasters (PatchTST, TimesFM, Informer, the Time Series Transformer, ...) take the series'
+# past values, and some also a mask of the values observed, time features and the values to
+# forecast (which their decoder reads); Decision Transformer takes states, actions and rewards.
+# As for images and audio, the path probe overwrites q, k and v at the projections, so only the
+# shapes matter: the values are fixed random draws, every value observed, every step real.
+
+SERIES_LENGTH = 32  # steps of history where the config states no context length
+TRAJECTORY_STEPS = 8  # (return, state, action) triples: 24 tokens
+
+
+def values(generator, batch: int, *shape: int) -> torch.Tensor:
+    return torch.randn(1, *shape, generator=generator).repeat(batch, *([1] * len(shape)))
+
+
+def history_length(config) -> int:
+    """Steps of history: the context plus the furthest lag where the model builds lagged copies
+    of the series (the Time Series Transformer's lags_sequence)."""
+    lags = getattr(config, "lags_sequence", None) or [0]
+    return (getattr(config, "context_length", None) or SERIES_LENGTH) + max(lags)
+
+
+def series_shapes(config) -> list[tuple[int, ...]]:
+    """Shapes (without the batch) to try for the past values: one value a step, then a value per
+    channel (PatchTST's (steps, channels))."""
+    length = history_length(config)
+    channels = getattr(config, "num_input_channels", None) or getattr(config, "input_size", None) or 1
+    return list(dict.fromkeys([(length,), (length, channels)] if channels == 1 else [(length, channels), (length,)]))
+
+
+def series_input(model, batch: int, shape: tuple[int, ...], accepts, required: list[str]) -> dict:
+    """The past values at ``shape`` and what the forward also takes of them: the observed mask, time
+    features and the future values a decoder reads (at the config's prediction length), and
+    TimesFM's padding and frequency; ``accepts(name)`` says whether the forward takes an argument."""
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    length, channels = shape[0], shape[1:]
+    inputs = {SERIES_INPUT: values(generator, batch, *shape)}
+    for mask in ("past_observed_mask", "observed_mask"):
+        if accepts(mask):
+            inputs[mask] = torch.ones(batch, *shape)
+    time_features = getattr(config, "num_time_features", None)
+    if accepts("past_time_features"):
+        inputs["past_time_features"] = values(generator, batch, length, time_features or 0)
+    horizon = getattr(config, "prediction_length", None)
+    if accepts("future_values") and "past_time_features" in inputs and horizon:  # the decoder's input
+        inputs["future_values"] = values(generator, batch, horizon, *channels)
+        inputs["future_time_features"] = values(generator, batch, horizon, time_features or 0)
+    if "past_values_padding" in required:
+        inputs["past_values_padding"] = torch.zeros(batch, length, dtype=torch.long)
+    if "freq" in required:
+        inputs["freq"] = torch.zeros(batch, 1, dtype=torch.long)
+    return inputs
+
+
+def trajectory_input(model, batch: int) -> dict:
+    """TRAJECTORY_STEPS steps of states, actions, rewards and returns-to-go, their time steps and mask."""
+    config = model.config
+    generator = torch.Generator().manual_seed(0)
+    steps = TRAJECTORY_STEPS
+    return {"states": values(generator, batch, steps, config.state_dim),
+            "actions": values(generator, batch, steps, config.act_dim),
+            "rewards": values(generator, batch, steps, 1), "returns_to_go": values(generator, batch, steps, 1),
+            "timesteps": torch.arange(steps).repeat(batch, 1),
+            "attention_mask": torch.ones(batch, steps, dtype=torch.long)}

@@ -40,6 +40,7 @@ from . import attention_function, families, feed, inline, qk_norm, whole_path
 from . import declared as declared_rules
 from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_refused, first_inputs, is_fed
 from .record import FamilyAudit, Skip, Status
+from .sizes import RUN_RETRIES
 from .towers import rely_on_towers
 from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge_family
 
@@ -632,8 +633,7 @@ def tiny_model_fed(model_type: str, seed: int, overrides: dict) -> tuple[torch.n
     """The tiny model, checked with one forward pass (configs that build but cannot run are
     retried with the fallback sizes, then skipped), and what feeding it found."""
     refusal = None
-    for change in ({}, {"tied_first": True}, {"num_key_value_heads": 4}, {"num_hidden_layers": 4},
-                   {"num_hidden_layers": 8}):
+    for change in RUN_RETRIES:
         try:
             config = families.tiny_config(model_type, **{**change, **overrides})
             model = families.build(config, seed)

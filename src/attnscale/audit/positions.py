@@ -7,10 +7,10 @@ Inkling's log scaling, in Inkling 2 and its loop variant too).  The main audit s
 here each family's factor is measured at far positions (:data:`POSITIONS`, up to 1,048,576) and
 judged against what its config declares.
 
-Each family is one :class:`PositionFamily` in :data:`FAMILIES`: data (tiny sizes, the input the
-factor reads its position from, the layers it applies to, the formula read from the config, and a
-line of the installed source that the formula comes from, found by its text at run time), not a
-branch of code.  The measurement is the same for all:
+Each family is the ``far`` of its entry in :mod:`.known`, a :class:`.position_rules.PositionFamily`:
+data (tiny sizes, the input the factor reads its position from, the layers it applies to, the formula
+read from the config, and a line of the installed source that the formula comes from, found by its
+text at run time), not a branch of code.  The measurement is the same for all:
 
 * one token (the same id) is fed at position 0 and at position p, through the input the family
   reads: ``position_ids`` (the model's own forward, no cache), or a cache holding p earlier
@@ -31,141 +31,30 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import torch
+
+from .known import KNOWN
+from .position_rules import PositionFamily
 
 POSITIONS = (1, 8192, 65536, 1_048_576)
 TOLERANCE = 1e-3   # relative; the queries are float32 and the factor is applied in float32 or float64
 TOKEN_ID = 5
 
 
-# --------------------------------------------------------------------------- the formulas, from the configs
-
-def llama4_temperature(config, layer: int, p: int, module=None) -> float:
-    """1 + attn_scale ln(1 + floor((p + 1) / floor_scale)) on layers without RoPE (no_rope_layers[i] == 0)."""
-    if not getattr(config, "attn_temperature_tuning", False) or config.no_rope_layers[layer]:
-        return 1.0
-    return 1.0 + config.attn_scale * math.log1p(math.floor((p + 1) / config.floor_scale))
-
-
-def llama4_scaling_beta(config, layer: int, p: int, module=None) -> float:
-    """1 + beta ln(1 + floor(p / original_max_position_embeddings)), beta = rope_parameters' llama_4_scaling_beta."""
-    rope = config.rope_parameters or {}
-    beta, original = rope.get("llama_4_scaling_beta"), rope.get("original_max_position_embeddings")
-    if not beta or not original:
-        return 1.0
-    return 1.0 + beta * math.log1p(math.floor(p / original))
-
-
-def learned_log_position(config, layer: int, p: int, module=None) -> list[float]:
-    """s_h ln(p + 1) + b_h per head, s and b the layer's own parameters."""
-    scaling = module.softmax_scaling
-    return [float(s) * math.log(p + 1) + float(b) for s, b in zip(scaling.scale.detach().tolist(), scaling.bias.detach().tolist())]
-
-
-def beam_scalable_softmax(config, layer: int, p: int, module=None) -> float:
-    """(1 + (p + 1) / 2048) ** 0.1 on the full-attention layers (those without RoPE); 2048 and 0.1 are in the source."""
-    if (config.rope_parameters or {}).get(config.layer_types[layer]) is not None:
-        return 1.0
-    return (1.0 + (p + 1) / 2048) ** 0.1
-
-
-def inkling_log_scaling(config, layer: int, p: int, module=None) -> float:
-    """1 + log_scaling_alpha ln(max((p + 1) / log_scaling_n_floor, 1)) on the full (not sliding) layers; off when
-    log_scaling_n_floor is None."""
-    if config.log_scaling_n_floor is None or config.layer_types[layer] == "hybrid_sliding":
-        return 1.0
-    return 1.0 + config.log_scaling_alpha * math.log(max((p + 1) / config.log_scaling_n_floor, 1.0))
-
-
-# --------------------------------------------------------------------------- the families, as data
-
-@dataclass(frozen=True)
-class PositionFamily:
-    family: str                   # the model_type
-    config_class: str             # the transformers config class
-    sizes: dict                   # tiny sizes beside the config's own defaults (the factor's fields keep theirs)
-    reads: str                    # "position_ids" or "cache": where the factor reads the query's position
-    formula: Callable             # (config, layer index, p, attention module) -> m(p), a number or one per head
-    formula_text: str
-    layers: str                   # which layers the factor applies to, in words
-    module: str                   # the installed modeling file, relative to transformers/models
-    quote: str                    # a line of that file the formula is read from (found by its text)
-    enable: dict = field(default_factory=dict)  # fields set to switch on a factor the default config leaves off
-    learned: str = ""             # for a learned factor: how the audit sets its parameters (random init leaves them trivial)
-
-
-_MOE = dict(n_routed_experts=2, num_experts_per_tok=1, n_shared_experts=1, moe_intermediate_size=32)
-_MLA = dict(kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16)
-_SMALL = dict(vocab_size=64, hidden_size=32, intermediate_size=64)
-_INKLING = dict(**_SMALL, **_MOE, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                swa_num_attention_heads=2, swa_num_key_value_heads=1, swa_head_dim=16, sliding_window_size=8,
-                rel_extent=8, d_rel=4, layer_types=["hybrid", "hybrid_sliding"])  # a full layer, then a sliding one
-
-FAMILIES: tuple[PositionFamily, ...] = (
-    PositionFamily(
-        "llama4_text", "Llama4TextConfig",
-        dict(**_SMALL, intermediate_size_mlp=64, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-             head_dim=16, num_local_experts=2, num_experts_per_tok=1, no_rope_layers=[1, 0], attention_chunk_size=None),
-        "cache", llama4_temperature, "1 + attn_scale ln(1 + floor((p + 1) / floor_scale))", "layers without RoPE",
-        "llama4/modeling_llama4.py",
-        "torch.log1p(torch.floor((positions.float() + 1.0) / self.floor_scale)) * self.attn_scale + 1.0"),
-    PositionFamily(
-        "ministral3", "Ministral3Config",
-        dict(**_SMALL, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16),
-        "position_ids", llama4_scaling_beta, "1 + beta ln(1 + floor(p / original_max_position_embeddings))",
-        "every layer", "ministral3/modeling_ministral3.py",
-        "scaling = 1 + beta * torch.log(1 + torch.floor(positions_ids / max_position_embeddings))"),
-    PositionFamily(
-        "mistral4", "Mistral4Config",
-        dict(**_SMALL, **_MOE, **_MLA, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-             q_lora_rank=16, first_k_dense_replace=1),
-        "position_ids", llama4_scaling_beta, "1 + beta ln(1 + floor(p / original_max_position_embeddings))",
-        "every layer", "mistral4/modeling_mistral4.py",
-        "scaling = 1 + beta * torch.log(1 + torch.floor(positions_ids / max_position_embeddings))"),
-    PositionFamily(
-        "mistral_large4_text", "MistralLarge4TextConfig",
-        dict(**_SMALL, **_MOE, **_MLA, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
-             first_k_dense_replace=2, index_topk=4, index_head_dim=16, index_n_heads=2, no_rope_layers=[1, 0]),
-        "position_ids", learned_log_position, "s_h ln(p + 1) + b_h, learned per head", "every layer",
-        "mistral_large4/modeling_mistral_large4.py", "log_pos = (position_ids + 1).float().log()",
-        learned="s_h and b_h drawn from N(0, 0.05^2) and 1 + N(0, 0.1^2) (the random init leaves the factor near 1)"),
-    PositionFamily(
-        "beam", "BeamConfig",
-        dict(**_SMALL, moe_intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-             head_dim=16, num_experts=4, num_experts_per_tok=2, n_group=1, topk_group=1, sliding_window=8),
-        "position_ids", beam_scalable_softmax, "(1 + (p + 1) / 2048)^0.1", "full-attention layers (no RoPE)",
-        "beam/modeling_beam.py", "torch.exp(0.1 * torch.log1p((position_ids.float() + 1) / 2048))"),
-    PositionFamily(
-        "inkling_text", "InklingTextConfig",
-        _INKLING,
-        "cache", inkling_log_scaling, "1 + alpha ln(max((p + 1) / log_scaling_n_floor, 1))", "full (not sliding) layers",
-        "inkling/modeling_inkling.py", "(effective_n / self.config.log_scaling_n_floor).clamp(min=1.0)",
-        enable={"log_scaling_n_floor": 8192}),
-    PositionFamily(
-        "inkling2_text", "Inkling2TextConfig",
-        _INKLING,
-        "position_ids", inkling_log_scaling, "1 + alpha ln(max((p + 1) / log_scaling_n_floor, 1))",
-        "full (not sliding) layers", "inkling2/modeling_inkling2.py",
-        "((position_ids + 1).float() / self.log_scaling_n_floor).clamp(min=1.0)"),
-    PositionFamily(
-        "inkling2_loop_text", "Inkling2LoopTextConfig",
-        _INKLING,
-        "position_ids", inkling_log_scaling, "1 + alpha ln(max((p + 1) / log_scaling_n_floor, 1))",
-        "full (not sliding) layers", "inkling2_loop/modeling_inkling2_loop.py",
-        "((position_ids + 1).float() / self.log_scaling_n_floor).clamp(min=1.0)"),
-)
+def families() -> tuple[PositionFamily, ...]:
+    """The families with a position-dependent factor: the entries of :data:`.known.KNOWN` that have one."""
+    return KNOWN.far_families()
 
 
 def family_named(name: str) -> PositionFamily:
-    for entry in FAMILIES:
+    entries = families()
+    for entry in entries:
         if entry.family == name:
             return entry
-    raise ValueError(f"no position-dependent family {name!r}; accepted: {', '.join(e.family for e in FAMILIES)}")
+    raise ValueError(f"no position-dependent family {name!r}; accepted: {', '.join(e.family for e in entries)}")
 
 
 # --------------------------------------------------------------------------- building and feeding
@@ -191,21 +80,15 @@ def source_line(entry: PositionFamily) -> str | None:
 
 def build(entry: PositionFamily, seed: int = 0, **overrides):
     """The family's base model at the tiny sizes (``overrides`` win), eval mode, eager attention; a learned
-    factor's parameters drawn as ``entry.learned`` says."""
+    factor's parameters drawn by ``entry.draw_learned``, as ``entry.learned`` says."""
     import transformers
 
     from .families import build as build_model
 
     config = getattr(transformers, entry.config_class)(**{**entry.sizes, **entry.enable, **overrides})
     model = build_model(config, seed)
-    if entry.learned:
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for module in model.modules():
-                scaling = getattr(module, "softmax_scaling", None)
-                if scaling is not None:
-                    scaling.scale.copy_(torch.randn(scaling.scale.shape, generator=generator) * 0.05)
-                    scaling.bias.copy_(1 + torch.randn(scaling.bias.shape, generator=generator) * 0.1)
+    if entry.draw_learned is not None:
+        entry.draw_learned(model, torch.Generator().manual_seed(seed))
     return model
 
 
@@ -306,7 +189,7 @@ def measure(entry: PositionFamily, positions=POSITIONS, seed: int = 0, model=Non
 
 
 def audit_positions(positions=POSITIONS, seed: int = 0, progress: Callable[[float, str], None] | None = None) -> list[dict]:
-    """One row per family of :data:`FAMILIES`, in order, on one torch thread (the same numbers in any process)."""
+    """One row per family of :func:`families`, in order, on one torch thread (the same numbers in any process)."""
     from ..probing.loading import quiet_transformers
     from ..threads import torch_threads
 
@@ -314,9 +197,10 @@ def audit_positions(positions=POSITIONS, seed: int = 0, progress: Callable[[floa
     # transformers' notes on the tiny configs (an eos id beyond the tiny vocabulary, a renamed cache argument)
     # say nothing of the factor
     with torch_threads(1), quiet_transformers():
-        for index, entry in enumerate(FAMILIES):
+        entries = families()
+        for index, entry in enumerate(entries):
             if progress:
-                progress(index / len(FAMILIES), f"far positions: {entry.family}")
+                progress(index / len(entries), f"far positions: {entry.family}")
             rows.append(measure(entry, positions, seed))
     return rows
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import companions
+from . import feed
 
 Q_NAMES = ("q_proj", "query", "q", "query_proj", "Wq", "wq", "q_lin", "to_q", "q_b_proj", "q_attn", "linear_q",
            "project_q", "projection_query", "to_query", "q_head", "queries")
@@ -291,11 +291,11 @@ def inside_clip(units: dict, clip: float | None) -> dict:
 
 
 def beside_rotaries(model) -> list[torch.nn.Module]:
-    """The rotary embeddings of the parts that run on a sequence of companions.TEXTS_BESIDE (Evolla's protein
+    """The rotary embeddings of the parts that run on a sequence of feed.TEXTS_BESIDE (Evolla's protein
     encoder: built from ``protein_encoder_config``), which number that sequence's positions themselves
     (arange over it) rather than take the position_ids given beside the main ids."""
     found = []
-    for name in companions.TEXTS_BESIDE:
+    for name in feed.TEXTS_BESIDE:
         config = getattr(model.config, f"{name}_encoder_config", None)
         if config is None:
             continue

@@ -1,0 +1,74 @@
+"""The registry of what the audit knows of particular families (audit/known.py): one entry a family, looked up by
+its model type, each field read by the stage that needs it."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnscale.audit import families, positions
+from attnscale.audit.known import KNOWN, Family, Registry
+from attnscale.audit.position_rules import PositionFamily
+
+
+def test_one_entry_a_family_and_an_empty_one_for_a_family_it_does_not_know():
+    keys = [entry.key for entry in KNOWN]
+    assert len(keys) == len(set(keys)) == len(KNOWN)
+    unknown = KNOWN.get("no_such_family")
+    assert unknown == Family("no_such_family") and "no_such_family" not in KNOWN
+    assert not unknown.tiny and not unknown.skip and unknown.far is None
+
+
+def test_register_refuses_a_second_entry_a_wrong_type_and_a_far_entry_of_another_family():
+    registry = Registry([Family("llama", tiny={"num_hidden_layers": 4})])
+    with pytest.raises(ValueError, match="family 'llama' already has an entry"):
+        registry.register(Family("llama"))
+    with pytest.raises(ValueError, match="a registry entry must be a Family, got dict"):
+        registry.register({"key": "gpt2"})
+    far = positions.family_named("beam")
+    with pytest.raises(ValueError, match="family 'gpt2': its far-position entry is for 'beam'"):
+        registry.register(Family("gpt2", far=far))
+    assert registry.register(Family("beam", far=far)).far is far
+    assert registry.far_families() == (far,)
+
+
+def test_a_family_s_tiny_sizes_reach_its_config():
+    """The build stage reads an entry's tiny fields (GPT-Neo's attention pattern, the default list not fitting
+    2 layers) and a composite's whole_tiny fields (SAM 2's video tracker built whole: its vision tower widened)."""
+    from transformers import GPTNeoConfig
+
+    assert families.tiny_kwargs(GPTNeoConfig)["attention_types"] == KNOWN.get("gpt_neo").tiny["attention_types"]
+    assert families.tiny_config("gpt_neo").attention_layers == ["global", "local"]
+    whole = families.whole_config("sam2_video")
+    assert whole.vision_config.fpn_hidden_size == KNOWN.get("sam2_video").whole_tiny["vision_config"]["fpn_hidden_size"]
+
+
+def test_a_family_the_audit_does_not_build_says_why():
+    assert "timm" in KNOWN.get("timm_backbone").skip and "timm" in KNOWN.get("timm_wrapper").skip
+
+
+def test_the_far_position_families_are_the_entries_with_a_far_record():
+    far = positions.families()
+    assert [entry.family for entry in far] == [entry.key for entry in KNOWN if entry.far is not None]
+    assert all(isinstance(entry, PositionFamily) for entry in far)
+    assert {"llama4_text", "ministral3", "mistral4", "mistral_large4_text", "beam"} <= {e.family for e in far}
+    # a learned factor is drawn by a function of its entry, not by a branch of the measurement
+    learned = [entry for entry in far if entry.learned]
+    assert learned and all(entry.draw_learned is not None for entry in learned)
+
+
+def test_every_line_the_read_stage_recognises_a_mechanism_or_layout_by_is_in_the_installed_source():
+    """The read stage keys some knowledge on a line of code, not on a family's name (a mechanism with no softmax
+    over q.k, XLNet's einsum projections, attention softmaxed over the queries, Grounding DINO's two-way
+    attention): each such line is in some modeling file of the installed transformers, so none is stale."""
+    from pathlib import Path
+
+    import transformers
+
+    from attnscale.audit import inline, measure
+
+    models = Path(transformers.__file__).parent / "models"
+    source = "".join(path.read_text(encoding="utf-8") for path in sorted(models.glob("*/modeling_*.py")))
+    quotes = [quote for quote, _ in measure.MECHANISMS] + [inline.EINSUM_PROJECTION, inline.OVER_QUERIES,
+                                                           inline.BIDIRECTIONAL]
+    assert len(quotes) >= 14
+    assert [quote for quote in quotes if quote not in source] == []
