@@ -22,7 +22,7 @@ TINY = T.Config(tasks=("recall", "shakespeare"), d_heads=(8, 64), seeds=3, d_mod
                 recall_lrs=(3e-3, 1e-2), lm_steps=5, lm_batch=8, lm_context=16, lm_lrs=(3e-3,), deep=True, deep_layers=2,
                 deep_d_head=64, deep_steps=10, t5_recall_d_head=8, t5_tasks=("recall", "shakespeare"),
                 lm_d_heads=(8, 64), t5_lm_d_head=8, decisive_d_heads=(32,), decisive_lrs=(3e-3,), seed_cap=6, lm_seed_cap=6,
-                seed_cap_large=4, large_d_head=32)
+                seed_cap_large=4, large_d_head=32, lm_seeds=2, deep_seeds=2)
 
 
 @pytest.fixture(scope="module")
@@ -83,13 +83,14 @@ def test_the_tiny_run_has_every_seed_cell_and_widened_grid(tiny_result):
     config = T.Config(**{k: tuple(map(tuple, v)) if k == "t5_optimisers" else tuple(v) if isinstance(v, list) else v
                          for k, v in cfg.items()})
     deciding = set(E.deciding_cells(config, E.best_lrs(E.fold_cells(
-        [r for r in tiny_result["grid"] if r["seed"] < cfg["seed"] + cfg["seeds"]]))))
+        [r for r in tiny_result["grid"] if r["seed"] in E.seeds_of(config, r["task"], r["d_head"])]))))
     for cell in tiny_result["cells"]:
         cap = E.seed_cap(config, cell["task"], cell["d_head"])
-        # every cell has the base seeds; a deciding cell may have more, contiguous, up to its cap
+        base = len(E.seeds_of(config, cell["task"], cell["d_head"]))  # 3 on recall, lm_seeds = 2 on Shakespeare
+        # every cell has its task's base seeds; a deciding cell may have more, contiguous, up to its cap
         assert cell["seeds"] == list(range(cfg["seed"], cfg["seed"] + len(cell["seeds"])))
-        assert cfg["seeds"] <= len(cell["seeds"]) <= cap
-        if len(cell["seeds"]) > cfg["seeds"]:
+        assert base <= len(cell["seeds"]) <= cap
+        if len(cell["seeds"]) > base:
             assert (cell["task"], cell["rule"], cell["d_head"], cell["lr"]) in deciding
         scores = [s for s in cell["scores"] if s is not None]
         assert cell["score"]["median"] == pytest.approx(statistics.median(scores))
@@ -112,6 +113,15 @@ def test_the_tiny_run_has_every_seed_cell_and_widened_grid(tiny_result):
     # a t5 run may also be a grid run, and const:0.125 at d_head 64 trains as sqrt
     grid = [{**r, "rule": E.trained_rule(r["rule"], r["d_head"])} for r in tiny_result["grid"]]
     every = grid + tiny_result["deep"] + tiny_result["t5"]
+    # the deep cells: each factor at each rate on the deep base seeds (2 here, 3 recall ones); only its best cell more
+    for rule in E.DEEP_FACTORS:
+        by_lr = {}
+        for r in tiny_result["deep"]:
+            if r["rule"] == rule:
+                by_lr.setdefault(r["lr"], []).append(r["seed"])
+        assert by_lr and all(sorted(seeds) == list(range(cfg["seed"], cfg["seed"] + len(seeds))) and
+                             cfg["deep_seeds"] <= len(seeds) <= cfg["deep_seed_cap"] for seeds in by_lr.values())
+        assert sum(len(seeds) > cfg["deep_seeds"] for seeds in by_lr.values()) <= 1
     assert tiny_result["runs"] == len({(r["task"], r["rule"], r["init"], r["d_head"], r["n_layers"], r["lr"],
                                         r["optimiser"], r["seed"]) for r in every})
 
@@ -373,7 +383,7 @@ def test_deep_cells_widen_and_get_seeds():
     assert sorted((s.rule, s.lr, s.seed) for s in seeds) == [("const:0.0625", 3e-3, 3), ("const:0.0625", 3e-3, 4),
                                                              ("const:0.125", 1e-3, 2), ("const:0.125", 1e-3, 3)]
     capped = runs + runs_of("const:0.125", 1e-3, [1.0, 0.3, 1.0, 0.3, 1.0])[2:]
-    assert all(s.rule == "const:0.0625" for s in E.deep_extend(cfg, best, capped))
+    assert [(s.rule, s.seed) for s in E.deep_extend(cfg, best, capped)] == [("const:0.0625", 3), ("const:0.0625", 4)]
     # a rate already decided gets no seeds: 9 of 9 solved (Wilson [0.70, 1]) and 0 of 9 (a diverged run counts
     # as not solved), under a cap of 20
     wide = dataclasses.replace(cfg, deep_seed_cap=20)
@@ -393,16 +403,22 @@ def test_deep_and_lm_seeds_checked():
         dataclasses.replace(TINY, deep_seeds=11, deep_seed_cap=10)
     with pytest.raises(UserError, match=r"lm_seeds must be from 1 to lm_seed_cap \(6\), got 7"):
         dataclasses.replace(TINY, lm_seeds=7)
+    with pytest.raises(UserError, match=r"seeds_large must be from 1 to seed_cap_large \(4\), got 5"):
+        dataclasses.replace(TINY, seeds_large=5)
 
 
-def test_shakespeare_cells_start_on_their_own_base_seeds():
+def test_cells_start_on_their_own_base_seeds():
     """A Shakespeare cell's first runs are its lm_seeds base seeds (its best rate is chosen on them), a recall
-    cell's the config's seeds."""
-    cfg = dataclasses.replace(TINY, seeds=3, lm_seeds=2, seed=7)
+    cell's the config's seeds, seeds_large at d_head >= large_d_head (the decisive point's and T5's too)."""
+    cfg = dataclasses.replace(TINY, seeds=3, lm_seeds=2, seeds_large=1, seed=7)
     seeds = {}
     for _, spec in E.grid_specs(cfg):
-        seeds.setdefault(spec.task, set()).add(spec.seed)
-    assert seeds == {"recall": {7, 8, 9}, "shakespeare": {7, 8}}
+        seeds.setdefault((spec.task, spec.d_head >= cfg.large_d_head), set()).add(spec.seed)
+    assert seeds == {("recall", False): {7, 8, 9}, ("recall", True): {7}, ("shakespeare", False): {7, 8},
+                     ("shakespeare", True): {7, 8}}  # lm_seeds at any d_head
+    large_t5 = dataclasses.replace(cfg, t5_recall_d_head=64)
+    assert {s.seed for s in E.t5_specs(large_t5) if s.task == "recall"} == {7}
+    assert {s.seed for s in E.t5_specs(cfg) if s.task == "recall"} == {7, 8, 9}
 
 
 def test_c10_every_outcome(result):

@@ -117,11 +117,13 @@ class Config:
     # Shakespeare's base seeds (each rule's best rate is chosen on them; a deciding cell then gets seeds up to
     # lm_seed_cap while its stall rate is undecided, as a recall cell does)
     lm_seeds: int = 3
+    # recall's base seeds at d_head >= large_d_head (a run there costs about 3 of d_head 64's)
+    seeds_large: int = 3
 
     def __post_init__(self):
         checks.fields(self, ints=("seeds", "d_model", "n_heads", "n_layers", "log_every", "recall_pairs", "recall_values",
                                   "recall_steps", "recall_batch", "lm_context", "lm_steps", "lm_batch",
-                                  "deep_layers", "deep_d_head", "deep_steps", "deep_seeds", "deep_seed_cap", "lm_seeds", "t5_recall_d_head", "t5_lm_d_head",
+                                  "deep_layers", "deep_d_head", "deep_steps", "deep_seeds", "deep_seed_cap", "lm_seeds", "seeds_large", "t5_recall_d_head", "t5_lm_d_head",
                                   "seed_cap", "seed_cap_large", "large_d_head", "lm_seed_cap"),
                       non_negative=("lr_widen",), int_tuples=("d_heads", "lm_d_heads"),
                       float_tuples=("recall_lrs", "lm_lrs", "deep_lrs"))
@@ -129,10 +131,12 @@ class Config:
             checks.fields(self, int_tuples=("decisive_d_heads",), float_tuples=("decisive_lrs", "decisive_sqrt_lrs"))
         for rule in self.decisive_rules:
             checks.one_of("decisive rule", rule, self.rules)
-        caps = {"seed_cap": self.seed_cap, "seed_cap_large": self.seed_cap_large}
+        caps = {"seed_cap": self.seed_cap}
         for name, cap in caps.items():
             if cap < self.seeds:
                 raise UserError(f"{name} must be >= seeds ({self.seeds}), got {cap}")
+        if not 1 <= self.seeds_large <= self.seed_cap_large:
+            raise UserError(f"seeds_large must be from 1 to seed_cap_large ({self.seed_cap_large}), got {self.seeds_large}")
         if not 1 <= self.lm_seeds <= self.lm_seed_cap:
             raise UserError(f"lm_seeds must be from 1 to lm_seed_cap ({self.lm_seed_cap}), got {self.lm_seeds}")
         if not 1 <= self.deep_seeds <= self.deep_seed_cap:
@@ -149,11 +153,12 @@ class Config:
 
 PRESETS = {
     "quick": Config(),
-    # C09's deep cells take up to 20 seeds a factor (10 left all three of its parts undecided at seed 0: a Wilson
-    # interval over 10 seeds clears 1/2 only at 0-1 or 9-10 of them); a deep run costs about 23 CPU-s here
+    # C09's deep cells take up to 20 seeds a factor while a rate is undecided (10 left all three of its parts
+    # undecided at seed 0: a Wilson interval over 10 seeds clears 1/2 only at 0-1 or 9-10 of them); a deep run
+    # costs about 23 CPU-s here
     "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
                    deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256, deep_seeds=3, deep_seed_cap=20,
-                   decisive_d_heads=(), seed_cap=10, seed_cap_large=8, lm_seeds=3, lm_seed_cap=5,
+                   decisive_d_heads=(), seed_cap=10, seeds_large=3, seed_cap_large=8, lm_seeds=3, lm_seed_cap=5,
                    t5_optimisers=(("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))),
 }
 
@@ -184,14 +189,20 @@ def task_d_heads(result: dict, task: str) -> tuple[int, ...]:
     return tuple(cfg["d_heads"]) + tuple(d for d in cfg.get("decisive_d_heads", ()) if d not in cfg["d_heads"])
 
 
-def seeds_of(config: Config, task: str = "recall") -> range:
-    """A task's base seeds: every cell gets them, and each rule's best learning rate is chosen on them."""
-    return range(config.seed, config.seed + (config.seeds if task == "recall" else config.lm_seeds))
+def seeds_of(config: Config, task: str, d_head: int) -> range:
+    """A cell's base seeds: every cell of its task and d_head gets them, and each rule's best learning rate is
+    chosen on them (recall's at d_head >= large_d_head, where runs cost most, ``seeds_large``; the T5 runs take
+    recall's on either task)."""
+    if task != "recall":
+        count = config.lm_seeds
+    else:
+        count = config.seeds_large if d_head >= config.large_d_head else config.seeds
+    return range(config.seed, config.seed + count)
 
 
-def deep_seeds_of(config: dict) -> range:
-    """The deep cells' base seeds, from a config as stored with a result: each factor's best rate is chosen on them."""
-    return range(config["seed"], config["seed"] + config["deep_seeds"])
+def deep_seeds_of(seed: int, deep_seeds: int) -> range:
+    """The deep cells' base seeds (from the config's seed and deep_seeds): each factor's best rate is chosen on them."""
+    return range(seed, seed + deep_seeds)
 
 
 def seed_cap(config: Config, task: str, d_head: int) -> int:
@@ -214,7 +225,7 @@ def cell_specs(config: Config, task: str, rule: str, d_head: int, lr: float,
     """One cell's runs, one per seed (by default the base seeds), each labelled with the cell's rule."""
     trained = trained_rule(rule, d_head)
     return [(rule, base_spec(config, task, rule=trained, d_head=d_head, lr=lr, seed=s))
-            for s in (seeds_of(config, task) if seeds is None else seeds)]
+            for s in (seeds_of(config, task, d_head) if seeds is None else seeds)]
 
 
 def lr_value(lr: float) -> float:
@@ -284,7 +295,7 @@ def deep_specs(config: Config) -> list[RunSpec]:
     if not config.deep:
         return []
     return [deep_spec(config, rule, lr_value(lr), s) for rule in DEEP_FACTORS for lr in config.deep_lrs
-            for s in deep_seeds_of(dataclasses.asdict(config))]
+            for s in deep_seeds_of(config.seed, config.deep_seeds)]
 
 
 def edge_steps(info: dict) -> list[float]:
@@ -302,14 +313,16 @@ def deep_widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int
             continue
         widened[rule] = widened.get(rule, 0) + 1
         new += [deep_spec(config, rule, lr_value(lr), s) for lr in edge_steps(info)
-                for s in deep_seeds_of(dataclasses.asdict(config))]
+                for s in deep_seeds_of(config.seed, config.deep_seeds)]
     return new
 
 
 def deep_extend(config: Config, best: dict[tuple, dict], runs: list[dict]) -> list[RunSpec]:
     """Seeds for each factor's best cell, twice as many per round up to ``deep_seed_cap``, while its
     solve rate is undecided (its Wilson interval straddles DECIDED_RATE, the line C09's rate parts
-    are read against): whether a seed escapes the plateau is close to a coin flip at this depth."""
+    are read against): whether a seed escapes the plateau is close to a coin flip at this depth.
+    The oscillation ratio is read over the seeds the rates leave each factor (at seed 0, 20 and 12);
+    at the ratios measured it would take far more than the cap to decide."""
     new = []
     for (_, rule, _), info in best.items():
         members = [r for r in runs if r["rule"] == rule and r["lr"] == info["lr"]]
@@ -328,7 +341,7 @@ def t5_specs(config: Config) -> list[RunSpec]:
     return [base_spec(config, task, rule=rule, init=init, d_head=d_head, optimiser=opt, lr=lr, seed=s)
             for task, d_head in (("recall", config.t5_recall_d_head), ("shakespeare", config.t5_lm_d_head))
             if task in config.t5_tasks for opt, lr in config.t5_optimisers for rule, init in (("sqrt", "unit"), ("none", "t5"))
-            for s in seeds_of(config)]
+            for s in seeds_of(config, "recall", d_head)]
 
 
 # --------------------------------------------------------------------------- baselines
@@ -592,7 +605,8 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
 
 def _run(config: Config, progress, store, workers: int | None, batch_runs: int, pool: KeptPool) -> dict:
     rounds = 1 + config.lr_widen
-    extension_rounds = max(0, math.ceil(math.log2(max(config.seed_cap, config.seed_cap_large) / config.seeds)),
+    extension_rounds = max(0, math.ceil(math.log2(config.seed_cap / config.seeds)),
+                           math.ceil(math.log2(config.seed_cap_large / config.seeds_large)),
                            math.ceil(math.log2(config.lm_seed_cap / config.lm_seeds)) if "shakespeare" in config.tasks else 0,
                            math.ceil(math.log2(config.deep_seed_cap / config.deep_seeds)) if config.deep else 0)
 
@@ -617,16 +631,16 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
     def deep_summaries() -> list[dict]:
         return [summarise(s, results[run_key(s)]) for s in deep]
 
-    base = {task: set(seeds_of(config, task)) for task in TASKS}
     task_baselines = baselines(config)
 
-    def chosen_lrs(rows: list[dict]) -> dict[tuple, dict]:  # on the base seeds only, so added seeds cannot move a choice
-        return best_lrs(fold_cells([r for r in rows if r["seed"] in base[r["task"]]]))
+    def grid_base(row: dict) -> bool:
+        return row["seed"] in seeds_of(config, row["task"], row["d_head"])
 
-    deep_base = set(deep_seeds_of(dataclasses.asdict(config)))
+    def deep_base(row: dict) -> bool:
+        return row["seed"] in deep_seeds_of(config.seed, config.deep_seeds)
 
-    def deep_chosen_lrs(rows: list[dict]) -> dict[tuple, dict]:
-        return best_lrs(fold_cells([r for r in rows if r["seed"] in deep_base]))
+    def chosen_lrs(rows: list[dict], base=grid_base) -> dict[tuple, dict]:  # on base seeds: added seeds cannot move a choice
+        return best_lrs(fold_cells([r for r in rows if base(r)]))
 
     def unseen(specs: list[RunSpec]) -> list[RunSpec]:
         keys = {run_key(s) for s in deep}
@@ -639,14 +653,14 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
         # a widening step can land on sqrt's rate: such a cell is added once
         new = list({(rule, run_key(s)): (rule, s) for rule, s in new + fill_reference_rates(config, best)
                     if (rule, run_key(s)) not in have}.values())
-        new_deep = unseen(deep_widen(config, deep_chosen_lrs(deep_summaries()), deep_widened)) if number < rounds else []
+        new_deep = unseen(deep_widen(config, chosen_lrs(deep_summaries(), deep_base), deep_widened)) if number < rounds else []
         if not new and not new_deep:
             break
         results.update(train_round([s for _, s in new] + new_deep, number, f"widening the LR grids (round {number})"))
         grid += new
         deep += new_deep
     best = chosen_lrs(summaries())
-    deep_best = deep_chosen_lrs(deep_summaries())
+    deep_best = chosen_lrs(deep_summaries(), deep_base)
     for number in range(1, extension_rounds + 1):  # seeds where the deciding cells' rates are still undecided
         have = {(rule, run_key(s)) for rule, s in grid}
         new = [(rule, s) for rule, s in extend_seeds(config, best, summaries(), task_baselines)

@@ -299,9 +299,9 @@ def deep_rows(result: dict) -> list[dict]:
 
 
 def deep_best(result: dict, rows: list[dict], rule: str) -> dict | None:
-    """A factor at its own best learning rate: the highest mean accuracy over the base seeds, the
-    statistic every grid cell is ranked by (and the one the experiment adds seeds by)."""
-    base = deep_seeds_of(result["config"])
+    """A factor at its own best learning rate: the highest mean accuracy over the deep cells' base seeds, the
+    statistic every grid cell is ranked by (and the one the experiment chose the rate by)."""
+    base = deep_seeds_of(result["config"]["seed"], result["config"]["deep_seeds"])
     best = best_lrs(fold_cells([r for r in result["deep"] if r["rule"] == rule and r["seed"] in base]))
     chosen = next((info["lr"] for info in best.values()), None)
     return next((r for r in rows if r["rule"] == rule and r["lr"] == chosen), None)
@@ -356,7 +356,9 @@ def judge_c09(result: dict) -> Finding:
 
     def read_oscillates(scale: float) -> Reading:
         state = state_of(intervals.at_least(ratio_ci, DEEP_OSCILLATES * scale))
-        needed = seeds_for_ratio(ratio_ci, ratio, DEEP_OSCILLATES, len(old["oscillations"]))
+        # the interval's width shrinks with the seeds of both factors: scaled from the fewer (the rates may have
+        # left 1/8 and 1/16 with different counts)
+        needed = seeds_for_ratio(ratio_ci, ratio, DEEP_OSCILLATES, min(len(old["oscillations"]), len(new["oscillations"])))
         return Reading(state, measured=f"1/8's loss moves {ratio:.2f}x {intervals.fmt_interval(ratio_ci)} as much as 1/16's",
                        threshold=f"ratio above {DEEP_OSCILLATES * scale:.2g}",
                        decide=(f"about {needed} seeds a factor at the observed ratio" if needed else
