@@ -4,19 +4,21 @@ applies, under each backend, measured and compared with what its config declares
 ``pipeline``            from a target to its report: plan, audit each item (in order or over workers), compose, report
 ``record``              one record per audited model (FamilyAudit), its status and skip kind as enums
 ``measure``             one model: build, read and declare (a family, a folder, a callable)
-``feed``                the inputs that run one model, found once and kept on its Feeding record
+``feed``                the inputs that run one model, found once and kept on its Feeding record (what it reads
+                        beside its main input, time series and trajectories included)
 ``composite_rows``      a composite's own rows: its towers as rows, the composite built whole
 ``towers``              which row reads the attention a composite's towers run
 ``compose``             composites settled from finished records, as new records (covered, or skipped with why)
 ``qk_norm``             the logit of a cosine-1 pair a config declares under QK-norm (multipliers as data)
 ``families``            the installed transformers' model types, as tiny random-init models
-``sizes``               the tiny sizes, and the fields some families need beside them (with why)
-``companions``          what a model reads beside its main input (boxes, region features, prompts)
-``series``              time series and trajectories, fed to forecasters and Decision Transformer
+``sizes``               the tiny sizes by standard field name, the fallbacks and retries
+``known``               what the audit knows of particular families: one Family entry a family, in one registry
 ``attention_function``  what an attention function does to q.k: factor, soft cap, sinks
 ``whole_path``          the whole path, from the q and k projections to the product
 ``inline``              families that compute attention inline (no function to intercept)
-``declared``            what a config declares, with the source lines of each rule
+``declared``            what a config declares, with the source lines of each rule (FACTOR_RULES, MODIFIERS)
+``positions``           the families whose factor grows with the query's position, measured at far positions
+``position_rules``      their formulas, read from the configs, and the record of one such family
 ``verdicts``            what disagrees with the config, what differs between backends; table rows
 
 It shares the probing code with the health check (:mod:`attnscale.probing`).

@@ -539,7 +539,8 @@ def temperature_tuning(layer: Layer, draft: Draft) -> None:
 
 
 # What changes q.k beside the factor, in the order applied (a later one reads what an earlier one set: q scaled
-# first takes the factor the rules found, a learned scale replaces it, cosine attention replaces everything).
+# first takes the factor the rules found, a learned scale replaces it, cosine attention drops it and the rules
+# named so far).
 # Each reads the layer's code or config; a small function where one value cannot say it.
 MODIFIERS = (inverse_layer_idx, q_scaled_first, yarn_mscale_all_dim, rope_gain, key_multiplier, query_prescale,
              mla_q_lora_scale, learned_query_scale, per_dim_query_scale, key_scale, cosine_logit_scale, softcap,

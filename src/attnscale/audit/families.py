@@ -625,7 +625,7 @@ def tiny_backbone(cls, name: str):
         return None
     sub_cls, stated = spec_class(cls, name)
     model_type = getattr(sub_cls, "model_type", None)
-    if sub_cls is None or KNOWN.get(model_type).skip:
+    if sub_cls is None or KNOWN.get(model_type).cannot_build:
         return None
     defaults = {f.name: f.default for f in dataclasses.fields(sub_cls)} if dataclasses.is_dataclass(sub_cls) else {}
     tiny = tiny_kwargs(sub_cls)

@@ -3,9 +3,9 @@
 Token ids (laid out per codebook where the model takes them so), one image (on an axis of its own, or with a box
 prompt or text beside it where the model needs them), an audio input of the first shape the model runs on, a
 time series or a trajectory, or a composite's media at its placeholder tokens; what a model reads beside its
-main input (a page's boxes, region features, a prompt: the companions section).  What a first pass finds here (:func:`first_inputs`) is what the
-designed passes are fed (:func:`path_inputs`, below), so both read the same record; nothing about a model is
-kept anywhere else.
+main input (a page's boxes, region features, a prompt: the companions section).  What a first pass finds here
+(:func:`first_inputs`) is what the designed passes are fed (:func:`path_inputs`, below), so both read the same
+record; nothing about a model is kept anywhere else.
 """
 
 from __future__ import annotations
@@ -868,28 +868,28 @@ def region_features(config, batch: int) -> dict:
     return {"visual_feats": features, "visual_pos": positions}
 
 
-def beside_tokens(model, batch: int, tokens: int, accepts, image) -> dict:
+def beside_tokens(model, batch: int, tokens: int, takes, image) -> dict:
     """Inputs a token-id model takes beside its ids, for a model that does not run on ids alone:
-    boxes, region features, an image (``image(batch)``); ``accepts(name)`` says what its forward takes."""
+    boxes, region features, an image (``image(batch)``); ``takes(name)`` says what its forward takes."""
     inputs = {}
-    if any(accepts(name) for name in BOX_NAMES):
+    if any(takes(name) for name in BOX_NAMES):
         inputs["bbox"] = page_boxes(batch, tokens)
-    if accepts("visual_feats") and hasattr(model.config, "visual_feat_dim"):
+    if takes("visual_feats") and hasattr(model.config, "visual_feat_dim"):
         inputs.update(region_features(model.config, batch))
-    if accepts("pixel_values"):
+    if takes("pixel_values"):
         inputs["pixel_values"] = image(batch)
-        if accepts(IMAGE_MASK):  # which images each token sees (IDEFICS): the images of a sequence, one here
+        if takes(IMAGE_MASK):  # which images each token sees (IDEFICS): the images of a sequence, one here
             inputs["pixel_values"] = inputs["pixel_values"].unsqueeze(1)
             inputs[IMAGE_MASK] = torch.ones(batch, tokens, 1, dtype=torch.long)
     return inputs
 
 
-def texts_beside(model, batch: int, tokens: int, accepts) -> dict:
-    """The sequences of :data:`TEXTS_BESIDE` the forward takes (``accepts(name)``), each ``tokens`` ids of its own
+def texts_beside(model, batch: int, tokens: int, takes) -> dict:
+    """The sequences of :data:`TEXTS_BESIDE` the forward takes (``takes(name)``), each ``tokens`` ids of its own
     vocabulary (the sub-config's ``<name>_encoder_config`` where there is one) and their mask, all real."""
     inputs = {}
     for name in TEXTS_BESIDE:
-        if not (accepts(f"{name}_input_ids") and accepts(f"{name}_attention_mask")):
+        if not (takes(f"{name}_input_ids") and takes(f"{name}_attention_mask")):
             continue
         config = getattr(model.config, f"{name}_encoder_config", None) or model.config
         ids = token_ids(batch, tokens, getattr(config, "vocab_size", None) or 100)
@@ -952,22 +952,22 @@ def series_shapes(config) -> list[tuple[int, ...]]:
     return list(dict.fromkeys([(length,), (length, channels)] if channels == 1 else [(length, channels), (length,)]))
 
 
-def series_input(model, batch: int, shape: tuple[int, ...], accepts, required: list[str]) -> dict:
+def series_input(model, batch: int, shape: tuple[int, ...], takes, required: list[str]) -> dict:
     """The past values at ``shape`` and what the forward also takes of them: the observed mask, time
     features and the future values a decoder reads (at the config's prediction length), and
-    TimesFM's padding and frequency; ``accepts(name)`` says whether the forward takes an argument."""
+    TimesFM's padding and frequency; ``takes(name)`` says whether the forward takes an argument."""
     config = model.config
     generator = torch.Generator().manual_seed(0)
     length, channels = shape[0], shape[1:]
     inputs = {SERIES_INPUT: values(generator, batch, *shape)}
     for mask in ("past_observed_mask", "observed_mask"):
-        if accepts(mask):
+        if takes(mask):
             inputs[mask] = torch.ones(batch, *shape)
     time_features = getattr(config, "num_time_features", None)
-    if accepts("past_time_features"):
+    if takes("past_time_features"):
         inputs["past_time_features"] = values(generator, batch, length, time_features or 0)
     horizon = getattr(config, "prediction_length", None)
-    if accepts("future_values") and "past_time_features" in inputs and horizon:  # the decoder's input
+    if takes("future_values") and "past_time_features" in inputs and horizon:  # the decoder's input
         inputs["future_values"] = values(generator, batch, horizon, *channels)
         inputs["future_time_features"] = values(generator, batch, horizon, time_features or 0)
     if "past_values_padding" in required:

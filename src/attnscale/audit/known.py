@@ -9,7 +9,8 @@ family has an entry here only for what those rules cannot say of it:
 
 * ``tiny``: the config fields it needs beside the tiny sizes to be consistent (each with why, read from the
   installed source); ``whole_tiny``: those a sub-config takes when the composite is built whole;
-* ``skip``: why the audit does not build it;
+* ``cannot_build``: why the audit cannot build it (a composite that would build it as its backbone is built
+  without);
 * ``declares``: the factor rules (:data:`.declared.FACTOR_RULES`) that hold for it by its name, where no line of
   code says so;
 * ``multipliers`` and ``roundings``: the entries of :data:`.qk_norm.MULTIPLIERS` and :data:`.declared.ROUNDINGS`
@@ -37,7 +38,7 @@ class Family:
     key: str                                  # the model_type (or, for a config class with none, the class name)
     tiny: Mapping = field(default_factory=dict)
     whole_tiny: Mapping[str, Mapping] = field(default_factory=dict)  # sub-config name -> fields when built whole
-    skip: str = ""
+    cannot_build: str = ""                    # why the audit cannot build it (where a composite would, as its backbone)
     declares: tuple[str, ...] = ()            # FACTOR_RULES names that hold for it by name
     multipliers: tuple[str, ...] = ()         # qk_norm.MULTIPLIERS names its code applies
     roundings: tuple[str, ...] = ()           # declared.ROUNDINGS formats its code applies
@@ -219,16 +220,6 @@ KNOWN = Registry([
     # DbrxAttention reads attn_config.rope_theta, a field DbrxAttentionConfig lacks (unused: the rotary
     # embedding reads rope_parameters), and clamps q, k, v by clip_qkv, which fails at its default None
     Family("dbrx", tiny={"attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0}}),
-    # its looped layers (6 to 18 by default) inside the tiny depth, run twice, one block a layer: the
-    # second pass's message attention reads the first's two last block states (a key per block)
-    Family("inkling2_loop_text", tiny={"num_hidden_layers": 4, "n_layers_per_attn_res_block": 1,
-                                       "loop_layer_index_start": 1, "loop_layer_index_end": 3, "loop_num_passes": 2},
-           far=PositionFamily(
-            "inkling2_loop_text", "Inkling2LoopTextConfig",
-            _INKLING,
-            "position_ids", inkling_log_scaling, "1 + alpha ln(max((p + 1) / log_scaling_n_floor, 1))",
-            "full (not sliding) layers", "inkling2_loop/modeling_inkling2_loop.py",
-            "((position_ids + 1).float() / self.log_scaling_n_floor).clamp(min=1.0)")),
     # the image-token map the model reads at build (None by default), and the VQ-VAE image tokenizer
     # it always builds, shrunk (its defaults alone are 29M parameters); the tokenizer's own row alike
     Family("chameleon", tiny={"vocabulary_map": {"<image>": 127}, "vq_config": CHAMELEON_VQ}),
@@ -444,8 +435,18 @@ KNOWN = Registry([
             "position_ids", inkling_log_scaling, "1 + alpha ln(max((p + 1) / log_scaling_n_floor, 1))",
             "full (not sliding) layers", "inkling2/modeling_inkling2.py",
             "((position_ids + 1).float() / self.log_scaling_n_floor).clamp(min=1.0)")),
-    # build a timm model (AutoBackbone's wrappers of timm): the audit does without the timm package
-    *(Family(family, skip="needs the timm package, which the audit does without")
+    # its looped layers (6 to 18 by default) inside the tiny depth, run twice, one block a layer: the
+    # second pass's message attention reads the first's two last block states (a key per block)
+    Family("inkling2_loop_text", tiny={"num_hidden_layers": 4, "n_layers_per_attn_res_block": 1,
+                                       "loop_layer_index_start": 1, "loop_layer_index_end": 3, "loop_num_passes": 2},
+           far=PositionFamily(
+            "inkling2_loop_text", "Inkling2LoopTextConfig",
+            _INKLING,
+            "position_ids", inkling_log_scaling, "1 + alpha ln(max((p + 1) / log_scaling_n_floor, 1))",
+            "full (not sliding) layers", "inkling2_loop/modeling_inkling2_loop.py",
+            "((position_ids + 1).float() / self.log_scaling_n_floor).clamp(min=1.0)")),
+    # AutoBackbone's wrappers of timm models
+    *(Family(family, cannot_build="needs the timm package, which the audit does without")
       for family in ("timm_backbone", "timm_wrapper")),
     # T5 and the families built on its attention: the factor is folded into W_q's initialisation, none applied
     *(Family(family, declares=T5_DECLARES)

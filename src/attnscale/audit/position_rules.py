@@ -52,7 +52,7 @@ def inkling_log_scaling(config, layer: int, p: int, module=None) -> float:
     return 1.0 + config.log_scaling_alpha * math.log(max((p + 1) / config.log_scaling_n_floor, 1.0))
 
 
-# --------------------------------------------------------------------------- the families, as data
+# --------------------------------------------------------------------------- a family's record (its entries: known.py)
 
 @dataclass(frozen=True)
 class PositionFamily:
