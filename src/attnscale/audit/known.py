@@ -108,6 +108,14 @@ SAM_VIDEO = {"image_size": 64, "memory_attention_hidden_size": 128, "memory_atte
 # built whole, the vision tower (shared with SAM 2's image model, measured at width 64) widened to the memory's
 SAM_VIDEO_WHOLE = {"vision_config": {"fpn_hidden_size": 128}}
 
+def scaling_beta(family: str, config_class: str, sizes: dict) -> PositionFamily:
+    """Ministral 3's and Mistral 4's llama_4_scaling_beta on the queries: the same line in both modeling files."""
+    return PositionFamily(family, config_class, sizes, "position_ids", llama4_scaling_beta,
+                          "1 + beta ln(1 + floor(p / original_max_position_embeddings))", "every layer",
+                          f"{family}/modeling_{family}.py",
+                          "scaling = 1 + beta * torch.log(1 + torch.floor(positions_ids / max_position_embeddings))")
+
+
 T5_DECLARES = ("T5_NO_SCALING",)  # T5Attention "does not scale the query/key dot product" (a comment, not code)
 
 KNOWN = Registry([
@@ -396,19 +404,11 @@ KNOWN = Registry([
     # heads of 64 with 32 turned, as the default's (768 / 12 heads, 768 / 24 = 32 turned)
     Family("clvp_encoder", tiny={"hidden_size": 128, "num_attention_heads": 2, "intermediate_size": 256,
                                  "projection_dim": 128}),
-    Family("ministral3", far=PositionFamily(
-            "ministral3", "Ministral3Config",
-            dict(**_SMALL, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16),
-            "position_ids", llama4_scaling_beta, "1 + beta ln(1 + floor(p / original_max_position_embeddings))",
-            "every layer", "ministral3/modeling_ministral3.py",
-            "scaling = 1 + beta * torch.log(1 + torch.floor(positions_ids / max_position_embeddings))")),
-    Family("mistral4", far=PositionFamily(
-            "mistral4", "Mistral4Config",
-            dict(**_SMALL, **_MOE, **_MLA, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-                 q_lora_rank=16, first_k_dense_replace=1),
-            "position_ids", llama4_scaling_beta, "1 + beta ln(1 + floor(p / original_max_position_embeddings))",
-            "every layer", "mistral4/modeling_mistral4.py",
-            "scaling = 1 + beta * torch.log(1 + torch.floor(positions_ids / max_position_embeddings))")),
+    Family("ministral3", far=scaling_beta("ministral3", "Ministral3Config", dict(
+        **_SMALL, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=16))),
+    Family("mistral4", far=scaling_beta("mistral4", "Mistral4Config", dict(
+        **_SMALL, **_MOE, **_MLA, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2, q_lora_rank=16,
+        first_k_dense_replace=1))),
     Family("mistral_large4_text", far=PositionFamily(
             "mistral_large4_text", "MistralLarge4TextConfig",
             dict(**_SMALL, **_MOE, **_MLA, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2,
