@@ -55,6 +55,16 @@ LR_STEP = 3.0             # the grid widens by this factor per step
 COORD_STEP = 100          # the coord check's "after training" step
 
 
+# (base seeds, cap) of each kind of cell: recall, recall at d_head >= large_d_head, Shakespeare, C09's 8-layer cells
+SEED_SCHEDULES = (("seeds", "seed_cap"), ("seeds_large", "seed_cap_large"), ("lm_seeds", "lm_seed_cap"),
+                  ("deep_seeds", "deep_seed_cap"))
+
+
+def rate_undecided(count: int, seeds: int) -> bool:
+    """Whether a cell's rate (``count`` of ``seeds``) is undecided: its Wilson interval straddles DECIDED_RATE."""
+    return intervals.side(intervals.wilson(count, seeds), DECIDED_RATE) == intervals.STRADDLES
+
+
 @dataclass(frozen=True)
 class Config:
     """The quick preset's values are the defaults: recall sized so that sqrt solves it (validation
@@ -131,16 +141,11 @@ class Config:
             checks.fields(self, int_tuples=("decisive_d_heads",), float_tuples=("decisive_lrs", "decisive_sqrt_lrs"))
         for rule in self.decisive_rules:
             checks.one_of("decisive rule", rule, self.rules)
-        caps = {"seed_cap": self.seed_cap}
-        for name, cap in caps.items():
-            if cap < self.seeds:
-                raise UserError(f"{name} must be >= seeds ({self.seeds}), got {cap}")
-        if not 1 <= self.seeds_large <= self.seed_cap_large:
-            raise UserError(f"seeds_large must be from 1 to seed_cap_large ({self.seed_cap_large}), got {self.seeds_large}")
-        if not 1 <= self.lm_seeds <= self.lm_seed_cap:
-            raise UserError(f"lm_seeds must be from 1 to lm_seed_cap ({self.lm_seed_cap}), got {self.lm_seeds}")
-        if not 1 <= self.deep_seeds <= self.deep_seed_cap:
-            raise UserError(f"deep_seeds must be from 1 to deep_seed_cap ({self.deep_seed_cap}), got {self.deep_seeds}")
+        if self.seed_cap < self.seeds:
+            raise UserError(f"seed_cap must be >= seeds ({self.seeds}), got {self.seed_cap}")
+        for base, cap in SEED_SCHEDULES[1:]:
+            if not 1 <= getattr(self, base) <= getattr(self, cap):
+                raise UserError(f"{base} must be from 1 to {cap} ({getattr(self, cap)}), got {getattr(self, base)}")
         for task in self.tasks + self.t5_tasks:
             checks.one_of("task", task, TASKS)
         if not isinstance(self.deep, bool):
@@ -327,8 +332,7 @@ def deep_extend(config: Config, best: dict[tuple, dict], runs: list[dict]) -> li
     for (_, rule, _), info in best.items():
         members = [r for r in runs if r["rule"] == rule and r["lr"] == info["lr"]]
         solved_count = sum(r["status"] == "finished" and solved(r) for r in members)
-        if len(members) >= config.deep_seed_cap or \
-                intervals.side(intervals.wilson(solved_count, len(members)), DECIDED_RATE) != intervals.STRADDLES:
+        if len(members) >= config.deep_seed_cap or not rate_undecided(solved_count, len(members)):
             continue
         start = config.seed + len(members)
         new += [deep_spec(config, rule, info["lr"], s)
@@ -582,7 +586,7 @@ def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict],
             if not ref:
                 continue
             stalled = sum(classify(progress(r, ref, task_baselines)) == "stalls" for r in members)
-            if intervals.side(intervals.wilson(stalled, len(members)), DECIDED_RATE) != intervals.STRADDLES:
+            if not rate_undecided(stalled, len(members)):
                 continue
         start = config.seed + len(members)
         new.extend(cell_specs(config, task, rule, d, lr, range(start, config.seed + min(cap, 2 * len(members)))))
@@ -605,10 +609,9 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
 
 def _run(config: Config, progress, store, workers: int | None, batch_runs: int, pool: KeptPool) -> dict:
     rounds = 1 + config.lr_widen
-    extension_rounds = max(0, math.ceil(math.log2(config.seed_cap / config.seeds)),
-                           math.ceil(math.log2(config.seed_cap_large / config.seeds_large)),
-                           math.ceil(math.log2(config.lm_seed_cap / config.lm_seeds)) if "shakespeare" in config.tasks else 0,
-                           math.ceil(math.log2(config.deep_seed_cap / config.deep_seeds)) if config.deep else 0)
+    used = {"lm_seeds": "shakespeare" in config.tasks, "deep_seeds": config.deep}  # the others always run
+    extension_rounds = max(0, *(math.ceil(math.log2(getattr(config, cap) / getattr(config, base)))
+                                for base, cap in SEED_SCHEDULES if used.get(base, True)))
 
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
         def report(done, total, message):
