@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from attnscale import train as T
+from attnscale.threads import flushed_denormals
 from attnscale.train import batched, optim
 
 TINY = dict(d_model=32, n_layers=2, batch_size=32, log_every=25)
@@ -51,6 +52,52 @@ def test_adafactor_and_sgd_run():
     for opt, lr in (("adafactor", 1e-2), ("sgd", 0.1)):
         result = T.train(T.RunSpec(optimiser=opt, lr=lr, steps=5, log_every=5, batch_size=8))
         assert result["status"] == "finished"
+
+
+SUBNORMAL = 1e-39  # below float32's smallest normal number, 1.18e-38
+
+
+def subnormal_kept() -> bool:
+    """Whether float32 arithmetic on this thread keeps a subnormal (False: flushed to zero)."""
+    return float(torch.tensor([SUBNORMAL]) * 1.0) > 0
+
+
+def test_flushed_denormals_zeroes_subnormals_inside_the_block_only_and_survives_nesting():
+    assert subnormal_kept()
+    with flushed_denormals() as supported:
+        with flushed_denormals():
+            pass
+        # the inner block's exit leaves the outer block flushing (on a CPU without the mode, nothing changes)
+        assert subnormal_kept() is not supported
+        assert float(torch.tensor([3e-6], dtype=torch.float16) * 1) > 0  # half precision keeps its subnormals
+    assert subnormal_kept()
+    with pytest.raises(RuntimeError), flushed_denormals():
+        raise RuntimeError("an error inside the block")
+    assert subnormal_kept()
+
+
+@pytest.mark.parametrize("path", ["single", "group"])
+def test_training_flushes_subnormals_while_it_runs_and_not_after(path):
+    """Both training paths flush subnormals (a saturated softmax fills the backward with them): a
+    forward hook sees the mode on during training; it is off again afterwards."""
+    seen = []
+    real_forward = batched.BatchedTransformer.forward if path == "group" else T.single.Transformer.forward
+
+    def recording_forward(self, *args, **kwargs):
+        seen.append(subnormal_kept())
+        return real_forward(self, *args, **kwargs)
+
+    spec = T.RunSpec(steps=2, log_every=1, batch_size=4)
+    with pytest.MonkeyPatch.context() as patch:
+        if path == "group":
+            patch.setattr(batched.BatchedTransformer, "forward", recording_forward)
+            T.train_group([spec, dataclasses.replace(spec, seed=1)])
+        else:
+            patch.setattr(T.single.Transformer, "forward", recording_forward)
+            T.train(spec)
+    supported = torch.set_flush_denormal(False)  # whether this CPU has the mode (and leave it off)
+    assert seen and all(kept is not supported for kept in seen)
+    assert subnormal_kept()
 
 
 def test_lr_schedule_warmup_then_cosine_to_a_tenth():

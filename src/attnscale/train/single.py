@@ -17,6 +17,7 @@ from ..errors import UserError
 from ..models import IGNORE_INDEX, ModelConfig, Transformer
 from ..models.tasks import make_task
 from ..memory import require_memory
+from ..threads import flushed_denormals
 from .spec import RunSpec, as_spec, memory_estimate
 
 WEIGHTS = ("W_q", "W_k", "W_v", "W_o")
@@ -151,12 +152,14 @@ def check_memory(spec: RunSpec, runs: int = 1) -> None:
                    + (" or fewer runs per group (--batch-runs)" if runs > 1 else ""), spec.device)
 
 
+@flushed_denormals()
 def train(spec, return_model: bool = False):
     """Train one run; returns its result dict (and the model if ``return_model``).
 
     Logged at step 0, every ``log_every`` steps and at the end, before that step's update:
     the minibatch loss, validation loss and accuracy, per-layer gradient norms of W_q, W_k,
-    W_v, W_o, and per-layer attention statistics on 32 validation sequences.
+    W_v, W_o, and per-layer attention statistics on 32 validation sequences.  Subnormal floats
+    are flushed to zero (:func:`attnscale.threads.flushed_denormals`).
     """
     spec = as_spec(spec)
     check_device(spec)

@@ -17,7 +17,7 @@ from .. import checks, scaling
 from ..models.tasks import check_task
 
 # Raised whenever the engine changes what a run computes: stored runs of an older version are not reused.
-VERSION = 2
+VERSION = 3  # 3: subnormal floats flushed to zero while training (threads.flushed_denormals)
 OPTIMISERS = ("adamw", "sgd", "adafactor")
 
 # Fields a run may differ in from the other runs of its group; every other field is the group's shape.
