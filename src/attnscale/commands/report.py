@@ -15,7 +15,7 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
         preset: Annotated[options.PresetName, typer.Option(
-            help="quick (about 2.5 minutes on 2 cores) or full (more seeds, the LM and 8-layer runs, about 30 minutes: see the README).")] = "quick",
+            help="quick (about 2.5 minutes on 2 cores) or full (more seeds, the LM and 8-layer runs, about 26 minutes: see the README).")] = "quick",
         out: Annotated[Path, options.path_option("Folder for report.json, report.md, index.html, figures.")] = Path(
             "attnscale-report"),
         seed: options.Seed = 0,
