@@ -53,6 +53,16 @@ def test_a_rule_with_sqrts_factor_shares_sqrts_runs(tiny_result):
     assert E.trained_rule("learned", 64) == "learned"
 
 
+def test_a_stored_result_is_keyed_by_the_training_engines_version(monkeypatch):
+    """A stored lab result trained by another engine is not reused, as its runs are not."""
+    from attnscale import lab, train
+
+    before = lab.REGISTRY["training"].stored_version()
+    assert before == f"{T.VERSION}+engine-{train.VERSION}"
+    monkeypatch.setattr(train, "VERSION", train.VERSION + 1)
+    assert lab.REGISTRY["training"].stored_version() != before
+
+
 def test_copy_baseline_matches_a_model_that_copies_a_random_context_value():
     task = RecallTask(n_pairs=4, n_queries=4, n_keys=16, n_values=16)
     gen = torch.Generator().manual_seed(0)

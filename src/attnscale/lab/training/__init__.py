@@ -9,9 +9,10 @@
 
 from __future__ import annotations
 
-from .experiment import PRESETS, VERSION, Config, run
+from .experiment import PRESETS, VERSION, Config, run, stored_key
 from .figures import figures
 from .tables import tables
 from .verdicts import EQUIVALENT_LOGITS, NUMBER_KEYS, judge
 
-__all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "EQUIVALENT_LOGITS", "NUMBER_KEYS"]
+__all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "EQUIVALENT_LOGITS", "NUMBER_KEYS",
+           "stored_key"]

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import checks, intervals, scaling
+from ... import checks, intervals, scaling, train as engine
 from ...errors import UserError
 from ...models.tasks import RecallTask, load_corpus
 from ...runs import KeptPool, execute, run_key
@@ -53,6 +53,12 @@ TRAINS_FROM = 0.8         # progress from this: the seed trains about as well as
 DECIDED_RATE = 0.5        # a cell's stall rate decides once its Wilson interval lies clear of this
 LR_STEP = 3.0             # the grid widens by this factor per step
 COORD_STEP = 100          # the coord check's "after training" step
+
+
+def stored_key() -> str:
+    """What besides the config a stored result depends on: the training engine's VERSION (a result
+    trained by another engine is not reused, as its runs are not)."""
+    return f"engine-{engine.VERSION}"
 
 
 # (base seeds, cap) of each kind of cell: recall, recall at d_head >= large_d_head, Shakespeare, C09's 8-layer cells
