@@ -47,18 +47,15 @@ def measure(steps: int, repeats: int) -> list[dict]:
     for d_head in D_HEADS:
         for rule in RULES:
             spec = experiment.base_spec(config, "recall", rule=rule, d_head=d_head, lr=LR, seed=0, steps=steps)
-            flushed_s, kept_s, losses = [], [], set()
-            for _ in range(repeats):
-                seconds, loss = cpu_seconds(single.train, spec)
+            flushed_s, kept_s = [], []
+            for _ in range(repeats):  # same seed, same losses: each mode's last one is its loss
+                seconds, loss_flushed = cpu_seconds(single.train, spec)
                 flushed_s.append(seconds)
-                losses.add(("flushed", loss))
-                seconds, loss = cpu_seconds(kept, spec)
+                seconds, loss_kept = cpu_seconds(kept, spec)
                 kept_s.append(seconds)
-                losses.add(("kept", loss))
-            by_mode = dict(losses)
             rows.append({"d_head": d_head, "rule": rule, "kept_s": statistics.median(kept_s),
-                         "flushed_s": statistics.median(flushed_s), "loss_kept": by_mode["kept"],
-                         "loss_flushed": by_mode["flushed"]})
+                         "flushed_s": statistics.median(flushed_s), "loss_kept": loss_kept,
+                         "loss_flushed": loss_flushed})
     return rows
 
 

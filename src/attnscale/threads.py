@@ -40,10 +40,11 @@ def flushed_denormals():
 
     Training under a saturated softmax fills the backward pass with subnormal probabilities
     and gradients (below 1.2e-38, far under float32's 1e-7 relative precision), each costing
-    the CPU about a hundred cycles: with them, a run without scaling at d_head 256 took 2.2-2.7x
-    the CPU time of the same run flushed, to the same losses (``bench/subnormals.py``).  The mode is per thread: with
-    more than one intra-op thread, torch's other threads keep subnormals.  Half precision is
-    unaffected (its conversions keep float16 subnormals).  Yields whether the CPU supports it.
+    the CPU about a hundred cycles: with them, a run without scaling at d_head 256 took
+    2.2-2.7x the CPU time of the same run flushed, to the same losses (``bench/subnormals.py``).
+    The mode is per thread: with more than one intra-op thread, torch's other threads keep
+    subnormals.  Half precision is unaffected (its conversions keep float16 subnormals).
+    Yields whether the CPU supports it.
     """
     depth = getattr(_flushing, "depth", 0)
     supported = torch.set_flush_denormal(True)
