@@ -15,7 +15,6 @@ and user text are printed as they are.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import json
@@ -26,9 +25,6 @@ import warnings
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from . import __version__, lab
 from .commands import options
@@ -44,9 +40,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-# No markup, no highlighting: paths and user text (which may hold "[...]") print as they are.
-console = Console(markup=False, highlight=False)
-err_console = Console(stderr=True, markup=False, highlight=False)
+from .terminal import console, err_console, print_rows, progress_bar  # noqa: E402,F401 - the names commands print with
 
 # Extra command modules under attnscale.commands, each with register(app).
 COMMAND_MODULES = ("report", "explore", "answer", "explain")
@@ -64,36 +58,6 @@ def root(
                                  help="Print the version and exit."),
 ) -> None:
     """attnscale: the attention scale factor, with evidence."""
-
-
-def print_rows(title: str, rows: list[dict], limit: int = 40) -> None:
-    if not rows:
-        return
-    table = Table(title=title, show_lines=False)
-    for col in rows[0]:
-        table.add_column(str(col))
-    for row in rows[:limit]:
-        table.add_row(*(f"{v:.4g}" if isinstance(v, float) else str(v) for v in row.values()))
-    if len(rows) > limit:
-        table.caption = f"{len(rows) - limit} more rows in --json output"
-    console.print(table)
-
-
-@contextlib.contextmanager
-def progress_bar():
-    """A progress bar on stderr; if the block raises, the bar is erased, so that the error
-    line is the only line left on stderr."""
-    bar = Progress(TextColumn("{task.description}", style="bold", markup=False), BarColumn(),
-                   TextColumn("{task.percentage:>3.0f}%"), TimeElapsedColumn(),
-                   TextColumn("{task.fields[note]}", markup=False), console=err_console, transient=False)
-    bar.start()
-    try:
-        yield bar
-    except BaseException:
-        bar.live.transient = True
-        bar.live.stop()  # Progress.stop would add a blank line on a non-terminal stderr
-        raise
-    bar.stop()
 
 
 def run_lab_command(name: str, preset: str, seed: int, device: str, as_json: bool, figures: Path | None) -> None:

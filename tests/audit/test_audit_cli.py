@@ -73,7 +73,7 @@ def test_cli_callable(tmp_path, capsys, monkeypatch):
         "    return torch.softmax(q @ k.transpose(-1, -2) / 16.0, dim=-1) @ v\n")
     monkeypatch.chdir(tmp_path)
     code, out, _ = run_cli(["audit", "gemma2", "--backends", "eager", "--callable", "my_port:attention", "--json"], capsys)
-    assert code == 0
+    assert code == 1  # the port's mismatch fails the check
     port = json.loads(out)["callable"]
     assert port["function"]["factor"] == pytest.approx(1 / 16, rel=FACTOR_REL) and port["verdict"] == "mismatch"
 

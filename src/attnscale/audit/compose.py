@@ -1,6 +1,6 @@
 """The compose stage: composites settled from finished records, as new records (the inputs are never changed).
 
-Two rules, in this order:
+Three rules, in this order:
 
 1. :func:`settled`: a composite measured whole (or on its token ids) that left a tower's attention unread stays
    measured only where the row reading that tower is measured with nothing left; otherwise it is skipped, the
@@ -8,6 +8,8 @@ Two rules, in this order:
 2. :func:`covered`: a composite skipped as a whole is covered where every tower that runs attention is measured
    with nothing left (a family, a tower row, or a composite covered in turn, as SAM 3's vision model is for SAM 3)
    and it runs no attention class of its own; otherwise its reason names what is left out.
+3. :func:`completed`: a record judged ``ok`` that leaves some attention module unread (no row reads it) is
+   ``incomplete``, N of M attention modules measured, each one left named: "ok" means every one was measured.
 """
 
 from __future__ import annotations
@@ -15,13 +17,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from . import families
-from .record import COVERED, NOT_MEASURED, FamilyAudit, Skip, Status, is_measured
+from .record import COVERED, NOT_MEASURED, AuditVerdict, FamilyAudit, Skip, Status, is_measured, unread_here
 from .towers import attending, row_of
 
 
 def compose(records: list[FamilyAudit]) -> list[FamilyAudit]:
     """Every record as the whole audit settles it, in the same order."""
-    return covered(settled(records))
+    return completed(covered(settled(records)))
 
 
 def nothing_left(record: FamilyAudit) -> bool:
@@ -84,4 +86,20 @@ def covered(records: list[FamilyAudit]) -> list[FamilyAudit]:
                                                                    f"({', '.join(record.own_attention)})")
         elif len(left_out) < len(record.towers):
             out[position] = replace(record, reason=record.reason + f"; not measured here: {', '.join(left_out)}")
+    return out
+
+
+def completed(records: list[FamilyAudit]) -> list[FamilyAudit]:
+    out = []
+    for record in records:
+        unread = unread_here(record.unread_attention)
+        if record.verdict == AuditVerdict.OK and unread:
+            measured = len({layer["name"] for layer in record.layers})
+            by_class: dict[str, int] = {}
+            for module in unread:
+                by_class[module["class"]] = by_class.get(module["class"], 0) + 1
+            record = replace(record, verdict=AuditVerdict.INCOMPLETE, findings=[
+                *record.findings, f"{measured} of {measured + len(unread)} attention modules measured; not measured: "
+                + ", ".join(f"{name} x{count} (not intercepted)" for name, count in by_class.items())])
+        out.append(record)
     return out

@@ -31,6 +31,7 @@ import torch
 
 from ..errors import UserError
 from ..memory import require_memory
+from ..scale_check import Verdict, expectation, judge_factor
 from ..probing.intercept import (final_hidden, intercept_attention, run_attention, set_attn_implementation,
                                  uncompiled_flex)
 from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config,
@@ -662,14 +663,22 @@ class CallableAudit:
     key_counts: dict
     verdict: str = ""
     findings: list = field(default_factory=list)
+    expect: str = ""                # the expected scale rule it was judged against ("": the reference family's)
+    expected: float | None = None   # its factor at d_k
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
 
 
-def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyAudit | None = None) -> CallableAudit:
-    """Factor, soft cap and key-count dependence of ``attn_fn(q, k, v, mask=None)``, and, with a
-    ``reference`` family audit, whether they match what eager measured in its first layer."""
+def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyAudit | None = None,
+                   expect=None) -> CallableAudit:
+    """Factor, soft cap and key-count dependence of ``attn_fn(q, k, v, mask=None)``, judged against ``expect`` (a
+    scale rule or a number; :mod:`attnscale.scale_check`; default 1/sqrt(d_k) where no ``reference`` is given) and,
+    with a ``reference`` family audit, against what eager measured in its first layer.  ``ok`` only where the
+    factor was measured and matches each."""
+    if expect is None and reference is None:
+        expect = "sqrt"
+    expected = expectation(expect) if expect is not None else None
     if not callable(attn_fn):
         raise UserError(f"{name} is not callable; accepted: a function attn_fn(q, k, v, mask=None)")
     try:
@@ -679,9 +688,17 @@ def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyA
     except Exception as error:  # noqa: BLE001 - the user's function failed on one of the designed inputs
         raise UserError(f"{name} failed on the audit's inputs (d_k {d_k}): {families.first_line(error)}") from None
     audit = CallableAudit(name, d_k, result, {str(n): f for n, f in counts.items()})
+    factor = result.get("factor")
+    if factor is None or not math.isfinite(factor):
+        audit.verdict, audit.findings = Verdict.NOT_MEASURED, [f"no finite factor was read ({factor})"]
+        return audit
     finite = [f for f in counts.values() if math.isfinite(f)]
     if len(finite) > 1 and (max(finite) - min(finite)) > DEPENDENCE_TOL * abs(finite[0]):
         audit.findings.append(f"the factor depends on the number of keys: {counts}")
+    if expected is not None:
+        audit.expect, audit.expected = expected.spec, expected.factor(d_k)
+        verdict, finding = judge_factor(factor, expected, d_k)
+        audit.findings += [finding] if verdict != Verdict.OK else []
     if reference is not None and reference.layers:
         eager = reference.layers[0]["backends"]["eager"]["function"]
         if not agree(result["factor"], eager["factor"]):

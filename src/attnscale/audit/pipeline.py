@@ -19,7 +19,7 @@ from ..probing.loading import check_model_dir, check_weights, quiet_transformers
 from . import composite_rows, families
 from .compose import compose, nothing_left, unread_text
 from .measure import audit_family, audit_folder
-from .record import COVERED, FamilyAudit, Skip, Status, is_measured, partly_read
+from .record import COVERED, FAILING, AuditVerdict, FamilyAudit, Skip, Status, is_measured, partly_read
 from .towers import attending
 from .verdicts import CAP_TOL, DEFAULT_BACKENDS, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, family_row
 
@@ -172,6 +172,20 @@ def coverage(results: list[FamilyAudit]) -> dict:
 
 
 
+def overall_verdict(results: list[FamilyAudit]) -> dict:
+    """The whole audit's verdict (:class:`attnscale.scale_check.ModelVerdict`): ``mismatch`` where any row (a family,
+    a folder or a tower row) is a mismatch or a backend disagreement; else ``incomplete`` where a model with
+    attention was not wholly measured (skipped, not measured, or leaving an attention module unread) and no tower
+    rows cover it; else ``ok``.  With the rows behind it."""
+    from ..scale_check import EXIT_CODES, ModelVerdict
+
+    failing = [r.family for r in results if r.verdict in FAILING]
+    incomplete = [r.family for r in results if not r.tower_of and r.skip not in (Skip.NO_ATTENTION, Skip.NO_SOFTMAX)
+                  and r.status != Status.COVERED and (r.status == Status.SKIPPED or r.verdict != AuditVerdict.OK)]
+    overall = ModelVerdict.MISMATCH if failing else ModelVerdict.INCOMPLETE if incomplete else ModelVerdict.OK
+    return {"verdict": str(overall), "exit_code": EXIT_CODES[overall], "failing": failing, "incomplete": incomplete}
+
+
 def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
     """The audit as plain data: a table row per family, every measurement, the counts (``results``: composed
     records, as :func:`run_plan` returns them)."""
@@ -190,6 +204,7 @@ def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
                        "parity_float32": PARITY_TOL[torch.float32]},
         "counts": counts,
         "coverage": coverage(results),
+        **overall_verdict(results),
         "rows": [family_row(result, backends) for result in results],
         "families": [result.to_dict() for result in results],
     }

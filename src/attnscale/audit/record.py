@@ -25,8 +25,20 @@ class Skip(StrEnum):
     NO_SOFTMAX = "no softmax over q.k"
 
 
-NOT_MEASURED = "not measured"
-COVERED = "covered by its towers"  # the verdict of a covered composite
+class AuditVerdict(StrEnum):
+    """A record's verdict (apart from the claims' labels): see docs/audit.md, "What the verdicts mean"."""
+
+    OK = "ok"                                      # every attention module measured, each as its config declares
+    MISMATCH = "mismatch"                          # a factor, cap or temperature the config does not declare
+    BACKEND_DISAGREEMENT = "backend disagreement"  # a backend applies another factor, cap or mask than eager
+    INCOMPLETE = "incomplete"                      # what was measured matches, but some attention module was not
+    NOT_MEASURED = "not measured"
+    COVERED = "covered by its towers"              # a composite whose towers are measured as rows of their own
+
+
+NOT_MEASURED = AuditVerdict.NOT_MEASURED
+COVERED = AuditVerdict.COVERED
+FAILING = (AuditVerdict.MISMATCH, AuditVerdict.BACKEND_DISAGREEMENT)  # what an exit code 1 stands for
 
 
 @dataclass

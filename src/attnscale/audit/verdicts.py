@@ -16,14 +16,14 @@ import torch
 
 from ..backends import DEFAULT_BACKENDS  # noqa: E402,F401 - the attention implementations compared
 from .qk_norm import COSINE_TOL
-from .record import FamilyAudit
+from .record import AuditVerdict, FamilyAudit
 
 NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
 FACTOR_TOL = 1e-3  # measured and declared factors agree within 0.1%
 CAP_TOL = 0.05  # soft caps agree within 5%
 PARITY_TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # max |diff| / max |eager|
 DEPENDENCE_TOL = 1e-3  # the factor moves by more than 0.1% across queries, positions or lengths
-VERDICTS = ("ok", "mismatch", "backend disagreement", "not measured")
+VERDICTS = tuple(v.value for v in AuditVerdict if v != AuditVerdict.COVERED)
 
 
 def relative(a: float | None, b: float | None) -> float:

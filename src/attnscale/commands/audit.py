@@ -4,6 +4,10 @@
     attnscale audit llama,gemma2,t5          those families
     attnscale audit path/to/model            a local model folder (weights optional)
     attnscale audit gemma2 --callable my_kernel:attn   a port, checked against the family's numbers
+    attnscale audit --module mymodel:build --expect sqrt   your module, each attention module against 1/sqrt(d_k)
+
+Exit codes: 0 every attention module measured and ok; 1 a mismatch or a backend disagreement; 3 incomplete (what
+was measured is ok, something was not; 1 with --strict); 2 bad input.
 """
 
 from __future__ import annotations
@@ -43,12 +47,11 @@ HEADERS = {"flex_attention": "flex", "position dependence": "moves with", "secon
 
 
 def print_table(report: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    from ..cli import console as terminal
+    from ..terminal import console
+    from ..terminal import print_table as show
 
-    console = terminal if terminal.is_terminal and terminal.width >= 132 else Console(width=160, highlight=False)
     if "rows" not in report:  # --callable alone
         print_callable(report, console)
         return
@@ -59,15 +62,15 @@ def print_table(report: dict) -> None:
                          justify="right" if column in ("declared", "seconds", *report["backends"]) else "left")
     for row in report["rows"]:
         table.add_row(*(str(row[c]) for c in columns))
-    console.print(table)
-    shown = {"mismatch": 3, "backend disagreement": 3, "not measured": 1}  # findings printed per family
+    show(table, console)
+    shown = {"mismatch": 3, "backend disagreement": 3, "not measured": 1, "incomplete": 1}  # findings per family
     findings = [(r["family"], f) for r in report["families"] for f in r["findings"][:shown.get(r["verdict"], 0)]]
     for family, finding in findings:
-        console.print(f"{family}: {finding}", markup=False, highlight=False)
+        console.print(f"{family}: {finding}", markup=False, highlight=False, soft_wrap=True)
     skipped = [r for r in report["families"] if r["status"] == "skipped"]
     if skipped:
         console.print(f"skipped {len(skipped)}: " + "; ".join(f"{r['family']} ({r['reason']})" for r in skipped[:12]) +
-                      (" ..." if len(skipped) > 12 else ""), markup=False, highlight=False)
+                      (" ..." if len(skipped) > 12 else ""), markup=False, highlight=False, soft_wrap=True)
     from ..audit.record import unread_here
 
     partly_read = set(report["coverage"]["partly_read"])
@@ -75,10 +78,10 @@ def print_table(report: dict) -> None:
     if partly:
         unread = lambda r: ", ".join(sorted({u["class"] for u in unread_here(r["unread_attention"])}))  # noqa: E731
         console.print(f"measured, leaving attention unread {len(partly)}: " +
-                      "; ".join(f"{r['family']} ({unread(r)})" for r in partly), markup=False, highlight=False)
+                      "; ".join(f"{r['family']} ({unread(r)})" for r in partly), markup=False, highlight=False, soft_wrap=True)
     counts = report["counts"]
     console.print(f"{report['coverage']['families']} families in {report['seconds']:.1f} s: " +
-                  ", ".join(f"{n} {v}" for v, n in counts.items() if n), markup=False, highlight=False)
+                  ", ".join(f"{n} {v}" for v, n in counts.items() if n), markup=False, highlight=False, soft_wrap=True)
     cover = report["coverage"]
     console.print(f"coverage: of {cover['attention_bearing']} families with attention, {cover['measured']} measured "
                   f"({cover['measured_partly']} of them leaving some attention module unread, named in their other "
@@ -87,28 +90,54 @@ def print_table(report: dict) -> None:
                   f"(nothing to scale, each mechanism named), {cover['unmeasured']} "
                   f"({cover['unmeasured_share']:.0%}) unmeasured, each with its reason; {cover['tower_rows']} rows for "
                   f"towers without a base model of their own, {cover['tower_rows_measured']} of them measured",
-                  markup=False, highlight=False)
+                  markup=False, highlight=False, soft_wrap=True)
     print_callable(report, console)
+    print_verdict(report, console)
+
+
+def print_verdict(report: dict, console) -> None:
+    """The whole audit's verdict, the line its exit code stands for."""
+    failing, incomplete = report["failing"], report["incomplete"]
+    named = lambda names: ", ".join(names[:12]) + (" ..." if len(names) > 12 else "")  # noqa: E731
+    console.print(f"verdict: {report['verdict']}" +
+                  (f"; {len(failing)} with a mismatch or a backend disagreement: {named(failing)}" if failing else "") +
+                  (f"; {len(incomplete)} not wholly measured: {named(incomplete)}" if incomplete else ""),
+                  markup=False, highlight=False, soft_wrap=True)
 
 
 def print_callable(report: dict, console) -> None:
     if report.get("callable"):
         port = report["callable"]
-        console.print(f"callable {port['target']}: factor {port['function']['factor']:.6g}, "
+        factor = port["function"]["factor"]
+        against = f", expected {port['expected']:.6g} ({port['expect']})" if port.get("expect") else ""
+        console.print(f"callable {port['target']}: factor {factor if factor is None else f'{factor:.6g}'}{against}, "
                       f"{port['function']['nonlinearity']}" +
                       (f" (cap {port['function']['cap']:.4g})" if port["function"].get("cap") else "") +
-                      f", factor by key count {port['key_counts']}: {port['verdict']}", markup=False, highlight=False)
+                      f", factor by key count {port['key_counts']}: {port['verdict']}", markup=False, highlight=False,
+                      soft_wrap=True)
         for finding in port["findings"]:
-            console.print(f"  {finding}", markup=False, highlight=False)
+            console.print(f"  {finding}", markup=False, highlight=False, soft_wrap=True)
+
+
+def callable_exit_code(port: dict, strict: bool) -> int:
+    from ..scale_check import ModelVerdict, exit_code
+
+    verdict = {"ok": ModelVerdict.OK, "mismatch": ModelVerdict.MISMATCH}.get(port["verdict"], ModelVerdict.INCOMPLETE)
+    return exit_code(verdict, strict)
+
+
+def worst(*codes: int) -> int:
+    """The exit code of several checks: a failure (1) over incomplete (3) over ok (0)."""
+    return max(codes, key=lambda code: (code == 1, code))
 
 
 def emit(report: dict, out: Path | None, as_json: bool, show) -> None:
     """audit.json into ``out`` (if given), then the report as JSON on stdout or as ``show()`` prints it."""
-    from ..cli import console, err_console
+    from ..terminal import console, err_console
 
     if out is not None:
         written = write_out(report, out)
-        (err_console if as_json else console).print(f"wrote {', '.join(written)}", markup=False, highlight=False)
+        (err_console if as_json else console).print(f"wrote {', '.join(written)}", markup=False, highlight=False, soft_wrap=True)
     if as_json:
         sys.stdout.write(json.dumps(report, indent=1, default=str) + "\n")
     else:
@@ -144,15 +173,30 @@ def register(app: typer.Typer) -> None:
                                                                    "with no argument) and exit."),
         workers: int = typer.Option(0, callback=options.within(0, MAX_WORKERS), help="Processes to spread the families over "
                                                                    "(0: one per core)."),
+        expect: str = typer.Option(None, "--expect", help="The factor --module and --callable must apply: a scale rule "
+                                   "(sqrt, inv_d, none, const:C, power:A, qknorm:G) or a number; default sqrt, "
+                                   "1/sqrt(d_k) (with TARGET, --callable is held to the family's factor)."),
+        strict: bool = typer.Option(False, "--strict", help="Exit 1, not 3, when some attention module could not be "
+                                                              "measured."),
     ) -> None:
-        """Measure the factor each attention layer applies to q.k, under each backend, against its config."""
+        """Measure the factor each attention layer applies to q.k, under each backend, against its config.
+
+        Exit code 0: every attention module measured and as expected; 1: a mismatch or a backend disagreement;
+        3: incomplete (some attention module not measured; 1 with --strict); 2: bad input."""
         from ..audit import measure as audit_api
         from ..audit import pipeline
-        from ..cli import console, progress_bar
+        from ..terminal import console, progress_bar
 
         from ..paths import FolderLock, check_folder, check_outputs
 
+        from ..scale_check import ModelVerdict, exit_code, expectation
+
         chosen = parse_backends(backends)
+        if expect is not None:
+            if module_spec is None and callable_spec is None:
+                raise UserError(f"--expect {expect!r} is for --module or --callable; a family or a folder is held to "
+                                "what its config declares")
+            expectation(expect)
         if out is not None:
             check_folder(out, "--out")
             check_outputs(out, files=("audit.json",))
@@ -166,23 +210,23 @@ def register(app: typer.Typer) -> None:
             from ..probing import module_cli
 
             with holding_out():
-                report = {"module": module_cli.probe_spec(module_spec, input_shape, seed)}
+                report = {"module": module_cli.probe_spec(module_spec, input_shape, seed, expect or "sqrt")}
                 emit(report, out, as_json, lambda: module_cli.print_probe(report["module"], console))
-            return
+            raise typer.Exit(exit_code(ModelVerdict(report["module"]["verdict"]), strict))
         port = audit_api.load_callable(callable_spec) if callable_spec else None
         if port is not None:
             audit_api.check_callable(port, callable_spec, head_dim)
         if list_families:
             for family in audit_api.families.all_families():
-                console.print(f"{family.model_type}  ({', '.join(family.kinds)})", markup=False, highlight=False)
+                console.print(f"{family.model_type}  ({', '.join(family.kinds)})", markup=False, highlight=False, soft_wrap=True)
             return
         start = time.perf_counter()
         if port is not None and target is None:  # the function alone, at --head-dim
             with holding_out():
-                report = {"callable": audit_api.audit_callable(port, head_dim, callable_spec).to_dict(),
+                report = {"callable": audit_api.audit_callable(port, head_dim, callable_spec, expect=expect).to_dict(),
                           "seconds": time.perf_counter() - start}
                 emit(report, out, as_json, lambda: print_table(report))
-            return
+            raise typer.Exit(callable_exit_code(report["callable"], strict))
         plan = pipeline.plan(target)
         workers = pipeline.workers_within_memory(pipeline.parallel_workers(plan, workers or os.cpu_count() or 1),
                                                  chosen=workers > 0)
@@ -198,5 +242,7 @@ def register(app: typer.Typer) -> None:
             if port is not None:
                 reference = next((r for r in results if r.layers), None)
                 d_k = reference.layers[0]["d_k"] if reference else head_dim
-                report["callable"] = audit_api.audit_callable(port, d_k, callable_spec, reference).to_dict()
+                report["callable"] = audit_api.audit_callable(port, d_k, callable_spec, reference, expect).to_dict()
             emit(report, out, as_json, lambda: print_table(report))
+        code = exit_code(ModelVerdict(report["verdict"]), strict)
+        raise typer.Exit(worst(code, callable_exit_code(report["callable"], strict)) if port is not None else code)

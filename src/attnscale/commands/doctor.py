@@ -108,7 +108,7 @@ def print_diagnosis(diagnosis) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from ..cli import console
+    from ..terminal import console
     from ..probing import THRESHOLDS
 
     summary = diagnosis.summary
@@ -172,7 +172,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Health check of a model's attention: entropy, saturation, sinks, and the scale it applies."""
         from .. import doctor, scaling
-        from ..cli import console, err_console
+        from ..terminal import console, err_console
         from ..paths import check_folder, check_outputs
         from ..runtime import check_device
 

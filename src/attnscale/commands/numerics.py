@@ -64,7 +64,7 @@ def load_qk(path: Path):
 def print_precision_check(report: dict) -> None:
     from rich.text import Text
 
-    from ..cli import console, print_rows
+    from ..terminal import console, print_rows
 
     console.print(Text.assemble(("precision check", "bold"), f": q {report['shape_q']}, k {report['shape_k']}, d_k {report['d_k']}, "
                   f"scale {report['scale']} (factor {report['factor']:.4g}), in {report['dtype']}"))
@@ -116,7 +116,7 @@ def model_precision(model_dir, layer: int | None, text: str, dtype, seed: int, m
 
 
 def print_model_precision(reports: list[dict]) -> None:
-    from ..cli import console, print_rows
+    from ..terminal import console, print_rows
 
     rows = [{"layer": str(r["layer"]), "module": r["module"], "d_k": str(r["d_k"]), "factor": f"{r['factor']:.4g}",
              "logits min / max": f"{r['logits']['min']:.4g} / {r['logits']['max']:.4g}",

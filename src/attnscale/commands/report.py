@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
         labs: str = typer.Option("", help="Comma-separated subset of labs (default: all)."),
     ) -> None:
         """Run the labs (reusing stored results), compute every claim's verdict, write the report."""
-        from ..cli import console, progress_bar
+        from ..terminal import console, progress_bar
         from ..paths import check_folder
         from ..report import build_report
         from ..runtime import check_device, check_seed

@@ -33,7 +33,7 @@ def parse_list(text: str, kind, name: str) -> list:
 
 
 def print_run(result: dict) -> None:
-    from ..cli import console, print_rows
+    from ..terminal import console, print_rows
 
     log = result["log"]
     rows = []
@@ -98,7 +98,7 @@ def train(
     if as_json:
         sys.stdout.write(json.dumps({"spec": dataclasses.asdict(spec), "result": result}, indent=1) + "\n")
         return
-    from ..cli import console
+    from ..terminal import console
 
     print_run(result)
     if checkpoint is not None:
@@ -140,7 +140,7 @@ def sweep(
 
 
 def print_summary(db: Path) -> None:
-    from ..cli import print_rows
+    from ..terminal import print_rows
     from ..runs import RunStore, summary
 
     if not db.is_symlink() and not db.exists():  # a broken link is named by the store for what it is
@@ -175,7 +175,7 @@ def grid_specs(task, rules, d_heads, lrs, seeds, layers, optimisers, init, steps
 
 
 def run_grid(specs: list, db: Path, checkpoint: Path | None, workers, executor: str, address, batch_runs: int) -> None:
-    from ..cli import print_rows, progress_bar
+    from ..terminal import print_rows, progress_bar
     from ..paths import check_folder
     from ..runs import RunStore, check_options, execute, plan_groups, run_key, spec_dict, summary, workers_for_memory
     from ..runs import check_memory as runs_check_memory

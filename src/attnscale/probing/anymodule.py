@@ -21,18 +21,27 @@ einsum, ``@``, ``torch.bmm``, ``F.scaled_dot_product_attention``, a library's ow
 
 What cannot be read is said, with the reason (a rotation between the projection and the call, as
 RoPE does, leaves no vector a multiple of a projection's output).
+
+Each call and each attention module is then judged against an expectation (1/sqrt(d_k) unless told otherwise;
+:mod:`attnscale.scale_check`): ``ok``, ``mismatch`` or ``not measured``.  The attention modules are the outermost
+modules whose class is an attention (by its name, or ``nn.MultiheadAttention``); one that made no call on the
+input (a cross-attention given no encoder states, a branch not taken) is named as not measured, so the module's
+verdict is ``ok`` only when every attention module in it was measured and matches.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import re
 from dataclasses import asdict, dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..attention import Observation
+from ..scale_check import Expectation, ModelVerdict, Verdict, expectation, exit_code, judge_cosine_logit, judge_factor, \
+    model_verdict
 
 PRODUCTS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default", "aten.baddbmm.default")
 SOFTMAX = ("aten._softmax.default", "aten._safe_softmax.default")
@@ -56,11 +65,31 @@ class AttentionRead:
     q_from: str = ""                # the module whose product q came from
     k_from: str = ""
     factor: float | None = None     # on the projections' q·k
-    form: str = "constant"          # constant | QK-norm | varies per query row | additive term | not read
+    # constant | QK-norm | varies per query row | additive term | not finite | uniform | not read
+    form: str = "constant"
     detail: str = ""                # a number behind the form (a cosine-1 logit, a range), or why not read
+    cosine_logit: float | None = None  # QK-norm: the logit of a cosine-1 pair
+    expected: float | None = None      # what the expectation gives at this d_k (QK-norm: the cosine-1 logit)
+    verdict: str = ""                  # ok | mismatch | not measured, once judged
+    finding: str = ""                  # a mismatch in words, or why not measured
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class AttentionModule:
+    """One attention module of the probed model (or, for a call outside any, the module that made it)."""
+
+    name: str
+    cls: str
+    calls: int = 0
+    verdict: str = Verdict.NOT_MEASURED
+    findings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "class": self.cls, "calls": self.calls, "verdict": str(self.verdict),
+                "findings": list(self.findings)}
 
 
 @dataclass
@@ -71,18 +100,46 @@ class ModuleProbe:
     # with keep_tensors: (module, what the call saw) per call, in order: q and k as the call received them, the
     # logits (factor_at_call x q·k, masked entries -inf) and the probabilities
     tensors: list[tuple[str, Observation]] = field(default_factory=list)
+    other_softmax: list[str] = field(default_factory=list)     # softmaxes over x W (routers, classifiers), named
+    expect: str = ""                                           # the expectation judged against ("" before judging)
+    modules: list[AttentionModule] = field(default_factory=list)  # one verdict per attention module
+    verdict: str = ModelVerdict.INCOMPLETE
+
+    @property
+    def ok(self) -> bool:
+        """Every attention module measured, and each applies the expected factor."""
+        return self.verdict == ModelVerdict.OK
+
+    @property
+    def measured(self) -> int:
+        return sum(m.verdict != Verdict.NOT_MEASURED for m in self.modules)
+
+    def summary(self) -> str:
+        """The verdict in one line: "ok: 2 of 2 attention modules measured", "incomplete: 1 of 2 ..."."""
+        return f"{self.verdict}: {self.measured} of {len(self.modules)} attention modules measured"
+
+    def findings(self) -> list[str]:
+        """Each module's mismatch or why it was not measured, then what no call could be read for."""
+        return [f"{m.name or self.module}: {f}" for m in self.modules if m.verdict != Verdict.OK for f in m.findings] \
+            + [f"not read: {reason}" for reason in self.unread]
+
+    def exit_code(self, strict: bool = False) -> int:
+        return exit_code(ModelVerdict(self.verdict), strict)
 
     def to_dict(self) -> dict:
-        return {"module": self.module, "calls": [c.to_dict() for c in self.calls], "unread": list(self.unread)}
+        return {"module": self.module, "expect": self.expect, "verdict": str(self.verdict), "summary": self.summary(),
+                "modules": [m.to_dict() for m in self.modules], "calls": [c.to_dict() for c in self.calls],
+                "unread": list(self.unread), "other_softmax": list(self.other_softmax)}
 
 
 class _Recorder(TorchDispatchMode):
     """Keeps, in order, every matrix product (inputs and output), softmax and fused SDPA call, with
     the module that was running."""
 
-    def __init__(self, where):
+    def __init__(self, where, weights: set[int] = frozenset()):
         super().__init__()
         self.where = where
+        self.weights = weights  # the storage of the module's parameters: a product with one is a layer's, not q·k
         self.events: list[tuple] = []
         self.product_storage: set[int] = set()
 
@@ -92,7 +149,8 @@ class _Recorder(TorchDispatchMode):
         name = str(func)
         if name in PRODUCTS:
             a, b = (args[1], args[2]) if name in ("aten.addmm.default", "aten.baddbmm.default") else (args[0], args[1])
-            self.events.append(("product", self.where(), a.detach().clone(), b.detach().clone(), out.detach().clone()))
+            self.events.append(("product", self.where(), a.detach().clone(), b.detach().clone(), out.detach().clone(),
+                                b.data_ptr() in self.weights))
             self.product_storage.add(out.data_ptr())
         elif name == BIAS_ADD and isinstance(args[0], torch.Tensor) and isinstance(args[1], torch.Tensor) \
                 and args[0].data_ptr() in self.product_storage and args[1].numel() < args[0].numel():
@@ -101,8 +159,10 @@ class _Recorder(TorchDispatchMode):
             self.events.append(("softmax", self.where(), args[0].detach().clone(), int(args[1])))
         elif name.startswith(SDPA_PREFIX):
             kept = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
+            first = out[0] if isinstance(out, (tuple, list)) else out
             self.events.append(("sdpa", self.where(), func, kept,
-                                {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}))
+                                {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()},
+                                bool(torch.isfinite(first).all())))
         return out
 
 
@@ -156,12 +216,20 @@ def _scale_form(scales: torch.Tensor | None, vectors: torch.Tensor) -> tuple[flo
 
 
 def _softmax_read(where: str, logits: torch.Tensor, product) -> AttentionRead:
-    _, _, a, b, out = product
+    _, _, a, b, out, _ = product
     d_k = a.shape[-1]
     flat_logits, flat_out = logits.reshape(-1).double(), out.reshape(-1).double()
+    read = AttentionRead(where, "softmax(q·k)", d_k, None)
+    nan = int(torch.isnan(flat_logits).sum())
+    if nan:
+        read.form, read.detail = "not finite", f"{nan} of {flat_logits.numel()} logits are NaN"
+        return read
+    if bool((flat_out == 0).all()):
+        read.form, read.detail = "uniform", "q·k is 0 at every entry (a zero query or key): attention is uniform " \
+                                            "whatever the factor"
+        return read
     keep = torch.isfinite(flat_logits) & (flat_logits > MASKED_BELOW) & \
         (flat_out.abs() > 1e-6 * flat_out.abs().max().clamp_min(1e-30))
-    read = AttentionRead(where, "softmax(q·k)", d_k, None)
     if not keep.any():
         read.form, read.detail = "not read", "every logit is masked"
         return read
@@ -191,10 +259,12 @@ def _sdpa_factor(func, args, kwargs) -> float:
     return math.log(p0 / p1) / GAP
 
 
-def _sdpa_read(where: str, func, args, kwargs) -> tuple[AttentionRead, torch.Tensor, torch.Tensor]:
+def _sdpa_read(where: str, func, args, kwargs, finite: bool) -> tuple[AttentionRead, torch.Tensor, torch.Tensor]:
     q, k = args[0], args[1]
     read = AttentionRead(where, str(func).removeprefix("aten.").removesuffix(".default"), q.shape[-1],
                          _sdpa_factor(func, args, kwargs))
+    if not finite:
+        read.form, read.detail = "not finite", "the fused call's output holds NaN or inf"
     return read, q.detach().reshape(-1, q.shape[-1]), k.detach().reshape(-1, k.shape[-1])
 
 
@@ -227,7 +297,8 @@ def _fold(read: AttentionRead, q_vectors, k_vectors, products) -> AttentionRead:
     elif "QK-norm" in forms and forms <= {"QK-norm", "constant"}:
         q_len, k_len = q_vectors.double().norm(dim=-1).median(), k_vectors.double().norm(dim=-1).median()
         read.form = "QK-norm"
-        read.detail = f"the logit of a cosine-1 pair is {float(read.factor_at_call * q_len * k_len):.4g}"
+        read.cosine_logit = float(read.factor_at_call * q_len * k_len)
+        read.detail = f"the logit of a cosine-1 pair is {read.cosine_logit:.4g}"
     elif "varies per query row" in forms:
         read.form = "varies per query row"
         read.detail = "q at the call is not one multiple of its projection: a factor that moves with the row"
@@ -256,7 +327,7 @@ def recording(module: torch.nn.Module):
 
     hooks = [torch.nn.modules.module.register_module_forward_pre_hook(enter),
              torch.nn.modules.module.register_module_forward_hook(leave)]
-    recorder = _Recorder(lambda: stack[-1] if stack else "")
+    recorder = _Recorder(lambda: stack[-1] if stack else "", {p.data_ptr() for p in module.parameters()})
     try:
         with recorder:
             yield recorder
@@ -265,12 +336,18 @@ def recording(module: torch.nn.Module):
             hook.remove()
 
 
-def probe(module: torch.nn.Module, example_input, keep_tensors: bool = False, **forward_kwargs) -> ModuleProbe:
-    """Run ``module(example_input, **forward_kwargs)`` once and read every attention call it makes.
+def probe(module: torch.nn.Module, example_input, keep_tensors: bool = False, expect: str | float = "sqrt",
+          **forward_kwargs) -> ModuleProbe:
+    """Run ``module(example_input, **forward_kwargs)`` once, read every attention call it makes, and judge each
+    attention module against ``expect`` (a scale rule or a number; :mod:`attnscale.scale_check`).
 
-    ``example_input`` is a tensor or a tuple of positional arguments.  With ``keep_tensors`` the result
-    also holds each call's q, k, logits and probabilities (:class:`attnscale.attention.Observation`).  Raises TypeError for
-    a module that is not an nn.Module, ValueError if the module's forward fails on the input."""
+    ``example_input`` is a tensor or a tuple of positional arguments.  The result's ``ok`` is true only when every
+    attention module was measured and applies the expected factor; ``verdict`` is ok, mismatch or incomplete, and
+    ``findings()`` says what is not ok.  With ``keep_tensors`` the result also holds each call's q, k, logits and
+    probabilities (:class:`attnscale.attention.Observation`).  Raises TypeError for a module that is not an
+    nn.Module, ValueError for an ``expect`` that is not a rule or a number > 0, or if the module's forward fails
+    on the input."""
+    expected = expectation(expect)
     args = example_input if isinstance(example_input, tuple) else (example_input,)
     with recording(module) as recorder:
         try:
@@ -278,7 +355,91 @@ def probe(module: torch.nn.Module, example_input, keep_tensors: bool = False, **
         except Exception as error:  # noqa: BLE001 - the user's module on the user's input
             raise ValueError(f"{type(module).__name__} failed on the example input: {type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''}") from None
-    return reads(type(module).__name__, recorder.events, keep_tensors)
+    return judge(reads(type(module).__name__, recorder.events, keep_tensors), module, expected)
+
+
+def assert_scaled(module: torch.nn.Module, example_input, expect: str | float = "sqrt", strict: bool = True,
+                  **forward_kwargs) -> ModuleProbe:
+    """For a test: probe ``module`` on ``example_input`` and raise AssertionError, with the findings, unless every
+    attention module applies the ``expect``ed factor (with ``strict=False``, an attention module that could not
+    be measured passes).  Returns the probe.
+
+    >>> attnscale.assert_scaled(block, torch.randn(2, 16, 64), expect="sqrt")
+    """
+    read = probe(module, example_input, expect=expect, **forward_kwargs)
+    if read.exit_code(strict) != 0:
+        raise AssertionError(f"{read.module}: {read.summary()}, expected {read.expect}:\n  " +
+                             "\n  ".join(read.findings() or read.unread))
+    return read
+
+
+ATTENTION_CLASS = re.compile("attention|attn", re.IGNORECASE)
+NEVER_CALLED = "made no attention call on this input (a cross-attention given no encoder states, or a branch not taken)"
+NOT_MEASURED_WHY = {
+    "additive term": "an additive term (a bias or position term) beside the factor: {detail}",
+    "varies per query row": "the factor moves with the query row: {detail}",
+    "uniform": "{detail}",
+    "not read": "{detail}",
+}
+
+
+def attention_modules(module: torch.nn.Module) -> list[tuple[str, str]]:
+    """(name, class) of the outermost modules whose class is an attention: by its name, or torch's
+    nn.MultiheadAttention; "" is the module itself."""
+    found: list[tuple[str, str]] = []
+    for name, sub in module.named_modules():
+        if any(outer == "" or name.startswith(outer + ".") for outer, _ in found):
+            continue
+        if isinstance(sub, torch.nn.MultiheadAttention) or ATTENTION_CLASS.search(type(sub).__name__):
+            found.append((name, type(sub).__name__))
+    return found
+
+
+def judge_call(read: AttentionRead, expected: Expectation) -> None:
+    """The call's verdict and finding against ``expected``."""
+    if read.form == "constant" and read.factor is not None:
+        read.expected = expected.factor(read.d_k)
+        read.verdict, read.finding = judge_factor(read.factor, expected, read.d_k)
+    elif read.form == "QK-norm" and read.cosine_logit is not None:
+        read.expected = expected.cosine_logit(read.d_k)
+        read.verdict, read.finding = judge_cosine_logit(read.cosine_logit, expected, read.d_k)
+    elif read.form == "not finite":
+        read.verdict, read.finding = Verdict.MISMATCH, f"attention is not finite: {read.detail}"
+    else:
+        why = NOT_MEASURED_WHY.get(read.form, "{detail}").format(detail=read.detail or read.form)
+        read.verdict, read.finding = Verdict.NOT_MEASURED, why
+
+
+def judge(result: ModuleProbe, module: torch.nn.Module, expected: Expectation) -> ModuleProbe:
+    """One verdict per attention module (a call outside every attention module counts as its own), and the
+    module's: ok only when every one was measured and matches."""
+    result.expect = expected.spec
+    units = {name: AttentionModule(name, cls) for name, cls in attention_modules(module)}
+    classes = {name: type(sub).__name__ for name, sub in module.named_modules()}
+    owners = []
+    for read in result.calls:
+        judge_call(read, expected)
+        owner = next((name for name in units if name == "" or read.module == name
+                      or read.module.startswith(name + ".")), None)
+        if owner is None:
+            owner = read.module
+            units.setdefault(owner, AttentionModule(owner, classes.get(owner, result.module)))
+        owners.append(owner)
+    for name, unit in units.items():
+        calls = [read for read, owner in zip(result.calls, owners) if owner == name]
+        unit.calls = len(calls)
+        verdicts = {read.verdict for read in calls}
+        if not calls:
+            unit.verdict, unit.findings = Verdict.NOT_MEASURED, [NEVER_CALLED]
+        else:
+            unit.verdict = Verdict.MISMATCH if Verdict.MISMATCH in verdicts else \
+                Verdict.NOT_MEASURED if Verdict.NOT_MEASURED in verdicts else Verdict.OK
+            unit.findings = list(dict.fromkeys(read.finding for read in calls if read.verdict == unit.verdict
+                                               and read.finding))
+    result.modules = list(units.values())
+    verdicts = [unit.verdict for unit in result.modules] + [Verdict.NOT_MEASURED] * bool(result.unread)
+    result.verdict = model_verdict(verdicts)
+    return result
 
 
 def reads(name: str, events: list[tuple], keep_tensors: bool = False) -> ModuleProbe:
@@ -293,6 +454,12 @@ def reads(name: str, events: list[tuple], keep_tensors: bool = False) -> ModuleP
             products.append((event[1] or name, event[2]))
         elif event[0] == "softmax":
             logits = event[2]
+            if last_product is not None and last_product[5] and last_product[4].numel() == logits.numel():
+                # softmax(x W): a router's or a classifier's, over a product with a weight of the module
+                result.other_softmax.append(f"{event[1] or name}: a softmax over {tuple(logits.shape)} of a product "
+                                            "with a weight of the module (a router or a classifier), not q·k")
+                last_product = None
+                continue
             if last_product is None or last_product[4].numel() != logits.numel():
                 result.unread.append(f"a softmax in {event[1] or name} over {tuple(logits.shape)} whose input is no "
                                      "matrix product just before it")
@@ -311,7 +478,7 @@ def reads(name: str, events: list[tuple], keep_tensors: bool = False) -> ModuleP
                                                                 factor)))
             last_product = None
         else:
-            read, q_vectors, k_vectors = _sdpa_read(event[1] or name, event[2], event[3], event[4])
+            read, q_vectors, k_vectors = _sdpa_read(event[1] or name, event[2], event[3], event[4], event[5])
             result.calls.append(_fold(read, q_vectors, k_vectors, products))
             if keep_tensors:
                 result.tensors.append(_sdpa_tensors(read.module, read.factor_at_call, event[3], event[4]))

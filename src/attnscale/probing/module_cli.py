@@ -8,6 +8,8 @@ import torch
 
 from ..errors import UserError
 from ..runtime import import_target
+from ..scale_check import expectation
+from ..terminal import print_table
 from .anymodule import probe
 
 ACCEPTED = "accepted: pkg.mod:factory, a function or class that returns an nn.Module when called with no arguments"
@@ -56,13 +58,15 @@ def required_inputs(module: torch.nn.Module) -> int:
     return max(1, len(needed))
 
 
-def probe_spec(spec: str, input_shape: str, seed: int = 0) -> dict:
+def probe_spec(spec: str, input_shape: str, seed: int = 0, expect: str = "sqrt") -> dict:
+    """The module ``spec`` builds, probed on a random input of ``input_shape`` and judged against ``expect``."""
+    expected = expectation(expect)
     shape = parse_shape(input_shape)
     module = load_module(spec)
     example = torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
     torch.manual_seed(seed)
     try:
-        read = probe(module, tuple(example for _ in range(required_inputs(module))))
+        read = probe(module, tuple(example for _ in range(required_inputs(module))), expect=expected)
     except ValueError as error:
         raise UserError(f"--module {spec!r} with --input-shape {input_shape}: {error}") from None
     return {"target": spec, "input_shape": list(shape), **read.to_dict()}
@@ -72,13 +76,24 @@ def print_probe(report: dict, console) -> None:
     from rich.table import Table
 
     table = Table(title=f"attention calls of {report['target']} on a random input of shape {tuple(report['input_shape'])}")
-    for column in ("module", "call", "d_k", "at the call", "c_q", "c_k", "factor", "form", "q from"):
-        table.add_column(column, justify="right" if column in ("d_k", "at the call", "c_q", "c_k", "factor") else "left")
+    columns = ("module", "call", "d_k", "at the call", "c_q", "c_k", "factor", "expected", "form", "q from", "verdict")
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("d_k", "at the call", "c_q", "c_k", "factor", "expected")
+                         else "left")
     number = lambda value: "" if value is None else f"{value:.6g}"  # noqa: E731
     for call in report["calls"]:
+        measured = call["cosine_logit"] if call["form"] == "QK-norm" else call["factor"]
         table.add_row(call["module"], call["kind"], str(call["d_k"]), number(call["factor_at_call"]),
-                      number(call["q_scale"]), number(call["k_scale"]), number(call["factor"]),
-                      call["form"] + (f": {call['detail']}" if call["detail"] else ""), call["q_from"])
-    console.print(table)
+                      number(call["q_scale"]), number(call["k_scale"]), number(measured), number(call["expected"]),
+                      call["form"] + (f": {call['detail']}" if call["detail"] else ""), call["q_from"], call["verdict"])
+    print_table(table, console)
+    line = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+    for module in report["modules"]:
+        if module["verdict"] != "ok":
+            for finding in module["findings"]:
+                line(f"{module['name'] or report['module']} ({module['class']}): {module['verdict']}: {finding}")
     for reason in report["unread"]:
-        console.print(f"not read: {reason}", markup=False, highlight=False)
+        line(f"not read: {reason}")
+    for other in report["other_softmax"]:
+        line(f"not attention: {other}")
+    line(f"verdict: {report['summary']} (expected: {report['expect']})")
