@@ -9,11 +9,12 @@ try:
 except PackageNotFoundError:  # running from a source tree that was not installed
     __version__ = "0.0.0+src"
 
-__all__ = ["ScaledAttention", "ScaleRule", "attention", "capture", "parse", "probe", "__version__"]
+__all__ = ["ScaledAttention", "ScaleRule", "assert_scaled", "attention", "capture", "parse", "probe", "__version__"]
 
 # Read when first asked for: importing attnscale (and so `attnscale --help`) does not import torch.
 _LAZY = {"ScaledAttention": "attention", "attention": "attention", "capture": "attention",
-         "ScaleRule": "scaling", "parse": "scaling", "probe": "probing.anymodule"}
+         "ScaleRule": "scaling", "parse": "scaling", "probe": "probing.anymodule",
+         "assert_scaled": "probing.anymodule"}
 
 
 def __getattr__(name: str):

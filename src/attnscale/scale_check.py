@@ -132,7 +132,7 @@ def factor_words(factor: float, d_k: int) -> str:
     if d_k > 1 and factor > 0:
         for exponent, name in NAMED_POWERS:
             if abs(factor / d_k**-exponent - 1) <= FACTOR_TOL:
-                return f"{name} ({factor:.6g})"
+                return name if exponent == 0 else f"{name} ({factor:.6g})"
     return f"{factor:.6g}"
 
 

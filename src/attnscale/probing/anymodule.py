@@ -367,7 +367,7 @@ def assert_scaled(module: torch.nn.Module, example_input, expect: str | float = 
     >>> attnscale.assert_scaled(block, torch.randn(2, 16, 64), expect="sqrt")
     """
     read = probe(module, example_input, expect=expect, **forward_kwargs)
-    if read.exit_code(strict) != 0:
+    if read.verdict == ModelVerdict.MISMATCH or (strict and not read.ok):
         raise AssertionError(f"{read.module}: {read.summary()}, expected {read.expect}:\n  " +
                              "\n  ".join(read.findings() or read.unread))
     return read
