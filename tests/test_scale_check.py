@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -280,3 +281,36 @@ def test_tables_are_whole_when_piped(user_modules, capsys):
     code, out, _ = run(["audit", "--module", "user_modules:wrong"], capsys)
     header = next(line for line in out.splitlines() if "module" in line and "verdict" in line)
     assert len(header) > 80 and "…" not in out  # not cut to Rich's 80 columns
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Where people keep models: a repo id the hub cache holds, read offline
+
+def cached_repo(tmp_path, monkeypatch, repo_id: str = "someone/tiny-llama") -> Path:
+    """A Hugging Face cache laid out as huggingface_hub lays it (refs/main -> snapshots/REV), holding a tiny config."""
+    from transformers import LlamaConfig
+
+    cache = tmp_path / "hub"
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    snapshot = repo / "snapshots" / ("a" * 40)
+    LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=1,
+                intermediate_size=128, vocab_size=100).save_pretrained(snapshot)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("a" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.chdir(tmp_path)
+    return snapshot
+
+
+def test_a_repo_id_in_the_hub_cache_resolves_offline(tmp_path, monkeypatch, capsys):
+    from attnscale.probing.loading import check_model_dir
+
+    snapshot = cached_repo(tmp_path, monkeypatch)
+    assert check_model_dir("someone/tiny-llama") == snapshot
+    code, out, _ = run(["audit", "someone/tiny-llama", "--backends", "eager", "--json"], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["rows"][0]["family"].startswith(f"{snapshot.name} (llama") and report["verdict"] == "ok"
+    code, _, err = run(["audit", "someone/not-downloaded", "--backends", "eager"], capsys)
+    assert code == 2 and "holds no repo 'someone/not-downloaded'" in err and err.count("\n") == 1
+    code, _, err = run(["diagnose", "someone/not-downloaded"], capsys)
+    assert code == 2 and "holds no repo 'someone/not-downloaded'" in err

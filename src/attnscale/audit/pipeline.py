@@ -181,7 +181,8 @@ def overall_verdict(results: list[FamilyAudit]) -> dict:
 
     failing = [r.family for r in results if r.verdict in FAILING]
     incomplete = [r.family for r in results if not r.tower_of and r.skip not in (Skip.NO_ATTENTION, Skip.NO_SOFTMAX)
-                  and r.status != Status.COVERED and (r.status == Status.SKIPPED or r.verdict != AuditVerdict.OK)]
+                  and r.status != Status.COVERED and r.verdict not in FAILING
+                  and (r.status == Status.SKIPPED or r.verdict != AuditVerdict.OK)]
     overall = ModelVerdict.MISMATCH if failing else ModelVerdict.INCOMPLETE if incomplete else ModelVerdict.OK
     return {"verdict": str(overall), "exit_code": EXIT_CODES[overall], "failing": failing, "incomplete": incomplete}
 

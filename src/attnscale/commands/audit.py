@@ -154,8 +154,9 @@ def write_out(report: dict, out: Path) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command("audit")
     def audit(
-        target: str = typer.Argument(None, help="Comma-separated transformers families (model_type), or a local "
-                                                "model folder; default: every decoder and encoder family."),
+        target: str = typer.Argument(None, help="Comma-separated transformers families (model_type), a local "
+                                                "model folder, or the id of a repo the Hugging Face cache holds "
+                                                "(org/name, read offline); default: every family."),
         backends: str = typer.Option(",".join(DEFAULT_BACKENDS),
                                      help="Comma-separated attention implementations to measure and compare."),
         callable_spec: str = typer.Option(None, "--callable", help="module:function, an attention function "

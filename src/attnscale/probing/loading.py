@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import jsonfile
 from ..errors import UserError
-from ..hub import offline
+from ..hub import cached_snapshot, hub_cache, is_repo_id, offline
 from ..paths import what_is
 
 offline()
@@ -198,8 +198,13 @@ def check_weights(path: Path, required: bool) -> bool:
 def check_model_dir(model_dir) -> Path:
     """The folder as a Path, after checking it is a model folder that runs no code of its own."""
     path = default_model_path() if model_dir is None else Path(model_dir).expanduser()
+    if not path.exists() and cached_snapshot(str(model_dir)) is not None:  # org/name, downloaded before
+        path = cached_snapshot(str(model_dir))
     if not path.exists():
-        raise FileNotFoundError(f"model folder {str(path)!r} does not exist; accepted: a local Hugging Face model folder")
+        repo = (f", and the Hugging Face cache ({str(hub_cache())!r}) holds no repo {str(model_dir)!r}"
+                if is_repo_id(str(model_dir)) else "")
+        raise FileNotFoundError(f"model folder {str(path)!r} does not exist{repo}; accepted: a local Hugging Face model "
+                                "folder, or the id of a repo downloaded before (read from the cache offline)")
     config_kind = what_is(path / "config.json") if path.is_dir() else "missing"
     if config_kind not in ("a file", "missing"):
         raise UserError(f"{str(path / 'config.json')!r} is {config_kind}, not a file; accepted: a local folder with "
