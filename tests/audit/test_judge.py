@@ -59,3 +59,19 @@ def test_verdict_rules(changes, verdict):
     result = constructed(**changes)
     verdicts.judge_family(result, ("eager", "sdpa"))
     assert result.verdict == verdict, result.findings
+
+
+def test_an_output_that_is_not_finite_is_never_ok():
+    """The factor read on designed inputs can be right while the model's own pass is NaN (an odd position config):
+    under eager that fails the family; under another backend alone it is one disagreement, not a factor of 0 and
+    a mask that differs read off the NaN pass."""
+    both = constructed()
+    for backend in ("eager", "sdpa"):
+        both.backends[backend]["output"] = verdicts.NOT_FINITE
+    verdicts.judge_family(both, ("eager", "sdpa"))
+    assert both.verdict == "mismatch" and both.findings[-1].startswith("eager output is not finite"), both.findings
+    sdpa_only = constructed(sdpa_factor=0.0)
+    sdpa_only.backends["sdpa"]["output"] = verdicts.NOT_FINITE
+    verdicts.judge_family(sdpa_only, ("eager", "sdpa"))
+    assert sdpa_only.verdict == "backend disagreement"
+    assert sdpa_only.findings == [f for f in sdpa_only.findings if "not finite" in f] and len(sdpa_only.findings) == 1

@@ -200,9 +200,20 @@ def judge_family(result: FamilyAudit, backends) -> None:
                            eager.get("reason") or "no attention call could be read"]
         return
     mismatches = [f for row in readable for f in layer_findings(row, judged)]
+    if result.backends.get(judged, {}).get("output") == NOT_FINITE:  # the factor was read, the model's output is NaN
+        mismatches.insert(0, f"{judged} output is not finite (NaN or inf: {masked_rows_text(result, judged)}); "
+                             f"{result.model_class}, {attention_source(result)}")
     disagreements = [not_finite_finding(result, judged)] if judged != "eager" else []
     for backend, info in result.backends.items():
         if backend == "eager" or not info["accepted"]:
+            continue
+        if info.get("output") == NOT_FINITE and judged == "eager":
+            # its factors and masks read off a NaN pass say nothing (a factor of 0, "a mask differs"): said once, and
+            # only where eager's output is finite (else eager's own finding says it)
+            if result.backends["eager"].get("output") != NOT_FINITE:
+                disagreements.append(f"{backend} output is not finite where eager's is (its attention calls: "
+                                     f"{masked_rows_text(result, backend)}); {result.model_class}, "
+                                     f"{attention_source(result)}")
             continue
         tol = PARITY_TOL[torch.float32]
         if info["parity"] is not None and info["parity"] > tol:
