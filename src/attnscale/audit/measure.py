@@ -37,13 +37,13 @@ from ..probing.intercept import (final_hidden, intercept_attention, run_attentio
 from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config,
                                quiet_transformers, read_json)
 from ..threads import torch_threads
-from . import attention_function, families, feed, inline, qk_norm, whole_path
+from . import attention_function, families, feed, inline, positions, qk_norm, whole_path
 from . import declared as declared_rules
 from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_refused, first_inputs, is_fed
 from .record import FamilyAudit, Skip, Status
 from .sizes import RUN_RETRIES
 from .towers import rely_on_towers
-from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge_family
+from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge_family, judged_far
 
 NO_CALL = "no attention function was called"  # attention computed inline: read from its weights instead
 FAR_POSITION = 65536  # past the original context of YaRN / Llama-4-style position temperatures
@@ -792,6 +792,10 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
                 raise UserError(f"{str(path)!r}: {reason}") from None
             label = f"{path.name} ({config.model_type}, random init)"
     result = audit_model(model.float(), label, backends, seed)
+    far = positions.far_entry(config.model_type)
+    if far is not None and result.status == Status.AUDITED:
+        with quiet_transformers(), torch_threads(1):
+            result = judged_far(result, positions.folder_row(far, model))
     result.seconds = time.perf_counter() - start
     return result
 

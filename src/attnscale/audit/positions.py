@@ -234,3 +234,74 @@ def table(rows: list[dict]) -> list[dict]:
 def with_sizes(entry: PositionFamily, **sizes) -> PositionFamily:
     """The entry with some sizes or factor fields changed (tests move thresholds within a short probe)."""
     return dataclasses.replace(entry, sizes={**entry.sizes, **sizes})
+
+
+# --------------------------------------------------------------------------- a folder's own parameters
+
+CACHE_BUDGET = 2 * 10**9  # bytes of masked past keys and values a cache-reading family may be measured with
+
+
+def stepping_positions(step, positions=POSITIONS) -> list[int]:
+    """``positions`` and, below each P, the position where the declared factor ``step(p)`` (non-decreasing, a
+    number or one per head) first reaches its value at P, with the position before it; and so for its first step
+    away from its value at 0, where a step is largest.  There p and p + 1 give different factors, so a formula off
+    by one position shows (at P = 8,192 a floor at 8,192 does not step)."""
+    def first_reaching(target, top: int) -> int:
+        low, high = 0, top
+        while low < high:
+            middle = (low + high) // 2
+            if step(middle) == target:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+    found = set(positions)
+    for top in positions:
+        found |= {first_reaching(step(top), top) - 1, first_reaching(step(top), top)}
+    at_zero, top = step(0), max(positions)
+    if step(top) != at_zero:  # the first position past every one with the factor at 0
+        low, high = 0, top
+        while low < high:
+            middle = (low + high) // 2
+            if step(middle) != at_zero:
+                high = middle
+            else:
+                low = middle + 1
+        found |= {low - 1, low}
+    return sorted(p for p in found if p >= 1)
+
+
+def cache_bytes(config, p: int) -> int:
+    """The masked past keys and values a cache of ``p`` tokens holds (float32), over every layer."""
+    heads = getattr(config, "num_key_value_heads", None) or getattr(config, "num_attention_heads", 1)
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    return 2 * 4 * config.num_hidden_layers * heads * head_dim * p
+
+
+def folder_row(entry: PositionFamily, model) -> dict:
+    """A model folder's factor at far positions, judged against its own config (its floor_scale, attn_scale, beta:
+    not the defaults), at :data:`POSITIONS` and at the positions where its declared factor steps.  A family that
+    reads the position from a cache is measured only where the masked past fits :data:`CACHE_BUDGET`; the
+    positions left out are named."""
+    config = model.config
+    layer = next((index for index in range(config.num_hidden_layers)
+                  if entry.formula(config, index, POSITIONS[-1], None) != entry.formula(config, index, 0, None)), 0) \
+        if entry.draw_learned is None else 0
+    if entry.draw_learned is None:
+        positions = stepping_positions(lambda p: entry.formula(config, layer, p, None))
+    else:  # a learned factor s ln(p + 1) + b changes at every position
+        positions = list(POSITIONS)
+    skipped = [p for p in positions if entry.reads == "cache" and cache_bytes(config, p) > CACHE_BUDGET]
+    kept = [p for p in positions if p not in skipped]
+    row = measure(entry, kept, model=model) if kept else {"family": entry.family, "verdict": "not measured",
+                                                         "reason": "no position fits the cache budget"}
+    if skipped:
+        row["not_measured_positions"] = skipped
+        row["reason"] = "; ".join(filter(None, [row.get("reason", ""), f"positions {skipped} not measured (a cache of "
+                                                f"that many masked tokens exceeds {CACHE_BUDGET / 1e9:g} GB)"]))
+    return row
+
+
+def far_entry(model_type: str) -> PositionFamily | None:
+    return KNOWN.get(model_type).far

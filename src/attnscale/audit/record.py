@@ -61,6 +61,9 @@ class FamilyAudit:
     # left unread (measured there, or it is not measured)
     relies_on: list = field(default_factory=list)
     skip: Skip = Skip.NONE  # kept out of audit.json: its reason says it in words
+    # a folder of a family whose factor moves with the query's position: that factor at far positions, judged
+    # against the folder's own config (:func:`.positions.folder_row`)
+    far_positions: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self.status, self.skip = Status(self.status), Skip(self.skip)

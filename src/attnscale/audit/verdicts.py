@@ -362,3 +362,18 @@ def family_row(result, backends) -> dict:
                 "verdict": result.verdict if result.status in ("audited", "covered") else "skipped",
                 "seconds": round(result.seconds, 2)})
     return row
+
+
+def judged_far(result: FamilyAudit, row: dict) -> FamilyAudit:
+    """``result`` with its factor at far positions judged in (a new record): a factor that differs from the folder's
+    own formula is a mismatch; one that could not be measured leaves an ``ok`` incomplete."""
+    from dataclasses import replace
+
+    verdict, findings = result.verdict, list(result.findings)
+    if row["verdict"] == "differs":
+        verdict = AuditVerdict.MISMATCH if verdict in (AuditVerdict.OK, AuditVerdict.INCOMPLETE) else verdict
+        findings.append(f"factor at far positions: {row['reason']} ({row.get('formula', '')})")
+    elif row["verdict"] == "not measured" or row.get("not_measured_positions"):
+        verdict = AuditVerdict.INCOMPLETE if verdict == AuditVerdict.OK else verdict
+        findings.append(f"factor at far positions: {row['reason']}")
+    return replace(result, verdict=verdict, findings=findings, far_positions=row)

@@ -1,0 +1,67 @@
+"""A model folder whose factor moves with the query's position is judged at far positions against its own config
+(its floor_scale and attn_scale, not the defaults), at positions where the declared factor steps, so that a formula
+off by one position fails."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from attnscale.audit import measure, positions
+from attnscale.audit.known import KNOWN
+
+
+def llama4_folder(tmp_path, **fields):
+    import transformers
+
+    entry = KNOWN.get("llama4_text").far
+    transformers.Llama4TextConfig(**{**entry.sizes, "attn_temperature_tuning": True, **fields}).save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def off_by_one(config, layer: int, p: int, module=None) -> float:
+    """Llama 4's temperature with floor(p / F) where its code has floor((p + 1) / F)."""
+    if not config.attn_temperature_tuning or config.no_rope_layers[layer]:
+        return 1.0
+    return 1.0 + config.attn_scale * math.log1p(math.floor(p / config.floor_scale))
+
+
+def test_the_positions_include_each_step_of_the_declared_factor():
+    step = lambda p: math.floor((p + 1) / 16)  # noqa: E731
+    found = positions.stepping_positions(step, (1, 8192))
+    assert found == [1, 14, 15, 8190, 8191, 8192] and step(14) != step(15) and step(8190) != step(8191)
+    assert positions.stepping_positions(lambda p: 1.0, (1, 8192)) == [1, 8192]  # a constant steps nowhere
+
+
+def test_a_folder_is_judged_against_its_own_temperature(tmp_path):
+    result = measure.audit_folder(llama4_folder(tmp_path, floor_scale=16, attn_scale=0.5), ("eager",))
+    far = result.far_positions
+    assert result.verdict == "ok" and far["verdict"] == "agrees", result.findings
+    assert {8190, 8191} <= set(far["positions"])
+    # the folder's own attn_scale and floor_scale, not the defaults (0.1 and 8192): at p = 8191 the factor is
+    # 1 + 0.5 ln(1 + 512)
+    assert far["measured"]["8191"][0] == pytest.approx(1 + 0.5 * math.log1p(512), rel=1e-3)
+
+
+def test_a_formula_off_by_one_position_is_a_mismatch(tmp_path, monkeypatch):
+    entry = dataclasses.replace(KNOWN.get("llama4_text").far, formula=off_by_one)
+    folder = llama4_folder(tmp_path, floor_scale=16, attn_scale=0.5)
+    monkeypatch.setattr(positions, "far_entry", lambda model_type: entry)
+    result = measure.audit_folder(folder, ("eager",))
+    assert result.verdict == "mismatch" and "factor at far positions" in result.findings[-1], result.findings
+    assert result.far_positions["verdict"] == "differs"
+    # at the fixed far positions alone the two formulas agree within the tolerance (p + 1 and p share their floor
+    # at each of them): the stepping positions are what shows it
+    import transformers
+
+    model = transformers.AutoModel.from_config(transformers.AutoConfig.from_pretrained(folder)).eval()
+    assert positions.measure(entry, positions.POSITIONS, model=model)["verdict"] == "agrees"
+
+
+def test_positions_a_cache_cannot_hold_are_named_and_leave_it_incomplete(tmp_path, monkeypatch):
+    monkeypatch.setattr(positions, "CACHE_BUDGET", 10**6)  # about 8,000 masked tokens of the tiny model
+    result = measure.audit_folder(llama4_folder(tmp_path, floor_scale=16, attn_scale=0.5), ("eager",))
+    assert result.verdict == "incomplete" and 1_048_576 in result.far_positions["not_measured_positions"]
+    assert "exceeds" in result.findings[-1]
