@@ -75,3 +75,34 @@ def test_an_output_that_is_not_finite_is_never_ok():
     verdicts.judge_family(sdpa_only, ("eager", "sdpa"))
     assert sdpa_only.verdict == "backend disagreement"
     assert sdpa_only.findings == [f for f in sdpa_only.findings if "not finite" in f] and len(sdpa_only.findings) == 1
+
+
+def test_qk_norm_read_from_a_layers_own_q_and_k_is_held_to_its_declared_logit():
+    """Where the whole path cannot be driven, QK-norm is found from the layer's own q and k; the logit of a cosine-1
+    pair (the function's factor times their lengths) is then judged against the one its norms declare, and a layer
+    with no norm module to declare one leaves the family incomplete, never ok."""
+    def qk_normed(read: float, declared):
+        result = constructed()
+        row = result.layers[0]
+        row["backends"]["eager"]["path"] = row["backends"]["sdpa"]["path"] = None
+        row["inputs"] = {"normalised": ["q", "k"], "cosine_temperature": read}
+        row["declared"]["cosine_temperature"], row["declared"]["cosine_from"] = declared, "factor 0.25 x |q| 4 x |k| 4"
+        verdicts.judge_family(result, ("eager", "sdpa"))
+        return result
+
+    assert qk_normed(4.0, 4.0).verdict == "ok"
+    wrong = qk_normed(8.0, 4.0)
+    assert wrong.verdict == "mismatch" and "logit of a cosine-1 pair 8" in wrong.findings[0]
+    unknown = qk_normed(4.0, None)
+    assert unknown.verdict == "incomplete" and "no norm module found" in unknown.findings[0]
+
+
+@pytest.mark.parametrize("family, layers", [("deepseek_v4", 2), ("gemma3n_text", 2)])
+def test_qk_norm_layers_without_a_whole_path_get_a_declared_logit(family, layers):
+    """DeepSeek V4's q_b_norm and kv_norm; Gemma 3n's kv-shared layers, whose keys (and k norm) are the storing
+    layer's: each read from the layer's own q and k, and declared."""
+    result = audit.audit_family(family, ("eager",))
+    read = [row for row in result.layers if (row.get("inputs") or {}).get("cosine_temperature") is not None]
+    assert len(read) == layers and result.verdict == "ok", result.findings
+    for row in read:
+        assert row["inputs"]["cosine_temperature"] == pytest.approx(row["declared"]["cosine_temperature"], rel=1e-2)

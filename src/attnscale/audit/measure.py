@@ -544,6 +544,7 @@ def input_norms(call) -> dict:
         norms = vectors.norm(dim=-1)  # (B, H, T)
         centre = norms.median(dim=-1).values.clamp_min(1e-300)
         out[f"{role}_norm_spread"] = float(((norms.amax(dim=-1) - norms.amin(dim=-1)) / centre).max())
+        out[f"{role}_norm"] = float(norms.median())  # under QK-norm: the length every vector has
         # how far the tokens' vectors lie apart, in every head: vectors alike (a deep layer of a tiny random
         # model, EfficientLoFTR's pooled features) have one norm whatever the layer does
         apart = (vectors - vectors.mean(dim=-2, keepdim=True)).norm(dim=-1).amax(dim=-1) / centre
@@ -577,7 +578,7 @@ def layer_rows(model, feeding: Feeding, family: str, measured: dict) -> list[dic
         if eager_wholes[index] is None:
             row["path_missing"] = (PACKED if feed.main_input(model) == feed.PATCHES else
                                    ROTARY_UNPINNED if rotary_unpinned(model, feeding, call.module) else why_no_path(call.module))
-            row["inputs"] = input_norms(call)
+            row["inputs"] = inputs_read(model, call, row, measured["eager"][1][index])
         for backend, (b_calls, functions, wholes) in measured.items():
             if index < len(b_calls) and b_calls[index].module is call.module:
                 row["backends"][backend] = {"function": functions[index], "path": wholes[index]}
@@ -588,15 +589,28 @@ def layer_rows(model, feeding: Feeding, family: str, measured: dict) -> list[dic
     return rows
 
 
+def inputs_read(model, call, row: dict, function: dict) -> dict:
+    """The layer's own q and k where the whole path was not read: QK-norm found from their lengths, and then the
+    logit of a cosine-1 pair, the attention function's factor times those lengths, beside the one the config
+    declares (:func:`declare_cosine`)."""
+    inputs = input_norms(call)
+    factor = function.get("factor")
+    if inputs["normalised"] == ["q", "k"] and factor is not None and math.isfinite(factor):
+        inputs["cosine_temperature"] = factor * inputs["q_norm"] * inputs["k_norm"]
+        declare_cosine(model, call, row, {"form": "q and k normalised"})
+    return inputs
+
+
 def declare_cosine(model, call, row: dict, eager_path: dict | None) -> None:
-    """Where the whole path reads q and k normalised and the config declares no temperature of its own (Swin V2's
-    logit_scale), the cosine-1 logit its factor, norms and multipliers declare (:mod:`.qk_norm`)."""
+    """Where q and k are read normalised (the whole path, or the layer's own q and k) and the config declares no
+    temperature of its own (Swin V2's logit_scale), the cosine-1 logit its factor, norms and multipliers declare
+    (:mod:`.qk_norm`)."""
     declared = row["declared"]
     if not eager_path or eager_path["form"] != "q and k normalised" or declared["cosine_temperature"] is not None:
         return
     config = getattr(call.module, "config", None) or model.config
     found = qk_norm.declared_cosine(call.module, config, declared_rules.source_for(call.module) or "",
-                                    declared["path_first"], row["d_k"])
+                                    declared["path_first"], row["d_k"], model)
     if found is not None:
         declared.update(cosine_temperature=found.value, cosine_from=found.text)
         declared["rules"] = [*declared["rules"], "QK_NORM_LENGTHS"]

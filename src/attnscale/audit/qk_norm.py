@@ -21,8 +21,9 @@ import torch
 
 COSINE_TOL = 1e-2  # a cosine-1 logit agrees with the declared one within 1% (the norms' eps at the designs' size)
 
-Q_NORMS = ("q_norm", "query_norm", "q_layernorm", "q_ln", "norm_q", "query_layernorm", "q_norm_layer")
-K_NORMS = ("k_norm", "key_norm", "k_layernorm", "k_ln", "norm_k", "key_layernorm", "k_norm_layer")
+# DeepSeek V4: q_b_norm on the queries, kv_norm on the one latent its keys and values are cut from
+Q_NORMS = ("q_norm", "query_norm", "q_layernorm", "q_ln", "norm_q", "query_layernorm", "q_norm_layer", "q_b_norm")
+K_NORMS = ("k_norm", "key_norm", "k_layernorm", "k_ln", "norm_k", "key_layernorm", "k_norm_layer", "kv_norm")
 SHARED_NORMS = ("qk_norm",)  # one norm module for both (Muse Spark's)
 
 
@@ -51,14 +52,23 @@ MULTIPLIERS = (
 )
 
 
-def norm_modules(module) -> tuple[torch.nn.Module | None, torch.nn.Module | None]:
-    """The layer's q and k norm modules, by the names transformers gives them (None where it has none)."""
-    def named(names):
-        return next((child for name in names if isinstance(child := getattr(module, name, None), torch.nn.Module)
+def norm_modules(module, model=None) -> tuple[torch.nn.Module | None, torch.nn.Module | None]:
+    """The layer's q and k norm modules, by the names transformers gives them (None where it has none); a layer that
+    reuses another's keys (Gemma 3n's kv-shared layers) has that layer's k norm, found in ``model``."""
+    def named(owner, names):
+        return next((child for name in names if isinstance(child := getattr(owner, name, None), torch.nn.Module)
                      and not isinstance(child, torch.nn.Identity)), None)
 
-    shared = named(SHARED_NORMS)
-    return named(Q_NORMS) or shared, named(K_NORMS) or shared
+    shared = named(module, SHARED_NORMS)
+    k_norm = named(module, K_NORMS) or shared
+    if k_norm is None and model is not None and getattr(module, "is_kv_shared_layer", False):
+        # modeling_gemma3n.py: "we reuse the same keys/values states as the last non-sharing layer" of its type,
+        # the one that stores them (kv_sharing_modes "store")
+        source = next((other for other in model.modules() if type(other) is type(module)
+                       and getattr(other, "store_full_length_kv", False)
+                       and getattr(other, "layer_type", None) == getattr(module, "layer_type", None)), None)
+        k_norm = named(source, K_NORMS) if source is not None else None
+    return named(module, Q_NORMS) or shared, k_norm
 
 
 def gain(norm: torch.nn.Module, d_k: int) -> float | None:
@@ -85,12 +95,13 @@ class CosineDeclared:
     fields: dict
 
 
-def declared_cosine(module, config, code: str, path_factor: float | None, d_k: int) -> CosineDeclared | None:
+def declared_cosine(module, config, code: str, path_factor: float | None, d_k: int,
+                    model=None) -> CosineDeclared | None:
     """The cosine-1 logit the config declares for a layer with q and k norms; None where the layer has no
     named norm modules or no declared factor."""
     if path_factor is None:
         return None
-    q_norm, k_norm = norm_modules(module)
+    q_norm, k_norm = norm_modules(module, model)
     if q_norm is None or k_norm is None:
         return None
     gains = gain(q_norm, d_k), gain(k_norm, d_k)

@@ -70,6 +70,12 @@ def layer_findings(row: dict, backend: str) -> list[str]:
     elif declared["function"] is not None and function_factor is not None and not agree(function_factor, declared["function"]):
         found.append(f"{row['name']}: attention function applies {function_factor:.6g}, config implies "
                      f"{declared['function']:.6g}")
+    inputs = row.get("inputs") or {}
+    if not path and inputs.get("cosine_temperature") is not None and declared.get("cosine_temperature") is not None:
+        # QK-norm read from the layer's own q and k: their lengths times the function's factor, as declared
+        if not agree(inputs["cosine_temperature"], declared["cosine_temperature"], COSINE_TOL):
+            found.append(f"{row['name']}: logit of a cosine-1 pair {inputs['cosine_temperature']:.4g} (the layer's own "
+                         f"q and k), the config implies {declared['cosine_temperature']:.4g} ({declared.get('cosine_from')})")
     found += [f"{row['name']}: {text}" for text in declared.get("unread", [])]
     cap = entry["function"].get("cap")
     if entry["function"].get("nonlinearity") in ("linear", "soft cap") and caps_differ(cap, declared["cap"]):
@@ -221,8 +227,15 @@ def judge_family(result: FamilyAudit, backends) -> None:
             disagreements.append(f"{backend} output differs from eager by {info['parity']:.3g}{where} (relative; "
                                  f"tolerance {tol:g}; {result.model_class}, {attention_source(result)})")
         disagreements += [f for row in readable if backend in row["backends"] for f in backend_findings(row, backend)]
-    result.findings = disagreements + mismatches
-    result.verdict = "backend disagreement" if disagreements else "mismatch" if mismatches else "ok"
+    # QK-norm read from a layer's own q and k, with no cosine-1 logit to hold it to: that layer is not judged
+    unjudged = [f"{row['name']}: QK-norm (read from the layer's own q and k, cosine-1 logit "
+                f"{row['inputs']['cosine_temperature']:.4g}) and no norm module found to declare its logit: not judged"
+                for row in readable if not (row["backends"][judged].get("path"))
+                and (row.get("inputs") or {}).get("cosine_temperature") is not None
+                and row["declared"].get("cosine_temperature") is None]
+    result.findings = disagreements + mismatches + unjudged
+    result.verdict = ("backend disagreement" if disagreements else "mismatch" if mismatches
+                      else AuditVerdict.INCOMPLETE if unjudged else "ok")
 
 
 
