@@ -16,6 +16,7 @@ import torch
 from ..probing.loading import quiet_transformers
 from ..threads import torch_threads
 from . import families, feed, measure
+from .compose import nothing_left
 from .feed import Feeding, first_inputs
 from .record import FamilyAudit, Status
 from .towers import tower_row
@@ -113,4 +114,51 @@ def placeholder_media(model) -> list[tuple[int, int, dict]]:
             found.append((token, pooled.numel() // model.get_input_embeddings().embedding_dim, inputs))
         except Exception:  # noqa: BLE001 - third-party model code: media it cannot compute are not fed (ids alone)
             continue
+    return found
+
+
+def folder_rows(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> list[FamilyAudit]:
+    """A model folder's row (:func:`.measure.audit_folder`), then a row for each tower of it (a part built from a
+    sub-config of its own: LLaVA's vision tower) that holds attention the folder's pass left unread, audited as its
+    own model on the input it takes, with the folder's weights.  A module of a tower measured with nothing left is
+    marked ``read_by`` that row; the rest stay unread, and leave the folder ``incomplete`` (:mod:`.compose`)."""
+    start = time.perf_counter()
+    record, model = measure.audit_folder(folder, backends, seed, keep_model=True)
+    rows = []
+    for prefix, tower in unread_towers(model, record).items():
+        name = f"{record.family}.{prefix}"
+        tower_start = time.perf_counter()
+        try:
+            row = measure.audit_model(tower, name, backends, seed, model_type=getattr(tower.config, "model_type", None))
+        except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a reason
+            row = FamilyAudit(name, type(tower).__name__, status=Status.SKIPPED,
+                              reason=f"audit failed: {families.first_line(error)}")
+        row.tower_of, row.seconds = record.family, time.perf_counter() - tower_start
+        rows.append(row)
+        if nothing_left(row):
+            for module in record.unread_attention:
+                if module["mechanism"] == "not intercepted" and module["name"].startswith(prefix + "."):
+                    module["read_by"] = name
+    record.seconds = time.perf_counter() - start
+    return [record, *rows]
+
+
+def unread_towers(model, record: FamilyAudit) -> dict[str, torch.nn.Module]:
+    """Name -> module of the innermost parts with a config of their own (a tower) that hold an attention module
+    the record left unread ("not intercepted")."""
+    from transformers import PreTrainedModel
+
+    found: dict[str, torch.nn.Module] = {}
+    for module in record.unread_attention:
+        if module["mechanism"] != "not intercepted" or module.get("read_by"):
+            continue
+        parts = module["name"].split(".")
+        for end in range(len(parts) - 1, 0, -1):
+            prefix = ".".join(parts[:end])
+            part = model.get_submodule(prefix)
+            config = getattr(part, "config", None)
+            if config is not None and config is not model.config and isinstance(part, PreTrainedModel) \
+                    and not any(prefix.startswith(other + ".") for other in found):
+                found.setdefault(prefix, part)
+                break
     return found

@@ -773,8 +773,9 @@ def check_callable(attn_fn, spec: str, d_k: int) -> None:
 # ---------------------------------------------------------------------------------------
 # A whole audit: families or a folder.
 
-def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
-    """A local model folder: its safetensors weights if it has them, else random init from its config."""
+def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_model: bool = False):
+    """A local model folder: its safetensors weights if it has them, else random init from its config (with
+    ``keep_model``: the record and the model it was read from; its towers: :func:`.composite_rows.folder_rows`)."""
     from transformers import AutoModel
 
     start = time.perf_counter()
@@ -811,6 +812,6 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> Famil
         with quiet_transformers(), torch_threads(1):
             result = judged_far(result, positions.folder_row(far, model))
     result.seconds = time.perf_counter() - start
-    return result
+    return (result, model) if keep_model else result
 
 

@@ -18,7 +18,7 @@ from ..errors import UserError
 from ..probing.loading import check_model_dir, check_weights, quiet_transformers
 from . import composite_rows, families
 from .compose import compose, nothing_left, unread_text
-from .measure import audit_family, audit_folder
+from .measure import audit_family
 from .record import COVERED, FAILING, AuditVerdict, FamilyAudit, Skip, Status, is_measured, partly_read
 from .towers import attending
 from .verdicts import CAP_TOL, DEFAULT_BACKENDS, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, family_row
@@ -88,7 +88,7 @@ def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
 def item_rows(item, backends, seed: int) -> list[FamilyAudit]:
     kind, name = item
     if kind == "folder":
-        return [audit_folder(name, backends, seed)]
+        return composite_rows.folder_rows(name, backends, seed)
     result = audit_family(name, backends, seed)
     towers = [t for t in attending(result.towers) if t["model_type"] and not t["own"]
               and (result.status == "skipped" or f"{name}.{t['name']}" in result.relies_on)]

@@ -342,12 +342,13 @@ def other_mechanisms(rows: list[dict]) -> str:
 
 def unread_mechanisms(unread: list[dict]) -> list[str]:
     """The attention modules no row reads, grouped by class: what each computes where it is known."""
-    by_class: dict[str, list[dict]] = {}
+    by_class: dict[tuple, list[dict]] = {}
     for module in unread:
-        by_class.setdefault(module["class"], []).append(module)
+        by_class.setdefault((module["class"], module.get("read_by", "")), []).append(module)
     return [f"{modules[0]['mechanism'].split(':')[0]} ({name} x{len(modules)}, no q.k)"
-            if modules[0]["mechanism"] != "not intercepted" else f"not intercepted: {name} x{len(modules)}"
-            for name, modules in by_class.items()]
+            if modules[0]["mechanism"] != "not intercepted" else
+            f"{name} x{len(modules)} read by {read_by}" if read_by else f"not intercepted: {name} x{len(modules)}"
+            for (name, read_by), modules in by_class.items()]
 
 
 def family_row(result, backends) -> dict:

@@ -1,0 +1,63 @@
+"""A model folder of a composite: its towers (parts built from sub-configs of their own) measured inside the
+folder's audit, so that "ok" covers every attention module it has; and the whole audit's verdict from its rows."""
+
+from __future__ import annotations
+
+import json
+
+from attnscale.audit import composite_rows, families, pipeline
+from attnscale.audit.record import FamilyAudit, Skip, Status
+
+from audit_helpers import run_cli
+
+
+def composite_folder(tmp_path, model_type: str) -> str:
+    families.build_whole(model_type, 0).config.save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_a_composite_folder_measures_its_vision_tower(tmp_path, capsys):
+    rows = composite_rows.folder_rows(composite_folder(tmp_path, "llava"), ("eager",))
+    folder, tower = rows
+    assert tower.family == f"{folder.family}.vision_tower" and tower.tower_of == folder.family
+    assert tower.verdict == "ok" and len(tower.layers) == 2 and all(row["name"].startswith("encoder.layers.") for row in tower.layers)
+    clip = [u for u in folder.unread_attention if u["class"] == "CLIPAttention"]
+    assert clip and all(u["read_by"] == tower.family for u in clip)
+    code, out, _ = run_cli(["audit", str(tmp_path), "--backends", "eager", "--json"], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["verdict"] == "ok" and [r["verdict"] for r in report["rows"]] == ["ok", "ok"]
+
+
+def test_a_tower_left_unmeasured_leaves_the_folder_incomplete(tmp_path, monkeypatch, capsys):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("a tower that cannot be run")
+
+    real = composite_rows.measure.audit_model
+    calls = []
+
+    def only_the_folder(model, family, *args, **kwargs):
+        calls.append(family)
+        return real(model, family, *args, **kwargs) if len(calls) == 1 else refuse()
+
+    monkeypatch.setattr(composite_rows.measure, "audit_model", only_the_folder)
+    code, out, _ = run_cli(["audit", composite_folder(tmp_path, "llava"), "--backends", "eager", "--json"], capsys)
+    report = json.loads(out)
+    folder, tower = report["families"]
+    assert tower["status"] == "skipped" and "a tower that cannot be run" in tower["reason"]
+    assert folder["verdict"] == "incomplete" and "2 of 4 attention modules measured" in folder["findings"][-1]
+    assert code == 3 and report["verdict"] == "incomplete"
+
+
+def test_the_whole_audits_verdict():
+    def record(name, verdict="ok", status=Status.AUDITED, tower_of="", skip=Skip.NONE):
+        return FamilyAudit(name, status=status, verdict=verdict, tower_of=tower_of, skip=skip)
+
+    assert pipeline.overall_verdict([record("a"), record("b.t", tower_of="b")])["verdict"] == "ok"
+    failing = pipeline.overall_verdict([record("a"), record("b.t", "mismatch", tower_of="b")])
+    assert failing["verdict"] == "mismatch" and failing["failing"] == ["b.t"] and failing["exit_code"] == 1
+    incomplete = pipeline.overall_verdict([record("a", "incomplete"), record("cnn", "not measured", Status.SKIPPED,
+                                                                           skip=Skip.NO_ATTENTION)])
+    assert incomplete["verdict"] == "incomplete" and incomplete["incomplete"] == ["a"] and incomplete["exit_code"] == 3
+    skipped = pipeline.overall_verdict([record("needs_timm", "not measured", Status.SKIPPED)])
+    assert skipped["verdict"] == "incomplete"  # skipped for a missing package: not every attention module measured
+    assert pipeline.overall_verdict([record("c", "covered by its towers", Status.COVERED)])["verdict"] == "ok"
