@@ -106,3 +106,12 @@ def test_qk_norm_layers_without_a_whole_path_get_a_declared_logit(family, layers
     assert len(read) == layers and result.verdict == "ok", result.findings
     for row in read:
         assert row["inputs"]["cosine_temperature"] == pytest.approx(row["declared"]["cosine_temperature"], rel=1e-2)
+
+
+def test_a_factor_of_zero_is_never_ok_even_where_declared():
+    """A key multiplier of 0 (every logit 0, attention uniform) agrees with a config that declares it, and is still
+    a finding: such attention cannot focus."""
+    zero = constructed(function_factor=0.0, path_factor=0.0, sdpa_factor=0.0)
+    zero.layers[0]["declared"].update(function=0.0, path_first=0.0, path_last=0.0)
+    verdicts.judge_family(zero, ("eager", "sdpa"))
+    assert zero.verdict == "mismatch" and "attention is uniform" in zero.findings[0]

@@ -23,6 +23,7 @@ FACTOR_TOL = 1e-3  # measured and declared factors agree within 0.1%
 CAP_TOL = 0.05  # soft caps agree within 5%
 PARITY_TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # max |diff| / max |eager|
 DEPENDENCE_TOL = 1e-3  # the factor moves by more than 0.1% across queries, positions or lengths
+ZERO_FACTOR = 1e-12  # a factor this small leaves every logit equal: uniform attention
 VERDICTS = tuple(v.value for v in AuditVerdict if v != AuditVerdict.COVERED)
 
 
@@ -50,6 +51,10 @@ def layer_findings(row: dict, backend: str) -> list[str]:
     """What disagrees with the config in one layer under one backend."""
     entry, declared = row["backends"][backend], row["declared"]
     found = []
+    applied = judged_factor(entry)
+    if applied is not None and abs(applied) <= ZERO_FACTOR:  # as declared or not: such attention cannot focus
+        found.append(f"{row['name']}: the factor on q.k is {applied:.3g}: every logit is equal and attention is "
+                     "uniform whatever q and k (a key or query multiplier of 0?)")
     function_factor = entry["function"].get("factor")
     path = None if clipped(row, backend) or "ROUNDED_KEYS" in declared.get("rules", ()) else entry.get("path")
     if path and (path["form"] == "linear" or last_only(path)):
