@@ -309,8 +309,27 @@ def test_a_repo_id_in_the_hub_cache_resolves_offline(tmp_path, monkeypatch, caps
     assert check_model_dir("someone/tiny-llama") == snapshot
     code, out, _ = run(["audit", "someone/tiny-llama", "--backends", "eager", "--json"], capsys)
     report = json.loads(out)
-    assert code == 0 and report["rows"][0]["family"].startswith(f"{snapshot.name} (llama") and report["verdict"] == "ok"
+    assert code == 0 and report["rows"][0]["family"].startswith("someone/tiny-llama (llama") and report["verdict"] == "ok"
     code, _, err = run(["audit", "someone/not-downloaded", "--backends", "eager"], capsys)
     assert code == 2 and "holds no repo 'someone/not-downloaded'" in err and err.count("\n") == 1
     code, _, err = run(["diagnose", "someone/not-downloaded"], capsys)
     assert code == 2 and "holds no repo 'someone/not-downloaded'" in err
+
+
+class AttnBlock(nn.Module):
+    """An attention-named block holding a self-attention and a cross-attention that runs only with encoder states."""
+
+    def __init__(self):
+        super().__init__()
+        self.self_attn, self.cross_attn = NanoAttention(), NanoAttention()
+
+    def forward(self, x, encoder_states=None):
+        y = self.self_attn(x)
+        return y if encoder_states is None else y + self.cross_attn(encoder_states)
+
+
+def test_a_silent_attention_inside_an_attention_block_is_named():
+    alone = attnscale.probe(AttnBlock(), x_input())
+    assert alone.verdict == "incomplete" and [(m.name, m.verdict) for m in alone.modules] == [
+        ("", "ok"), ("cross_attn", "not measured")]
+    assert attnscale.probe(AttnBlock(), (x_input(), x_input(4))).summary() == "ok: 1 of 1 attention modules measured"

@@ -14,6 +14,7 @@ Three rules, in this order:
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from . import families
@@ -31,7 +32,8 @@ def nothing_left(record: FamilyAudit) -> bool:
     (none left "not intercepted": an inline SAM encoder beside a tower's intercepted encoder), covered,
     without attention, or with no softmax over q.k."""
     unread = any(u.get("mechanism") == "not intercepted" for u in record.unread_attention)
-    return (is_measured(record) and not unread or record.status == Status.COVERED
+    judged = record.verdict != AuditVerdict.INCOMPLETE  # a layer it could not judge (QK-norm with no declared logit)
+    return (is_measured(record) and not unread and judged or record.status == Status.COVERED
             or record.status == Status.SKIPPED and record.skip in (Skip.NO_ATTENTION, Skip.NO_SOFTMAX))
 
 
@@ -95,9 +97,7 @@ def completed(records: list[FamilyAudit]) -> list[FamilyAudit]:
         unread = unread_here(record.unread_attention)
         if record.verdict == AuditVerdict.OK and unread:
             measured = len({layer["name"] for layer in record.layers})
-            by_class: dict[str, int] = {}
-            for module in unread:
-                by_class[module["class"]] = by_class.get(module["class"], 0) + 1
+            by_class = Counter(module["class"] for module in unread)
             record = replace(record, verdict=AuditVerdict.INCOMPLETE, findings=[
                 *record.findings, f"{measured} of {measured + len(unread)} attention modules measured; not measured: "
                 + ", ".join(f"{name} x{count} (not intercepted)" for name, count in by_class.items())])

@@ -773,6 +773,14 @@ def check_callable(attn_fn, spec: str, d_k: int) -> None:
 # ---------------------------------------------------------------------------------------
 # A whole audit: families or a folder.
 
+def folder_name(path: Path) -> str:
+    """The folder's name, or a hub cache snapshot's repo id (``models--org--name/snapshots/REV`` -> org/name)."""
+    repo = path.parent.parent.name
+    if path.parent.name == "snapshots" and repo.startswith("models--"):
+        return repo.removeprefix("models--").replace("--", "/")
+    return path.name
+
+
 def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_model: bool = False):
     """A local model folder: its safetensors weights if it has them, else random init from its config (with
     ``keep_model``: the record and the model it was read from; its towers: :func:`.composite_rows.folder_rows`)."""
@@ -799,18 +807,23 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_mod
                                                   trust_remote_code=False, use_safetensors=True).eval()
             except BUILD_ERRORS as error:
                 raise UserError(f"could not load the model in {str(path)!r}: {families.first_line(error)}") from None
-            label = f"{path.name} ({config.model_type}, weights)"
+            label = f"{folder_name(path)} ({config.model_type}, weights)"
         else:
             try:
                 model = families.build(config, seed, max_parameters=parameters, max_composite=parameters)
             except families.Skip as reason:
                 raise UserError(f"{str(path)!r}: {reason}") from None
-            label = f"{path.name} ({config.model_type}, random init)"
+            label = f"{folder_name(path)} ({config.model_type}, random init)"
     result = audit_model(model.float(), label, backends, seed)
     far = positions.far_entry(config.model_type)
     if far is not None and result.status == Status.AUDITED:
         with quiet_transformers(), torch_threads(1):
-            result = judged_far(result, positions.folder_row(far, model))
+            try:
+                row = positions.folder_row(far, model)
+            except Exception as error:  # noqa: BLE001 - third-party model code at far positions: its failure is a reason
+                row = {"family": far.family, "verdict": "not measured",
+                       "reason": f"{type(error).__name__}: {families.first_line(error)[:200]}"}
+            result = judged_far(result, row)
     result.seconds = time.perf_counter() - start
     return (result, model) if keep_model else result
 

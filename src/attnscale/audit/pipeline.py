@@ -180,9 +180,10 @@ def overall_verdict(results: list[FamilyAudit]) -> dict:
     from ..scale_check import EXIT_CODES, ModelVerdict
 
     failing = [r.family for r in results if r.verdict in FAILING]
-    incomplete = [r.family for r in results if not r.tower_of and r.skip not in (Skip.NO_ATTENTION, Skip.NO_SOFTMAX)
+    incomplete = [r.family for r in results if r.skip not in (Skip.NO_ATTENTION, Skip.NO_SOFTMAX)
                   and r.status != Status.COVERED and r.verdict not in FAILING
-                  and (r.status == Status.SKIPPED or r.verdict != AuditVerdict.OK)]
+                  and (r.verdict == AuditVerdict.INCOMPLETE
+                       or not r.tower_of and (r.status == Status.SKIPPED or r.verdict != AuditVerdict.OK))]
     overall = ModelVerdict.MISMATCH if failing else ModelVerdict.INCOMPLETE if incomplete else ModelVerdict.OK
     return {"verdict": str(overall), "exit_code": EXIT_CODES[overall], "failing": failing, "incomplete": incomplete}
 

@@ -246,29 +246,23 @@ def stepping_positions(step, positions=POSITIONS) -> list[int]:
     number or one per head) first reaches its value at P, with the position before it; and so for its first step
     away from its value at 0, where a step is largest.  There p and p + 1 give different factors, so a formula off
     by one position shows (at P = 8,192 a floor at 8,192 does not step)."""
-    def first_reaching(target, top: int) -> int:
+    def first_where(holds, top: int) -> int:
+        """The first position in [0, top] where ``holds`` (true from there on up to ``top``)."""
         low, high = 0, top
         while low < high:
             middle = (low + high) // 2
-            if step(middle) == target:
-                high = middle
-            else:
-                low = middle + 1
+            low, high = (low, middle) if holds(middle) else (middle + 1, high)
         return low
 
     found = set(positions)
     for top in positions:
-        found |= {first_reaching(step(top), top) - 1, first_reaching(step(top), top)}
+        target = step(top)
+        first = first_where(lambda p: step(p) == target, top)
+        found |= {first - 1, first}
     at_zero, top = step(0), max(positions)
     if step(top) != at_zero:  # the first position past every one with the factor at 0
-        low, high = 0, top
-        while low < high:
-            middle = (low + high) // 2
-            if step(middle) != at_zero:
-                high = middle
-            else:
-                low = middle + 1
-        found |= {low - 1, low}
+        first = first_where(lambda p: step(p) != at_zero, top)
+        found |= {first - 1, first}
     return sorted(p for p in found if p >= 1)
 
 

@@ -24,6 +24,7 @@ import typer
 
 from ..backends import DEFAULT_BACKENDS
 from ..errors import UserError
+from ..terminal import say
 from . import options
 
 MAX_HEAD_DIM = 65536
@@ -116,19 +117,17 @@ def print_callable(report: dict, console) -> None:
                       f", factor by key count {port['key_counts']}: {port['verdict']}", markup=False, highlight=False,
                       soft_wrap=True)
         for finding in port["findings"]:
-            console.print(f"  {finding}", markup=False, highlight=False, soft_wrap=True)
+            say(f"  {finding}", console)
 
 
-def callable_exit_code(port: dict, strict: bool) -> int:
-    from ..scale_check import ModelVerdict, exit_code
+def with_callable(report: dict) -> dict:
+    """The audit's verdict and exit code with the --callable's verdict folded in (a mismatch of either fails it)."""
+    from ..scale_check import EXIT_CODES, model_verdict
 
-    verdict = {"ok": ModelVerdict.OK, "mismatch": ModelVerdict.MISMATCH}.get(port["verdict"], ModelVerdict.INCOMPLETE)
-    return exit_code(verdict, strict)
-
-
-def worst(*codes: int) -> int:
-    """The exit code of several checks: a failure (1) over incomplete (3) over ok (0)."""
-    return max(codes, key=lambda code: (code == 1, code))
+    verdicts = [report["callable"]["verdict"]] + ([] if "rows" not in report else
+                                                 [{"ok": "ok", "mismatch": "mismatch"}.get(report["verdict"], "not measured")])
+    overall = model_verdict(verdicts)
+    return {**report, "verdict": str(overall), "exit_code": EXIT_CODES[overall]}
 
 
 def emit(report: dict, out: Path | None, as_json: bool, show) -> None:
@@ -224,10 +223,11 @@ def register(app: typer.Typer) -> None:
         start = time.perf_counter()
         if port is not None and target is None:  # the function alone, at --head-dim
             with holding_out():
-                report = {"callable": audit_api.audit_callable(port, head_dim, callable_spec, expect=expect).to_dict(),
-                          "seconds": time.perf_counter() - start}
+                report = with_callable({"callable": audit_api.audit_callable(port, head_dim, callable_spec,
+                                                                             expect=expect).to_dict(),
+                                        "seconds": time.perf_counter() - start})
                 emit(report, out, as_json, lambda: print_table(report))
-            raise typer.Exit(callable_exit_code(report["callable"], strict))
+            raise typer.Exit(exit_code(ModelVerdict(report["verdict"]), strict))
         plan = pipeline.plan(target)
         workers = pipeline.workers_within_memory(pipeline.parallel_workers(plan, workers or os.cpu_count() or 1),
                                                  chosen=workers > 0)
@@ -244,6 +244,6 @@ def register(app: typer.Typer) -> None:
                 reference = next((r for r in results if r.layers), None)
                 d_k = reference.layers[0]["d_k"] if reference else head_dim
                 report["callable"] = audit_api.audit_callable(port, d_k, callable_spec, reference, expect).to_dict()
+                report = with_callable(report)
             emit(report, out, as_json, lambda: print_table(report))
-        code = exit_code(ModelVerdict(report["verdict"]), strict)
-        raise typer.Exit(worst(code, callable_exit_code(report["callable"], strict)) if port is not None else code)
+        raise typer.Exit(exit_code(ModelVerdict(report["verdict"]), strict))

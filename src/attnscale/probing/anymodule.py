@@ -116,7 +116,8 @@ class ModuleProbe:
 
     def summary(self) -> str:
         """The verdict in one line: "ok: 2 of 2 attention modules measured", "incomplete: 1 of 2 ..."."""
-        return f"{self.verdict}: {self.measured} of {len(self.modules)} attention modules measured"
+        unread = f", {len(self.unread)} softmax not read" if self.unread and (self.calls or self.modules) else ""
+        return f"{self.verdict}: {self.measured} of {len(self.modules)} attention modules measured{unread}"
 
     def findings(self) -> list[str]:
         """Each module's mismatch or why it was not measured, then what no call could be read for."""
@@ -220,9 +221,9 @@ def _softmax_read(where: str, logits: torch.Tensor, product) -> AttentionRead:
     d_k = a.shape[-1]
     flat_logits, flat_out = logits.reshape(-1).double(), out.reshape(-1).double()
     read = AttentionRead(where, "softmax(q·k)", d_k, None)
-    nan = int(torch.isnan(flat_logits).sum())
-    if nan:
-        read.form, read.detail = "not finite", f"{nan} of {flat_logits.numel()} logits are NaN"
+    broken = int((torch.isnan(flat_logits) | torch.isposinf(flat_logits)).sum())  # -inf is a mask, NaN and +inf not
+    if broken:
+        read.form, read.detail = "not finite", f"{broken} of {flat_logits.numel()} logits are NaN or +inf"
         return read
     if bool((flat_out == 0).all()):
         read.form, read.detail = "uniform", "q·k is 0 at every entry (a zero query or key): attention is uniform " \
@@ -369,7 +370,7 @@ def assert_scaled(module: torch.nn.Module, example_input, expect: str | float = 
     read = probe(module, example_input, expect=expect, **forward_kwargs)
     if read.verdict == ModelVerdict.MISMATCH or (strict and not read.ok):
         raise AssertionError(f"{read.module}: {read.summary()}, expected {read.expect}:\n  " +
-                             "\n  ".join(read.findings() or read.unread))
+                             "\n  ".join(read.findings()))
     return read
 
 
@@ -378,21 +379,18 @@ NEVER_CALLED = "made no attention call on this input (a cross-attention given no
 NOT_MEASURED_WHY = {
     "additive term": "an additive term (a bias or position term) beside the factor: {detail}",
     "varies per query row": "the factor moves with the query row: {detail}",
-    "uniform": "{detail}",
-    "not read": "{detail}",
 }
 
 
 def attention_modules(module: torch.nn.Module) -> list[tuple[str, str]]:
-    """(name, class) of the outermost modules whose class is an attention: by its name, or torch's
-    nn.MultiheadAttention; "" is the module itself."""
-    found: list[tuple[str, str]] = []
-    for name, sub in module.named_modules():
-        if any(outer == "" or name.startswith(outer + ".") for outer, _ in found):
-            continue
-        if isinstance(sub, torch.nn.MultiheadAttention) or ATTENTION_CLASS.search(type(sub).__name__):
-            found.append((name, type(sub).__name__))
-    return found
+    """(name, class) of every module whose class is an attention: by its name, or torch's nn.MultiheadAttention;
+    "" is the module itself.  Outer ones come before the ones inside them."""
+    return [(name, type(sub).__name__) for name, sub in module.named_modules()
+            if isinstance(sub, torch.nn.MultiheadAttention) or ATTENTION_CLASS.search(type(sub).__name__)]
+
+
+def inside(name: str, outer: str) -> bool:
+    return outer == "" or name == outer or name.startswith(outer + ".")
 
 
 def judge_call(read: AttentionRead, expected: Expectation) -> None:
@@ -414,13 +412,24 @@ def judge(result: ModuleProbe, module: torch.nn.Module, expected: Expectation) -
     """One verdict per attention module (a call outside every attention module counts as its own), and the
     module's: ok only when every one was measured and matches."""
     result.expect = expected.spec
-    units = {name: AttentionModule(name, cls) for name, cls in attention_modules(module)}
+    every = attention_modules(module)
+    outermost = [(name, cls) for name, cls in every if not any(other != name and inside(name, other)
+                                                               for other, _ in every)]
+
+    def called(name: str) -> bool:
+        return any(inside(read.module, name) for read in result.calls)
+
+    # an attention module inside another that made no call (a block's cross-attention never fed) counts on its own,
+    # not measured: its sibling's call must not stand for it (the outermost such, inside a module that made calls)
+    quiet = [(name, cls) for name, cls in every if (name, cls) not in outermost and not called(name)]
+    silent = [(name, cls) for name, cls in quiet if not any(other != name and inside(name, other) for other, _ in quiet)
+              and all(called(outer) for outer, _ in outermost if inside(name, outer))]
+    units = {name: AttentionModule(name, cls) for name, cls in outermost + silent}
     classes = {name: type(sub).__name__ for name, sub in module.named_modules()}
     owners = []
     for read in result.calls:
         judge_call(read, expected)
-        owner = next((name for name in units if name == "" or read.module == name
-                      or read.module.startswith(name + ".")), None)
+        owner = next((name for name, _ in outermost if inside(read.module, name)), None)
         if owner is None:
             owner = read.module
             units.setdefault(owner, AttentionModule(owner, classes.get(owner, result.module)))

@@ -198,8 +198,8 @@ def check_weights(path: Path, required: bool) -> bool:
 def check_model_dir(model_dir) -> Path:
     """The folder as a Path, after checking it is a model folder that runs no code of its own."""
     path = default_model_path() if model_dir is None else Path(model_dir).expanduser()
-    if not path.exists() and cached_snapshot(str(model_dir)) is not None:  # org/name, downloaded before
-        path = cached_snapshot(str(model_dir))
+    if not path.exists():  # org/name, downloaded before
+        path = cached_snapshot(str(model_dir)) or path
     if not path.exists():
         repo = (f", and the Hugging Face cache ({str(hub_cache())!r}) holds no repo {str(model_dir)!r}"
                 if is_repo_id(str(model_dir)) else "")

@@ -9,7 +9,7 @@ import torch
 from ..errors import UserError
 from ..runtime import import_target
 from ..scale_check import expectation
-from ..terminal import print_table
+from ..terminal import print_table, say
 from .anymodule import probe
 
 ACCEPTED = "accepted: pkg.mod:factory, a function or class that returns an nn.Module when called with no arguments"
@@ -87,7 +87,7 @@ def print_probe(report: dict, console) -> None:
                       number(call["q_scale"]), number(call["k_scale"]), number(measured), number(call["expected"]),
                       call["form"] + (f": {call['detail']}" if call["detail"] else ""), call["q_from"], call["verdict"])
     print_table(table, console)
-    line = lambda text: console.print(text, markup=False, highlight=False, soft_wrap=True)  # noqa: E731
+    line = lambda text: say(text, console)  # noqa: E731
     for module in report["modules"]:
         if module["verdict"] != "ok":
             for finding in module["findings"]:
