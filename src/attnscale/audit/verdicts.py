@@ -15,11 +15,12 @@ import math
 import torch
 
 from ..backends import DEFAULT_BACKENDS  # noqa: E402,F401 - the attention implementations compared
+from ..scale_check import FACTOR_TOL  # measured and declared factors agree within 0.1%, as a module's expectation
 from .qk_norm import COSINE_TOL
 from .record import AuditVerdict, FamilyAudit
 
 NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
-FACTOR_TOL = 1e-3  # measured and declared factors agree within 0.1%
+
 CAP_TOL = 0.05  # soft caps agree within 5%
 PARITY_TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # max |diff| / max |eager|
 DEPENDENCE_TOL = 1e-3  # the factor moves by more than 0.1% across queries, positions or lengths
