@@ -61,3 +61,26 @@ def test_the_whole_audits_verdict():
     skipped = pipeline.overall_verdict([record("needs_timm", "not measured", Status.SKIPPED)])
     assert skipped["verdict"] == "incomplete"  # skipped for a missing package: not every attention module measured
     assert pipeline.overall_verdict([record("c", "covered by its towers", Status.COVERED)])["verdict"] == "ok"
+
+
+def test_a_tower_beyond_the_budget_is_named_not_run(tmp_path, monkeypatch, capsys):
+    """A tower at its own sizes whose designed pass would cost more than the audit spends (Mllama's 448-pixel
+    vision model: about 100 TFLOP) is named with its cost, and leaves the folder incomplete instead of running
+    for many minutes."""
+    monkeypatch.setattr(composite_rows, "TOWER_FLOP_BUDGET", 1e6)
+    code, out, _ = run_cli(["audit", composite_folder(tmp_path, "llava"), "--backends", "eager", "--json"], capsys)
+    folder, tower = json.loads(out)["families"]
+    assert tower["status"] == "skipped" and "TFLOP" in tower["reason"] and "not audited at its own sizes" in tower["reason"]
+    assert folder["verdict"] == "incomplete" and code == 3
+
+
+def test_designed_passes_that_do_not_fit_in_memory_are_not_run(monkeypatch):
+    """The whole path's designed passes (14 designs at once) are sized from the plain pass before they run; where
+    they would not fit, the whole path is named as not measured and the factor is read from the function alone."""
+    from attnscale.audit import measure
+
+    monkeypatch.setattr(measure, "fits", lambda needed: False)
+    result = measure.audit_family("llama", ("eager",))
+    assert all(row["backends"]["eager"]["path"] is None for row in result.layers)
+    assert "the designed passes would need about" in result.layers[0]["path_missing"]
+    assert result.verdict == "ok"  # the attention function's factor is still read and judged

@@ -45,6 +45,7 @@ class Feeding:
     # whole merges into its ids at placeholder tokens (Aria's image, Fun-ASR-Nano's audio; composite_rows)
     media: list = field(default_factory=list)
     unpinned: set = field(default_factory=set)  # ids of the configs whose RoPE numbered its own positions in a pass
+    too_large: str = ""  # why the designed passes were not run: what they would need beside the free memory
 
     def known(self, name: str):
         """The field's value, None where it is still :data:`UNKNOWN`."""

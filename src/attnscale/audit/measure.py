@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
-from ..memory import require_memory
+from ..memory import fits, format_bytes, require_memory
 from ..scale_check import Verdict, expectation, judge_factor
 from ..probing.intercept import (final_hidden, intercept_attention, run_attention, set_attn_implementation,
                                  uncompiled_flex)
@@ -260,8 +260,32 @@ def backend_pass(model, feeding: Feeding, backend: str, reference_hidden, inputs
             factor = result.get("factor")
             scale = abs(factor) if factor and math.isfinite(factor) else call.query.shape[-1] ** -0.5
             units.setdefault(id(call.module), min(0.1 / scale, units.get("clip", math.inf) / 4))
-        layouts, main = choose_layouts(model, feeding, backend, calls, units)
+        feeding.too_large = designs_too_large(calls)
+        layouts, main = ({}, None) if feeding.too_large else choose_layouts(model, feeding, backend, calls, units)
     return calls, hidden, parity, functions, path_results(model, feeding, backend, calls, layouts, units, main), layouts
+
+
+def designed_pass_bytes(calls, designs: int) -> int:
+    """What one pass of ``designs`` designed inputs holds at its peak, from the plain pass's attention calls: each
+    call's logits, probabilities and a copy (float32, per head and query-key pair) and its q, k, v and output, for
+    every design; the intercept keeps every call of the pass."""
+    total = 0
+    for call in calls:
+        heads, queries, width = call.query.shape[-3], call.query.shape[-2], call.query.shape[-1]
+        keys = call.key.shape[-2]
+        total += designs * heads * (3 * queries * keys + 2 * (queries + 2 * keys) * width) * 4
+    return total
+
+
+def designs_too_large(calls) -> str:
+    """Why the whole path is not driven on this model ("" where its designed passes fit in the free memory): a
+    large tower at its own image size (Mllama's vision model: 1,025 patches over 40 layers) would need tens of GB."""
+    needed = designed_pass_bytes(calls, len(whole_path.DESIGNS))
+    if fits(needed):
+        return ""
+    return (f"the designed passes would need about {format_bytes(needed)} ({len(calls)} attention calls of up to "
+            f"{max(call.query.shape[-2] for call in calls)} queries, {len(whole_path.DESIGNS)} designs), more than the "
+            "free memory holds: the whole path is not measured")
 
 
 # ---------------------------------------------------------------------------------------
@@ -576,8 +600,8 @@ def layer_rows(model, feeding: Feeding, family: str, measured: dict) -> list[dic
                "declared": declared.to_dict(), "backends": {}, "source": class_location(call.module)}
         declare_cosine(model, call, row, eager_wholes[index])
         if eager_wholes[index] is None:
-            row["path_missing"] = (PACKED if feed.main_input(model) == feed.PATCHES else
-                                   ROTARY_UNPINNED if rotary_unpinned(model, feeding, call.module) else why_no_path(call.module))
+            row["path_missing"] = (feeding.too_large or (PACKED if feed.main_input(model) == feed.PATCHES else
+                                   ROTARY_UNPINNED if rotary_unpinned(model, feeding, call.module) else why_no_path(call.module)))
             row["inputs"] = inputs_read(model, call, row, measured["eager"][1][index])
         for backend, (b_calls, functions, wholes) in measured.items():
             if index < len(b_calls) and b_calls[index].module is call.module:
