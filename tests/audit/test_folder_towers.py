@@ -84,3 +84,12 @@ def test_designed_passes_that_do_not_fit_in_memory_are_not_run(monkeypatch):
     assert all(row["backends"]["eager"]["path"] is None for row in result.layers)
     assert "the designed passes would need about" in result.layers[0]["path_missing"]
     assert result.verdict == "ok"  # the attention function's factor is still read and judged
+
+
+def test_a_folder_the_audit_cannot_run_is_incomplete_not_a_crash(tmp_path, capsys):
+    """PI0's model takes what the audit does not feed: the folder is named as not measured, with the reason (it used
+    to end in an internal error)."""
+    families.whole_config("pi0").save_pretrained(tmp_path)
+    code, out, err = run_cli(["audit", str(tmp_path), "--backends", "eager", "--json"], capsys)
+    row = json.loads(out)["families"][0]
+    assert code == 3 and row["status"] == "skipped" and row["reason"].startswith("audit failed:") and "internal error" not in err

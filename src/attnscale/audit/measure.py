@@ -819,6 +819,9 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_mod
         parameters = families.count_parameters(config)
     except families.Skip as reason:  # no attention module at all
         raise UserError(f"{str(path)!r}: {reason}") from None
+    except ImportError as error:  # a part built from a package that is not installed (timm's backbones)
+        raise UserError(f"the model in {str(path)!r} needs a package that is not installed: "
+                        f"{families.first_line(error)}") from None
     except BUILD_ERRORS as error:
         raise UserError(f"the config in {str(path)!r} cannot be built by the installed transformers: "
                         f"{families.first_line(error)}") from None
@@ -838,7 +841,11 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_mod
             except families.Skip as reason:
                 raise UserError(f"{str(path)!r}: {reason}") from None
             label = f"{folder_name(path)} ({config.model_type}, random init)"
-    result = audit_model(model.float(), label, backends, seed)
+    try:
+        result = audit_model(model.float(), label, backends, seed)
+    except Exception as error:  # noqa: BLE001 - third-party model code that cannot be fed or run: a reason, not a crash
+        result = FamilyAudit(label, type(model).__name__, status=Status.SKIPPED,
+                             reason=f"audit failed: {families.first_line(error)}")
     far = positions.far_entry(config.model_type)
     if far is not None and result.status == Status.AUDITED:
         with quiet_transformers(), torch_threads(1):
