@@ -140,19 +140,19 @@ def agree(measured: float, expected: float, tol: float = FACTOR_TOL) -> bool:
     return math.isfinite(measured) and abs(measured - expected) <= tol * abs(expected)
 
 
+def judged(measured: float, want: float, finding) -> tuple[Verdict, str]:
+    """(ok, "") where ``measured`` agrees with ``want``, else (mismatch, ``finding()``)."""
+    return (Verdict.OK, "") if agree(measured, want) else (Verdict.MISMATCH, finding())
+
+
 def judge_factor(measured: float, expected: Expectation, d_k: int) -> tuple[Verdict, str]:
     """(verdict, finding) for a factor measured on the projections' q·k."""
-    want = expected.factor(d_k)
-    if agree(measured, want):
-        return Verdict.OK, ""
-    return Verdict.MISMATCH, (f"{factor_words(measured, d_k)} where {expected.words(d_k)} was expected "
-                              f"(--expect {expected.spec}, d_k {d_k})")
+    return judged(measured, expected.factor(d_k), lambda: f"{factor_words(measured, d_k)} where {expected.words(d_k)} "
+                  f"was expected (--expect {expected.spec}, d_k {d_k})")
 
 
 def judge_cosine_logit(measured: float, expected: Expectation, d_k: int) -> tuple[Verdict, str]:
     """(verdict, finding) for the logit of a cosine-1 pair read under QK-norm."""
     want = expected.cosine_logit(d_k)
-    if agree(measured, want):
-        return Verdict.OK, ""
-    return Verdict.MISMATCH, (f"QK-norm: the logit of a cosine-1 pair is {measured:.6g} where {want:.6g} was expected "
-                              f"({expected.spec} on unit-RMS q and k, d_k {d_k})")
+    return judged(measured, want, lambda: f"QK-norm: the logit of a cosine-1 pair is {measured:.6g} where {want:.6g} "
+                  f"was expected ({expected.spec} on unit-RMS q and k, d_k {d_k})")
