@@ -31,6 +31,7 @@ from torch import nn
 
 from . import memory, scaling
 from .errors import UserError
+from .observation import Observation
 from .softmax import check_block_size, check_float, check_mask, naive_softmax, stable_softmax, stats_dtype
 
 IMPLS = ("auto", "sdpa", "naive", "stable", "online")
@@ -276,17 +277,6 @@ def attention(
     q, k, factor = prepare_qk(q, k, rule)
     q = with_length_term(q, rule, keys_per_query(q.shape[-2], t_k, mask, causal, q.device))
     return _attend(q, k, v, factor, mask, causal, impl, return_weights, block_size)
-
-
-@dataclass
-class Observation:
-    """What one ScaledAttention forward saw: tensors of shape (B, H, T, d) or (B, H, T, T)."""
-
-    q: torch.Tensor
-    k: torch.Tensor
-    logits: torch.Tensor
-    probs: torch.Tensor
-    factor: float
 
 
 @dataclass

@@ -21,3 +21,12 @@ class WriteError(UserError):
     def __init__(self, message: str, reason: str):
         super().__init__(message)
         self.reason = reason
+
+
+def first_line(error: BaseException) -> str:
+    """The error's type and first line; for a config validator's error ("Class validation error for
+    validator ...:"), the line under it too, which says what was refused."""
+    text = str(error).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or [type(error).__name__]
+    line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return f"{type(error).__name__}: {line}"[:300]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..hub import offline
 from .record import Skip as RecordSkip
 from .known import KNOWN
@@ -680,15 +680,6 @@ def tiny_rope(cls, kwargs: dict) -> dict:
     if half < len(sections):
         return {}
     return {"rope_parameters": {**rope, "mrope_section": shares_of(sections, half)}}
-
-
-def first_line(error: BaseException) -> str:
-    """The error's type and first line; for a config validator's error ("Class validation error for
-    validator ...:"), the line under it too, which says what was refused."""
-    text = str(error).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()] or [type(error).__name__]
-    line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
-    return f"{type(error).__name__}: {line}"[:300]
 
 
 def count_parameters(config) -> int:

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..probing.intercept import model_inputs
 from ..probing.loading import quiet_transformers
 from ..threads import torch_threads
-from . import families
 from .sizes import TINY
 
 TOKENS, LONGER_TOKENS = 8, 24
@@ -73,7 +72,7 @@ def first_inputs(model, feeding: Feeding) -> dict:
                 with torch.no_grad(), quiet_transformers(), torch_threads(1):
                     model(**inputs)
             except Exception as error:  # noqa: BLE001 - a shape the model does not take: try the next
-                refusals.append(f"{tuple(shape)}: {families.first_line(error)}")
+                refusals.append(f"{tuple(shape)}: {first_line(error)}")
                 continue
             feeding.signal_shape = shape
             return inputs
@@ -113,7 +112,7 @@ def refusal_of(model, make_inputs) -> str | None:
             model(**make_inputs())
         return None
     except Exception as error:  # noqa: BLE001 - third-party model code: whatever it raises means it does not run so
-        return families.first_line(error)
+        return first_line(error)
 
 
 

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..attention import Observation
+from ..observation import Observation
 from ..scale_check import Expectation, ModelVerdict, Verdict, expectation, exit_code, judge_cosine_logit, judge_factor, \
     model_verdict
 
@@ -345,7 +345,7 @@ def probe(module: torch.nn.Module, example_input, keep_tensors: bool = False, ex
     ``example_input`` is a tensor or a tuple of positional arguments.  The result's ``ok`` is true only when every
     attention module was measured and applies the expected factor; ``verdict`` is ok, mismatch or incomplete, and
     ``findings()`` says what is not ok.  With ``keep_tensors`` the result also holds each call's q, k, logits and
-    probabilities (:class:`attnscale.attention.Observation`).  Raises TypeError for a module that is not an
+    probabilities (:class:`attnscale.observation.Observation`).  Raises TypeError for a module that is not an
     nn.Module, ValueError for an ``expect`` that is not a rule or a number > 0, or if the module's forward fails
     on the input."""
     expected = expectation(expect)
