@@ -65,3 +65,18 @@ def test_positions_a_cache_cannot_hold_are_named_and_leave_it_incomplete(tmp_pat
     result = measure.audit_folder(llama4_folder(tmp_path, floor_scale=16, attn_scale=0.5), ("eager",))
     assert result.verdict == "incomplete" and 1_048_576 in result.far_positions["not_measured_positions"]
     assert "exceeds" in result.findings[-1]
+
+
+def test_a_composite_folder_is_judged_at_far_positions_on_its_text_model(tmp_path):
+    """A Llama 4 composite (model_type llama4) holds its temperature in the text model's config (llama4_text): the
+    far positions are measured on that part, against its own floor_scale and attn_scale."""
+    from attnscale.audit import families
+
+    config = families.whole_config("llama4")
+    config.text_config.attn_temperature_tuning, config.text_config.floor_scale = True, 16
+    config.text_config.attn_scale = 0.5
+    config.save_pretrained(tmp_path)
+    result = measure.audit_folder(str(tmp_path), ("eager",))
+    far = result.far_positions
+    assert far["verdict"] == "agrees" and {14, 15} <= set(far["positions"]), far.get("reason")
+    assert any(abs(low - 1) > 0.1 for low, _ in far["measured"].values())  # the temperature was on, and read

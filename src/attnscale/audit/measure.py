@@ -797,6 +797,17 @@ def check_callable(attn_fn, spec: str, d_k: int) -> None:
 # ---------------------------------------------------------------------------------------
 # A whole audit: families or a folder.
 
+def far_part(model):
+    """(far-position entry, the part it is measured on): the model itself, or the part built from a sub-config of a
+    far-position family (a Llama 4 composite's text model, llama4_text); (None, None) where there is none."""
+    for part in (model, *model.modules()):
+        config = getattr(part, "config", None)
+        far = positions.far_entry(getattr(config, "model_type", None) or "") if config is not None else None
+        if far is not None and hasattr(part, "forward"):
+            return far, part
+    return None, None
+
+
 def folder_name(path: Path) -> str:
     """The folder's name, or a hub cache snapshot's repo id (``models--org--name/snapshots/REV`` -> org/name)."""
     repo = path.parent.parent.name
@@ -846,14 +857,14 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_mod
     except Exception as error:  # noqa: BLE001 - third-party model code that cannot be fed or run: a reason, not a crash
         result = FamilyAudit(label, type(model).__name__, status=Status.SKIPPED,
                              reason=f"audit failed: {families.first_line(error)}")
-    far = positions.far_entry(config.model_type)
+    far, part = far_part(model)
     if far is not None and result.status == Status.AUDITED:
         with quiet_transformers(), torch_threads(1):
             try:
-                row = positions.folder_row(far, model)
+                row = positions.folder_row(far, part)
             except Exception as error:  # noqa: BLE001 - third-party model code at far positions: its failure is a reason
                 row = {"family": far.family, "verdict": "not measured",
-                       "reason": f"{type(error).__name__}: {families.first_line(error)[:200]}"}
+                       "reason": families.first_line(error)[:200]}
             result = judged_far(result, row)
     result.seconds = time.perf_counter() - start
     return (result, model) if keep_model else result
