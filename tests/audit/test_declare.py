@@ -85,14 +85,15 @@ def test_every_multiplier_and_rounding_quotes_a_line_of_the_families_that_name_i
 
 
 def test_every_rule_a_family_declares_by_name_is_in_its_source():
-    """A factor rule a family's entry declares by name (T5's convention, stated in a comment of T5's attention, not
-    in code) is a rule of FACTOR_RULES, and its quoted line is in each such family's own modeling files."""
+    """A rule a family's entry declares by name (T5's convention, stated in a comment of T5's attention, not in code;
+    Phi-MoE's mscale, in its rotary rather than its attention class) is a rule of FACTOR_RULES or one a modifier
+    reads, and its quoted line is in each such family's own modeling files."""
     from attnscale.audit.declared import FACTOR_RULES, RULES, family_source
     from attnscale.audit.known import KNOWN
 
-    rule_names = {rule.name for rule in FACTOR_RULES}
+    rule_names = {rule.name for rule in FACTOR_RULES} | {"BATCH_MSCALE"}  # BATCH_MSCALE: rope_gain reads it
     declaring = [entry for entry in KNOWN if entry.declares]
-    assert {entry.key for entry in declaring} >= {"t5", "mt5", "longt5", "udop"}
+    assert {entry.key for entry in declaring} >= {"t5", "mt5", "longt5", "udop", "phimoe"}
     for entry in declaring:
         for name in entry.declares:
             assert name in rule_names and RULES[name].in_code(family_source(entry.key)), (entry.key, name)

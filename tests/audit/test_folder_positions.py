@@ -80,3 +80,35 @@ def test_a_composite_folder_is_judged_at_far_positions_on_its_text_model(tmp_pat
     far = result.far_positions
     assert far["verdict"] == "agrees" and {14, 15} <= set(far["positions"]), far.get("reason")
     assert any(abs(low - 1) > 0.1 for low, _ in far["measured"].values())  # the temperature was on, and read
+
+
+def phimoe_longrope_folder(tmp_path, short_mscale: float, long_mscale: float) -> str:
+    from attnscale.audit import families
+
+    config = families.tiny_config("phimoe")
+    half = config.hidden_size // config.num_attention_heads // 2
+    config.rope_parameters = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * half,
+                              "long_factor": [2.0] * half, "short_mscale": short_mscale, "long_mscale": long_mscale,
+                              "original_max_position_embeddings": 1024}
+    config.max_position_embeddings = 131072
+    config.save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("short_mscale", [1.0, 1.1])
+def test_a_factor_set_by_the_whole_batch_is_measured_one_position_a_pass(tmp_path, monkeypatch, short_mscale):
+    """Phi-MoE's rotary multiplies cos and sin by long_mscale once the batch's largest position id passes
+    original_max_position_embeddings, else short_mscale, and discards LongRoPE's attention factor: the far designs
+    run in a pass of their own, and the declaration follows the code (short_mscale^2 at position 0), not the RoPE
+    type's attention factor (0.425 here)."""
+    folder = phimoe_longrope_folder(tmp_path, short_mscale, 1.25)
+    result = measure.audit_folder(folder, ("eager",))
+    row = result.layers[0]
+    path = row["backends"]["eager"]["path"]
+    assert result.verdict == "ok" and "BATCH_MSCALE" in row["declared"]["rules"], result.findings
+    assert path["factor"] == pytest.approx(0.25 * short_mscale**2, rel=1e-4)
+    assert path["factor_far"] == pytest.approx(0.25 * 1.25**2, rel=1e-4)
+    monkeypatch.setattr(measure, "reads_batch_maximum", lambda model: False)  # the designs in one batch, as before
+    mixed = measure.audit_folder(folder, ("eager",))
+    assert mixed.layers[0]["backends"]["eager"]["path"]["factor"] == pytest.approx(0.25 * 1.25**2, rel=1e-4)
+    assert mixed.verdict == "mismatch"

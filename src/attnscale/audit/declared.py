@@ -78,6 +78,10 @@ YARN_ATTENTION_FACTOR = SourceRule("modeling_rope_utils.py",
 LONGROPE_ATTENTION_FACTOR = SourceRule("modeling_rope_utils.py",
                                        "attention_factor = math.sqrt(1 + math.log(factor) / math.log(original_max_position_embeddings))",
                                        "LongRoPE's attention factor (when not given)")
+BATCH_MSCALE = SourceRule("models/phimoe/modeling_phimoe.py", 'self.config.rope_parameters["long_mscale"]',
+                          "Phi-MoE's rotary multiplies cos and sin by short_mscale (long_mscale once the batch's largest "
+                          "position passes original_max_position_embeddings) for any rope_type but default, in place of "
+                          "that type's attention factor: q.k on rotary coordinates times short_mscale^2 at position 0")
 SOFTCAP = SourceRule("models/gemma2/modeling_gemma2.py", "attn_weights = attn_weights / softcap",
                      "logits = softcap * tanh(factor * q.k / softcap) with softcap = attn_logit_softcapping")
 SOFTCAP_PASSED = SourceRule("models/gemma2/modeling_gemma2.py", "softcap=self.attn_logit_softcapping,",
@@ -451,6 +455,13 @@ def yarn_mscale_all_dim(layer: Layer, draft: Draft) -> None:
 
 def rope_gain(layer: Layer, draft: Draft) -> None:
     gain, rule = rope_attention_factor(draft.rope, layer.config)
+    if "BATCH_MSCALE" in KNOWN.get(layer.model_type).declares and draft.rope.get("rope_type", "default") != "default":
+        # its code discards the RoPE type's attention factor for short_mscale (at the designs' position 0)
+        short = draft.rope.get("short_mscale")
+        if number(short):
+            draft.gain = float(short)
+            draft.read("BATCH_MSCALE", short_mscale=short)
+        return
     if rule:
         draft.gain = gain
         draft.read(rule, attention_factor=gain)

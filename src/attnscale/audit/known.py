@@ -39,7 +39,7 @@ class Family:
     tiny: Mapping = field(default_factory=dict)
     whole_tiny: Mapping[str, Mapping] = field(default_factory=dict)  # sub-config name -> fields when built whole
     cannot_build: str = ""                    # why the audit cannot build it (where a composite would, as its backbone)
-    declares: tuple[str, ...] = ()            # FACTOR_RULES names that hold for it by name
+    declares: tuple[str, ...] = ()            # rule names (a FACTOR_RULES rule or a modifier's) that hold by name
     multipliers: tuple[str, ...] = ()         # qk_norm.MULTIPLIERS names its code applies
     roundings: tuple[str, ...] = ()           # declared.ROUNDINGS formats its code applies
     far: PositionFamily | None = None
@@ -130,6 +130,8 @@ KNOWN = Registry([
             "llama4/modeling_llama4.py",
             "torch.log1p(torch.floor((positions.float() + 1.0) / self.floor_scale)) * self.attn_scale + 1.0")),
     Family("bamba", tiny={"attn_layer_indices": [1]}),  # no attention layer by default
+    # its rotary's mscale, short or long by the batch's largest position id, in place of the RoPE type's factor
+    Family("phimoe", declares=("BATCH_MSCALE",)),
     # the last num_kv_shared_layers reuse the keys and values of an earlier layer of their type
     Family("gemma3n_text", tiny={"num_hidden_layers": 4, "num_kv_shared_layers": 2,
                                  "layer_types": ["sliding_attention", "full_attention"] * 2}),

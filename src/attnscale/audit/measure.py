@@ -21,6 +21,7 @@ be read).  :func:`audit_callable` measures any Python attention function the sam
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 import time
@@ -127,8 +128,61 @@ def far_position(config, tokens: int) -> int:
 
 
 def designed_calls(model, feeding: Feeding, backend: str, layouts: dict, units: dict, designs, tokens: int, vocab: int):
-    """One forward pass of the designs with the projections overwritten; returns the calls (whose
-    ``output`` was computed with the designed values)."""
+    """The calls of one forward pass of the designs with the projections overwritten (each call's ``output``
+    computed with the designed values).  Where the model's rotary embedding reads the largest position id of the
+    whole batch (Phi-MoE's long or short mscale), the designs at the far position run in a pass of their own, so
+    that they do not set the factor of the designs at position 0; the calls come back as one pass would give them."""
+    far_rows = [index for index, design in enumerate(designs) if design.position < 0]
+    if far_rows and len(far_rows) < len(designs) and reads_batch_maximum(model):
+        near_rows = [index for index in range(len(designs)) if index not in far_rows]
+        parts = [(rows, one_designed_pass(model, feeding, backend, layouts, units, [designs[i] for i in rows], tokens,
+                                          vocab)) for rows in (near_rows, far_rows)]
+        return merged_calls(parts, len(designs))
+    return one_designed_pass(model, feeding, backend, layouts, units, designs, tokens, vocab)
+
+
+BATCH_MAXIMUM = "torch.max(position_ids)"  # modeling_phimoe.py: seq_len = torch.max(position_ids) + 1, then its mscale
+
+
+def reads_batch_maximum(model) -> bool:
+    """Whether a rotary embedding of the model sets its factor from the largest position id of the whole batch."""
+    for module in model.modules():
+        if type(module).__name__.endswith("RotaryEmbedding"):
+            try:
+                code = inspect.getsource(type(module).forward)  # a decorated forward is read unwrapped
+            except (OSError, TypeError):
+                continue
+            if BATCH_MAXIMUM in code:
+                return True
+    return False
+
+
+def merged_calls(parts: list[tuple[list[int], list]], designs: int) -> list:
+    """The calls of passes over parts of the designs ((design indices, calls) each), as one pass over all the
+    designs would give them: each tensor's batch axis (designs x windows, design first) in the designs' order."""
+    counts = {len(calls) for _, calls in parts}
+    if len(counts) != 1:
+        raise ValueError(f"the passes over parts of the designs made different numbers of attention calls: {counts}")
+    merged = []
+    for calls in zip(*(calls for _, calls in parts)):
+        tensors = {}
+        for name in ("query", "key", "value", "output"):
+            pieces = [getattr(call, name) for call in calls]
+            if any(piece is None for piece in pieces):
+                tensors[name] = None
+                continue
+            blocks = [None] * designs
+            for (rows, _), piece in zip(parts, pieces):
+                size = piece.shape[0] // len(rows)
+                for order, row in enumerate(rows):
+                    blocks[row] = piece[order * size:(order + 1) * size]
+            tensors[name] = torch.cat(blocks)
+        merged.append(dataclasses.replace(calls[0], **tensors))
+    return merged
+
+
+def one_designed_pass(model, feeding: Feeding, backend: str, layouts: dict, units: dict, designs, tokens: int,
+                      vocab: int):
     far = far_position(model.config, tokens)
     handles = whole_path.install(layouts, units, designs, tokens, next(model.parameters()).dtype)
     handles += whole_path.pin_beside_positions(model, designs, far) + watch_rotaries(model, feeding)
