@@ -65,7 +65,7 @@ def test_the_whole_audits_verdict():
 
 def test_a_tower_beyond_the_budget_is_named_not_run(tmp_path, monkeypatch, capsys):
     """A tower at its own sizes whose designed pass would cost more than the audit spends (Mllama's 448-pixel
-    vision model: about 100 TFLOP) is named with its cost, and leaves the folder incomplete instead of running
+    vision model: about 24 TFLOP) is named with its cost, and leaves the folder incomplete instead of running
     for many minutes."""
     monkeypatch.setattr(composite_rows, "TOWER_FLOP_BUDGET", 1e6)
     code, out, _ = run_cli(["audit", composite_folder(tmp_path, "llava"), "--backends", "eager", "--json"], capsys)
