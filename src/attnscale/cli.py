@@ -31,6 +31,7 @@ from .commands import options
 from .errors import UserError
 from .paths import check_folder
 from .runtime import Notice, check_device, check_seed
+from .terminal import console, print_rows, progress_bar
 
 app = typer.Typer(
     name="attnscale",
@@ -40,7 +41,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-from .terminal import console, err_console, print_rows, progress_bar  # noqa: E402,F401 - the names commands print with
 
 # Extra command modules under attnscale.commands, each with register(app).
 COMMAND_MODULES = ("report", "explore", "answer", "explain")
