@@ -19,7 +19,7 @@ from . import families, feed, measure
 from .compose import nothing_left
 from .feed import Feeding, first_inputs
 from .record import FamilyAudit, Status
-from .towers import tower_row
+from .towers import enclosing_parts, tower_row
 from .verdicts import DEFAULT_BACKENDS
 
 
@@ -180,13 +180,8 @@ def unread_towers(model, record: FamilyAudit) -> dict[str, torch.nn.Module]:
     for module in record.unread_attention:
         if module["mechanism"] != "not intercepted" or module.get("read_by"):
             continue
-        parts = module["name"].split(".")
-        for end in range(len(parts) - 1, 0, -1):
-            prefix = ".".join(parts[:end])
-            part = model.get_submodule(prefix)
-            config = getattr(part, "config", None)
-            if config is not None and config is not model.config and isinstance(part, PreTrainedModel) \
-                    and not any(prefix.startswith(other + ".") for other in found):
-                found.setdefault(prefix, part)
-                break
+        tower = next(((prefix, part) for prefix, part, _ in enclosing_parts(model, module["name"])
+                      if isinstance(part, PreTrainedModel)), None)
+        if tower is not None and not any(tower[0].startswith(other + ".") for other in found):
+            found.setdefault(*tower)
     return found

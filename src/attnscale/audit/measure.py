@@ -854,10 +854,9 @@ def check_callable(attn_fn, spec: str, d_k: int) -> None:
 def far_part(model):
     """(far-position entry, the part it is measured on): the model itself, or the part built from a sub-config of a
     far-position family (a Llama 4 composite's text model, llama4_text); (None, None) where there is none."""
-    for part in (model, *model.modules()):
-        config = getattr(part, "config", None)
-        far = positions.far_entry(getattr(config, "model_type", None) or "") if config is not None else None
-        if far is not None and hasattr(part, "forward"):
+    for part in model.modules():  # the model first
+        far = positions.far_entry(getattr(getattr(part, "config", None), "model_type", None) or "")
+        if far is not None:
             return far, part
     return None, None
 

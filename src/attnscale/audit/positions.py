@@ -279,10 +279,9 @@ def folder_row(entry: PositionFamily, model) -> dict:
     reads the position from a cache is measured only where the masked past fits :data:`CACHE_BUDGET`; the
     positions left out are named."""
     config = model.config
-    layer = next((index for index in range(config.num_hidden_layers)
-                  if entry.formula(config, index, POSITIONS[-1], None) != entry.formula(config, index, 0, None)), 0) \
-        if entry.draw_learned is None else 0
-    if entry.draw_learned is None:
+    if entry.draw_learned is None:  # the steps of the first layer the factor applies to
+        layer = next((index for index in range(config.num_hidden_layers)
+                      if entry.formula(config, index, POSITIONS[-1], None) != entry.formula(config, index, 0, None)), 0)
         positions = stepping_positions(lambda p: entry.formula(config, layer, p, None))
     else:  # a learned factor s ln(p + 1) + b changes at every position
         positions = list(POSITIONS)

@@ -22,6 +22,18 @@ def row_of(composite: str, tower: dict) -> str:
     return tower["model_type"] if tower["own"] else f"{composite}.{tower['name']}"
 
 
+def enclosing_parts(model, module_name: str):
+    """(prefix, part, config) of each part holding ``module_name`` that has a config of its own (not the model's),
+    innermost first: the towers an attention module lies in."""
+    parts = module_name.split(".")
+    for end in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:end])
+        part = model.get_submodule(prefix)
+        config = getattr(part, "config", None)  # a tower's model holds its own
+        if config is not None and config is not model.config:
+            yield prefix, part, config
+
+
 def tower_row(model, composite: FamilyAudit, module_name: str) -> str | None:
     """The row that audits the tower an attention module of a composite lies in (the innermost part built from a
     sub-config: a family of its own, or ``composite.tower``); None for a module of the composite's own."""
@@ -30,12 +42,8 @@ def tower_row(model, composite: FamilyAudit, module_name: str) -> str | None:
         sub = getattr(model.config, tower["name"], None)
         if sub is not None:
             sub_types.setdefault(type(sub), row_of(composite.family, tower))
-    parts = module_name.split(".")
-    for end in range(len(parts) - 1, 0, -1):
-        config = getattr(model.get_submodule(".".join(parts[:end])), "config", None)  # a tower's model holds its own
-        if config is not None and config is not model.config and type(config) in sub_types:
-            return sub_types[type(config)]
-    return None
+    return next((sub_types[type(config)] for _, _, config in enclosing_parts(model, module_name)
+                 if type(config) in sub_types), None)
 
 
 def own_family(model, module_name: str) -> str | None:
@@ -44,12 +52,8 @@ def own_family(model, module_name: str) -> str | None:
     composite covered only once the report is settled); None where there is none."""
     from transformers.models.auto.modeling_auto import MODEL_MAPPING_NAMES
 
-    parts = module_name.split(".")
-    for end in range(len(parts) - 1, 0, -1):
-        config = getattr(model.get_submodule(".".join(parts[:end])), "config", None)
-        if config is not None and config is not model.config and getattr(config, "model_type", None) in MODEL_MAPPING_NAMES:
-            return config.model_type
-    return None
+    return next((config.model_type for _, _, config in enclosing_parts(model, module_name)
+                 if getattr(config, "model_type", None) in MODEL_MAPPING_NAMES), None)
 
 
 def rely_on_towers(model, record: FamilyAudit) -> None:
