@@ -25,7 +25,7 @@ def tiny_or_whole(model_type: str):
 
     try:
         return families.tiny_config(model_type), []
-    except families.Skip as reason:
+    except families.CannotAudit as reason:
         if not reason.towers:
             raise
         return families.whole_config(model_type), reason.towers

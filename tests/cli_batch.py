@@ -56,7 +56,7 @@ def drop_file_capabilities() -> None:
 
 
 PRELOAD = ("attnscale.cli", "attnscale.numerics", "attnscale.report.build", "attnscale.answer", "attnscale.runs",
-           "attnscale.doctor", "safetensors.torch", "transformers")
+           "attnscale.diagnosis", "safetensors.torch", "transformers")
 
 
 def child(case: dict, stdin, stdout, stderr) -> None:

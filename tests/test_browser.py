@@ -176,8 +176,8 @@ def test_report_page_fits_a_phone_and_a_desktop(browser, quick_report, width):
 def test_diagnose_head_view_page_shows_each_heads_weights_offline(browser, tmp_path):
     import torch
 
-    from attnscale.doctor.health import Diagnosis
-    from attnscale.doctor.page import render_page
+    from attnscale.diagnosis.health import Diagnosis
+    from attnscale.diagnosis.page import render_page
 
     tokens = ["[CLS]", "the", "factor", "</script>", "keeps", "it"]  # a token that would end a script tag
     weights = [torch.softmax(torch.randn(3, 6, 6, generator=torch.Generator().manual_seed(layer)), dim=-1)

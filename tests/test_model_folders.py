@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from attnscale import doctor
+from attnscale import diagnosis
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -92,15 +92,15 @@ def test_cli_refuses_pickle_only_weights(command, tmp_path):
 def test_api_refuses_code_and_pickles(tmp_path):
     marker = tmp_path / "marker"
     with pytest.raises(ValueError, match="auto_map AutoConfig -> configuration_evil.EvilConfig"):
-        doctor.load_model(code_folder(tmp_path, marker))
+        diagnosis.load_model(code_folder(tmp_path, marker))
     with pytest.raises(ValueError, match="auto_map"):
-        doctor.load_config(tmp_path / "evil-model")
+        diagnosis.load_config(tmp_path / "evil-model")
     with pytest.raises(ValueError, match="only from safetensors"):
-        doctor.load_model(pickle_folder(tmp_path, marker))
+        diagnosis.load_model(pickle_folder(tmp_path, marker))
     assert not marker.exists()
     tokenizer_code = tmp_path / "tok"
     tokenizer_code.mkdir()
     (tokenizer_code / "config.json").write_text(json.dumps({"model_type": "bert"}))
     (tokenizer_code / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["tok.T", None]}}))
     with pytest.raises(ValueError, match="tokenizer_config.json auto_map AutoTokenizer"):
-        doctor.check_model_dir(tokenizer_code)
+        diagnosis.check_model_dir(tokenizer_code)

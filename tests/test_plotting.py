@@ -9,15 +9,15 @@ from pathlib import Path
 import torch
 
 from attnscale import plotting
-from attnscale.doctor import figures as doctor_figures
-from attnscale.doctor.health import Diagnosis
+from attnscale.diagnosis import figures as diagnosis_figures
+from attnscale.diagnosis.health import Diagnosis
 
 SOURCE = Path(plotting.__file__).resolve().parent
 
 
 def test_no_figure_sets_text_below_the_minimum():
     small = []
-    for path in [*SOURCE.glob("lab/*/figures.py"), SOURCE / "lab/audit.py", SOURCE / "doctor/figures.py"]:
+    for path in [*SOURCE.glob("lab/*/figures.py"), SOURCE / "lab/audit.py", SOURCE / "diagnosis/figures.py"]:
         for size in re.findall(r"fontsize=(\d+(?:\.\d+)?)", path.read_text(encoding="utf-8")):
             if float(size) < plotting.MIN_FONT:
                 small.append((path.name, size))
@@ -46,14 +46,14 @@ def test_attention_heat_maps_label_their_tokens_and_carry_a_colour_bar(tmp_path,
     diagnosis = Diagnosis("m", "bert", 1, 2, 16, tokens, [0], heads, {}, None, [],
                           attentions=[torch.softmax(torch.randn(2, 100, 100), dim=-1)])
     drawn = []
-    real_save = doctor_figures.save
+    real_save = diagnosis_figures.save
 
     def keep(fig, outdir, name, **options):
         drawn.append((name, fig, [(ax.get_xticklabels(), ax.get_ylabel(), ax.get_label()) for ax in fig.axes]))
         return real_save(fig, outdir, name, **options)
 
-    monkeypatch.setattr(doctor_figures, "save", keep)
-    written = doctor_figures.draw_heatmaps(diagnosis, tmp_path)
+    monkeypatch.setattr(diagnosis_figures, "save", keep)
+    written = diagnosis_figures.draw_heatmaps(diagnosis, tmp_path)
     assert written == ["entropy_grid.png", "attention_layer0.png"]
     name, fig, axes = drawn[1]
     heat = [a for a in axes if a[1] == "query"]

@@ -1,7 +1,7 @@
 """The ``attnscale`` command.
 
 Each lab gets a subcommand that runs its preset and prints its tables; labs with options of
-their own (training, numerics, doctor, ...) register commands from
+their own (training, numerics, history) register commands from
 ``attnscale.commands.<name>`` (a module with ``register(app)``).
 
 Errors a user can cause (a :class:`attnscale.errors.UserError`: bad options, bad files, a store
@@ -17,21 +17,17 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import sqlite3
 import sys
-import time
 import warnings
-from pathlib import Path
 
 import typer
 
 from . import __version__, lab
-from .commands import options
-from .errors import UserError
-from .paths import check_folder
-from .runtime import Notice, check_device, check_seed
-from .terminal import console, print_rows, progress_bar
+from .commands.lab_command import make_lab_command
+from .errors import UserError, first_line
+from .runtime import Notice
+from .terminal import console
 
 app = typer.Typer(
     name="attnscale",
@@ -43,7 +39,7 @@ app = typer.Typer(
 )
 
 # Extra command modules under attnscale.commands, each with register(app).
-COMMAND_MODULES = ("report", "explore", "answer", "explain")
+COMMAND_MODULES = ("report", "explore", "answer", "explain", "diagnose")
 
 
 def version_callback(value: bool) -> None:
@@ -58,45 +54,6 @@ def root(
                                  help="Print the version and exit."),
 ) -> None:
     """attnscale: the attention scale factor, with evidence."""
-
-
-def run_lab_command(name: str, preset: str, seed: int, device: str, as_json: bool, figures: Path | None) -> None:
-    """Run one lab's preset; print its tables and findings (or the whole result as JSON)."""
-    module = lab.load(name)
-    check_device(device)
-    config = lab.config_for(name, preset, seed=check_seed(seed), device=device)
-    if figures is not None:
-        check_folder(figures, "--figures")
-    start = time.perf_counter()
-    with progress_bar() as bar:
-        task = bar.add_task(name, total=1.0, note="")
-        result = module.run(config, progress=lambda f, m: bar.update(task, completed=f, note=m))
-        bar.update(task, completed=1.0)
-    findings = module.judge(result)
-    if as_json:
-        payload = {"lab": name, "preset": preset, "seed": seed, "result": result,
-                   "findings": {cid: f.as_dict() for cid, f in findings.items()}}
-        sys.stdout.write(json.dumps(payload, indent=1, default=str) + "\n")
-        return
-    for title, rows in module.tables(result).items():
-        print_rows(f"{name}: {title}", rows)
-    for claim_id, finding in findings.items():
-        console.print(f"{claim_id} {finding.line}: {finding.evidence}", markup=False, highlight=False)
-    if figures is not None:
-        figures.mkdir(parents=True, exist_ok=True)
-        for paths in module.figures(result, figures).values():
-            for path in paths:
-                console.print(f"figure: {figures / path}")
-    console.print(f"{name} took {time.perf_counter() - start:.1f} s")
-
-
-def make_lab_command(name: str):
-    def command(preset: options.Preset = "quick", seed: options.Seed = 0, device: options.Device = "cpu",
-                as_json: options.Json = False, figures: options.Figures = None) -> None:
-        run_lab_command(name, options.preset_name(preset), seed, device, as_json, figures)
-
-    command.__doc__ = f"Run the {name} lab and print its measurements and findings."
-    return command
 
 
 def register_commands() -> None:
@@ -121,11 +78,6 @@ def usage_error_types() -> tuple[type, ...]:
         except ImportError:
             continue
     return tuple(types)
-
-
-def first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def describe_os_error(error: OSError) -> str:

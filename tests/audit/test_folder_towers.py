@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from attnscale.audit import composite_rows, families, pipeline
-from attnscale.audit.record import FamilyAudit, Skip, Status
+from attnscale.audit.record import FamilyAudit, SkipKind, Status
 
 from audit_helpers import run_cli
 
@@ -49,14 +49,14 @@ def test_a_tower_left_unmeasured_leaves_the_folder_incomplete(tmp_path, monkeypa
 
 
 def test_the_whole_audits_verdict():
-    def record(name, verdict="ok", status=Status.AUDITED, tower_of="", skip=Skip.NONE):
+    def record(name, verdict="ok", status=Status.AUDITED, tower_of="", skip=SkipKind.NONE):
         return FamilyAudit(name, status=status, verdict=verdict, tower_of=tower_of, skip=skip)
 
     assert pipeline.overall_verdict([record("a"), record("b.t", tower_of="b")])["verdict"] == "ok"
     failing = pipeline.overall_verdict([record("a"), record("b.t", "mismatch", tower_of="b")])
     assert failing["verdict"] == "mismatch" and failing["failing"] == ["b.t"] and failing["exit_code"] == 1
     incomplete = pipeline.overall_verdict([record("a", "incomplete"), record("cnn", "not measured", Status.SKIPPED,
-                                                                           skip=Skip.NO_ATTENTION)])
+                                                                           skip=SkipKind.NO_ATTENTION)])
     assert incomplete["verdict"] == "incomplete" and incomplete["incomplete"] == ["a"] and incomplete["exit_code"] == 3
     skipped = pipeline.overall_verdict([record("needs_timm", "not measured", Status.SKIPPED)])
     assert skipped["verdict"] == "incomplete"  # skipped for a missing package: not every attention module measured

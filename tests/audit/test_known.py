@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from attnscale.audit import families, positions
-from attnscale.audit.known import KNOWN, Family, Registry
+from attnscale.audit.known import KNOWN, FamilyEntry, Registry
 from attnscale.audit.position_rules import PositionFamily
 
 
@@ -14,20 +14,20 @@ def test_one_entry_a_family_and_an_empty_one_for_a_family_it_does_not_know():
     keys = [entry.key for entry in KNOWN]
     assert len(keys) == len(set(keys)) == len(KNOWN)
     unknown = KNOWN.get("no_such_family")
-    assert unknown == Family("no_such_family") and "no_such_family" not in KNOWN
+    assert unknown == FamilyEntry("no_such_family") and "no_such_family" not in KNOWN
     assert not unknown.tiny and not unknown.cannot_build and unknown.far is None
 
 
 def test_register_refuses_a_second_entry_a_wrong_type_and_a_far_entry_of_another_family():
-    registry = Registry([Family("llama", tiny={"num_hidden_layers": 4})])
+    registry = Registry([FamilyEntry("llama", tiny={"num_hidden_layers": 4})])
     with pytest.raises(ValueError, match="family 'llama' already has an entry"):
-        registry.register(Family("llama"))
-    with pytest.raises(ValueError, match="a registry entry must be a Family, got dict"):
+        registry.register(FamilyEntry("llama"))
+    with pytest.raises(ValueError, match="a registry entry must be a FamilyEntry, got dict"):
         registry.register({"key": "gpt2"})
     far = positions.family_named("beam")
     with pytest.raises(ValueError, match="family 'gpt2': its far-position entry is for 'beam'"):
-        registry.register(Family("gpt2", far=far))
-    assert registry.register(Family("beam", far=far)).far is far
+        registry.register(FamilyEntry("gpt2", far=far))
+    assert registry.register(FamilyEntry("beam", far=far)).far is far
     assert registry.far_families() == (far,)
 
 
@@ -49,7 +49,7 @@ def test_a_backbone_the_audit_cannot_build_is_left_out_of_its_composite(monkeypa
 
     assert "timm" in KNOWN.get("timm_backbone").cannot_build and "timm" in KNOWN.get("timm_wrapper").cannot_build
     assert families.tiny_backbone(DetrConfig, "backbone_config").model_type == "resnet"
-    monkeypatch.setattr(families, "KNOWN", Registry([Family("resnet", cannot_build="a test says so")]))
+    monkeypatch.setattr(families, "KNOWN", Registry([FamilyEntry("resnet", cannot_build="a test says so")]))
     assert families.tiny_backbone(DetrConfig, "backbone_config") is None
 
 

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import replace
 
 from . import families
-from .record import COVERED, NOT_MEASURED, AuditVerdict, FamilyAudit, Skip, Status, is_measured, unread_here
+from .record import COVERED, NOT_MEASURED, AuditVerdict, FamilyAudit, SkipKind, Status, is_measured, unread_here
 from .towers import attending, row_of
 
 
@@ -34,7 +34,7 @@ def nothing_left(record: FamilyAudit) -> bool:
     unread = any(u.get("mechanism") == "not intercepted" for u in record.unread_attention)
     judged = record.verdict != AuditVerdict.INCOMPLETE  # a layer it could not judge (QK-norm with no declared logit)
     return (is_measured(record) and not unread and judged or record.status == Status.COVERED
-            or record.status == Status.SKIPPED and record.skip in (Skip.NO_ATTENTION, Skip.NO_SOFTMAX))
+            or record.status == Status.SKIPPED and record.skip in (SkipKind.NO_ATTENTION, SkipKind.NO_SOFTMAX))
 
 
 def tower_state(record: FamilyAudit) -> str:

@@ -32,7 +32,7 @@ def audit_tower(composite: str, tower: dict, backends=DEFAULT_BACKENDS, seed: in
         model, feeding = families.build_tower(composite, tower["name"], seed), Feeding()
         with torch.no_grad(), quiet_transformers(), torch_threads(1):
             model(**first_inputs(model, feeding))
-    except families.Skip as reason:
+    except families.CannotAudit as reason:
         return FamilyAudit(name, status=Status.SKIPPED, reason=str(reason), skip=reason.kind, tower_of=composite,
                            seconds=time.perf_counter() - start)
     except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a reason
@@ -60,7 +60,7 @@ def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) 
         with torch.no_grad(), quiet_transformers(), torch_threads(1):
             feeding = Feeding(media=placeholder_media(model))
             model(**first_inputs(model, feeding))
-    except families.Skip as reason:
+    except families.CannotAudit as reason:
         return FamilyAudit(model_type, status=Status.SKIPPED, reason=str(reason), skip=reason.kind,
                            seconds=time.perf_counter() - start)
     except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a reason

@@ -17,7 +17,7 @@ import torch
 
 from ..errors import UserError, first_line
 from ..hub import offline
-from .record import Skip as RecordSkip
+from .record import SkipKind
 from .known import KNOWN
 from .sizes import FALLBACKS, TINY, TINY_HYBRID, VISION_TINY  # noqa: F401 - families.TINY etc.
 
@@ -25,7 +25,7 @@ offline()
 
 ATTENTION_WORDS = ("attention", "attn")  # in the class name of a module that attends
 ATTENTION_SUFFIXES = ("MLA",)  # or at its end, in capitals (LongcatFlashMLA; not LayerNorm, ConvNormLayer)
-NO_ATTENTION = RecordSkip.NO_ATTENTION.value  # how the reason of a model without one begins
+NO_ATTENTION = SkipKind.NO_ATTENTION.value  # how the reason of a model without one begins
 MAX_PARAMETERS = 32_000_000  # a "tiny" build above this is refused (a config ignored the tiny sizes)
 # a composite above this is not built whole: its towers are audited as their own rows instead
 MAX_COMPOSITE_PARAMETERS = 5_000_000
@@ -46,12 +46,12 @@ def is_attention_class(name: str) -> bool:
             and not name.endswith(NOT_ATTENTION_SUFFIXES))
 
 
-class Skip(Exception):
+class CannotAudit(Exception):
     """A family that cannot be built as a tiny text model; the message is the reason.
     ``final``: no other tiny size can help (multimodal, too big, no base model class).  A
-    composite's Skip also names its ``towers`` and the ``own_attention`` classes of its own file."""
+    composite's CannotAudit also names its ``towers`` and the ``own_attention`` classes of its own file."""
 
-    def __init__(self, reason: str, final: bool = False, kind: RecordSkip = RecordSkip.NONE):
+    def __init__(self, reason: str, final: bool = False, kind: SkipKind = SkipKind.NONE):
         super().__init__(reason)
         self.final = final
         self.kind = kind  # the record's skip kind: a model without any attention module says so
@@ -396,10 +396,10 @@ def composite_model(config, **kwargs):
         return own._from_config(config, **kwargs) if kwargs else own(config)
 
 
-def composite_skip(cls, sub_configs: dict, reason: str) -> Skip:
-    """A final Skip for a composite, carrying its towers and its own attention classes (the audit's
+def composite_skip(cls, sub_configs: dict, reason: str) -> CannotAudit:
+    """A final CannotAudit for a composite, carrying its towers and its own attention classes (the audit's
     report marks it covered where every tower is measured as its own family and it has none)."""
-    skip = Skip(reason, final=True)
+    skip = CannotAudit(reason, final=True)
     skip.towers = tower_types(cls, sub_configs)
     typed = [tower["name"] for tower in skip.towers if tower["model_type"]]
     if len(typed) == len(skip.towers):  # only then can the towers cover it
@@ -448,14 +448,14 @@ def tower_class(cls, sub_cls):
 
 def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementation: str = "eager"):
     """A composite's tower that has no base model of its own, at the tiny sizes, random init under
-    ``seed``, eval mode; raises Skip with the reason."""
+    ``seed``, eval mode; raises CannotAudit with the reason."""
     from ..probing.loading import quiet_transformers
 
     cls = config_class(composite_type)
     sub_cls = dict(getattr(cls, "sub_configs", {}) or {}).get(tower)
     model_cls = tower_class(cls, sub_cls) if isinstance(sub_cls, type) else None
     if model_cls is None:
-        raise Skip(f"no model class of its own for {tower} in {composite_type}'s modeling files", final=True)
+        raise CannotAudit(f"no model class of its own for {tower} in {composite_type}'s modeling files", final=True)
     with quiet_transformers():
         tiny = tiny_kwargs(sub_cls)
         widths = {width for width in (default_width(cls), default_width(sub_cls)) if width}
@@ -466,12 +466,12 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
         try:
             config = first_accepted(sub_cls, tiny, tied)
         except Exception as refusal:  # noqa: BLE001 - every change refused
-            raise Skip(f"config rejects the tiny sizes: {first_line(refusal)}") from None
+            raise CannotAudit(f"config rejects the tiny sizes: {first_line(refusal)}") from None
         try:
             with torch.device("meta"):
                 shell = model_cls(config)
         except Exception as error:  # noqa: BLE001
-            raise Skip(f"cannot be built from its config: {first_line(error)}") from None
+            raise CannotAudit(f"cannot be built from its config: {first_line(error)}") from None
         parameters = shell_parameters(shell, final=True)
         if parameters > MAX_PARAMETERS:
             raise too_big(parameters, MAX_PARAMETERS)
@@ -480,7 +480,7 @@ def build_tower(composite_type: str, tower: str, seed: int = 0, attn_implementat
             try:
                 model = model_cls._from_config(config, attn_implementation=attn_implementation)
             except Exception as error:  # noqa: BLE001
-                raise Skip(f"cannot be built from its config: {first_line(error)}") from None
+                raise CannotAudit(f"cannot be built from its config: {first_line(error)}") from None
     return with_round_trip(fit_rotary_sections(model)).eval()
 
 
@@ -511,7 +511,7 @@ def whole_config(model_type: str):
     ``tiny``), nested ones too (a vision config's backbone) and those its fields leave None but
     its default config builds (SAM's vision_config); one the default leaves unset stays unset (ESM's
     folding head); a sub-config the composite's ``whole_tiny`` names takes those fields beside its
-    own.  Raises Skip with the refusal."""
+    own.  Raises CannotAudit with the refusal."""
     from ..probing.loading import quiet_transformers
 
     def tiny_tree(cls, extra=None):
@@ -534,7 +534,7 @@ def whole_config(model_type: str):
         try:
             return tiny_tree(config_class(model_type))
         except Exception as error:  # noqa: BLE001
-            raise Skip(f"built whole, the config rejects the tiny sizes: {first_line(error)}", final=True) from None
+            raise CannotAudit(f"built whole, the config rejects the tiny sizes: {first_line(error)}", final=True) from None
 
 
 def build_whole(model_type: str, seed: int = 0, attn_implementation: str = "eager"):
@@ -546,7 +546,7 @@ def build_whole(model_type: str, seed: int = 0, attn_implementation: str = "eage
 def tiny_config(model_type: str, hybrid: bool = True, tied_first: bool = False, **overrides):
     """The family's config at the tiny sizes (``overrides`` win; ``hybrid=False`` keeps the
     recurrent layers' own sizes; ``tied_first``: with its tied widths from the first try, for a model
-    that refuses what its config accepts); raises Skip with a reason."""
+    that refuses what its config accepts); raises CannotAudit with a reason."""
     cls = config_class(model_type)
     sub_configs = dict(getattr(cls, "sub_configs", {}) or {})
     optional = optional_sub_configs(cls, sub_configs)  # ESM's esmfold_config: None unless asked for
@@ -570,14 +570,14 @@ def tiny_config(model_type: str, hybrid: bool = True, tied_first: bool = False, 
         try:
             kwargs[name] = sub_config(sub_cls, widths)
         except Exception as error:  # noqa: BLE001 - any refusal of the tiny sizes is a reason to skip
-            raise Skip(f"sub-config {name} rejects the tiny sizes: {first_line(error)}") from None
+            raise CannotAudit(f"sub-config {name} rejects the tiny sizes: {first_line(error)}") from None
     from ..probing.loading import quiet_transformers
 
     refusal = None
     with quiet_transformers():
         tied = {**tied_widths(cls, widths, kwargs), **tied_sub_configs(cls, every, kwargs, widths)}
         if tied_first and not tied:
-            raise Skip("no tied widths to try")
+            raise CannotAudit("no tied widths to try")
         first = [tied] if tied_first else [{}, *([tied] if tied else [])]
         for change in (*first, *FALLBACKS, {"hybrid": "default"}) if hybrid \
                 else ({"hybrid": "default"},):
@@ -592,7 +592,7 @@ def tiny_config(model_type: str, hybrid: bool = True, tied_first: bool = False, 
                 return cls(**tried)
             except Exception as error:  # noqa: BLE001 - any refusal is a reason to try the next change, then skip
                 refusal = refusal or error
-    raise Skip(f"config rejects the tiny sizes: {first_line(refusal)}")
+    raise CannotAudit(f"config rejects the tiny sizes: {first_line(refusal)}")
 
 
 BACKBONE = "backbone_config"  # the sub-config of a detector or segmenter's image backbone (ResNet, Swin, HGNetV2)
@@ -638,7 +638,7 @@ def tiny_backbone(cls, name: str):
             return sub_cls(**kwargs)
         except Exception as error:  # noqa: BLE001 - a backbone that refuses the tiny sizes: skipped with the reason
             refusal = refusal or error
-    raise Skip(f"{name} ({model_type}) rejects the tiny sizes: {first_line(refusal)}")
+    raise CannotAudit(f"{name} ({model_type}) rejects the tiny sizes: {first_line(refusal)}")
 
 
 STAGE_SELECTION = ("out_indices", "out_features", "return_idx")
@@ -684,7 +684,7 @@ def tiny_rope(cls, kwargs: dict) -> dict:
 
 def count_parameters(config) -> int:
     """Parameters of the model ``config`` builds, counted on the meta device (nothing allocated);
-    raises Skip for a model with no attention module (a CNN, a state-space model; not final: a
+    raises CannotAudit for a model with no attention module (a CNN, a state-space model; not final: a
     hybrid's attention layers can appear only with more layers, which the next tries give)."""
     with torch.device("meta"):
         model = composite_model(config)
@@ -692,15 +692,15 @@ def count_parameters(config) -> int:
 
 
 def shell_parameters(model, final: bool = False) -> int:
-    """The parameters of a (meta-device) model; Skip if it has no attention module."""
+    """The parameters of a (meta-device) model; CannotAudit if it has no attention module."""
     if not any(is_attention_class(type(module).__name__) for module in model.modules()):
-        raise Skip(f"{NO_ATTENTION} ({type(model).__name__} has no module whose class is an attention)", final=final,
-                   kind=RecordSkip.NO_ATTENTION)
+        raise CannotAudit(f"{NO_ATTENTION} ({type(model).__name__} has no module whose class is an attention)", final=final,
+                   kind=SkipKind.NO_ATTENTION)
     return sum(p.numel() for p in model.parameters())
 
 
-def too_big(parameters: int, limit: int) -> Skip:
-    return Skip(f"{parameters:,} parameters at the tiny sizes (more than {limit:,}): the config ignores them", final=True)
+def too_big(parameters: int, limit: int) -> CannotAudit:
+    return CannotAudit(f"{parameters:,} parameters at the tiny sizes (more than {limit:,}): the config ignores them", final=True)
 
 
 def build(config, seed: int = 0, attn_implementation: str = "eager", max_parameters: int = MAX_PARAMETERS,
@@ -713,15 +713,15 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
 
     model_type = getattr(config, "model_type", "")
     if model_type not in MODEL_MAPPING_NAMES and model_type not in causal_lm_names():
-        raise Skip(f"no base model class (AutoModel) for {model_type!r}", final=True)
+        raise CannotAudit(f"no base model class (AutoModel) for {model_type!r}", final=True)
     register_base_model(config)
     with quiet_transformers():
         try:
             parameters = count_parameters(config)
-        except Skip:
+        except CannotAudit:
             raise
         except Exception as error:  # noqa: BLE001 - a family transformers cannot build: skipped with the reason
-            raise Skip(f"cannot be built from its config: {first_line(error)}",
+            raise CannotAudit(f"cannot be built from its config: {first_line(error)}",
                        final="Unrecognized configuration class" in str(error)) from None
         sub_configs = dict(getattr(type(config), "sub_configs", {}) or {})
         tower_names = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
@@ -736,7 +736,7 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
             try:
                 model = composite_model(config, attn_implementation=attn_implementation)
             except Exception as error:  # noqa: BLE001
-                raise Skip(f"cannot be built from its config: {first_line(error)}") from None
+                raise CannotAudit(f"cannot be built from its config: {first_line(error)}") from None
     return with_video_session(with_time_condition(fit_rotary_sections(model))).eval()
 
 

@@ -41,7 +41,7 @@ from ..threads import torch_threads
 from . import attention_function, families, feed, inline, positions, qk_norm, whole_path
 from . import declared as declared_rules
 from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_refused, first_inputs, is_fed
-from .record import FamilyAudit, Skip, Status
+from .record import FamilyAudit, SkipKind, Status
 from .sizes import RUN_RETRIES
 from .towers import rely_on_towers
 from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge_family, judged_far
@@ -427,7 +427,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
     judge_family(result, backends)
     mechanisms = list(dict.fromkeys(u["mechanism"] for u in result.unread_attention if u["mechanism"] != "not intercepted"))
     if has_no_factor(result):
-        result.status, result.skip = Status.SKIPPED, Skip.NO_SOFTMAX
+        result.status, result.skip = Status.SKIPPED, SkipKind.NO_SOFTMAX
         result.reason = f"{NO_SOFTMAX} ({'; '.join(mechanisms)})"
     elif result.verdict == "not measured" and mechanisms:  # what the code shows it computes, said beside why
         result.findings += [f"its attention, read from the code: {mechanism}" for mechanism in mechanisms]
@@ -507,7 +507,7 @@ def output_compared(model, backend: str, inputs, reference) -> dict:
         set_attn_implementation(model, previous)
 
 
-NO_SOFTMAX = Skip.NO_SOFTMAX.value  # how the reason of a family whose attention has none begins
+NO_SOFTMAX = SkipKind.NO_SOFTMAX.value  # how the reason of a family whose attention has none begins
 NO_FACTOR = ", so no factor"  # how the text of a mechanism with no softmax over q.k ends: nothing to scale
 DEFORMABLE_PARTS = ("sampling_offsets", "attention_weights")  # Deformable DETR's linear maps of the query
 DEFORMABLE = ("deformable attention: weights from a linear map of the query, a softmax over sampling points; "
@@ -703,7 +703,7 @@ def audit_family(model_type: str, backends=DEFAULT_BACKENDS, seed: int = 0, **ov
     start = time.perf_counter()
     try:
         model, feeding = tiny_model_fed(model_type, seed, overrides)
-    except families.Skip as reason:
+    except families.CannotAudit as reason:
         return FamilyAudit(model_type, status=Status.SKIPPED, reason=str(reason), skip=reason.kind,
                            seconds=time.perf_counter() - start,
                            towers=reason.towers, own_attention=reason.own_attention)
@@ -732,18 +732,18 @@ def tiny_model_fed(model_type: str, seed: int, overrides: dict) -> tuple[torch.n
             model = families.build(config, seed)
             main_input = feed.main_input(model)
             if not is_fed(main_input):
-                raise families.Skip(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the audit "
+                raise families.CannotAudit(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the audit "
                                     f"feeds {FED_TEXT} only", final=True)
             feeding = Feeding()
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
                 model(**first_inputs(model, feeding))
             return model, feeding
-        except families.Skip as reason:
+        except families.CannotAudit as reason:
             refusal = refusal or reason
             if reason.final:
                 raise
         except Exception as error:  # noqa: BLE001 - a model that cannot run is skipped with the reason
-            refusal = refusal or families.Skip(f"cannot run a forward pass: {families.first_line(error)}")
+            refusal = refusal or families.CannotAudit(f"cannot run a forward pass: {families.first_line(error)}")
     raise refusal
 
 
@@ -881,7 +881,7 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_mod
     config = load_config(path)
     try:
         parameters = families.count_parameters(config)
-    except families.Skip as reason:  # no attention module at all
+    except families.CannotAudit as reason:  # no attention module at all
         raise UserError(f"{str(path)!r}: {reason}") from None
     except ImportError as error:  # a part built from a package that is not installed (timm's backbones)
         raise UserError(f"the model in {str(path)!r} needs a package that is not installed: "
@@ -902,7 +902,7 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_mod
         else:
             try:
                 model = families.build(config, seed, max_parameters=parameters, max_composite=parameters)
-            except families.Skip as reason:
+            except families.CannotAudit as reason:
                 raise UserError(f"{str(path)!r}: {reason}") from None
             label = f"{folder_name(path)} ({config.model_type}, random init)"
     try:

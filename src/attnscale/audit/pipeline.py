@@ -19,9 +19,9 @@ from ..probing.loading import check_model_dir, check_weights, quiet_transformers
 from . import composite_rows, families
 from .compose import compose, nothing_left, unread_text
 from .measure import audit_family
-from .record import COVERED, FAILING, AuditVerdict, FamilyAudit, Skip, Status, is_measured, partly_read
+from .record import COVERED, FAILING, AuditVerdict, FamilyAudit, SkipKind, Status, is_measured, partly_read
 from .towers import attending
-from .verdicts import CAP_TOL, DEFAULT_BACKENDS, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, VERDICTS, family_row
+from .verdicts import CAP_TOL, DEFAULT_BACKENDS, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, AUDIT_VERDICTS, family_row
 
 
 def is_folder(path: Path) -> bool:
@@ -158,11 +158,11 @@ def coverage(results: list[FamilyAudit]) -> dict:
     measured, covered by their towers, or left unmeasured (each with its reason)."""
     towers = [r for r in results if r.tower_of]
     results = [r for r in results if not r.tower_of]
-    bearing = [r for r in results if r.skip != Skip.NO_ATTENTION]
+    bearing = [r for r in results if r.skip != SkipKind.NO_ATTENTION]
     measured = sum(map(is_measured, bearing))
     covered = sum(r.status == Status.COVERED for r in bearing)
     # attention with no softmax over q.k (RWKV's recurrence, YOSO's hashing, ...): named, nothing to measure
-    no_softmax = sum(r.skip == Skip.NO_SOFTMAX for r in bearing)
+    no_softmax = sum(r.skip == SkipKind.NO_SOFTMAX for r in bearing)
     unmeasured = len(bearing) - measured - covered - no_softmax
     partly = sorted(r.family for r in bearing if partly_read(r))
     return {"families": len(results), "attention_bearing": len(bearing), "measured": measured, "covered": covered,
@@ -180,7 +180,7 @@ def overall_verdict(results: list[FamilyAudit]) -> dict:
     from ..scale_check import EXIT_CODES, ModelVerdict
 
     failing = [r.family for r in results if r.verdict in FAILING]
-    incomplete = [r.family for r in results if r.skip not in (Skip.NO_ATTENTION, Skip.NO_SOFTMAX)
+    incomplete = [r.family for r in results if r.skip not in (SkipKind.NO_ATTENTION, SkipKind.NO_SOFTMAX)
                   and r.status != Status.COVERED and r.verdict not in FAILING
                   and (r.verdict == AuditVerdict.INCOMPLETE
                        or not r.tower_of and (r.status == Status.SKIPPED or r.verdict != AuditVerdict.OK))]
@@ -193,7 +193,7 @@ def report(results: list[FamilyAudit], backends, seconds: float) -> dict:
     records, as :func:`run_plan` returns them)."""
     import transformers
 
-    counts = {verdict: 0 for verdict in (*VERDICTS, COVERED, "skipped")}
+    counts = {verdict: 0 for verdict in (*AUDIT_VERDICTS, COVERED, "skipped")}
     for result in results:
         if not result.tower_of:  # the families; tower rows are counted in coverage
             counts["skipped" if result.status == Status.SKIPPED else result.verdict] += 1

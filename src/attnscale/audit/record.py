@@ -17,7 +17,7 @@ class Status(StrEnum):
     COVERED = "covered"  # a composite whose towers are measured as rows of their own
 
 
-class Skip(StrEnum):
+class SkipKind(StrEnum):
     """Why a skipped record has nothing to measure (empty for every other record)."""
 
     NONE = ""
@@ -60,13 +60,13 @@ class FamilyAudit:
     # a composite built whole, or audited on token ids its towers never see: the tower rows whose attention it
     # left unread (measured there, or it is not measured)
     relies_on: list = field(default_factory=list)
-    skip: Skip = Skip.NONE  # kept out of audit.json: its reason says it in words
+    skip: SkipKind = SkipKind.NONE  # kept out of audit.json: its reason says it in words
     # a folder of a family whose factor moves with the query's position: that factor at far positions, judged
     # against the folder's own config (:func:`.positions.folder_row`)
     far_positions: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        self.status, self.skip = Status(self.status), Skip(self.skip)
+        self.status, self.skip = Status(self.status), SkipKind(self.skip)
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "skip"}

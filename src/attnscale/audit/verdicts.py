@@ -25,7 +25,7 @@ CAP_TOL = 0.05  # soft caps agree within 5%
 PARITY_TOL = {torch.float32: 1e-4, torch.float64: 1e-10, torch.bfloat16: 2e-2, torch.float16: 2e-3}  # max |diff| / max |eager|
 DEPENDENCE_TOL = 1e-3  # the factor moves by more than 0.1% across queries, positions or lengths
 ZERO_FACTOR = 1e-12  # a factor this small leaves every logit equal: uniform attention
-VERDICTS = tuple(v.value for v in AuditVerdict if v != AuditVerdict.COVERED)
+AUDIT_VERDICTS = tuple(v.value for v in AuditVerdict if v != AuditVerdict.COVERED)
 
 
 def relative(a: float | None, b: float | None) -> float:

@@ -32,6 +32,6 @@ def register(app: typer.Typer) -> None:
             if not all(item.usable for item in results):
                 raise typer.Exit(1)
             return
-        from ..cli import run_lab_command
+        from .lab_command import run_lab_command
 
         run_lab_command("history", options.preset_name(preset), seed, device, as_json, None)

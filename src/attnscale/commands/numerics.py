@@ -92,7 +92,7 @@ def model_precision(model_dir, layer: int | None, text: str, dtype, seed: int, m
     """The precision check of a real model's q and k, captured from one forward pass over ``text``: one report
     per attention call (``layer``: only that one, counted from 0), each at the factor the call applies."""
     from ..attention import capture
-    from ..doctor.health import clip_max_tokens, encode
+    from ..diagnosis.health import clip_max_tokens, encode
     from ..numerics import precision_check
     from ..probing.intercept import model_inputs
     from ..probing.loading import load_model
@@ -151,19 +151,19 @@ def register(app: typer.Typer) -> None:
                          "local model folder, or 'default' (MiniLM, offline); each attention call at its own factor.")] = None,
         layer: Annotated[Optional[int], typer.Option("--layer", help="With --model: only this attention call "
                                                      "(counted from 0).")] = None,
-        text: str = typer.Option(None, help="With --model: the text to run (default: the doctor's text)."),
+        text: str = typer.Option(None, help="With --model: the text to run (default: the health check's text)."),
         scale: str = typer.Option("sqrt", help="With --from-file: the scale rule (sqrt, none, inv_d, const:C, ...)."),
         dtype: str = typer.Option("float16", help="With --from-file or --model: float16, bfloat16 or float32."),
     ) -> None:
         """Run the numerics lab (FP16/BF16 overflow, error, clamp; C11, C12), or check the precision of q, k from a file."""
-        from ..cli import run_lab_command
+        from .lab_command import run_lab_command
 
         if model is not None:
             if from_file is not None:
                 raise UserError("--model and --from-file are two sources of q and k; give one")
             options.refuse_given(ctx, "the precision check of a model (--model) has no preset, figures or --scale (each "
                                       "call is checked at its own factor)", refused=("preset", "figures", "scale"))
-            from ..doctor.health import DEFAULT_TEXT
+            from ..diagnosis.health import DEFAULT_TEXT
             from ..numerics import parse_dtype
             from ..runtime import check_seed
 

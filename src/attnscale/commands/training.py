@@ -201,7 +201,7 @@ def run_grid(specs: list, db: Path, checkpoint: Path | None, workers, executor: 
 
 
 def register(app: typer.Typer) -> None:
-    from ..cli import make_lab_command
+    from .lab_command import make_lab_command
 
     app.command("training")(make_lab_command("training"))
     app.command("train")(train)

@@ -1,4 +1,4 @@
-"""The probing code the health check (:mod:`attnscale.doctor`) and the scale audit
+"""The probing code the health check (:mod:`attnscale.diagnosis`) and the scale audit
 (:mod:`attnscale.audit`) share:
 
 ``loading``     a local Hugging Face model folder, offline, never running code it ships

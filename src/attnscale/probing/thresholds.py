@@ -1,4 +1,4 @@
-"""The doctor's stated thresholds, in one place (the evidence texts quote them)."""
+"""The health check's stated thresholds, in one place (the evidence texts quote them)."""
 
 THRESHOLDS = {
     "over_smoothed_kl": 0.05,  # nats: effective support > exp(-0.05) = 95% of the keys

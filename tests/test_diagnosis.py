@@ -1,4 +1,4 @@
-"""The attention doctor: the scale probe on implementations written here and on small
+"""The health check (attnscale.diagnosis) and the doctor lab: the scale probe on implementations written here and on small
 transformers models, the per-head flags on constructed attention, diagnose on the default
 pretrained model (offline), the CLI's errors, and every verdict rule of the doctor lab."""
 
@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnscale import claims, doctor, scaling
+from attnscale import claims, diagnosis, scaling
 from attnscale.attention import attention
 from attnscale.claims import INCONCLUSIVE, PARTLY, REFUTED, SUPPORTED, VERDICTS
 from attnscale.lab import doctor as lab
@@ -75,7 +75,7 @@ IMPLS = {"stable": stable_impl, "naive": naive_impl, "causal": causal_impl, "bia
 @pytest.mark.parametrize("rule", ["inv_d", "sqrt", "none", "const:0.3", "const:7.5"])
 def test_infer_scale_recovers_known_factors(impl, d_k, rule):
     factor = scaling.factor(rule, d_k)
-    found = doctor.infer_scale(IMPLS[impl](factor), d_k)
+    found = diagnosis.infer_scale(IMPLS[impl](factor), d_k)
     assert found.factor == pytest.approx(factor, rel=1e-2)
     assert found.factor == pytest.approx(factor, rel=1e-6)  # in float64 the probe is exact, not just within 1%
     assert found.linear
@@ -84,23 +84,23 @@ def test_infer_scale_recovers_known_factors(impl, d_k, rule):
 @settings(max_examples=40, deadline=None)
 @given(d_k=st.integers(1, 512), factor=st.floats(1e-3, 20.0), impl=st.sampled_from(sorted(IMPLS)))
 def test_infer_scale_any_factor(d_k, factor, impl):
-    assert doctor.infer_scale(IMPLS[impl](factor), d_k).factor == pytest.approx(factor, rel=1e-2)
+    assert diagnosis.infer_scale(IMPLS[impl](factor), d_k).factor == pytest.approx(factor, rel=1e-2)
 
 
 @pytest.mark.parametrize("rule", ["sqrt", "inv_d", "none", "const:0.05", "power:0.75"])
 @pytest.mark.parametrize("method", ["naive", "stable", "online", "sdpa"])
 def test_infer_scale_agrees_with_the_attention_core(rule, method):
     d_k = 48
-    found = doctor.infer_scale(lambda q, k, v, mask=None: attention(q, k, v, scale=rule, impl=method), d_k)
+    found = diagnosis.infer_scale(lambda q, k, v, mask=None: attention(q, k, v, scale=rule, impl=method), d_k)
     assert found.factor == pytest.approx(scaling.factor(rule, d_k), rel=1e-4)
 
 
 def test_infer_scale_labels_and_exponent():
     d_k = 64
-    assert doctor.infer_scale(stable_impl(d_k**-0.5), d_k).label == "matches 1/sqrt(d_k)"
-    assert doctor.infer_scale(stable_impl(1 / d_k), d_k).label == "looks like 1/d_k"
-    assert doctor.infer_scale(stable_impl(1.0), d_k).label == "no scaling"
-    other = doctor.infer_scale(stable_impl(d_k**-0.75), d_k)
+    assert diagnosis.infer_scale(stable_impl(d_k**-0.5), d_k).label == "matches 1/sqrt(d_k)"
+    assert diagnosis.infer_scale(stable_impl(1 / d_k), d_k).label == "looks like 1/d_k"
+    assert diagnosis.infer_scale(stable_impl(1.0), d_k).label == "no scaling"
+    other = diagnosis.infer_scale(stable_impl(d_k**-0.75), d_k)
     assert other.label.startswith("other") and other.exponent == pytest.approx(0.75, rel=1e-6)
 
 
@@ -109,15 +109,15 @@ def test_infer_scale_flags_logits_that_are_not_linear_in_qk():
         logits = 2.0 * torch.tanh((q @ k.transpose(-2, -1)) / 2.0)
         return torch.softmax(logits, dim=-1) @ v
 
-    found = doctor.infer_scale(softcapped, 32)
+    found = diagnosis.infer_scale(softcapped, 32)
     assert not found.linear and found.label.startswith("not a fixed factor")
 
 
 def test_infer_scale_rejects_bad_input():
     with pytest.raises(ValueError, match="d_k"):
-        doctor.infer_scale(stable_impl(1.0), 0)
+        diagnosis.infer_scale(stable_impl(1.0), 0)
     with pytest.raises(ValueError, match="callable"):
-        doctor.infer_scale("not a function", 8)
+        diagnosis.infer_scale("not a function", 8)
 
 
 # ---------------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ def small(kind, **extra):
     ("llama", 16**-0.5, "matches 1/sqrt(d_k)", 2),  # grouped-query attention, RoPE
 ])
 def test_probe_model_finds_the_factor_transformers_uses(kind, factor, finding, layers):
-    probe = doctor.probe_model(small(kind))
+    probe = diagnosis.probe_model(small(kind))
     assert probe.finding == finding
     assert len(probe.layers) == layers
     for layer in probe.layers:
@@ -156,14 +156,14 @@ def test_probe_model_finds_the_factor_transformers_uses(kind, factor, finding, l
 
 
 def test_probe_model_sees_configured_and_patched_factors():
-    unscaled = doctor.probe_model(small("gpt2", scale_attn_weights=False))
+    unscaled = diagnosis.probe_model(small("gpt2", scale_attn_weights=False))
     assert unscaled.finding == "no scaling"
-    by_layer = doctor.probe_model(small("gpt2", scale_attn_by_inverse_layer_idx=True))
+    by_layer = diagnosis.probe_model(small("gpt2", scale_attn_by_inverse_layer_idx=True))
     assert by_layer.finding == "varies by layer"
     assert [layer["factor"] for layer in by_layer.layers] == pytest.approx([0.25 / (i + 1) for i in range(3)], rel=1e-5)
     bert = small("bert")
     bert.encoder.layer[1].attention.self.scaling = 1 / 16  # what the layer passes to its attention function
-    patched = doctor.probe_model(bert)
+    patched = diagnosis.probe_model(bert)
     assert [layer["label"] for layer in patched.layers] == ["matches 1/sqrt(d_k)", "looks like 1/d_k"]
     assert patched.finding == "varies by layer"
 
@@ -172,17 +172,17 @@ def test_intercept_replaces_the_factor_and_restores_the_model():
     bert = small("bert")
     ids = torch.arange(9).unsqueeze(0)
     before = bert(input_ids=ids).last_hidden_state
-    with doctor.intercept_attention(bert, scale="inv_d"):
-        assert doctor.probe_model(bert).finding == "looks like 1/d_k"
+    with diagnosis.intercept_attention(bert, scale="inv_d"):
+        assert diagnosis.probe_model(bert).finding == "looks like 1/d_k"
         changed = bert(input_ids=ids).last_hidden_state
     assert not torch.allclose(before, changed)
     assert torch.equal(bert(input_ids=ids).last_hidden_state, before)
-    assert doctor.probe_model(bert).finding == "matches 1/sqrt(d_k)"
+    assert diagnosis.probe_model(bert).finding == "matches 1/sqrt(d_k)"
     with pytest.raises(ValueError, match="fixed rule"):
-        with doctor.intercept_attention(bert, scale="learned"):
+        with diagnosis.intercept_attention(bert, scale="learned"):
             pass
     with pytest.raises(ValueError, match="transformers model"):
-        doctor.probe_model(torch.nn.Linear(2, 2))
+        diagnosis.probe_model(torch.nn.Linear(2, 2))
 
 
 # ---------------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_flags_on_constructed_attention():
     one_hot = torch.eye(n)[torch.arange(n).roll(3)].unsqueeze(0)
     on_first = torch.zeros(1, n, n)
     on_first[..., 0] = 1.0
-    rows = doctor.head_stats(torch.cat([uniform, one_hot, on_first]))
+    rows = diagnosis.head_stats(torch.cat([uniform, one_hot, on_first]))
     assert rows[0]["flags"] == ["over-smoothed"]
     assert rows[0]["effective_support"] == pytest.approx(n)
     assert rows[0]["normalized_entropy"] == pytest.approx(1.0)
@@ -209,16 +209,16 @@ def test_uniform_over_valid_keys_is_over_smoothed_and_sinks_scale_with_n():
     n, valid = 12, 8
     mask = torch.arange(n) < valid
     probs = (mask / valid).expand(1, n, n).clone()
-    assert doctor.head_stats(probs, mask=mask)[0]["flags"] == ["over-smoothed"]
+    assert diagnosis.head_stats(probs, mask=mask)[0]["flags"] == ["over-smoothed"]
     # Two sink tokens out of three keys get 2/3 of uniform attention: not a sink.
-    assert "sink" not in doctor.head_stats(torch.full((1, 3, 3), 1 / 3), sink_positions=(0, 2))[0]["flags"]
+    assert "sink" not in diagnosis.head_stats(torch.full((1, 3, 3), 1 / 3), sink_positions=(0, 2))[0]["flags"]
 
 
 @settings(max_examples=30, deadline=None)
 @given(n=st.integers(2, 40), heads=st.integers(1, 4), temperature=st.floats(0.05, 20.0), seed=st.integers(0, 1000))
 def test_head_stats_ranges(n, heads, temperature, seed):
     logits = torch.randn(heads, n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
-    rows = doctor.head_stats(torch.softmax(logits / temperature, dim=-1))
+    rows = diagnosis.head_stats(torch.softmax(logits / temperature, dim=-1))
     for row in rows:
         assert -1e-9 <= row["normalized_entropy"] <= 1 + 1e-9
         assert 1 - 1e-9 <= row["effective_support"] <= n + 1e-6
@@ -230,7 +230,7 @@ def test_head_stats_ranges(n, heads, temperature, seed):
 
 def test_head_stats_rejects_bad_shapes():
     with pytest.raises(ValueError, match="heads, T_q, T_k"):
-        doctor.head_stats(torch.full((4, 4), 0.25))
+        diagnosis.head_stats(torch.full((4, 4), 0.25))
 
 
 # ---------------------------------------------------------------------------------------
@@ -238,40 +238,40 @@ def test_head_stats_rejects_bad_shapes():
 
 
 @pytest.fixture(scope="module")
-def diagnosis():
-    return doctor.diagnose()
+def default_diagnosis():
+    return diagnosis.diagnose()
 
 
-def test_diagnose_default_model(diagnosis):
-    assert (diagnosis.n_layers, diagnosis.n_heads, diagnosis.d_k) == (6, 12, 32)
-    assert len(diagnosis.heads) == 72 and 100 <= len(diagnosis.tokens) <= 128
-    assert diagnosis.tokens[0] == "[CLS]" and diagnosis.tokens[-1] == "[SEP]"
-    assert diagnosis.probe["finding"] == "matches 1/sqrt(d_k)"
-    assert all(layer["factor"] == pytest.approx(32**-0.5, rel=1e-5) for layer in diagnosis.probe["layers"])
-    for probs in diagnosis.attentions:
+def test_diagnose_default_model(default_diagnosis):
+    assert (default_diagnosis.n_layers, default_diagnosis.n_heads, default_diagnosis.d_k) == (6, 12, 32)
+    assert len(default_diagnosis.heads) == 72 and 100 <= len(default_diagnosis.tokens) <= 128
+    assert default_diagnosis.tokens[0] == "[CLS]" and default_diagnosis.tokens[-1] == "[SEP]"
+    assert default_diagnosis.probe["finding"] == "matches 1/sqrt(d_k)"
+    assert all(layer["factor"] == pytest.approx(32**-0.5, rel=1e-5) for layer in default_diagnosis.probe["layers"])
+    for probs in default_diagnosis.attentions:
         assert torch.allclose(probs.sum(-1), torch.ones(probs.shape[:-1]), atol=1e-5)
-    json.dumps(diagnosis.to_dict())
+    json.dumps(default_diagnosis.to_dict())
 
 
-def test_diagnose_counterfactual_moves_the_right_way(diagnosis):
-    by_scale = {row["scale"]: row for row in diagnosis.counterfactual}
+def test_diagnose_counterfactual_moves_the_right_way(default_diagnosis):
+    by_scale = {row["scale"]: row for row in default_diagnosis.counterfactual}
     assert by_scale["inv_d"]["entropy_change"] > 0 > by_scale["none"]["entropy_change"]
     assert by_scale["const:0.01"]["over-smoothed_heads"] >= by_scale["inv_d"]["over-smoothed_heads"]
-    assert by_scale["none"]["saturated_heads"] > diagnosis.summary["saturated_heads"]
-    for row in diagnosis.counterfactual:
+    assert by_scale["none"]["saturated_heads"] > default_diagnosis.summary["saturated_heads"]
+    for row in default_diagnosis.counterfactual:
         assert -1 <= row["pooled_cosine"] < 0.999
 
 
-def test_diagnose_is_deterministic_and_its_own_factor_changes_nothing(diagnosis):
-    again = doctor.diagnose(probe=False, counterfactual=("sqrt",))
-    assert again.heads == diagnosis.heads
+def test_diagnose_is_deterministic_and_its_own_factor_changes_nothing(default_diagnosis):
+    again = diagnosis.diagnose(probe=False, counterfactual=("sqrt",))
+    assert again.heads == default_diagnosis.heads
     assert again.counterfactual[0]["token_cosine"] == pytest.approx(1.0, abs=1e-6)
     assert again.counterfactual[0]["entropy_change"] == pytest.approx(0.0, abs=1e-9)
 
 
-def test_diagnose_heatmaps(diagnosis, tmp_path):
-    short = doctor.diagnose(text="A short text.", probe=False, counterfactual=())
-    written = doctor.draw_heatmaps(short, tmp_path)
+def test_diagnose_heatmaps(default_diagnosis, tmp_path):
+    short = diagnosis.diagnose(text="A short text.", probe=False, counterfactual=())
+    written = diagnosis.draw_heatmaps(short, tmp_path)
     assert written[0] == "entropy_grid.png" and len(written) == 1 + short.n_layers
     for name in written:
         assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
@@ -279,19 +279,19 @@ def test_diagnose_heatmaps(diagnosis, tmp_path):
 
 def test_bad_model_folders(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        doctor.diagnose(tmp_path / "missing")
+        diagnosis.diagnose(tmp_path / "missing")
     with pytest.raises(ValueError, match="not a Hugging Face model folder"):
-        doctor.diagnose(tmp_path)
+        diagnosis.diagnose(tmp_path)
     (tmp_path / "config.json").write_text("{\"model_type\": \"no-such-model\"}")
     with pytest.raises(ValueError, match="has no tokenizer"):
-        doctor.diagnose(tmp_path)
+        diagnosis.diagnose(tmp_path)
     (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\nword\n")
     with pytest.raises(ValueError, match="could not load"):
-        doctor.diagnose(tmp_path)
+        diagnosis.diagnose(tmp_path)
     with pytest.raises(ValueError, match="fixed rule"):
-        doctor.diagnose(counterfactual=("qknorm",))
+        diagnosis.diagnose(counterfactual=("qknorm",))
     with pytest.raises(ValueError, match="non-empty"):
-        doctor.diagnose(text="   ")
+        diagnosis.diagnose(text="   ")
 
 
 # ---------------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ def constructed_result(bert_finding="matches 1/sqrt(d_k)", t5_finding="no scalin
 
     return {
         "transformers_version": "5.x",
-        "thresholds": dict(doctor.THRESHOLDS),
+        "thresholds": dict(diagnosis.THRESHOLDS),
         "too_strong": "inv_d",
         "probe": [probe_row("bert", bert_factor, bert_finding), probe_row("gpt2", d_k**-0.5, "matches 1/sqrt(d_k)"),
                   probe_row("t5", t5_factor, t5_finding)],
@@ -561,8 +561,8 @@ def test_diagnose_causal_model_counts_only_visible_keys():
 
     gpt2 = lab.random_model(GPT2Config(n_embd=64, n_head=4, n_layer=2, vocab_size=30522, bos_token_id=0,
                                        eos_token_id=0), seed=0, device="cpu")
-    _, tokenizer = doctor.load_model()
-    found = doctor.diagnose(model=gpt2, tokenizer=tokenizer, text=doctor.DEFAULT_TEXT, counterfactual=("inv_d",))
+    _, tokenizer = diagnosis.load_model()
+    found = diagnosis.diagnose(model=gpt2, tokenizer=tokenizer, text=diagnosis.DEFAULT_TEXT, counterfactual=("inv_d",))
     assert found.probe["finding"] == "matches 1/sqrt(d_k)"
     # At random init each query spreads evenly over the keys it can see (j <= i): near
     # uniform once the causal mask is respected, far from uniform over all n keys.
@@ -571,7 +571,7 @@ def test_diagnose_causal_model_counts_only_visible_keys():
 
 
 def test_diagnose_out_holds_one_runs_files_and_an_interrupted_run_keeps_the_previous(tmp_path, capsys, monkeypatch):
-    import attnscale.doctor as doctor_package
+    import attnscale.diagnosis as diagnosis_package
 
     out = tmp_path / "out"
     out.mkdir()
@@ -586,7 +586,7 @@ def test_diagnose_out_holds_one_runs_files_and_an_interrupted_run_keeps_the_prev
     def broken(*args, **kwargs):
         raise KeyboardInterrupt  # a run stopped while it draws
 
-    monkeypatch.setattr(doctor_package, "draw_heatmaps", broken)
+    monkeypatch.setattr(diagnosis_package, "draw_heatmaps", broken)
     with pytest.raises((KeyboardInterrupt, SystemExit)):
         from attnscale.cli import main
         main(["diagnose", "--text", "Another text, longer than the first one.", "--no-probe", "--counterfactual", "",

@@ -203,7 +203,7 @@ def encode(tokenizer, text: str, max_tokens: int, device="cpu"):
                         return_special_tokens_mask=True)
     ids = encoded["input_ids"].to(device)
     if ids.shape[-1] < 2:
-        raise UserError(f"text {text[:40]!r} gives {ids.shape[-1]} token; the doctor needs at least 2")
+        raise UserError(f"text {text[:40]!r} gives {ids.shape[-1]} token; the health check needs at least 2")
     special = [i for i, s in enumerate(encoded["special_tokens_mask"][0].tolist()) if s]
     tokens = tokenizer.convert_ids_to_tokens(ids[0].tolist())
     return ids, tokens, special or [0]

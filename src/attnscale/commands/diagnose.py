@@ -1,4 +1,4 @@
-"""``attnscale diagnose`` (the attention health check of a real model) and ``attnscale doctor`` (the lab)."""
+"""``attnscale diagnose``: the attention health check of a real model (:mod:`attnscale.diagnosis`)."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def write_diagnosis(result, payload: dict, out: Path) -> list[str]:
     import os
     import shutil
 
-    from .. import doctor
-    from ..doctor.page import render_page
+    from .. import diagnosis
+    from ..diagnosis.page import render_page
     from ..paths import FolderLock, replace_set, write_text_atomic
 
     with FolderLock(out, "--out"):
@@ -75,7 +75,7 @@ def write_diagnosis(result, payload: dict, out: Path) -> list[str]:
             staging.mkdir()
             write_text_atomic(staging / "diagnosis.json", json.dumps(payload, indent=1))
             write_text_atomic(staging / "attention.html", render_page(result))
-            heatmaps = doctor.draw_heatmaps(result, staging)
+            heatmaps = diagnosis.draw_heatmaps(result, staging)
             names = [*heatmaps, "attention.html", "diagnosis.json"]
             replace_set(staging, out, names, stale=list(out.glob("attention_layer*.png")))
         finally:
@@ -148,10 +148,6 @@ def print_diagnosis(diagnosis) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from ..cli import make_lab_command
-
-    app.command("doctor")(make_lab_command("doctor"))
-
     @app.command("diagnose")
     def diagnose(
         model: str = typer.Argument(None, help="A local Hugging Face model folder, or the id of a repo the Hugging "
@@ -172,7 +168,7 @@ def register(app: typer.Typer) -> None:
                                                                      "one is fastest for small models and texts."),
     ) -> None:
         """Health check of a model's attention: entropy, saturation, sinks, and the scale it applies."""
-        from .. import doctor, scaling
+        from .. import diagnosis, scaling
         from ..terminal import console, err_console
         from ..paths import check_folder, check_outputs
         from ..runtime import check_device
@@ -183,15 +179,15 @@ def register(app: typer.Typer) -> None:
             if scaling.parse(spec).kind != "fixed":
                 raise UserError(f"--counterfactual {spec!r} is not a fixed rule; accepted: sqrt, inv_d, none, "
                                  "const:C, power:A")
-        folder = doctor.check_model_dir(model)
+        folder = diagnosis.check_model_dir(model)
         check_memory(folder, max_tokens)
         if out is not None:
             check_folder(out, "--out")
-            check_outputs(out, files=("diagnosis.json", "attention.html", *doctor.heatmap_names(out)))
+            check_outputs(out, files=("diagnosis.json", "attention.html", *diagnosis.heatmap_names(out)))
         chosen = read_text(text, text_file)
         if chosen is not None and not chosen.strip():
             raise UserError("the text is empty; give --text or --text-file with some words")
-        result = doctor.diagnose(model, doctor.DEFAULT_TEXT if chosen is None else chosen, max_tokens=max_tokens,
+        result = diagnosis.diagnose(model, diagnosis.DEFAULT_TEXT if chosen is None else chosen, max_tokens=max_tokens,
                                  probe=probe, counterfactual=specs, device=device,
                                  threads=threads)
         payload = result.to_dict()
