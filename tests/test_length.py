@@ -190,8 +190,6 @@ def test_the_lab_runs_every_rule_at_its_best_rate(measured):
     assert {b["rule"] for b in measured["best"]} == set(TINY.rules)
     assert measured["runs"] == len(measured["models"]) >= len(TINY.rules) * TINY.seeds
     assert measured["lengths"] == [18, 36]
-    assert set(L.judge(measured)) == {"L1", "L2", "L3", "L4"} == set(claims.claims_of_lab("length")) & {"L1", "L2", "L3", "L4"}
-    assert claims.undeclared_numbers(L.NUMBER_KEYS, L.judge(measured)) == []
 
 
 @pytest.mark.parametrize("rule, length, source", [("sqrt+logn:34", 34, "sqrt"), ("sqrt+logn:34", 35, "sqrt+logn:34"),

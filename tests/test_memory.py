@@ -137,8 +137,7 @@ def test_a_sweep_with_more_workers_than_memory_holds_is_refused_naming_the_most_
     monkeypatch.setenv(memory.LIMIT_VARIABLE, str(int(room / memory.USABLE_SHARE) + 1))
     with pytest.raises(ValueError, match=r"8 group\(s\).* in 8 worker processes .*use --workers 3 or fewer"):
         runs.execute(specs, workers=8, batch_runs=1)
-    # the default (one per core) is cut to what fits instead
-    monkeypatch.setattr(runs, "default_workers", lambda: 8)
+    # a default of 8 (one per core on an 8-core machine) is cut to what fits instead
     todo = {runs.run_key(s): runs.spec_dict(s) for s in specs}
     groups = runs.plan_groups(todo, batch_runs=1, workers=8)
     assert runs.workers_for_memory(8, groups, todo) == 3

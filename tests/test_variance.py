@@ -163,14 +163,6 @@ def test_result_is_json_and_figures_exist(result, tmp_path):
 # verdict rules on constructed results
 
 
-def test_judge_gives_every_claim(result):
-    findings = variance.judge(result)
-    assert set(findings) == {"C01", "C02", "C03", "C08", "C15"}
-    assert all(f.verdict in claims.VERDICTS for f in findings.values())
-
-
-def test_findings_carry_exactly_the_declared_numbers(result):
-    assert claims.undeclared_numbers(variance.NUMBER_KEYS, variance.judge(result)) == []
 
 
 def _init_rows(variances, half_width=0.005):

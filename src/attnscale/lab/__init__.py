@@ -27,8 +27,8 @@ Data flows one way: config -> run -> result -> judge/tables/figures.
 
 :data:`REGISTRY` names every lab with what the report must know of it before importing it:
 whether its ``run`` takes a run store (``run(config, progress, store=RunStore)``: a lab of many
-training runs, each kept in runs.sqlite, with worker processes of its own) and the claims it
-judges.  A lab module may also define ``stored_key() -> str``: what else its stored results
+training runs, each kept in runs.sqlite, with worker processes of its own); the claims it judges
+are those whose parts name it (:func:`attnscale.claims.claims_of_lab`).  A lab module may also define ``stored_key() -> str``: what else its stored results
 depend on (keyed beside VERSION).
 """
 
@@ -48,9 +48,16 @@ class Lab:
     """One lab: its module is ``attnscale.lab.<name>`` (see the protocol above)."""
 
     name: str
-    claims: tuple[str, ...]        # the claims its judge() gives findings for
     uses_run_store: bool = False   # run() takes store=RunStore and has worker processes of its own
     probes: tuple[str, ...] = ()   # installed packages whose code it measures: their versions key its stored results
+
+    @property
+    def claims(self) -> tuple[str, ...]:
+        """The claims its judge() gives findings for: those with a part that names this lab (declared once, on
+        the parts in :mod:`attnscale.claims`)."""
+        from ..claims import claims_of_lab
+
+        return claims_of_lab(self.name)
 
     def module(self) -> ModuleType:
         return importlib.import_module(f"{__name__}.{self.name}")
@@ -68,14 +75,14 @@ class Lab:
 
 
 REGISTRY = {lab.name: lab for lab in (
-    Lab("variance", ("C01", "C02", "C03", "C08", "C15")),
-    Lab("saturation", ("C04", "C05", "C06", "C16", "C18")),
-    Lab("numerics", ("C11", "C12")),
-    Lab("training", ("C05", "C06", "C09", "C10", "C13", "C17", "C18"), uses_run_store=True),
-    Lab("doctor", ("C10", "C14"), probes=("transformers",)),
-    Lab("history", ("C07", "C10", "C13"), probes=("transformers",)),  # released code from a pinned cache, and today's
-    Lab("length", ("L1", "L2", "L3", "L4")),  # statements beyond the source: long contexts
-    Lab("audit", (), probes=("transformers",)),  # no claim: its findings are its tables
+    Lab("variance"),
+    Lab("saturation"),
+    Lab("numerics"),
+    Lab("training", uses_run_store=True),
+    Lab("doctor", probes=("transformers",)),
+    Lab("history", probes=("transformers",)),  # released code from a pinned cache, and today's
+    Lab("length"),  # statements beyond the source: long contexts
+    Lab("audit", probes=("transformers",)),  # no claim: its findings are its tables
 )}
 LABS = tuple(REGISTRY)
 
@@ -90,6 +97,17 @@ class Ticker:
         self.done += 1
         if self.progress:
             self.progress(self.done / self.steps, message)
+
+
+def run_in_one_thread(check_config, measure, config, progress=None) -> dict:
+    """The ``run`` of a lab that measures in this process: ``check_config`` (which returns the config, normalised)
+    before any work, then ``measure(config, progress)`` with torch on one thread, so that a side lab beside the
+    training lab's workers takes one core (:func:`attnscale.threads.torch_threads`)."""
+    from ..threads import torch_threads
+
+    config = check_config(config)
+    with torch_threads(1):
+        return measure(config, progress)
 
 
 def load(name: str) -> ModuleType:

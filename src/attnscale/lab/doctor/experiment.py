@@ -39,7 +39,7 @@ from ...errors import UserError
 from ...models import ModelConfig, Transformer
 from ...models.tasks import make_task
 from ...runtime import check_device
-from ...threads import torch_threads
+from .. import run_in_one_thread
 from ...train.batched import BatchedTransformer
 from ...train.optim import BatchedOptimiser
 
@@ -79,7 +79,7 @@ PRESETS = {
 }
 
 
-def check_config(config: Config) -> None:
+def check_config(config: Config) -> Config:
     check_device(config.device)
     if config.d_model % config.n_heads:
         raise UserError(f"d_model={config.d_model} is not divisible by n_heads={config.n_heads}")
@@ -91,6 +91,7 @@ def check_config(config: Config) -> None:
             raise UserError(f"{name} must be an integer >= 1, got {value!r}")
     if not (math.isfinite(config.scratch_lr) and config.scratch_lr > 0):
         raise UserError(f"scratch_lr must be a finite number > 0, got {config.scratch_lr!r}")
+    return config
 
 
 # ---------------------------------------------------------------------------------------
@@ -336,10 +337,7 @@ def scratch_part(config: Config) -> dict:
 
 
 def run(config: Config, progress=None) -> dict:
-    """One thread throughout (see :func:`attnscale.threads.torch_threads`)."""
-    check_config(config)
-    with torch_threads(1):
-        return _run(config, progress)
+    return run_in_one_thread(check_config, _run, config, progress)
 
 
 def _run(config: Config, progress=None) -> dict:

@@ -57,7 +57,7 @@ from ...errors import UserError
 from ...peak_memory import peak_tensor_bytes
 from ...numerics import DTYPES, WRONG_OUTPUT, precision_check, exp_overflow_threshold, matmul_accumulation
 from ...softmax import naive_softmax
-from ...threads import torch_threads
+from .. import run_in_one_thread
 from ...runtime import check_device
 
 VERSION = 6  # 6: the trained model named as prose names it; 2: C11/C12 judged on trained activations and memory; 3: stable attention scores half precision in float32;
@@ -105,7 +105,7 @@ PRESETS = {
 }
 
 
-def check_config(config: Config) -> None:
+def check_config(config: Config) -> Config:
     check_device(config.device)
     for name in config.dtypes:
         if name not in DTYPES:
@@ -124,6 +124,7 @@ def check_config(config: Config) -> None:
         raise UserError("every std must be > 0")
     if any(c <= 0 for c in config.clamp_values):
         raise UserError(f"clamp values must be > 0, got {config.clamp_values}")
+    return config
 
 
 # ----------------------------------------------------------------------------- drawing
@@ -382,9 +383,7 @@ def memory_rows(config: Config) -> list[dict]:
 # ----------------------------------------------------------------------------- run
 
 def run(config: Config, progress=None) -> dict:
-    check_config(config)
-    with torch_threads(1):
-        return measure(config, progress)
+    return run_in_one_thread(check_config, measure, config, progress)
 
 
 def measure(config: Config, progress=None) -> dict:

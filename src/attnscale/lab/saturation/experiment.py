@@ -43,7 +43,7 @@ from ... import checks, intervals, stats
 from ...attention import attention
 from ...errors import UserError
 from ...runtime import check_device
-from ...threads import torch_threads
+from .. import run_in_one_thread
 from .. import Ticker
 
 VERSION = 5  # 3: 95% intervals of the voting numbers (row_intervals); 4: and of C16's shares; 5: intervals reduced in float64 torch
@@ -330,9 +330,7 @@ def derivative_in_use(config: Config, d_k: int = 64) -> dict:
 
 
 def run(config: Config, progress=None) -> dict:
-    config = check_config(config)
-    with torch_threads(1):
-        return _run(config, progress)
+    return run_in_one_thread(check_config, _run, config, progress)
 
 
 def _run(config: Config, progress=None) -> dict:

@@ -52,7 +52,7 @@ from ... import checks, intervals, stats
 from ...attention import attention
 from ...errors import UserError
 from ...runtime import check_device
-from ...threads import torch_threads
+from .. import run_in_one_thread
 from .. import Ticker
 
 VERSION = 3  # 2: 95% intervals of the C01 and C15 numbers; 3: reduced in float64 torch
@@ -421,9 +421,7 @@ def measure_small_dk(config: Config) -> list[dict]:
 
 
 def run(config: Config, progress=None) -> dict:
-    config = check_config(config)
-    with torch_threads(1):
-        return _run(config, progress)
+    return run_in_one_thread(check_config, _run, config, progress)
 
 
 def _run(config: Config, progress=None) -> dict:
