@@ -2,7 +2,7 @@
 applies, under each backend, measured and compared with what its config declares.
 
 ``pipeline``            from a target to its report: plan, audit each item (in order or over workers), compose, report
-``record``              one record per audited model (FamilyAudit), its status and skip kind as enums
+``record``              one record per audited model (FamilyAudit); its status, skip kind and mechanisms as values
 ``measure``             one model: build, read and declare (a family, a folder, a callable)
 ``feed``                the inputs that run one model, found once and kept on its Feeding record (what it reads
                         beside its main input, time series and trajectories included)
@@ -12,7 +12,7 @@ applies, under each backend, measured and compared with what its config declares
 ``qk_norm``             the logit of a cosine-1 pair a config declares under QK-norm (multipliers as data)
 ``families``            the installed transformers' model types, as tiny random-init models
 ``sizes``               the tiny sizes by standard field name, the fallbacks and retries
-``known``               what the audit knows of particular families: one Family entry a family, in one registry
+``known``               what the audit knows of particular families: one FamilyEntry a family, in one registry
 ``attention_function``  what an attention function does to q.k: factor, soft cap, sinks
 ``whole_path``          the whole path, from the q and k projections to the product
 ``inline``              families that compute attention inline (no function to intercept)

@@ -18,7 +18,8 @@ from collections import Counter
 from dataclasses import replace
 
 from . import families
-from .record import COVERED, NOT_MEASURED, AuditVerdict, FamilyAudit, SkipKind, Status, is_measured, unread_here
+from .record import (COVERED, NOT_MEASURED, AuditVerdict, FamilyAudit, SkipKind, Status, is_intercepted_nowhere, is_measured,
+                     unmeasured_here)
 from .towers import attending, row_of
 
 
@@ -31,7 +32,7 @@ def nothing_left(record: FamilyAudit) -> bool:
     """A row that leaves nothing of its attention unmeasured: measured with every attention module read
     (none left "not intercepted": an inline SAM encoder beside a tower's intercepted encoder), covered,
     without attention, or with no softmax over q.k."""
-    unread = any(u.get("mechanism") == "not intercepted" for u in record.unread_attention)
+    unread = any(map(is_intercepted_nowhere, record.unread_attention))
     judged = record.verdict != AuditVerdict.INCOMPLETE  # a layer it could not judge (QK-norm with no declared logit)
     return (is_measured(record) and not unread and judged or record.status == Status.COVERED
             or record.status == Status.SKIPPED and record.skip in (SkipKind.NO_ATTENTION, SkipKind.NO_SOFTMAX))
@@ -91,15 +92,20 @@ def covered(records: list[FamilyAudit]) -> list[FamilyAudit]:
     return out
 
 
+def why_unmeasured(module: dict) -> str:
+    mechanism = module["mechanism"]
+    return str(mechanism) if is_intercepted_nowhere(module) else f"its code: {mechanism.split(':')[0]}, not read here"
+
+
 def completed(records: list[FamilyAudit]) -> list[FamilyAudit]:
     out = []
     for record in records:
-        unread = unread_here(record.unread_attention)
+        unread = unmeasured_here(record.unread_attention)
         if record.verdict == AuditVerdict.OK and unread:
             measured = len({layer["name"] for layer in record.layers})
-            by_class = Counter(module["class"] for module in unread)
+            by_class = Counter((module["class"], why_unmeasured(module)) for module in unread)
             record = replace(record, verdict=AuditVerdict.INCOMPLETE, findings=[
                 *record.findings, f"{measured} of {measured + len(unread)} attention modules measured; not measured: "
-                + ", ".join(f"{name} x{count} (not intercepted)" for name, count in by_class.items())])
+                + ", ".join(f"{name} x{count} ({why})" for (name, why), count in by_class.items())])
         out.append(record)
     return out

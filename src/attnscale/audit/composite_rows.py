@@ -18,7 +18,7 @@ from ..threads import torch_threads
 from . import families, feed, measure
 from .compose import nothing_left
 from .feed import Feeding, first_inputs
-from .record import FamilyAudit, Status
+from .record import FamilyAudit, Status, is_intercepted_nowhere
 from .towers import enclosing_parts, tower_row
 from .verdicts import DEFAULT_BACKENDS
 
@@ -77,7 +77,7 @@ def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) 
     read = {type(modules[row["name"]]).__name__ for row in result.layers if row["name"] in modules}
     unread = []
     for module in result.unread_attention:
-        if module["mechanism"] != "not intercepted":
+        if not is_intercepted_nowhere(module):
             continue
         row = model_type if module["class"] in read else tower_row(model, skipped, module["name"])
         if row:
@@ -139,7 +139,7 @@ def folder_rows(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> list[F
         rows.append(row)
         if nothing_left(row):
             for module in record.unread_attention:
-                if module["mechanism"] == "not intercepted" and module["name"].startswith(prefix + "."):
+                if is_intercepted_nowhere(module) and module["name"].startswith(prefix + "."):
                     module["read_by"] = name
     record.seconds = time.perf_counter() - start
     return [record, *rows]
@@ -178,7 +178,7 @@ def unread_towers(model, record: FamilyAudit) -> dict[str, torch.nn.Module]:
 
     found: dict[str, torch.nn.Module] = {}
     for module in record.unread_attention:
-        if module["mechanism"] != "not intercepted" or module.get("read_by"):
+        if not is_intercepted_nowhere(module) or module.get("read_by"):
             continue
         tower = next(((prefix, part) for prefix, part, _ in enclosing_parts(model, module["name"])
                       if isinstance(part, PreTrainedModel)), None)

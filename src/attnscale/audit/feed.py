@@ -19,6 +19,7 @@ from ..errors import UserError, first_line
 from ..probing.intercept import model_inputs
 from ..probing.loading import quiet_transformers
 from ..threads import torch_threads
+from .record import is_intercepted_nowhere
 from .sizes import TINY
 
 TOKENS, LONGER_TOKENS = 8, 24
@@ -182,7 +183,7 @@ def box_refused(feeding: Feeding, unread: list[dict]) -> None:
     if refusal is None or "boxes" in (feeding.known("image_beside") or ()):
         return
     for entry in unread:
-        if entry["mechanism"] == "not intercepted":
+        if is_intercepted_nowhere(entry):
             entry["why"] = f"not run by the inputs that run here; the box prompt it takes beside them is refused ({refusal})"
 
 

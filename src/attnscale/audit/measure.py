@@ -41,12 +41,17 @@ from ..threads import torch_threads
 from . import attention_function, families, feed, inline, positions, qk_norm, whole_path
 from . import declared as declared_rules
 from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_refused, first_inputs, is_fed
-from .record import FamilyAudit, SkipKind, Status
+from .record import (NO_FACTOR, NOT_INTERCEPTED, NOT_MEASURED, FamilyAudit, Mechanism, MechanismKind, SkipKind, Status,
+                     is_intercepted_nowhere, no_factor)
 from .sizes import RUN_RETRIES
 from .towers import rely_on_towers
 from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge_family, judged_far
 
 NO_CALL = "no attention function was called"  # attention computed inline: read from its weights instead
+
+
+class NoAttentionCall(UserError):
+    """A pass under a backend called no attention function: its attention is computed inline."""
 FAR_POSITION = 65536  # past the original context of YaRN / Llama-4-style position temperatures
 
 
@@ -306,7 +311,7 @@ def backend_pass(model, feeding: Feeding, backend: str, reference_hidden, inputs
     if reference_hidden is not None:
         parity = parity_of(hidden, reference_hidden)
     if not calls:
-        raise UserError(f"{NO_CALL} under {backend}")
+        raise NoAttentionCall(f"{NO_CALL} under {backend}")
     functions = function_results(calls)
     main = None
     if layouts is None:
@@ -399,7 +404,7 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
                 calls, hidden, parity, functions, wholes, layouts = backend_pass(model, feeding, backend, reference,
                                                                               inputs, units, layouts)
             except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
-                if backend == "eager" and ("eager_attention_forward" in str(error) or NO_CALL in str(error)):
+                if backend == "eager" and (isinstance(error, NoAttentionCall) or "eager_attention_forward" in str(error)):
                     inline_attention(model, feeding, model_type, result, order, inputs, units)
                     break
                 result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
@@ -425,14 +430,22 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
             inline_beside(model, feeding, model_type, result)
     box_refused(feeding, result.unread_attention)
     judge_family(result, backends)
-    mechanisms = list(dict.fromkeys(u["mechanism"] for u in result.unread_attention if u["mechanism"] != "not intercepted"))
+    mechanisms = list(dict.fromkeys(u["mechanism"] for u in result.unread_attention if not is_intercepted_nowhere(u)))
     if has_no_factor(result):
         result.status, result.skip = Status.SKIPPED, SkipKind.NO_SOFTMAX
         result.reason = f"{NO_SOFTMAX} ({'; '.join(mechanisms)})"
-    elif result.verdict == "not measured" and mechanisms:  # what the code shows it computes, said beside why
+    elif result.verdict == NOT_MEASURED and mechanisms:  # what the code shows it computes, said beside why
         result.findings += [f"its attention, read from the code: {mechanism}" for mechanism in mechanisms]
+    if result.verdict == NOT_MEASURED and not result.reason:  # a record never says "not measured" without why
+        result.reason = not_measured_because(result)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def not_measured_because(result: FamilyAudit) -> str:
+    """Why an audited model has no reading: what its judge found (the eager pass's refusal first), or eager's reason."""
+    eager = result.backends.get("eager") or {}
+    return "; ".join(result.findings) or eager.get("reason") or "no attention layer was read"
 
 
 def inline_declared(model, family: str):
@@ -450,7 +463,7 @@ def inline_beside(model, feeding: Feeding, family: str, result: FamilyAudit) -> 
     """Attention modules left unread beside the intercepted calls (a pooling head's torch
     nn.MultiheadAttention, an inline encoder inside a composite) read from their weights where they can
     be; the rest stay in ``unread_attention``."""
-    names = [u["name"] for u in result.unread_attention if u["mechanism"] == "not intercepted"]
+    names = [u["name"] for u in result.unread_attention if is_intercepted_nowhere(u)]
     if not names:
         return
     try:
@@ -483,7 +496,7 @@ def inline_attention(model, feeding: Feeding, family: str, result: FamilyAudit, 
             calls, hidden, parity, functions, wholes, _ = backend_pass(model, feeding, backend, reference, inputs, units,
                                                                        None)
         except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
-            result.backends[backend] = (output_compared(model, backend, inputs, reference) if NO_CALL in str(error)
+            result.backends[backend] = (output_compared(model, backend, inputs, reference) if isinstance(error, NoAttentionCall)
                                         else {"accepted": False, "reason": families.first_line(error), "parity": None})
             continue
         for call, function, whole in zip(calls, functions, wholes):
@@ -508,43 +521,44 @@ def output_compared(model, backend: str, inputs, reference) -> dict:
 
 
 NO_SOFTMAX = SkipKind.NO_SOFTMAX.value  # how the reason of a family whose attention has none begins
-NO_FACTOR = ", so no factor"  # how the text of a mechanism with no softmax over q.k ends: nothing to scale
 DEFORMABLE_PARTS = ("sampling_offsets", "attention_weights")  # Deformable DETR's linear maps of the query
-DEFORMABLE = ("deformable attention: weights from a linear map of the query, a softmax over sampling points; "
-              "no q.k product" + NO_FACTOR)
+DEFORMABLE = no_factor("deformable attention: weights from a linear map of the query, a softmax over sampling "
+                       "points; no q.k product")
 # What an attention module computes where its class's code shows it: (a line it contains, the mechanism)
-MECHANISMS = (("torch.fft.rfft(query_states", "autocorrelation (Autoformer): q and k correlated over time delays by "
-                                               "FFT, the top delays' values averaged; no softmax over q.k" + NO_FACTOR),
-              ("sparsity_measurement", "ProbSparse attention (Informer): only the top u = factor ln(L) queries, "
-                                       "ranked on keys drawn at random, attend; the other rows take the mean of the "
-                                       "values, so the rows read depend on the draw"),
-              ("rwkv_linear_attention(", "WKV recurrence (RWKV): each channel's output a running exp(k)-weighted "
-                                         "average of v with a learned time decay and a bonus for the current token; "
-                                         "no query, no softmax over q.k" + NO_FACTOR),
-              ("YosoCumulation.apply(", "LSH collision expectation (YOSO): q and k normalised, weights "
-                                        "(1 - arccos(q.k) / pi)^hash_code_len, not normalised over the keys; no "
-                                        "softmax over q.k" + NO_FACTOR),
-              ("query_weight = query @ self.w_g", "efficient additive attention (SwiftFormer): q pooled over tokens "
-                                                  "by a softmax of q.w_g (a learned vector), times k elementwise; no "
-                                                  "q.k between tokens" + NO_FACTOR),
+MECHANISMS = (("torch.fft.rfft(query_states", no_factor("autocorrelation (Autoformer): q and k correlated over time delays "
+                                                         "by FFT, the top delays' values averaged; no softmax over q.k")),
+              ("sparsity_measurement", Mechanism("ProbSparse attention (Informer): only the top u = factor ln(L) queries, "
+                                                 "ranked on keys drawn at random, attend; the other rows take the mean "
+                                                 "of the values, so the rows read depend on the draw",
+                                                 MechanismKind.UNREAD)),
+              ("rwkv_linear_attention(", no_factor("WKV recurrence (RWKV): each channel's output a running exp(k)-weighted "
+                                                   "average of v with a learned time decay and a bonus for the current "
+                                                   "token; no query, no softmax over q.k")),
+              ("YosoCumulation.apply(", no_factor("LSH collision expectation (YOSO): q and k normalised, weights "
+                                                  "(1 - arccos(q.k) / pi)^hash_code_len, not normalised over the keys; "
+                                                  "no softmax over q.k")),
+              ("query_weight = query @ self.w_g", no_factor("efficient additive attention (SwiftFormer): q pooled over "
+                                                            "tokens by a softmax of q.w_g (a learned vector), times k "
+                                                            "elementwise; no q.k between tokens")),
               ("context_scores = torch.nn.functional.softmax(query, dim=-1)",
-               "separable self-attention (MobileViTV2): a one-channel query softmaxed over patches alone weights the "
-               "keys; no q.k product" + NO_FACTOR),
-              *((call, "gated delta rule (GatedDeltaNet, Kimi delta attention): q reads a recurrent state that "
-                       "k and v update under a decay gate; no softmax over q.k" + NO_FACTOR)
+               no_factor("separable self-attention (MobileViTV2): a one-channel query softmaxed over patches alone "
+                         "weights the keys; no q.k product")),
+              *((call, no_factor("gated delta rule (GatedDeltaNet, Kimi delta attention): q reads a recurrent state "
+                                 "that k and v update under a decay gate; no softmax over q.k"))
                 for call in ("chunk_gated_delta_rule(", "recurrent_kimi_delta_attention(")),
               ("attn_weights_intra * current_diagonal_decay",
-               "lightning attention (MiniMax): linear attention, (q.k) times a per-head exponential decay over "
-               "distance within a block, a decayed k^T v state across blocks; no softmax over q.k" + NO_FACTOR),
+               no_factor("lightning attention (MiniMax): linear attention, (q.k) times a per-head exponential decay "
+                         "over distance within a block, a decayed k^T v state across blocks; no softmax over q.k")),
               ("attn_weight = self.attn_softmax(self.attn_layer(inputs))",
-               "gated attention (PatchTSMixer): a softmax over the features of a linear map of each token gates that "
-               "token elementwise; no q.k" + NO_FACTOR),
-              ("mra2_attention(", "multi-resolution attention (MRA): exp(q.k / sqrt(head_dim)) over blocks, computed "
-                                  "only by its CUDA kernel (its CPU path returns zeros); heads narrower than 32 are "
-                                  "zero-padded to 32 first, so its code divides by sqrt(32), not sqrt(d_k)"))
+               no_factor("gated attention (PatchTSMixer): a softmax over the features of a linear map of each token "
+                         "gates that token elementwise; no q.k")),
+              ("mra2_attention(", Mechanism("multi-resolution attention (MRA): exp(q.k / sqrt(head_dim)) over blocks, "
+                                            "computed only by its CUDA kernel (its CPU path returns zeros); heads "
+                                            "narrower than 32 are zero-padded to 32 first, so its code divides by "
+                                            "sqrt(32), not sqrt(d_k)", MechanismKind.UNREAD)))
 
 
-def mechanism_of(module) -> str:
+def mechanism_of(module) -> Mechanism:
     """What an attention module no row reads computes, where that is recognised in its code or its
     parts' (YOSO's YosoAttention holds the YosoSelfAttention that computes it); "not intercepted" otherwise."""
     for part in module.modules():
@@ -554,14 +568,14 @@ def mechanism_of(module) -> str:
         found = next((mechanism for line, mechanism in MECHANISMS if line in code), None)
         if found:
             return found
-    return "not intercepted"
+    return NOT_INTERCEPTED
 
 
 def has_no_factor(result: FamilyAudit) -> bool:
     """A family none of whose attention could be read because none of it has a softmax over q.k: every
     attention module is named by a mechanism with no factor (RWKV, YOSO, SwiftFormer, Autoformer, ...)."""
-    return (result.status == "audited" and result.verdict == "not measured" and bool(result.unread_attention)
-            and all(u["mechanism"].endswith(NO_FACTOR) for u in result.unread_attention))
+    return (result.status == Status.AUDITED and result.verdict == NOT_MEASURED and bool(result.unread_attention)
+            and all(getattr(u["mechanism"], "kind", None) == MechanismKind.NO_FACTOR for u in result.unread_attention))
 
 
 def unread_attention(model, layers: list[dict]) -> list[dict]:

@@ -91,12 +91,12 @@ def item_rows(item, backends, seed: int) -> list[FamilyAudit]:
         return composite_rows.folder_rows(name, backends, seed)
     result = audit_family(name, backends, seed)
     towers = [t for t in attending(result.towers) if t["model_type"] and not t["own"]
-              and (result.status == "skipped" or f"{name}.{t['name']}" in result.relies_on)]
+              and (result.status == Status.SKIPPED or f"{name}.{t['name']}" in result.relies_on)]
     rows = [composite_rows.audit_tower(name, tower, backends, seed) for tower in towers]
     # a tower with no model type of its own that runs attention (Fun-ASR-Nano's adaptor: a config class only) has no row
     # to cover it
     typeless = any(not tower["model_type"] for tower in attending(result.towers))
-    if result.status == "skipped" and result.towers and (result.own_attention or typeless
+    if result.status == Status.SKIPPED and result.towers and (result.own_attention or typeless
                                                           or not all(map(nothing_left, rows))):
         whole = composite_rows.audit_whole(result, backends, seed)
         by_row = {row.family: row for row in rows}

@@ -36,6 +36,44 @@ class AuditVerdict(StrEnum):
     COVERED = "covered by its towers"              # a composite whose towers are measured as rows of their own
 
 
+class MechanismKind(StrEnum):
+    """What kind of thing an attention module that no row reads is (see :class:`Mechanism`)."""
+
+    NOT_INTERCEPTED = "not intercepted"  # nothing recognised: no reading reached it
+    NO_FACTOR = "no factor"              # recognised in its code, with no softmax over q.k: nothing to scale
+    UNREAD = "unread"                    # recognised in its code, with a softmax the audit cannot read here
+
+
+class Mechanism(str):
+    """What an attention module no row reads computes, as audit.json says it (a string), with its
+    :class:`MechanismKind` as a value: no stage reads the kind from the text."""
+
+    kind: MechanismKind
+
+    def __new__(cls, text: str, kind: MechanismKind):
+        mechanism = super().__new__(cls, text)
+        mechanism.kind = MechanismKind(kind)
+        return mechanism
+
+    def __reduce__(self):  # copies keep the kind
+        return (Mechanism, (str(self), self.kind))
+
+
+NOT_INTERCEPTED = Mechanism("not intercepted", MechanismKind.NOT_INTERCEPTED)
+NO_FACTOR = ", so no factor"  # how the text of a mechanism with no softmax over q.k ends, in audit.json
+
+
+def no_factor(text: str) -> Mechanism:
+    """A mechanism with no softmax over q.k (RWKV's recurrence, YOSO's hashing, ...): nothing to scale."""
+    return Mechanism(text + NO_FACTOR, MechanismKind.NO_FACTOR)
+
+
+def is_intercepted_nowhere(module: dict) -> bool:
+    """An attention module no reading reached and nothing in its code names (its mechanism is
+    :data:`NOT_INTERCEPTED`)."""
+    return module.get("mechanism") == NOT_INTERCEPTED
+
+
 NOT_MEASURED = AuditVerdict.NOT_MEASURED
 COVERED = AuditVerdict.COVERED
 FAILING = (AuditVerdict.MISMATCH, AuditVerdict.BACKEND_DISAGREEMENT)  # what an exit code 1 stands for
@@ -80,9 +118,17 @@ def unread_here(unread_attention: list[dict]) -> list[dict]:
     """The attention modules of a row "not intercepted" that no row reads: not its own row reading the
     same class, nor a tower's row it relies on (``read_by``; :func:`.compose.settled` keeps the row
     measured only where that row is measured with nothing left)."""
-    return [u for u in unread_attention if u.get("mechanism") == "not intercepted" and not u.get("read_by")]
+    return [u for u in unread_attention if is_intercepted_nowhere(u) and not u.get("read_by")]
+
+
+def unmeasured_here(unread_attention: list[dict]) -> list[dict]:
+    """The attention modules of a row that no row measures: those :func:`unread_here` names, and those whose code
+    shows a softmax over q.k the audit cannot read here (Informer's ProbSparse rows drawn at random)."""
+    return [*unread_here(unread_attention),
+            *(u for u in unread_attention
+              if getattr(u.get("mechanism"), "kind", None) == MechanismKind.UNREAD and not u.get("read_by"))]
 
 
 def partly_read(record: FamilyAudit) -> bool:
-    """A family counted measured that leaves some attention module unread (named in its other mechanisms)."""
-    return is_measured(record) and bool(unread_here(record.unread_attention))
+    """A family counted measured that leaves some attention module unmeasured (named in its other mechanisms)."""
+    return is_measured(record) and bool(unmeasured_here(record.unread_attention))

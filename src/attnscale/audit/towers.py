@@ -9,7 +9,7 @@ what it left.
 from __future__ import annotations
 
 from . import families
-from .record import FamilyAudit, Status
+from .record import FamilyAudit, Status, is_intercepted_nowhere
 
 
 def attending(towers: list[dict]) -> list[dict]:
@@ -61,7 +61,7 @@ def rely_on_towers(model, record: FamilyAudit) -> None:
     tower, a VQ image tokenizer): each attention module it leaves unread inside a tower relies on the
     row that audits that tower (:func:`tower_row`), which :func:`.compose.settled` requires measured with
     nothing left; a module outside every tower stays unread."""
-    unread = [u["name"] for u in record.unread_attention if u["mechanism"] == "not intercepted"]
+    unread = [u["name"] for u in record.unread_attention if is_intercepted_nowhere(u)]
     sub_configs = dict(getattr(type(model.config), "sub_configs", {}) or {})
     if record.status != Status.AUDITED or not unread or not sub_configs:
         return

@@ -17,7 +17,7 @@ import torch
 from ..backends import DEFAULT_BACKENDS  # noqa: E402,F401 - the attention implementations compared
 from ..scale_check import FACTOR_TOL  # measured and declared factors agree within 0.1%, as a module's expectation
 from .qk_norm import COSINE_TOL
-from .record import AuditVerdict, FamilyAudit
+from .record import AuditVerdict, FamilyAudit, Status, is_intercepted_nowhere
 
 NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
 
@@ -195,7 +195,7 @@ def judged_backend(result) -> str:
 
 
 def judge_family(result: FamilyAudit, backends) -> None:
-    if result.status == "skipped":
+    if result.status == Status.SKIPPED:
         result.verdict = "not measured"
         return
     judged = judged_backend(result)
@@ -352,7 +352,7 @@ def unread_mechanisms(unread: list[dict]) -> list[str]:
     for module in unread:
         by_class.setdefault((module["class"], module.get("read_by", "")), []).append(module)
     return [f"{modules[0]['mechanism'].split(':')[0]} ({name} x{len(modules)}, no q.k)"
-            if modules[0]["mechanism"] != "not intercepted" else
+            if not is_intercepted_nowhere(modules[0]) else
             f"{name} x{len(modules)} read by {read_by}" if read_by else f"not intercepted: {name} x{len(modules)}"
             for (name, read_by), modules in by_class.items()]
 
@@ -379,7 +379,7 @@ def family_row(result, backends) -> dict:
     judged = judged_backend(result) if rows else "eager"
     row.update({"non-linearity": nonlinearity(rows, judged), "other mechanisms": mechanisms,
                 "position dependence": dependence(rows, judged),
-                "verdict": result.verdict if result.status in ("audited", "covered") else "skipped",
+                "verdict": result.verdict if result.status in (Status.AUDITED, Status.COVERED) else Status.SKIPPED.value,
                 "seconds": round(result.seconds, 2)})
     return row
 
