@@ -329,3 +329,14 @@ def test_evolla_s_protein_path_runs_on_protein_ids_beside_its_text_and_each_clas
             assert row["declared"]["path_first"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
     assert compose.nothing_left(result) and not result.relies_on, result.unread_attention
+
+
+def test_the_main_input_is_decided_once_a_model(monkeypatch):
+    """Every stage asks what a model runs on; its forward's signature is read once for the whole audit."""
+    from attnscale.audit import measure
+
+    decided = []
+    decide = feed.decide_main_input
+    monkeypatch.setattr(feed, "decide_main_input", lambda model: decided.append(type(model).__name__) or decide(model))
+    result = measure.audit_family("llama", ("eager", "sdpa"), 0)
+    assert result.verdict == "ok" and decided == ["LlamaModel"]

@@ -11,6 +11,7 @@ record; nothing about a model is kept anywhere else.
 from __future__ import annotations
 
 import inspect
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -216,10 +217,26 @@ def modalities(model) -> tuple[str, ...]:
     return (found,) if isinstance(found, str) else tuple(found)
 
 
+_MAIN_INPUTS: "weakref.WeakKeyDictionary[torch.nn.Module, str]" = weakref.WeakKeyDictionary()
+
+
 def main_input(model) -> str:
-    """What the model runs on: its main_input_name, unless its forward requires something else (a
-    patch grid, an image where the class still names token ids or calls it ``image``, audio features
-    under another name, another encoder's states)."""
+    """What the model runs on (decided once a model: every stage asks, the forward's signature is read once): its
+    main_input_name, unless its forward requires something else (a patch grid, an image where the class still names
+    token ids or calls it ``image``, audio features under another name, another encoder's states)."""
+    try:
+        return _MAIN_INPUTS[model]
+    except (KeyError, TypeError):  # TypeError: an object that cannot be weakly referenced is decided each time
+        pass
+    takes = decide_main_input(model)
+    try:
+        _MAIN_INPUTS[model] = takes
+    except TypeError:
+        pass
+    return takes
+
+
+def decide_main_input(model) -> str:
     name = getattr(model, "main_input_name", "input_ids") or "input_ids"
     name = "input_ids" if name == CODEBOOK_INDEX else name  # the index is given beside the ids (codebook_index)
     required = required_inputs(model)
