@@ -94,3 +94,16 @@ def test_mean_interval_of_a_tensor_equals_that_of_its_values_and_covers_the_mean
     for few in (torch.tensor([1.0]), torch.tensor([]), [2.0], []):
         with pytest.raises(ValueError, match="at least two values"):
             intervals.mean_interval(few)
+
+
+@pytest.mark.parametrize("sample", [[1.0, float("inf")], [float("nan"), 1.0, 2.0], [1.0, float("-inf")]])
+def test_mean_interval_refuses_values_that_are_not_finite_naming_one(sample):
+    """A list or a tensor alike: one line naming the value (it was an AttributeError from statistics for a list, and
+    a silent (nan, nan) for a tensor)."""
+    import torch
+
+    for given in (sample, torch.tensor(sample)):
+        with pytest.raises(ValueError, match=r"needs finite values, got (inf|nan|-inf); accepted: finite numbers"):
+            intervals.mean_interval(given)
+    with pytest.raises(ValueError, match="needs numbers"):
+        intervals.mean_interval(["a", 1.0])

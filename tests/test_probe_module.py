@@ -228,3 +228,23 @@ def test_numerics_checks_a_real_models_own_q_and_k(capsys):
                          (["numerics", "--model", "default", "--scale", "none"], "--scale")):
         code, _, err = run_cli(args, capsys)
         assert code == 2 and needle in err, err
+
+
+@pytest.mark.parametrize("example, words", [(torch.zeros(1, 0, 16), r"example input 0 is empty \(shape \(1, 0, 16\)\)"),
+                                            (torch.zeros(0, 4, 16), r"example input 0 is empty \(shape \(0, 4, 16\)\)"),
+                                            (torch.empty(1, 4, 16, device="meta"), "example input 0 is a meta tensor")])
+def test_probe_refuses_an_input_with_no_values_before_running_the_module(example, words):
+    ran = []
+
+    class Attending(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(16, 2, batch_first=True)
+
+        def forward(self, x):
+            ran.append(True)
+            return self.attn(x, x, x)[0]
+
+    with pytest.raises(ValueError, match=words):
+        attnscale.probe(Attending(), example)
+    assert ran == []

@@ -113,15 +113,23 @@ def mean_interval(sample, level: float = LEVEL) -> tuple[float, float]:
     if hasattr(sample, "double") and hasattr(sample, "numel"):
         values = sample.detach().double().flatten()
         count = values.numel()
-        mean = float(values.mean()) if count else math.nan
-        spread = float(values.std()) if count >= 2 else math.nan
+        bad = values[~values.isfinite()]
+        first_bad = float(bad[0]) if bad.numel() else None
     else:
-        values = [float(v) for v in sample]
+        try:
+            values = [float(v) for v in sample]
+        except (TypeError, ValueError) as error:
+            raise UserError(f"the interval of a mean needs numbers: {error}") from None
         count = len(values)
-        mean = statistics.fmean(values) if count else math.nan
-        spread = statistics.stdev(values) if count >= 2 else math.nan
+        first_bad = next((v for v in values if not math.isfinite(v)), None)
+    if first_bad is not None:
+        raise UserError(f"the interval of a mean needs finite values, got {first_bad!r}; accepted: finite numbers")
     if count < 2:
         raise UserError(f"need at least two values for the interval of a mean, got {count}")
+    if isinstance(values, list):
+        mean, spread = statistics.fmean(values), statistics.stdev(values)
+    else:
+        mean, spread = float(values.mean()), float(values.std())
     half = z_of(level) * spread / math.sqrt(count)
     return mean - half, mean + half
 

@@ -29,6 +29,8 @@ from typing import Callable
 
 import torch
 
+from ..errors import UserError
+from ..memory import fits, format_bytes
 from ..probing.probe import estimate_factor, log_ratio
 
 FINE_GAP = 0.05  # a * g for the factor's slope
@@ -199,6 +201,14 @@ def _split(out, count: int) -> list:
     return list(out.unbind(0)) if out.shape[0] == count else None
 
 
+def probe_bytes(shapes, designs: int, dtype) -> int:
+    """What the function holds on ``designs`` designed calls at once: per head, the logits, the probabilities and a
+    copy of each query-key pair, and q, k, v and the output, in ``dtype``."""
+    (*_, heads, queries, width), keys, value_width = shapes[0], shapes[1][-2], shapes[2][-1]
+    pairs = 3 * queries * keys + queries * (width + value_width) + keys * (width + value_width)
+    return designs * heads * pairs * torch.empty((), dtype=dtype).element_size()
+
+
 def call_measure(call, dtype=None) -> Measure:
     """Measure() for a recorded AttentionCall: its function, module, mask and arguments on designed
     tensors (batch 1 per design; designs batched when the function broadcasts the call's mask,
@@ -212,6 +222,11 @@ def call_measure(call, dtype=None) -> Measure:
              "dtype": dtype or (torch.float64 if call.query.dtype == torch.float32 else call.query.dtype)}
 
     def run(designs):
+        needed = probe_bytes(shapes, len(designs), state["dtype"])
+        if not fits(needed, call.query.device):  # one by one, or not at all (a video tower's 4096 keys in float64)
+            raise UserError(f"probing the attention function on {len(designs)} designed call(s) of {shapes[0][-2]} "
+                            f"queries x {shapes[1][-2]} keys would need about {format_bytes(needed)}, more than the "
+                            "free memory holds")
         q, k, v = designed(*shapes, designs, state["dtype"], call.query.device)
         return _split(call.call(q, k, v), len(designs))  # each (T_q, H, d_v): the AttentionInterface contract
 

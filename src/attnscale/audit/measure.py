@@ -327,12 +327,14 @@ def backend_pass(model, feeding: Feeding, backend: str, reference_hidden, inputs
 def designed_pass_bytes(calls, designs: int) -> int:
     """What one pass of ``designs`` designed inputs holds at its peak, from the plain pass's attention calls: each
     call's logits, probabilities and a copy (float32, per head and query-key pair) and its q, k, v and output, for
-    every design; the intercept keeps every call of the pass."""
+    every design and every entry of the call's own batch (a video tower folds its frames into the batch: each design
+    runs them all); the intercept keeps every call of the pass."""
     total = 0
     for call in calls:
         heads, queries, width = call.query.shape[-3], call.query.shape[-2], call.query.shape[-1]
         keys = call.key.shape[-2]
-        total += designs * heads * (3 * queries * keys + 2 * (queries + 2 * keys) * width) * 4
+        batch = math.prod(call.query.shape[:-3])
+        total += designs * batch * heads * (3 * queries * keys + 2 * (queries + 2 * keys) * width) * 4
     return total
 
 

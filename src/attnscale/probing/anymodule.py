@@ -337,6 +337,20 @@ def recording(module: torch.nn.Module):
             hook.remove()
 
 
+def check_example(args: tuple) -> None:
+    """Refuse, before any forward, an example input the attention cannot be read from: a meta tensor (no values) or
+    an empty one (an axis of length 0: no tokens)."""
+    for position, value in enumerate(args):
+        if not isinstance(value, torch.Tensor):
+            continue
+        if value.is_meta:
+            raise ValueError(f"example input {position} is a meta tensor of shape {tuple(value.shape)}: it holds no "
+                             "values to run; accepted: tensors with values (on cpu or cuda)")
+        if value.numel() == 0:
+            raise ValueError(f"example input {position} is empty (shape {tuple(value.shape)}); accepted: at least one "
+                             "value on every axis (two tokens or more, for attention to have keys to weigh)")
+
+
 def probe(module: torch.nn.Module, example_input, keep_tensors: bool = False, expect: str | float = "sqrt",
           **forward_kwargs) -> ModuleProbe:
     """Run ``module(example_input, **forward_kwargs)`` once, read every attention call it makes, and judge each
@@ -350,6 +364,7 @@ def probe(module: torch.nn.Module, example_input, keep_tensors: bool = False, ex
     on the input."""
     expected = expectation(expect)
     args = example_input if isinstance(example_input, tuple) else (example_input,)
+    check_example(args)
     with recording(module) as recorder:
         try:
             module(*args, **forward_kwargs)
