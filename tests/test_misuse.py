@@ -414,6 +414,7 @@ CASES = [
     Case("sweep-seeds-zero", ["sweep", "--seeds", "0"], "--seeds"),
     Case("sweep-seeds-huge", ["sweep", "--seeds", str(10**15)], "would need"),
     Case("sweep-memory", ["sweep", "--d-heads", "100000000"], "would need"),
+    Case("sweep-address-without-ray", ["sweep", "--address", "10.0.0.1:6379"], "('10.0.0.1:6379') is read only with --executor ray"),
     Case("sweep-batch-runs", ["sweep", "--batch-runs", "0"], "batch_runs"),
     Case("sweep-optimiser", ["sweep", "--optimisers", "adamw,lion"], "'lion'"),
     Case("sweep-executor", ["sweep", "--executor", "slurm"], "'slurm'"),

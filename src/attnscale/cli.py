@@ -25,7 +25,7 @@ import typer
 
 from . import __version__, lab
 from .commands.lab_command import make_lab_command
-from .errors import UserError, first_line
+from .errors import UserError
 from .runtime import Notice
 from .terminal import console
 
@@ -80,10 +80,16 @@ def usage_error_types() -> tuple[type, ...]:
     return tuple(types)
 
 
+def message_line(error: BaseException) -> str:
+    """The error's own first line, as the user reads it after "attnscale: error:" (its type name if it has none)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def describe_os_error(error: OSError) -> str:
     """'Permission denied: 'out/x.html'' from an OSError, naming the file(s) when it knows them."""
     if error.filename is None:
-        return first_line(error)
+        return message_line(error)
     names = " -> ".join(repr(str(name)) for name in (error.filename, error.filename2) if name is not None)
     return f"{error.strerror or type(error).__name__}: {names}"
 
@@ -107,7 +113,7 @@ def internal_error(error: BaseException) -> None:
     import traceback
 
     sys.stderr.write(f"attnscale: internal error (a bug in attnscale, not your input): {type(error).__name__}: "
-                     f"{first_line(error)}\n")
+                     f"{message_line(error)}\n")
     traceback.print_exception(error, file=sys.stderr)
     sys.exit(1)
 
@@ -137,13 +143,13 @@ def main(argv: list[str] | None = None) -> None:
     except usage_error_types() as error:
         fail(error.format_message().replace("\n", " "))
     except FileNotFoundError as error:
-        fail(first_line(error) if error.filename is None else describe_os_error(error))
+        fail(message_line(error) if error.filename is None else describe_os_error(error))
     except UserError as error:
-        fail(first_line(error))
+        fail(message_line(error))
     except OSError as error:  # a file or folder that cannot be read or written
         fail(describe_os_error(error))
     except sqlite3.Error as error:
-        fail(f"results store: {first_line(error)}")
+        fail(f"results store: {message_line(error)}")
     except MemoryError:
         fail("out of memory; run with smaller sizes")
     except typer.Abort:

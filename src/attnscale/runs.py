@@ -350,9 +350,11 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def check_options(executor: str, workers: int | None) -> int:
+def check_options(executor: str, workers: int | None, address: str | None = None) -> int:
     if executor not in EXECUTORS:
         raise UserError(f"unknown executor {executor!r}; accepted: {', '.join(EXECUTORS)}")
+    if address is not None and executor != "ray":  # it would be silently ignored
+        raise UserError(f"a Ray address ({address!r}) is read only with --executor ray, not with {executor!r}")
     workers = default_workers() if workers is None else workers
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise UserError(f"workers must be an integer >= 1, got {workers!r}")
@@ -426,7 +428,7 @@ def execute(specs, store=None, *, workers: int | None = None, executor: str = "l
     :class:`KeptPool` to run the local groups in (its workers and threads), kept for the next call.
     """
     chosen_workers = workers is not None
-    workers = check_options(executor, workers)
+    workers = check_options(executor, workers, address)
     batch_runs = checks.positive_int("batch_runs", batch_runs)
     if store is None:
         store = MemoryStore()

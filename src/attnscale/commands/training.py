@@ -180,7 +180,7 @@ def run_grid(specs: list, db: Path, checkpoint: Path | None, workers, executor: 
     from ..runs import RunStore, check_options, execute, plan_groups, run_key, spec_dict, summary, workers_for_memory
     from ..runs import check_memory as runs_check_memory
 
-    pool_size = check_options(executor, workers)
+    pool_size = check_options(executor, workers, address)
     if checkpoint is not None:
         check_folder(checkpoint, "--checkpoint")
     todo = {run_key(s): spec_dict(s) for s in specs}
