@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sqlite3
 import sys
 import warnings
@@ -128,6 +129,37 @@ def degrade_output() -> None:
             pass
 
 
+COMPLETION_SHELLS = ("bash", "zsh", "fish", "powershell", "pwsh")  # what typer's completion classes write
+COMPLETION_OPTIONS = ("--install-completion", "--show-completion")
+COMPLETION_VARIABLE = "_ATTNSCALE_COMPLETE"  # set by the completion script: "complete_bash", "source_zsh", ...
+
+
+def check_completion(args: list[str], environ) -> None:
+    """Refuse a completion request typer would misread: an unknown shell after --install-completion (it wrote bash
+    completion into ~/.bashrc for any name), a completion instruction it cannot follow, or a cursor index that is
+    not a number (a traceback before)."""
+    for index, arg in enumerate(args):
+        for option in COMPLETION_OPTIONS:
+            if arg.startswith(option + "="):
+                shell = arg.split("=", 1)[1]
+            elif arg == option and index + 1 < len(args) and not args[index + 1].startswith("-"):
+                shell = args[index + 1]
+            else:
+                continue
+            if shell not in COMPLETION_SHELLS:
+                raise UserError(f"{option} {shell!r}: unknown shell; accepted: {', '.join(COMPLETION_SHELLS)}")
+    instruction = environ.get(COMPLETION_VARIABLE)
+    if instruction is None:
+        return
+    action, _, shell = instruction.partition("_")
+    if action not in ("complete", "source") or shell not in COMPLETION_SHELLS:
+        raise UserError(f"{COMPLETION_VARIABLE}={instruction!r} is not a completion instruction; accepted: complete_SHELL "
+                        f"or source_SHELL, SHELL one of {', '.join(COMPLETION_SHELLS)}")
+    cursor = environ.get("COMP_CWORD")
+    if action == "complete" and shell == "bash" and cursor is not None and not cursor.strip().isdigit():
+        raise UserError(f"COMP_CWORD={cursor!r} is not a word index; accepted: an integer >= 0")
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit code 2; any other exception is
     an internal error (exit code 1, with its traceback); no arguments prints the help."""
@@ -135,6 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     warnings.showwarning = show_notice
     degrade_output()
     try:
+        check_completion(args, os.environ)
         if args and not {"-h", "--help", "--version"} & set(args):  # help and the version read no variable
             from .environment import check_environment
 

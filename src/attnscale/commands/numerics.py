@@ -149,7 +149,8 @@ def register(app: typer.Typer) -> None:
             "--from-file")] = None,
         model: Annotated[Optional[str], typer.Option("--model", help="Check a real model's own q and k instead: a "
                          "local model folder, or 'default' (MiniLM, offline); each attention call at its own factor.")] = None,
-        layer: Annotated[Optional[int], typer.Option("--layer", help="With --model: only this attention call "
+        layer: Annotated[Optional[int], typer.Option("--layer", callback=options.within(0),
+                                                     help="With --model: only this attention call "
                                                      "(counted from 0).")] = None,
         text: str = typer.Option(None, help="With --model: the text to run (default: the health check's text)."),
         scale: str = typer.Option("sqrt", help="With --from-file: the scale rule (sqrt, none, inv_d, const:C, ...)."),

@@ -41,7 +41,13 @@ SUB_CONFIGS = ("text_config", "vision_config", "audio_config", "encoder", "decod
 # What transformers raises when a folder's config or weights cannot make a model: a field it
 # rejects (ValueError), a pad_token_id outside the vocabulary (AssertionError in nn.Embedding), a
 # shape that does not divide (RuntimeError, ZeroDivisionError), a file it cannot read (OSError).
-BUILD_ERRORS = (OSError, ValueError, KeyError, TypeError, AssertionError, RuntimeError, ArithmeticError, IndexError)
+try:  # a config field of the wrong type under transformers' strict config dataclasses ("twelve" for a number)
+    from huggingface_hub.errors import StrictDataclassError
+except ImportError:  # an older huggingface_hub has no strict dataclasses: nothing of the kind can be raised
+    class StrictDataclassError(Exception):
+        pass
+BUILD_ERRORS = (OSError, ValueError, KeyError, TypeError, AssertionError, RuntimeError, ArithmeticError, IndexError,
+                StrictDataclassError)
 SAFETENSORS_DTYPES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "I16": 2, "U16": 2, "F16": 2,
                       "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
 MAX_HEADER_BYTES = 100 * 2**20  # the safetensors format's own limit on its JSON header
@@ -285,8 +291,10 @@ def check_tokenizer(path: Path) -> None:
 
 
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    """The error's first line; where it only announces what follows ("Validation error for field 'x':"), the line
+    under it too, which says what was refused (at most 300 characters)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or [type(error).__name__]
+    return (f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0])[:300]
 
 
 def load_config(model_dir):
