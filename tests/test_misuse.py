@@ -48,6 +48,15 @@ class Case:
 
 # ----------------------------------------------------------------------------- fixture files
 
+def default_train_key() -> str:
+    """The run key of ``attnscale train`` with its default options (its checkpoint is <key>.safetensors)."""
+    from attnscale.runs import run_key
+    from attnscale.train import RunSpec
+
+    return run_key(RunSpec(task="recall", rule="sqrt", init="unit", d_head=16, n_layers=2, lr=3e-3, optimiser="adamw",
+                           steps=300, seed=0, d_model=32, n_heads=1, batch_size=64, log_every=10, device="cpu"))
+
+
 def write(path: Path, data) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     (path.write_bytes if isinstance(data, bytes) else path.write_text)(data)
@@ -404,6 +413,8 @@ CASES = [
     Case("train-memory-limit", ["train"], "would need", env={"ATTNSCALE_MEMORY_LIMIT": "5M"}),
     Case("train-cuda", ["train", "--device", "cuda"], "no CUDA GPU"),
     Case("train-checkpoint-file", ["train", "--checkpoint", "f"], "'f' is a file", lambda d: write(d / "f", "x")),
+    Case("train-checkpoint-file-is-a-folder", ["train", "--checkpoint", "c"], "is a folder, but the output",
+         lambda d: (d / "c" / f"{default_train_key()}.safetensors").mkdir(parents=True)),
     Case("train-checkpoint-read-only", ["train", "--checkpoint", "ro/c"], "read-only", lambda d: read_only_folder(d / "ro"),
          unprivileged=True),
     # sweep

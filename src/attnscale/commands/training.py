@@ -84,7 +84,7 @@ def train(
     import dataclasses
 
     from .. import scaling
-    from ..paths import check_folder
+    from ..paths import check_folder, check_outputs
     from ..runs import run_key, run_one
     from ..train import RunSpec
 
@@ -93,7 +93,7 @@ def train(
                    log_every=log_every, device=device)
     scaling.factor(rule, d_head)  # a factor that overflows at this d_head fails here, not in the model
     if checkpoint is not None:
-        check_folder(checkpoint, "--checkpoint")
+        check_outputs(check_folder(checkpoint, "--checkpoint"), files=(run_key(spec) + ".safetensors",))
     result, seconds = run_one(dataclasses.asdict(spec), None if checkpoint is None else str(checkpoint))
     if as_json:
         sys.stdout.write(json.dumps({"spec": dataclasses.asdict(spec), "result": result}, indent=1) + "\n")
@@ -176,14 +176,14 @@ def grid_specs(task, rules, d_heads, lrs, seeds, layers, optimisers, init, steps
 
 def run_grid(specs: list, db: Path, checkpoint: Path | None, workers, executor: str, address, batch_runs: int) -> None:
     from ..terminal import print_rows, progress_bar
-    from ..paths import check_folder
+    from ..paths import check_folder, check_outputs
     from ..runs import RunStore, check_options, execute, plan_groups, run_key, spec_dict, summary, workers_for_memory
     from ..runs import check_memory as runs_check_memory
 
     pool_size = check_options(executor, workers, address)
-    if checkpoint is not None:
-        check_folder(checkpoint, "--checkpoint")
     todo = {run_key(s): spec_dict(s) for s in specs}
+    if checkpoint is not None:  # each run's checkpoint file, before any training
+        check_outputs(check_folder(checkpoint, "--checkpoint"), files=tuple(f"{key}.safetensors" for key in todo))
     groups = plan_groups(todo, batch_runs, pool_size)
     if executor == "local" and workers is None:  # the default, cut to what memory holds (as execute cuts it)
         pool_size = workers_for_memory(pool_size, groups, todo)
