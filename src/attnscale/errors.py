@@ -23,10 +23,13 @@ class WriteError(UserError):
         self.reason = reason
 
 
+def message_of(error: BaseException) -> str:
+    """The error's first line; where it only announces what follows (a config validator's "Validation error for
+    field 'x':"), the line under it too, which says what was refused (at most 300 characters)."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or [type(error).__name__]
+    return (f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0])[:300]
+
+
 def first_line(error: BaseException) -> str:
-    """The error's type and first line; for a config validator's error ("Class validation error for
-    validator ...:"), the line under it too, which says what was refused."""
-    text = str(error).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()] or [type(error).__name__]
-    line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
-    return f"{type(error).__name__}: {line}"[:300]
+    """The error's type and :func:`message_of` it."""
+    return f"{type(error).__name__}: {message_of(error)}"[:300]

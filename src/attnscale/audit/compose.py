@@ -18,8 +18,8 @@ from collections import Counter
 from dataclasses import replace
 
 from . import families
-from .record import (COVERED, NOT_MEASURED, AuditVerdict, FamilyAudit, SkipKind, Status, is_intercepted_nowhere, is_measured,
-                     unmeasured_here)
+from .record import (COVERED, NOT_MEASURED, AuditVerdict, FamilyAudit, SkipKind, Status, is_intercepted_nowhere,
+                     is_measured, mechanism_name, unmeasured_here)
 from .towers import attending, row_of
 
 
@@ -93,8 +93,9 @@ def covered(records: list[FamilyAudit]) -> list[FamilyAudit]:
 
 
 def why_unmeasured(module: dict) -> str:
-    mechanism = module["mechanism"]
-    return str(mechanism) if is_intercepted_nowhere(module) else f"its code: {mechanism.split(':')[0]}, not read here"
+    if is_intercepted_nowhere(module):
+        return str(module["mechanism"])
+    return f"its code: {mechanism_name(module)}, not read here"
 
 
 def completed(records: list[FamilyAudit]) -> list[FamilyAudit]:

@@ -42,7 +42,7 @@ from . import attention_function, families, feed, inline, positions, qk_norm, wh
 from . import declared as declared_rules
 from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_refused, first_inputs, is_fed
 from .record import (NO_FACTOR, NOT_INTERCEPTED, NOT_MEASURED, FamilyAudit, Mechanism, MechanismKind, SkipKind, Status,
-                     is_intercepted_nowhere, no_factor)
+                     is_intercepted_nowhere, kind_of, no_factor)
 from .sizes import RUN_RETRIES
 from .towers import rely_on_towers
 from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge_family, judged_far
@@ -52,6 +52,8 @@ NO_CALL = "no attention function was called"  # attention computed inline: read 
 
 class NoAttentionCall(UserError):
     """A pass under a backend called no attention function: its attention is computed inline."""
+
+
 FAR_POSITION = 65536  # past the original context of YaRN / Llama-4-style position temperatures
 
 
@@ -577,7 +579,7 @@ def has_no_factor(result: FamilyAudit) -> bool:
     """A family none of whose attention could be read because none of it has a softmax over q.k: every
     attention module is named by a mechanism with no factor (RWKV, YOSO, SwiftFormer, Autoformer, ...)."""
     return (result.status == Status.AUDITED and result.verdict == NOT_MEASURED and bool(result.unread_attention)
-            and all(getattr(u["mechanism"], "kind", None) == MechanismKind.NO_FACTOR for u in result.unread_attention))
+            and all(kind_of(u) == MechanismKind.NO_FACTOR for u in result.unread_attention))
 
 
 def unread_attention(model, layers: list[dict]) -> list[dict]:
@@ -748,8 +750,8 @@ def tiny_model_fed(model_type: str, seed: int, overrides: dict) -> tuple[torch.n
             model = families.build(config, seed)
             main_input = feed.main_input(model)
             if not is_fed(main_input):
-                raise families.CannotAudit(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the audit "
-                                    f"feeds {FED_TEXT} only", final=True)
+                raise families.CannotAudit(f"takes {main_input} ({INPUT_KINDS.get(main_input, 'not token ids')}); the "
+                                           f"audit feeds {FED_TEXT} only", final=True)
             feeding = Feeding()
             with torch.no_grad(), quiet_transformers(), torch_threads(1):
                 model(**first_inputs(model, feeding))

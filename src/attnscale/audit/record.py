@@ -68,10 +68,21 @@ def no_factor(text: str) -> Mechanism:
     return Mechanism(text + NO_FACTOR, MechanismKind.NO_FACTOR)
 
 
+def kind_of(module: dict) -> MechanismKind | None:
+    """The kind of an unread attention module's mechanism (None for a text that carries none)."""
+    mechanism = module.get("mechanism")
+    return MechanismKind.NOT_INTERCEPTED if mechanism == NOT_INTERCEPTED else getattr(mechanism, "kind", None)
+
+
 def is_intercepted_nowhere(module: dict) -> bool:
     """An attention module no reading reached and nothing in its code names (its mechanism is
     :data:`NOT_INTERCEPTED`)."""
-    return module.get("mechanism") == NOT_INTERCEPTED
+    return kind_of(module) == MechanismKind.NOT_INTERCEPTED
+
+
+def mechanism_name(module: dict) -> str:
+    """What its mechanism is called: the words before its colon ("WKV recurrence (RWKV)")."""
+    return module["mechanism"].split(":")[0]
 
 
 NOT_MEASURED = AuditVerdict.NOT_MEASURED
@@ -125,8 +136,7 @@ def unmeasured_here(unread_attention: list[dict]) -> list[dict]:
     """The attention modules of a row that no row measures: those :func:`unread_here` names, and those whose code
     shows a softmax over q.k the audit cannot read here (Informer's ProbSparse rows drawn at random)."""
     return [*unread_here(unread_attention),
-            *(u for u in unread_attention
-              if getattr(u.get("mechanism"), "kind", None) == MechanismKind.UNREAD and not u.get("read_by"))]
+            *(u for u in unread_attention if kind_of(u) == MechanismKind.UNREAD and not u.get("read_by"))]
 
 
 def partly_read(record: FamilyAudit) -> bool:

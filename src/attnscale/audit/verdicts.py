@@ -17,7 +17,7 @@ import torch
 from ..backends import DEFAULT_BACKENDS  # noqa: E402,F401 - the attention implementations compared
 from ..scale_check import FACTOR_TOL  # measured and declared factors agree within 0.1%, as a module's expectation
 from .qk_norm import COSINE_TOL
-from .record import AuditVerdict, FamilyAudit, Status, is_intercepted_nowhere
+from .record import AuditVerdict, FamilyAudit, Status, is_intercepted_nowhere, mechanism_name
 
 NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
 
@@ -351,7 +351,7 @@ def unread_mechanisms(unread: list[dict]) -> list[str]:
     by_class: dict[tuple, list[dict]] = {}
     for module in unread:
         by_class.setdefault((module["class"], module.get("read_by", "")), []).append(module)
-    return [f"{modules[0]['mechanism'].split(':')[0]} ({name} x{len(modules)}, no q.k)"
+    return [f"{mechanism_name(modules[0])} ({name} x{len(modules)}, no q.k)"
             if not is_intercepted_nowhere(modules[0]) else
             f"{name} x{len(modules)} read by {read_by}" if read_by else f"not intercepted: {name} x{len(modules)}"
             for (name, read_by), modules in by_class.items()]

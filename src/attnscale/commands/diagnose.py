@@ -188,8 +188,7 @@ def register(app: typer.Typer) -> None:
         if chosen is not None and not chosen.strip():
             raise UserError("the text is empty; give --text or --text-file with some words")
         result = diagnosis.diagnose(model, diagnosis.DEFAULT_TEXT if chosen is None else chosen, max_tokens=max_tokens,
-                                 probe=probe, counterfactual=specs, device=device,
-                                 threads=threads)
+                                    probe=probe, counterfactual=specs, device=device, threads=threads)
         payload = result.to_dict()
         if out is not None:
             written = write_diagnosis(result, payload, out)

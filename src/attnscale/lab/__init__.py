@@ -28,8 +28,8 @@ Data flows one way: config -> run -> result -> judge/tables/figures.
 :data:`REGISTRY` names every lab with what the report must know of it before importing it:
 whether its ``run`` takes a run store (``run(config, progress, store=RunStore)``: a lab of many
 training runs, each kept in runs.sqlite, with worker processes of its own); the claims it judges
-are those whose parts name it (:func:`attnscale.claims.claims_of_lab`).  A lab module may also define ``stored_key() -> str``: what else its stored results
-depend on (keyed beside VERSION).
+are those whose parts name it (:func:`attnscale.claims.claims_of_lab`).  A lab module may also
+define ``stored_key() -> str``: what else its stored results depend on (keyed beside VERSION).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 
 from .. import jsonfile
-from ..errors import UserError
+from ..errors import UserError, message_of
 from ..hub import cached_snapshot, hub_cache, is_repo_id, offline
 from ..paths import what_is
 
@@ -290,13 +290,6 @@ def check_tokenizer(path: Path) -> None:
                         "be read as [UNK] tokens: accepted: a folder saved with its tokenizer")
 
 
-def _first_line(error: BaseException) -> str:
-    """The error's first line; where it only announces what follows ("Validation error for field 'x':"), the line
-    under it too, which says what was refused (at most 300 characters)."""
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()] or [type(error).__name__]
-    return (f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0])[:300]
-
-
 def load_config(model_dir):
     """The folder's config, through the installed transformers only (no remote code)."""
     from transformers import AutoConfig
@@ -306,7 +299,7 @@ def load_config(model_dir):
         try:
             return AutoConfig.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
         except BUILD_ERRORS as error:
-            raise UserError(f"could not read the config in {str(path)!r}: {_first_line(error)}") from None
+            raise UserError(f"could not read the config in {str(path)!r}: {message_of(error)}") from None
 
 
 @functools.lru_cache(maxsize=2)
@@ -319,7 +312,7 @@ def _load(path: str, device: str):
             model = AutoModel.from_pretrained(path, attn_implementation="eager", local_files_only=True,
                                               trust_remote_code=False, use_safetensors=True)
         except BUILD_ERRORS as error:
-            raise UserError(f"could not load a model and tokenizer from {path!r}: {_first_line(error)}") from None
+            raise UserError(f"could not load a model and tokenizer from {path!r}: {message_of(error)}") from None
     return model.to(device).eval(), tokenizer
 
 

@@ -226,7 +226,7 @@ def pretrained_part(config: Config) -> dict:
     shape = diagnosis.load_config(config.model_dir)
     untrained = random_model(shape, config.seed, config.device)
     fresh = diagnosis.diagnose(model=untrained, tokenizer=tokenizer, max_tokens=config.max_tokens, probe=False,
-                            counterfactual=())
+                               counterfactual=())
     conditions.append(condition_row("random init, 1/sqrt(d_k)", d_k**-0.5, fresh.heads))
     return {
         "model": trained.model,
