@@ -308,8 +308,11 @@ def test_a_part_not_testable_stays_in_the_verdict_line():
     found = {"history": {"C13": finding_as("C13", "history", NOT_TESTABLE, "no release in the cache")},
              "training": {"C13": finding_as("C13", "training", REFUTED, "not slower")}}
     c13 = {r["id"]: r for r in claims.evaluate(found)}["C13"]
-    assert c13["verdict"] == REFUTED
-    assert c13["verdict_line"] == "refuted (Hugging Face's old BERT used 1/d_k: not testable here)"
+    # the one tested assertion fails; the untested one could still hold: open between two labels
+    assert c13["verdict"] == INCONCLUSIVE
+    assert c13["verdict_line"] == ("inconclusive (partly supported or refuted, as the open parts turn out; "
+                                   "fails: 1/d_k makes training 2-3x slower; "
+                                   "Hugging Face's old BERT used 1/d_k: not testable here)")
     alone = {r["id"]: r for r in claims.evaluate({"history": found["history"]})}["C13"]
     assert alone["verdict"] == PENDING and "1/d_k makes training 2-3x slower: not measured yet" in alone["verdict_line"]
 

@@ -12,7 +12,7 @@ import torch
 
 from attnscale import claims, intervals
 from attnscale.errors import UserError
-from attnscale.claims import INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, UNDECIDED
+from attnscale.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED, UNDECIDED
 from attnscale.lab import training as T
 from attnscale.lab.training import experiment as E
 from attnscale.lab.training import verdicts as V
@@ -279,12 +279,36 @@ def test_a_split_cell_is_classed_the_same_whatever_order_its_seeds_finish(result
         assert V.cell(shuffled, "recall", "none", 64)["stall_rate"] == cell["stall_rate"]
 
 
+def set_trained_logits(result, rule, largest):
+    """Every run of ``rule``: its largest |logit| after 100 steps, in every layer."""
+    for run in result["grid"]:
+        if run["rule"] == rule:
+            for layer in run["attention_at"].setdefault("100", copy.deepcopy(run["attention_at"]["0"])):
+                layer["max_abs_logit"] = largest
+
+
+def set_loss_drop(result, rule, fraction):
+    """Every run of ``rule``: an initial validation loss near 3 (0.01 apart from seed to seed, as random
+    draws differ) and a final one ``fraction`` of it lower."""
+    for run in result["grid"]:
+        if run["rule"] == rule:
+            run["initial_val_loss"] = 3.0 + 0.01 * (run["seed"] % 5)
+            run["final_val_loss"] = run["initial_val_loss"] * (1 - fraction)
+
+
 def test_c06_c07_c17_every_outcome(result):
     make_sqrt_work(result)
     stall, trains = copy.deepcopy(result), copy.deepcopy(result)
     set_rule_everywhere(stall, "none", STALL)
     set_rule_everywhere(trains, "none", TRAINS)
+    set_trained_logits(stall, "none", 120.0)
+    set_trained_logits(trains, "none", 5.0)
     assert V.judge_c06(stall).verdict == SUPPORTED and V.judge_c06(trains).verdict == REFUTED
+    # it stalls, but its logits stay small where it does: "around ±100" fails, and says which way
+    small = copy.deepcopy(stall)
+    set_trained_logits(small, "none", 30.0)
+    reading = V.judge_c06(small).readings["logits_trained"]
+    assert V.judge_c06(small).verdict == PARTLY and reading.state == FAILS and "below ±100" in reading.direction
     mixed = copy.deepcopy(trains)
     result["config"]["d_heads"] = [8, 64]
     set_recall(mixed, "none", 64, WORSE)
@@ -294,8 +318,20 @@ def test_c06_c07_c17_every_outcome(result):
     for r in stall["grid"] + trains["grid"]:
         if r["rule"] == "none":
             r["grad_qk_layer0_early"] = 1e-3 * (r["grad_qk_layer0_early"] or 1.0)
+    set_loss_drop(stall, "none", 0.0)
+    set_loss_drop(trains, "none", 0.5)
     assert V.judge_c17(stall).verdict == SUPPORTED
     assert V.judge_c17(trains).verdict == PARTLY          # tiny gradient, but it learns
+    # "the loss does not go down", read as written: a model that stalls next to sqrt but whose loss
+    # falls 20% fails it, and the label says by how much it fell
+    falls = copy.deepcopy(stall)
+    set_loss_drop(falls, "none", 0.2)
+    finding = V.judge_c17(falls)
+    assert finding.readings["loss"].state == FAILS and "falls by 20%-20%" in finding.readings["loss"].direction
+    # a fall inside the initial loss's noise (0.01 of 3) is not a fall
+    within_noise = copy.deepcopy(stall)
+    set_loss_drop(within_noise, "none", 0.001)
+    assert V.judge_c17(within_noise).readings["loss"].state == HOLDS
     real_grads = copy.deepcopy(result)
     set_rule_everywhere(real_grads, "none", TRAINS)
     low, high = intervals.bootstrap(V.grad_ratios(real_grads))

@@ -19,8 +19,8 @@ then turns a claim's readings into its label, the same way for every lab:
   premise holds: ...)");
 * partly supported: an assertion holds in some tested settings and fails in others, or one
   assertion holds while another (or a premise, or a side remark) fails; the label names what fails;
-* inconclusive: an undecided assertion could still turn the label either way (the label names it,
-  the reading says what would decide it);
+* inconclusive: an undecided assertion, or one not tested in this preset, could still turn the label
+  either way (the label names it, the reading says what would decide it): untested is not supported;
 * not tested in this preset / not testable here: no assertion was tested.
 
 Every reading that compares with a threshold also gives its state with that threshold moved 20%
@@ -147,7 +147,8 @@ class Reading:
     and up (absent where no threshold decides it, e.g. a recorded fact); ``decide``: for an
     undecided part, what would decide it; ``note``: why a part was not tested; ``could_be``: for an
     undecided part read at several settings, the states it could still turn out to be (by default
-    it could hold or fail).
+    it could hold or fail); ``direction``: which way the measurement lies from what the part says
+    ("15x larger, not near 0"), named where the part fails.
     """
 
     state: str
@@ -158,6 +159,7 @@ class Reading:
     decide: str = ""
     note: str = ""
     could_be: list[str] = field(default_factory=list)
+    direction: str = ""
 
     def __post_init__(self):
         if self.state not in STATES:
@@ -175,7 +177,7 @@ class Reading:
 
     def as_dict(self) -> dict:
         out = {"state": self.state, "measured": self.measured, "threshold": self.threshold}
-        for name in ("settings", "moved", "decide", "note", "could_be"):
+        for name in ("settings", "moved", "decide", "note", "could_be", "direction"):
             if getattr(self, name):
                 out[name] = getattr(self, name)
         return out
@@ -208,6 +210,12 @@ def _base_verdict(states: list[str], others_fail: bool) -> str:
 
 def _texts(pairs) -> str:
     return "; ".join(p.text for p, _ in pairs)
+
+
+def _failing_texts(pairs) -> str:
+    """Failing parts with the way each fails, where its reading names it: "gradients near 0 (15x
+    larger, not near 0)"."""
+    return "; ".join(p.text + (f" ({r.direction})" if r.direction else "") for p, r in pairs)
 
 
 def untested_notes_of(pairs) -> list[str]:
@@ -251,16 +259,21 @@ def label(pairs) -> Label:
             note for (p, r), note in zip(pairs, part_notes) if r.state != verdict or verdict == PENDING]
         return Label(verdict, verdict + (f" ({'; '.join(notes)})" if notes else ""))
     others_fail = any(r.state in (FAILS, MIXED) for _, r in others)
+    # an assertion not tested here could still turn out either way: it leaves the label open as an
+    # undecided one does (untested is not supported)
+    unread = [r.state for p, r in pairs if p.role == ASSERTION and r.state not in TESTED]
     open_ = [i for i, (_, r) in enumerate(voters) if r.state == UNDECIDED]
     outcomes = set()
-    choices = [voters[i][1].could_be or [HOLDS, FAILS] for i in open_]
+    choices = [voters[i][1].could_be or [HOLDS, FAILS] for i in open_] + [[HOLDS, FAILS]] * len(unread)
     for turned in itertools.product(*choices):
-        states = [r.state for _, r in voters]
-        for i, state in zip(open_, turned):
+        states = [r.state for _, r in voters] + list(unread)
+        for i, state in zip(open_ + list(range(len(voters), len(voters) + len(unread))), turned):
             states[i] = state
         outcomes.add(_base_verdict(states, others_fail))
-    verdict = outcomes.pop() if len(outcomes) == 1 else INCONCLUSIVE
+    verdict = next(iter(outcomes)) if len(outcomes) == 1 else INCONCLUSIVE
     notes = []
+    if verdict == INCONCLUSIVE:  # what is open, and between which labels
+        notes.append(" or ".join(v for v in VERDICTS if v in outcomes) + ", as the open parts turn out")
     failing = [(p, r) for p, r in voters + others if r.state == FAILS]
     in_part = [(p, r) for p, r in voters + others if r.state == MIXED]
     undecided = [(p, r) for p, r in voters + others if r.state == UNDECIDED and not leaning(r)]
@@ -278,7 +291,7 @@ def label(pairs) -> Label:
             notes.append(f"undecided: {_texts(undecided + leans[HOLDS] + leans[FAILS])}")
     else:
         if failing:
-            notes.append(f"fails: {_texts(failing)}")
+            notes.append(f"fails: {_failing_texts(failing)}")
         if in_part:
             notes.append(f"holds only in part: {_texts(in_part)}")
         if leans[FAILS]:
@@ -413,6 +426,8 @@ CLAIMS: tuple[Claim, ...] = (
            ("logits", "logits around ±100", A, "saturation", "unit-variance q, k; d_k = 64 and 128, n = 128"),
            ("one_hot", "softmax near one-hot", A, "saturation", "d_k = 64 and 128, n = 128"),
            ("gradient", "gradients near 0", A, "saturation", "the gradient reaching W_q, d_k = 64 and 128"),
+           ("logits_trained", "logits around ±100 where training stalls", A, "training",
+            "no scaling, the largest d_head trained on recall, the model's own logits after 100 steps"),
            ("stalls", "training stalls", A, "training",
             "no scaling at its own best learning rate, d_head >= 64, every cell where sqrt works")),
     _claim("C07", "2.2",

@@ -12,7 +12,7 @@ PART = {
         "settings": {"type": "array", "items": {"type": "object", "required": ["where", "state"],
                                                 "properties": {"state": {"enum": list(STATES)}}}},
         "moved": {"type": "object", "additionalProperties": {"enum": list(STATES)}},
-        "decide": {"type": "string"}, "note": {"type": "string"},
+        "decide": {"type": "string"}, "note": {"type": "string"}, "direction": {"type": "string"},
     },
 }
 

@@ -196,19 +196,28 @@ def judge_c06(result: dict) -> Finding:
     ratio = max(ratios.values())
     ratio_p = max(grads[("none", r["d_k"])]["grad_wq_probs"] / grads[("sqrt", r["d_k"])]["grad_wq_probs"] for r in rows)
 
+    most_saturated = max(r["saturated_share"] for r in rows)
+    least_ratio = min(ratios.values())
+    at_dk = f"d_k {' and '.join(str(r['d_k']) for r in rows)}"
+
     def read_logits(scale: float) -> Reading:
         return by_row(rows, lambda r: intervals.at_least(ci(r, "logit_max_abs"), LOGITS_AROUND_100 * scale),
-                      measured=f"mean max |logit| up to {max_abs:.1f}", threshold=f">= {LOGITS_AROUND_100 * scale:g}")
+                      measured=f"mean max |logit| up to {max_abs:.1f}", threshold=f">= {LOGITS_AROUND_100 * scale:g}",
+                      direction=f"{max_abs:.0f} at most at {at_dk}, below ±100")
 
     def read_one_hot(scale: float) -> Reading:
         return by_row(rows, lambda r: intervals.at_least(ci(r, "saturated_share"), ONE_HOT_ROWS * scale),
                       measured=f"at least {saturated:.0%} of rows with max p > 0.99",
-                      threshold=f">= {ONE_HOT_ROWS * scale:.0%} of rows")
+                      threshold=f">= {ONE_HOT_ROWS * scale:.0%} of rows",
+                      direction=f"{most_saturated:.0%} of rows at most at {at_dk}, not most of them")
 
     def read_gradient(scale: float) -> Reading:
         return by_row(rows, lambda r: ratios[r["d_k"]] <= GRADIENT_NEAR_0 * scale,
                       measured=f"the unscaled gradient to W_q is up to {ratio:.2f}x sqrt's",
-                      threshold=f"<= {GRADIENT_NEAR_0 * scale:.2g}x sqrt's")
+                      threshold=f"<= {GRADIENT_NEAR_0 * scale:.2g}x sqrt's",
+                      direction=(f"{least_ratio:.3g}x-{ratio:.3g}x sqrt's at {at_dk}: larger, not near 0"
+                                 if least_ratio > 1 else
+                                 f"{least_ratio:.3g}x sqrt's at least, not below {GRADIENT_NEAR_0 * scale:.2g}x"))
 
     readings = {"logits": measured_at(read_logits), "one_hot": measured_at(read_one_hot),
                 "gradient": measured_at(read_gradient)}
