@@ -48,9 +48,13 @@ MEASURED = {"variance": VARIANCE, "saturation": SATURATION, "numerics": NUMERICS
 
 def training(c06_verdict, c06_progress):
     return {
-        "C05": Finding(REFUTED, "", {"inv_d_progress_recall_64": 0.95, "inv_d_progress_recall_256": 0.9}),
+        "C05": Finding(REFUTED, "", {"inv_d_progress_recall_64": 0.95, "inv_d_progress_recall_256": 0.9,
+                                     "n_layers": 2, "d_model": 32}),
         "C06": Finding(c06_verdict, "", {"none_progress_recall_64": c06_progress,
-                                         "none_progress_shakespeare_256": c06_progress, "init_max_abs_logit": 60.0}),
+                                         "none_progress_shakespeare_256": c06_progress, "init_max_abs_logit": 60.0,
+                                         "none_stalled_recall_64": 5, "none_seeds_recall_64": 6,
+                                         "none_stalled_shakespeare_256": 3, "none_seeds_shakespeare_256": 4,
+                                         "n_layers": 2, "d_model": 32}),
         "C10": Finding(PARTLY, "", {"final_logit_std_gap_adamw": 2.51, "final_logit_std_gap_adafactor": 0.0,
                                      "step0_gap": 0.0}),
         "C17": Finding(REFUTED, "", {"median_grad_ratio_sqrt_over_none": 0.5}),
@@ -127,7 +131,8 @@ def test_no_fixed_comparison_survives_other_numbers():
 def test_the_text_follows_the_verdict(verdict, progress, phrase):
     findings = {**MEASURED, "training": training(verdict, progress)}
     text = answer.render_text(answer.compose(report_from(findings), "en"))
-    assert phrase in text and "Trained at d_head 64-256" in text
+    assert phrase in text and "Trained (2-layer models of width 32 on recall, d_head 64-256)" in text
+    assert "stalled in 8 of 10 seeds" in text  # seeds as counts, summed over the cells
     assert "not 'unusable'" in text and "90%-95%" in text  # C05 refuted in training
     assert "2.00x that with scaling" in text and "not 10x smaller" in text  # C17 ratio 0.5
     assert "equivalent under Adafactor, but the per-layer logit std ends apart under AdamW by 251%" in text
@@ -243,6 +248,7 @@ def answer_cases():
         "C10 equivalent": ("training", "C10", SUPPORTED, (), {"final_logit_std_gap_adamw": 0.01}),
         "C10 all apart": ("training", "C10", PARTLY, (), {"final_logit_std_gap_adafactor": 0.3}),
         "C10 none apart": ("training", "C10", PARTLY, (), {"final_logit_std_gap_adamw": 0.01}),
+        "C06 an older report, no model size": ("training", "C06", None, ("n_layers", "d_model"), {}),
     }
     for name, (lab_name, claim_id, verdict, drop, numbers) in edits.items():
         cases[name] = report_from(edited(base, lab_name, claim_id, verdict, drop, **numbers))
@@ -258,7 +264,8 @@ LONG_NUMBERS = {"L1": {"sqrt_weight_equal_64": 0.70, "sqrt_weight_equal_65536": 
                 "L2": {"logn_weight_equal_64": 0.85, "logn_weight_equal_65536": 0.99},
                 "L3": {"sqrt_log_entropy_64": 0.775, "sqrt_log_entropy_65536": 0.751, "log_entropy_64": 0.843,
                        "log_entropy_65536": 0.576},
-                "L4": {"train_length": 34, "test_length": 544, "sqrt_drop_rate": 1.0, "logn_drop_rate": 0.0}}
+                "L4": {"train_length": 34, "test_length": 544, "sqrt_drop_rate": 1.0, "logn_drop_rate": 0.0,
+                       "sqrt_dropping": 4, "sqrt_drop_seeds": 4, "logn_dropping": 0, "logn_drop_seeds": 4}}
 
 
 def long_statements(numbers):
@@ -272,7 +279,11 @@ def test_the_long_contexts_follow_up_quotes_its_numbers_in_both_languages():
     for lang, question in (("en", "What about long contexts?"), ("zh", "那长上下文呢？")):
         item = answer.compose(report, lang)["follow_ups"][3]
         assert item["question"] == question
-        assert all(number in item["answer"][0] for number in ("0.70", "0.002", "0.99", "0.58", "0.75", "100%", "0%"))
+        assert all(number in item["answer"][0] for number in ("0.70", "0.002", "0.99", "0.58", "0.75"))
+        assert "%" not in item["answer"][0]  # seeds are counted, not given as shares
+    en = answer.compose(report, "en")["follow_ups"][3]["answer"][0]
+    assert "4 of 4 models under 1/sqrt(d_k) alone lost accuracy, 0 of 4 of those with log-n" in en
+    assert "one-layer models on a needle task" in en
     assert "not measured" in answer.compose(report_from({}), "en")["follow_ups"][3]["answer"][0]
 
 

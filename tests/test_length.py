@@ -244,8 +244,14 @@ def test_l2_and_l4_reach_supported_and_refuted(measured):
                      V.SSMAX, [0.9, 0.9], [0.6, 0.6])
     bad = with_runs(with_runs(with_runs(measured, "sqrt", [0.9, 0.9], [0.6, 0.6]), V.LOGN, [0.9, 0.7], [0.6, 0.3]),
                     V.SSMAX, [0.9, 0.7], [0.6, 0.3])
-    assert L.judge(good)["L4"].verdict == claims.SUPPORTED
-    assert L.judge(bad)["L4"].verdict == claims.REFUTED
+    # the RoPE assertion is not trained in this fixture (as in the quick preset): untested is not
+    # supported, so the label stays open between the two labels it could still take
+    good_l4, bad_l4 = L.judge(good)["L4"], L.judge(bad)["L4"]
+    assert good_l4.verdict == claims.INCONCLUSIVE and good_l4.line.startswith(
+        "inconclusive (supported or partly supported, as the open parts turn out")
+    assert bad_l4.verdict == claims.INCONCLUSIVE and bad_l4.line.startswith(
+        "inconclusive (partly supported or refuted, as the open parts turn out")
+    assert "not tested in this preset" in good_l4.line and "not tested in this preset" in bad_l4.line
     assert L.judge(good)["L2"].readings["trained_logn"].state == claims.HOLDS
     assert L.judge(bad)["L2"].readings["trained_logn"].state == claims.FAILS
 

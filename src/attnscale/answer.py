@@ -44,9 +44,9 @@ READS = {
     ("C02", "variance"): ("max_rel_error", "max_d_k"),
     ("C04", "saturation"): ("max_std_error", "min_share_within_3", "max_saturated_share"),
     ("C05", "saturation"): ("min_normalized_entropy",),
-    ("C05", "training"): ("inv_d_progress_*",),
+    ("C05", "training"): ("inv_d_progress_*", "n_layers", "d_model"),
     ("C06", "saturation"): ("max_logit_abs", "min_saturated_share", "grad_ratio_none_sqrt", "dk_logits_reach_100"),
-    ("C06", "training"): ("none_progress_*",),
+    ("C06", "training"): ("none_progress_*", "none_stalled_*", "none_seeds_*", "n_layers", "d_model"),
     ("C10", "doctor"): ("t5_factor", "t5_finding", "t5_wq_wk_std_ratio", "d_kv", "t5_logit_std"),
     ("C10", "training"): ("final_logit_std_gap_*",),
     ("C11", "numerics"): ("claim_d_k", "claimed_range", "max_abs_logit_unit_std_sqrt", "trained_model", "trained_d_k",
@@ -64,7 +64,8 @@ READS = {
     ("L1", "length"): ("sqrt_weight_equal_*",),
     ("L2", "length"): ("logn_weight_equal_*",),
     ("L3", "length"): ("sqrt_log_entropy_*", "log_entropy_*"),
-    ("L4", "length"): ("train_length", "test_length", "sqrt_drop_rate", "logn_drop_rate"),
+    ("L4", "length"): ("train_length", "test_length", "sqrt_dropping", "sqrt_drop_seeds", "logn_dropping",
+                       "logn_drop_seeds"),
 }
 
 TEXT_NUMBERS = {("C11", "trained_model"), ("C10", "t5_finding"), ("C12", "clamp_cost"), ("C12", "online_overflow")}  # the declared numbers that hold text
@@ -142,6 +143,14 @@ def _d_heads(family: dict[str, float]) -> str:
     return str(sizes[0]) if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
 
 
+def _trained_scale(ev: Evidence, claim_id: str, progress: dict[str, float]) -> Word:
+    """How small the trained models behind a sentence are: layers, width and head sizes."""
+    if not ev.has(claim_id, "n_layers", "d_model"):  # a report from before the size was recorded
+        return Word("scale.d_heads", d_heads=_d_heads(progress))
+    return Word("scale.trained", layers=ev.number(claim_id, "n_layers"), width=ev.number(claim_id, "d_model"),
+                d_heads=_d_heads(progress))
+
+
 def _pending(claim_id: str, lab: str | None = None) -> Word:
     return Word("pending", part=Word("pending.half", claim=claim_id, lab=Word(f"lab.{lab}")) if lab else claim_id)
 
@@ -201,7 +210,8 @@ def inv_d_rule(ev: Evidence) -> Seq | Word:
     text = Word("inv_d.init", uniform=Word("inv_d.uniform" if uniform else "inv_d.not_uniform"), entropy=f"{entropy:.3f}")
     if trained == PENDING or not progress:
         return _then(text, _pending("C05", "training"))
-    return Seq(text, Word(f"inv_d.trained.{TRAINED_ENTRY.get(trained, 'partly')}", span=_span(progress.values())))
+    return Seq(text, Word(f"inv_d.trained.{TRAINED_ENTRY.get(trained, 'partly')}", span=_span(progress.values()),
+                          scale=_trained_scale(ev, "C05", progress)))
 
 
 def no_scaling(ev: Evidence) -> Seq | Word:
@@ -227,7 +237,11 @@ def no_scaling(ev: Evidence) -> Seq | Word:
     if trained == PENDING or not progress:
         return _then(text, _pending("C06", "training"))
     verb = Word(f"none.verb.{TRAINED_ENTRY.get(trained, 'partly')}")
-    return Seq(text, Word("none.trained", d_heads=_d_heads(progress), verb=verb, span=_span(progress.values())))
+    stalled, seeds = ev.family("C06", "none_stalled_"), ev.family("C06", "none_seeds_")
+    count = (Word("none.trained.count", stalled=int(sum(stalled.values())), seeds=int(sum(seeds.values())))
+             if seeds else "")
+    return Seq(text, Word("none.trained", scale=_trained_scale(ev, "C06", progress), verb=verb,
+                          span=_span(progress.values()), count=count))
 
 
 def low_precision(ev: Evidence) -> Seq | Word:
@@ -353,10 +367,12 @@ def long_contexts(ev: Evidence) -> Seq | Word:
                 w_large=f"{plain[large]:.3f}", l1=label("L1"), logn_large=f"{logn[large]:.2f}", l2=label("L2"))
     law = Word("long.law", log_small=f"{log[small]:.2f}", log_large=f"{log[large]:.2f}",
                sq_small=f"{sqrt_log[small]:.2f}", sq_large=f"{sqrt_log[large]:.2f}", l3=label("L3"))
-    if not ev.has("L4", "train_length", "test_length", "sqrt_drop_rate", "logn_drop_rate"):
+    counts = ("sqrt_dropping", "sqrt_drop_seeds", "logn_dropping", "logn_drop_seeds")
+    if not ev.has("L4", "train_length", "test_length", *counts):
         return Seq(text, GAP, law, GAP, _pending("L4"))
-    trained = Word("long.trained", train=ev.number("L4", "train_length"), test=ev.number("L4", "test_length"), sqrt=_pct(ev.number("L4", "sqrt_drop_rate")),
-                   logn=_pct(ev.number("L4", "logn_drop_rate")), l4=label("L4"))
+    sqrt_k, sqrt_n, logn_k, logn_n = (ev.number("L4", key) for key in counts)
+    trained = Word("long.trained", train=ev.number("L4", "train_length"), test=ev.number("L4", "test_length"),
+                   sqrt_k=sqrt_k, sqrt_n=sqrt_n, logn_k=logn_k, logn_n=logn_n, l4=label("L4"))
     return Seq(text, GAP, trained, GAP, law)
 
 
@@ -448,13 +464,15 @@ def refuted_assertion(claim: dict) -> str:
 
 
 def short_tally(ev: Evidence) -> Word:
-    counts = {v: sum(c["verdict"] == v for c in ev.claims.values()) for v in (*VERDICTS, PENDING)}
-    refuted = [c for c in ev.claims.values() if c["verdict"] == REFUTED]
+    """The interview answer's own claims counted by label; our statements (L1-L4) are not among them."""
+    source = [c for cid, c in ev.claims.items() if cid in BY_ID]
+    counts = {v: sum(c["verdict"] == v for c in source) for v in (*VERDICTS, PENDING)}
+    refuted = [c for c in source if c["verdict"] == REFUTED]
     items = [Word("short.tally.item", id=c["id"], text=refuted_assertion(c)) for c in refuted]
     rest = [Word(f"short.tally.{key}", n=counts[verdict], be="is" if counts[verdict] == 1 else "are")
             for key, verdict in (("inconclusive", INCONCLUSIVE), ("not_in_preset", NOT_IN_PRESET),
                                  ("untested", NOT_TESTABLE)) if counts[verdict]]
-    return Word("short.tally", total=len(ev.claims), supported=counts[SUPPORTED], partly=counts[PARTLY],
+    return Word("short.tally", total=len(source), supported=counts[SUPPORTED], partly=counts[PARTLY],
                 refuted=counts[REFUTED], hold="holds" if counts[SUPPORTED] == 1 else "hold",
                 hold_part="holds" if counts[PARTLY] == 1 else "hold", refuted_be="is" if counts[REFUTED] == 1 else "are",
                 refuted_list=Word("short.tally.refuted", items=Listing(items, sep="list.clause")) if items else "",

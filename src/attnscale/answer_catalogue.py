@@ -65,18 +65,22 @@ ENTRIES: dict[str, dict[str, str]] = {
     "inv_d.uniform": {"en": "near uniform", "zh": "接近均匀分布"},
     "inv_d.not_uniform": {"en": "not near uniform", "zh": "并不接近均匀分布"},
     "inv_d.trained.refuted": {
-        "en": " But it is not 'unusable': trained, each rule at its best learning rate, it learned {span} of what "
-              "1/sqrt(d_k) learned.",
-        "zh": "但它并非“根本不可用”：各自取最佳学习率训练后，它学到的相当于 1/sqrt(d_k) 的 {span}。"},
-    "inv_d.trained.supported": {"en": " Trained, it learned only {span} of what 1/sqrt(d_k) learned: unusable.",
-                                "zh": "训练后它只学到 1/sqrt(d_k) 的 {span}，确实不可用。"},
+        "en": " But at this scale it is not 'unusable': trained ({scale}), each rule at its best learning rate, it "
+              "learned {span} of what 1/sqrt(d_k) learned.",
+        "zh": "但在这个规模上它并非“根本不可用”：各自取最佳学习率训练后（{scale}），它学到的相当于 1/sqrt(d_k) 的 {span}。"},
+    "inv_d.trained.supported": {"en": " Trained ({scale}), it learned only {span} of what 1/sqrt(d_k) learned: unusable.",
+                                "zh": "训练后（{scale}）它只学到 1/sqrt(d_k) 的 {span}，确实不可用。"},
     "inv_d.trained.inconclusive": {
-        "en": " Trained, it learned {span} of what 1/sqrt(d_k) learned; whether that is 'unusable' is undecided at "
-              "these seeds.",
-        "zh": "训练后它学到 1/sqrt(d_k) 的 {span}；是否“不可用”，以现有种子数尚无定论。"},
+        "en": " Trained ({scale}), it learned {span} of what 1/sqrt(d_k) learned; whether that is 'unusable' is "
+              "undecided at these seeds.",
+        "zh": "训练后（{scale}）它学到 1/sqrt(d_k) 的 {span}；是否“不可用”，以现有种子数尚无定论。"},
     "inv_d.trained.partly": {
-        "en": " Trained, it learned {span} of what 1/sqrt(d_k) learned: worse in places, not everywhere unusable.",
-        "zh": "训练后它学到 1/sqrt(d_k) 的 {span}：有些设置更差，但并非处处不可用。"},
+        "en": " Trained ({scale}), it learned {span} of what 1/sqrt(d_k) learned: worse in places, not everywhere "
+              "unusable.",
+        "zh": "训练后（{scale}）它学到 1/sqrt(d_k) 的 {span}：有些设置更差，但并非处处不可用。"},
+    "scale.d_heads": {"en": "d_head {d_heads}", "zh": "d_head {d_heads}"},
+    "scale.trained": {"en": "{layers}-layer models of width {width} on recall, d_head {d_heads}",
+                      "zh": "{layers} 层、宽 {width} 的模型，recall 任务，d_head {d_heads}"},
 
     "none.init": {
         "en": "Without scaling the logit std grows as sqrt(d_k): at d_k = 128 the largest logit of a row is {size}; "
@@ -96,8 +100,9 @@ ENTRIES: dict[str, dict[str, str]] = {
     "none.gradient.smaller": {
         "en": "and the gradient reaching W_q is {ratio}x the sqrt rule's, smaller but not near zero",
         "zh": "传到 W_q 的梯度是 sqrt 规则的 {ratio} 倍，变小了但不接近 0"},
-    "none.trained": {"en": " Trained at d_head {d_heads}, {verb}: it learned {span} of what 1/sqrt(d_k) learned.",
-                     "zh": "d_head 为 {d_heads} 时，{verb}：学到的相当于 1/sqrt(d_k) 的 {span}。"},
+    "none.trained": {"en": " Trained ({scale}), {verb}: it learned {span} of what 1/sqrt(d_k) learned{count}.",
+                     "zh": "训练后（{scale}），{verb}：学到的相当于 1/sqrt(d_k) 的 {span}{count}。"},
+    "none.trained.count": {"en": ", and stalled in {stalled} of {seeds} seeds", "zh": "，{seeds} 个种子中 {stalled} 个停滞"},
     "none.verb.refuted": {"en": "training does not stall", "zh": "训练并未停滞"},
     "none.verb.supported": {"en": "training stalls", "zh": "训练确实停滞"},
     "none.verb.inconclusive": {"en": "whether training stalls is undecided at these seeds", "zh": "训练是否停滞，以现有种子数尚无定论"},
@@ -176,10 +181,10 @@ ENTRIES: dict[str, dict[str, str]] = {
               "增长的因子：超过训练长度 L 后乘 log_L n（Qwen-1、苏剑林 2021），或乘 s ln n、s 可学习（Scalable-Softmax）；"
               "在等值 key 中权重随之趋于 1，log_34 n 下 n = {large} 时为 {logn_large}（L2，{l2}）。"},
     "long.trained": {
-        "en": "Trained at {train} tokens and run at {test}, {sqrt} of the models under 1/sqrt(d_k) alone lost accuracy, {logn} "
-              "of those with log-n (L4, {l4}).",
-        "zh": "在 {train} 个 token 上训练、在 {test} 个上运行：只用 1/sqrt(d_k) 的模型有 {sqrt} 准确率下降，加 log-n 的为 {logn}"
-              "（L4，{l4}）。"},
+        "en": "Trained at {train} tokens and run at {test} (one-layer models on a needle task), {sqrt_k} of {sqrt_n} "
+              "models under 1/sqrt(d_k) alone lost accuracy, {logn_k} of {logn_n} of those with log-n (L4, {l4}).",
+        "zh": "在 {train} 个 token 上训练、在 {test} 个上运行（单层模型，找针任务）：只用 1/sqrt(d_k) 的 {sqrt_n} 个模型中有 "
+              "{sqrt_k} 个准确率下降，加 log-n 的 {logn_n} 个中有 {logn_k} 个（L4，{l4}）。"},
     "long.law": {
         "en": "Which law depends on the task: the log n that keeps a needle also freezes attention over iid logits "
               "(entropy / ln n {log_small} to {log_large}), while 0.5 sqrt(2 ln n) keeps that entropy ({sq_small} to "
@@ -252,9 +257,9 @@ ENTRIES: dict[str, dict[str, str]] = {
         "zh": "为什么是 sqrt(d_k)：q·k 的方差大约随 d_k 增长（实测偏差可达 {err}），除以 sqrt(d_k) 后 logit 的标准差"
               "接近 1（偏差不超过 {std_err}），与头维度无关。"},
     "short.inv_d.trains": {
-        "en": "Dividing by d_k starts near uniform but is not unusable: trained, it learned {span} of what sqrt(d_k) "
-              "learned.",
-        "zh": "除以 d_k 起初接近均匀分布，但并非不可用：训练后学到 sqrt(d_k) 的 {span}。"},
+        "en": "Dividing by d_k starts near uniform but is not unusable in small models: trained, it learned {span} "
+              "of what sqrt(d_k) learned.",
+        "zh": "除以 d_k 起初接近均匀分布，但在小模型上并非不可用：训练后学到 sqrt(d_k) 的 {span}。"},
     "short.inv_d.unusable": {
         "en": "Dividing by d_k starts near uniform and stays unusable: trained, it learned {span} of what sqrt(d_k) "
               "learned.",
@@ -270,8 +275,8 @@ ENTRIES: dict[str, dict[str, str]] = {
         "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}; whether training stalls is undecided.",
         "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}；训练是否停滞，以现有种子数尚无定论。"},
     "short.none.stalls": {
-        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and training stalls.",
-        "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，训练停滞。"},
+        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and small models' training stalls.",
+        "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，小模型训练停滞。"},
     "short.none.sometimes": {
         "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and training stalls in some settings "
               "or seeds, not all.",
@@ -281,8 +286,8 @@ ENTRIES: dict[str, dict[str, str]] = {
         "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，但训练并未停滞。"},
     "short.none.not_100": {"en": " (not ±100)", "zh": "（不是 ±100）"},
     "short.tally": {
-        "en": "Of its {total} claims, {supported} {hold}, {partly} {hold_part} in part, {refuted} {refuted_be} "
-              "refuted{refuted_list}{rest}.",
+        "en": "Of the source's {total} claims, {supported} {hold}, {partly} {hold_part} in part, {refuted} "
+              "{refuted_be} refuted{refuted_list}{rest}.",
         "zh": "原答案的 {total} 条说法中，{supported} 条成立，{partly} 条部分成立，{refuted} 条不成立{refuted_list}{rest}。"},
     "short.tally.refuted": {"en": " ({items})", "zh": "（{items}）"},
     "short.tally.item": {"en": "{id} {text}", "zh": "{id}"},

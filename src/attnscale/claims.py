@@ -283,6 +283,9 @@ def label(pairs) -> Label:
     if verdict == REFUTED:
         premises = [(p, r) for p, r in held if p.role == PREMISE]
         sides = [(p, r) for p, r in held if p.role == SIDE]
+        directed = [(p, r) for p, r in failing if r.direction]
+        if directed:  # which way it is wrong, where a part says
+            notes.append(f"fails: {_failing_texts(directed)}")
         if premises:
             notes.append(f"its premise holds: {_texts(premises)}")
         if sides:

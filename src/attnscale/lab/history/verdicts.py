@@ -76,7 +76,9 @@ def judge_c13(result: dict) -> Finding:
     reading = Reading(state, measured=f"{len(inv_d)} of {len(checked)} releases measured 1/d_k",
                       threshold="one release that divides by d_k", settings=settings,
                       decide="a reading and a run that agree for " + ", ".join(release_name(r) for r in disagree)
-                      if state == UNDECIDED else "")
+                      if state == UNDECIDED else "",
+                      direction=f"{len(checked) - len(inv_d)} of {len(checked)} releases, read and run, divide by "
+                                "sqrt(d_k)")
     missing = missing_text(result, rows)
     evidence = ("Every release of Hugging Face's BERT in the cache, read and run: "
                 + "; ".join(quote(r) for r in checked) + ". Run in a subprocess at head sizes "

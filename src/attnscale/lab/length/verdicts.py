@@ -23,7 +23,9 @@ NUMBER_KEYS = {
     "L2": ("logn_weight_equal_*", "ssmax_weight_equal_*", "logn_weight_noisy_*", "logn_fade_rate",
            "ssmax_fade_rate", "logn_fading", "logn_seeds", "ssmax_fading", "ssmax_seeds"),
     "L3": ("sqrt_log_weight_equal_*", "log_weight_equal_*", "sqrt_log_entropy_*", "log_entropy_*"),
-    "L4": ("train_length", "test_length", "sqrt_drop_rate", "logn_drop_rate", "ssmax_drop_rate", "sqrt_accuracy_*", "logn_accuracy_*",
+    "L4": ("train_length", "test_length", "sqrt_drop_rate", "logn_drop_rate", "ssmax_drop_rate", "sqrt_dropping",
+           "sqrt_drop_seeds", "logn_dropping", "logn_drop_seeds", "ssmax_dropping", "ssmax_drop_seeds",
+           "sqrt_accuracy_*", "logn_accuracy_*",
            "ssmax_accuracy_*", "rope_*"),
 }
 
@@ -135,6 +137,7 @@ def numbers_of(result: dict) -> dict:
         out[f"{key}_fade_rate"] = k / n if n else None
         k, n, _ = rate(runs, drops)
         out[f"{key}_drop_rate"] = k / n if n else None
+        out[f"{key}_dropping"], out[f"{key}_drop_seeds"] = k, n
         for i, length in enumerate(result["lengths"]):
             out[f"{key}_accuracy_{length}"] = statistics.median(r["accuracy"][i] for r in runs)
     for rule, key in (("sqrt", "rope_sqrt"), (LOGN, "rope_logn")):

@@ -51,8 +51,9 @@ READINGS = ("own", "sqrt")  # each rule at its own best LR, and at sqrt's best L
 
 # The numbers each finding carries (checked against the judges by the tests, and against what the answer reads).
 NUMBER_KEYS = {
-    "C05": ("inv_d_progress_*", "inv_d_at_sqrt_lr_progress_*"),
-    "C06": ("none_progress_*", "init_max_abs_logit", "init_max_prob", "step100_max_abs_logit"),
+    "C05": ("inv_d_progress_*", "inv_d_at_sqrt_lr_progress_*", "n_layers", "d_model"),
+    "C06": ("none_progress_*", "none_stalled_*", "none_seeds_*", "init_max_abs_logit", "init_max_prob",
+            "step100_max_abs_logit", "n_layers", "d_model"),
     "C09": ("acc_1_8_lr*", "acc_1_16_lr*", "oscillation_ratio", "best_lr_1_8", "best_lr_1_16"),
     "C10": ("curve_gap_*", "final_logit_std_gap_*", "variant_logit_std_ratio"),
     "C13": ("steps_ratio_*",),
@@ -226,6 +227,11 @@ STALL_RULE = (f"a seed stalls when it learns less than {STALL_BELOW} of what sqr
               f"stalls, fails where none does, and holds in part where some do")
 
 
+def model_size(result: dict) -> dict:
+    """The trained model's size, so that a sentence quoting its result can say how small it is."""
+    return {"n_layers": result["config"]["n_layers"], "d_model": result["config"]["d_model"]}
+
+
 def judge_c05(result: dict) -> Finding:
     """'Fundamentally unusable', read at 1/d_k's own best learning rate (the claim's setting: no
     retuning rescues it); the reading at sqrt's learning rate is context."""
@@ -240,6 +246,7 @@ def judge_c05(result: dict) -> Finding:
     numbers = {f"inv_d_progress_{c['task']}_{c['d_head']}": c["progress"]["median"] for c in readings["own"]}
     numbers |= {f"inv_d_at_sqrt_lr_progress_{c['task']}_{c['d_head']}": c["progress"]["median"]
                 for c in readings["sqrt"]}
+    numbers |= model_size(result)
     return Finding("C05", "training", evidence, numbers, {"unusable": unusable})
 
 
@@ -267,6 +274,10 @@ def judge_c06(result: dict) -> Finding:
     numbers = {f"none_progress_{c['task']}_{c['d_head']}": c["progress"]["median"] for c in readings["own"]}
     numbers |= {"init_max_abs_logit": start["max_abs_logit"]["median"], "init_max_prob": start["max_prob"]["median"],
                 "step100_max_abs_logit": later["max_abs_logit"]["median"]}
+    for c in readings["own"]:  # the scale of the evidence: counts of seeds, and the model's size
+        numbers[f"none_stalled_{c['task']}_{c['d_head']}"] = c["stall_rate"]["stalled"]
+        numbers[f"none_seeds_{c['task']}_{c['d_head']}"] = c["stall_rate"]["seeds"]
+    numbers |= model_size(result)
     trained_logits = later["max_abs_logit"]
 
     def read_logits(scale: float) -> Reading:
