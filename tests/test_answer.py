@@ -1,3 +1,4 @@
+import json
 import re
 import subprocess
 import sys
@@ -335,3 +336,39 @@ def test_the_three_layers_print_in_order():
     en = answer.compose(report, "en")["short"]
     assert en[0].startswith("Why sqrt(d_k):") and "within 10.8% up to d_k = 4096" in en[0] and "within 7.7%" in en[0]
     assert "learned 90%-95% of what sqrt(d_k) learned" in en[1]
+
+
+def test_the_shipped_reference_is_the_quick_report_this_code_makes(quick_report):
+    """The reference that `answer` speaks from before any run: rebuilt here from the quick preset at
+    seed 0, every label and every number the answer quotes (in both languages) must match it."""
+    from attnscale import reference
+
+    _, fresh = quick_report
+    shipped = reference.load()
+    assert shipped["preset"] == "quick" and shipped["seed"] == 0
+    lines = lambda report: {c["id"]: c["verdict_line"] for c in report["claims"] + report["statements"]}
+    assert lines(shipped) == lines(fresh), "regenerate it: python -m attnscale.reference FOLDER (quick, seed 0)"
+    for lang in answer.LANGS:
+        assert answer.render_text(answer.compose(shipped, lang)) == answer.render_text(answer.compose(fresh, lang))
+
+
+def test_answer_speaks_from_the_reference_before_any_run_and_a_local_report_wins(tmp_path):
+    from attnscale import reference
+
+    run = lambda *args: subprocess.run([sys.executable, "-m", "attnscale", "answer", *args], cwd=tmp_path,
+                                       capture_output=True, text=True)
+    before = run()
+    assert before.returncode == 0, before.stderr
+    shipped = reference.load()
+    assert before.stdout.startswith("(No report here yet: this is the reference report shipped with attnscale "
+                                    f"{shipped['attnscale_version']} (preset quick, seed 0, measured "
+                                    f"{shipped['started'][:10]} on {shipped['machine']})")
+    assert "The 30-second answer" in before.stdout
+    # a local report, when present, takes precedence (here the reference itself with one label changed)
+    local = dict(shipped, claims=[dict(c, verdict="supported", verdict_line="supported") if c["id"] == "C07" else c
+                                  for c in shipped["claims"]])
+    (tmp_path / "attnscale-report").mkdir()
+    (tmp_path / "attnscale-report" / "report.json").write_text(json.dumps(local), encoding="utf-8")
+    after = run()
+    assert after.returncode == 0 and "No report here yet" not in after.stdout
+    assert after.stdout != before.stdout

@@ -16,13 +16,30 @@ def register(app: typer.Typer) -> None:
     @app.command("answer")
     def answer(
         lang: str = typer.Option("en", help="en or zh."),
-        report: Annotated[Path, options.path_option("A report folder or its report.json.")] = Path("attnscale-report"),
+        report: Annotated[Path | None, options.path_option(
+            "A report folder or its report.json [default: attnscale-report if it holds a report, else the reference "
+            "report shipped with attnscale].")] = None,
         as_json: bool = typer.Option(False, "--json", help="Print the layers as JSON (lists of sentences)."),
     ) -> None:
-        """Print the 30-second answer and its three follow-ups as the measured evidence says them."""
-        from ..answer import LANGS, compose, load_report, render_text
+        """Print the 30-second answer and its four follow-ups as the measured evidence says them."""
+        from .. import reference
+        from ..answer import LANGS, check_report, compose, load_report, render_text
 
         if lang not in LANGS:
             raise UserError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
-        composed = compose(load_report(report), lang)
-        print(json.dumps(composed, indent=1, ensure_ascii=False) if as_json else render_text(composed))
+        if report is None and not (DEFAULT_FOLDER / "report.json").exists():
+            found, source = check_report(reference.load(), "the reference report"), "reference"
+        else:
+            found, source = load_report(report or DEFAULT_FOLDER), str(report or DEFAULT_FOLDER)
+        composed = compose(found, lang)
+        if as_json:
+            composed["source"] = source if source != "reference" else reference.provenance(found)
+            print(json.dumps(composed, indent=1, ensure_ascii=False))
+            return
+        if source == "reference":
+            print(f"(No report here yet: this is {reference.provenance(found)}. Run `attnscale report` to measure "
+                  "on this machine.)\n")
+        print(render_text(composed))
+
+
+DEFAULT_FOLDER = Path("attnscale-report")

@@ -299,6 +299,17 @@ def staged(out: Path):
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def machine_line() -> str:
+    """The machine a report was measured on, in words: its timings depend on it."""
+    import os
+    import platform
+
+    import torch
+
+    return (f"{os.cpu_count()} CPU cores, {platform.system()} {platform.machine()}, Python {platform.python_version()}, "
+            f"torch {torch.__version__}")
+
+
 def _assemble(runs: dict, preset: str, seed: int, device: str, started, start: float, figure_dir: Path) -> dict:
     """The report.json contract from the labs' results; the figures are drawn into ``figure_dir``."""
     findings, figures, tables = {}, {}, {}
@@ -322,6 +333,7 @@ def _assemble(runs: dict, preset: str, seed: int, device: str, started, start: f
         "device": device,
         "started": started.isoformat(timespec="seconds"),
         "seconds": round(time.perf_counter() - start, 2),
+        "machine": machine_line(),
         "labs": {name: {"seconds": round(run["seconds"], 2), "cached": run["cached"], "config": run["config"],
                         "figures": figures[name].get(name, []),
                         **{key: run["result"][key] for key in ("runs", "runs_reused") if key in run["result"]}}

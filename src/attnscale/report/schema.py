@@ -51,6 +51,7 @@ REPORT_SCHEMA = {
         "seconds": {"type": "number", "minimum": 0},
         "claims": {"type": "array", "items": CLAIM, "minItems": 18, "maxItems": 18},
         "statements": {"type": "array", "items": STATEMENT},
+        "machine": {"type": "string"},
         "experiments": {"type": "object", "additionalProperties": {"type": "object"}},
         "labs": {"type": "object", "additionalProperties": {
             "type": "object", "required": ["seconds", "cached"],
