@@ -20,6 +20,9 @@ def register(app: typer.Typer) -> None:
             "A report folder or its report.json [default: attnscale-report if it holds a report, else the reference "
             "report shipped with attnscale].")] = None,
         as_json: bool = typer.Option(False, "--json", help="Print the layers as JSON (lists of sentences)."),
+        show_source: bool = typer.Option(False, "--source", help="Print the interview answer itself, whole (zh: the "
+                                                                   "original; en: an English rendering), with the claim "
+                                                                   "IDs where it makes them."),
     ) -> None:
         """Print the 30-second answer and its four follow-ups as the measured evidence says them."""
         from .. import reference
@@ -27,6 +30,12 @@ def register(app: typer.Typer) -> None:
 
         if lang not in LANGS:
             raise UserError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
+        if show_source:
+            from ..source import source_text
+
+            text = source_text(lang)
+            print(json.dumps({"lang": lang, "source": text}, ensure_ascii=False) if as_json else text)
+            return
         if report is None and not (DEFAULT_FOLDER / "report.json").exists():
             found, source = check_report(reference.load(), "the reference report"), "reference"
         else:

@@ -10,6 +10,7 @@ import jinja2
 
 from ..claims import (FAILS, HOLDS, INCONCLUSIVE, MIXED, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED,
                       UNDECIDED)
+from .. import source
 from . import fonts
 
 QUESTION = ("Why does attention compute softmax(QK^T / sqrt(d_k)), and not / d_k, no scaling, or a constant?")
@@ -157,7 +158,7 @@ def render_html(report: dict, out: Path) -> str:
             images[rel] = _inline_image(out, rel)
     template = env.get_template("index.html.j2")
     page = dict(report=report, question=QUESTION, images=images, verdict_class=VERDICT_CLASS, part_columns=PART_COLUMNS,
-                tally=tally(report), **_assets())
+                tally=tally(report), source_zh=source.source_text("zh"), source_en=source.source_text("en"), **_assets())
     # the page's own CJK characters, cut from an installed font (rendered once to know which)
     face = fonts.font_face(template.render(**page, font_css=""))
     return template.render(**page, font_css=face)
