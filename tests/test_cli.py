@@ -17,6 +17,15 @@ def test_version_and_help():
     assert done.returncode == 0 and "report" in done.stdout
 
 
+@pytest.mark.parametrize("command, flag", [("report", "--fresh"), ("answer", "--json"), ("audit", "--json")])
+def test_a_flag_shows_no_value_in_help(command, flag):
+    """A flag takes no value (`--json true` is refused), so the help must not show `--json <bool>`."""
+    done = run_cli(command, "--help")
+    assert done.returncode == 0 and flag in done.stdout and "<bool>" not in done.stdout
+    refused = run_cli(command, flag, "true", "--bogus-after")
+    assert refused.returncode == 2
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--bogus"], "--bogus"),
     (["no-such-command"], "no-such-command"),

@@ -30,6 +30,24 @@ from .errors import UserError
 from .runtime import Notice
 from .terminal import console
 
+def _flags_show_no_type() -> None:
+    """A flag takes no value, so its help shows none: this typer prints ``--json <bool>`` for a flag,
+    which reads as if ``--json true`` were accepted (click refuses it)."""
+    from typer.core import TyperOption
+
+    shown = TyperOption.display_type_rich
+    if getattr(shown, "flag_aware", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.flag_aware = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_show_no_type()
+
 app = typer.Typer(
     name="attnscale",
     help="Why attention uses softmax(QK^T / sqrt(d_k)), tested by experiment; and a health check for your model.",

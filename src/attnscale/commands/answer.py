@@ -17,8 +17,8 @@ def register(app: typer.Typer) -> None:
     def answer(
         lang: str = typer.Option("en", help="en or zh."),
         report: Annotated[Path | None, options.path_option(
-            "A report folder or its report.json [default: attnscale-report if it holds a report, else the reference "
-            "report shipped with attnscale].")] = None,
+            "A report folder or its report.json (default: attnscale-report if it holds a report, else the reference "
+            "report shipped with attnscale).")] = None,
         as_json: bool = typer.Option(False, "--json", help="Print the layers as JSON (lists of sentences)."),
         show_source: bool = typer.Option(False, "--source", help="Print the interview answer itself, whole (zh: the "
                                                                    "original; en: an English rendering), with the claim "
