@@ -22,8 +22,9 @@ def test_a_flag_shows_no_value_in_help(command, flag):
     """A flag takes no value (`--json true` is refused), so the help must not show `--json <bool>`."""
     done = run_cli(command, "--help")
     assert done.returncode == 0 and flag in done.stdout and "<bool>" not in done.stdout
-    refused = run_cli(command, flag, "true", "--bogus-after")
-    assert refused.returncode == 2
+    if command != "audit":  # audit takes family names, so a stray word would be one
+        refused = run_cli(command, flag, "true")
+        assert refused.returncode == 2 and "(true)" in refused.stderr
 
 
 @pytest.mark.parametrize("args, needle", [
