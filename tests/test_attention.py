@@ -238,3 +238,35 @@ def test_half_precision_with_large_q_and_k_stays_finite_and_close_to_float64(imp
 def test_naive_in_half_precision_is_the_baseline_that_overflows():
     q, k, v = qkv((1, 1, 16, 64), dtype=torch.float16, seed=3)
     assert not torch.isfinite(attention(q * 100, k * 100, v, impl="naive")).all()
+
+
+def test_capture_is_a_mapping_and_leaves_masked_pairs_out_of_logit_statistics():
+    torch.manual_seed(0)
+    block = ScaledAttention(16, 2, causal=True)
+    x = torch.randn(2, 5, 16)
+    with capture(block) as seen:
+        block(x)
+    assert list(seen.keys()) == ["attn"] and "attn" in seen and dict(seen.items())["attn"] is seen["attn"]
+    with pytest.raises(KeyError, match="no attention call recorded under 'blocks.0'; recorded: attn"):
+        seen["blocks.0"]
+    obs = seen["attn"]
+    assert torch.isnan(obs.logits.std())  # the raw matrix holds the masked pairs
+    allowed = torch.ones(5, 5, dtype=torch.bool).tril()
+    expected = obs.logits[..., allowed]  # (B, H, 15): the pairs a causal query may attend
+    assert obs.allowed_logits.numel() == 2 * 2 * 15
+    assert obs.logit_std() == pytest.approx(float(expected.double().std()), rel=1e-12)
+
+
+def test_a_module_read_from_its_operations_leaves_its_masked_pairs_out_too():
+    class Causal(torch.nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 4, 8) for _ in range(3))
+    with capture(Causal()) as seen:
+        Causal()(q, k, v)
+    (name, obs), = seen.items()
+    expected = (q.double() @ k.double().transpose(-1, -2) / math.sqrt(8))[..., torch.ones(4, 4, dtype=torch.bool).tril()]
+    assert obs.allowed_logits.numel() == 2 * 10
+    assert obs.logit_std() == pytest.approx(float(expected.std()), rel=1e-6)  # the factor as float32 reads it

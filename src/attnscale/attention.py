@@ -22,6 +22,7 @@ normal (fused) path.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 import math
 from dataclasses import dataclass, field
 
@@ -280,17 +281,22 @@ def attention(
 
 
 @dataclass
-class Capture:
-    """Filled by :func:`capture`: module name -> the last :class:`Observation`."""
+class Capture(Mapping):
+    """Filled by :func:`capture`: a mapping of module name -> the last :class:`Observation`
+    (``.keys()``, ``.items()``, ``in``, ``len`` as for a dict)."""
 
     observations: dict[str, Observation] = field(default_factory=dict)
     detach: bool = True
 
     def __getitem__(self, name: str) -> Observation:
-        return self.observations[name]
+        try:
+            return self.observations[name]
+        except KeyError:
+            raise KeyError(f"no attention call recorded under {name!r}; recorded: "
+                           f"{', '.join(self.observations) or 'none'}") from None
 
     def __iter__(self):
-        return iter(self.observations.items())
+        return iter(self.observations)
 
     def __len__(self) -> int:
         return len(self.observations)
@@ -419,8 +425,8 @@ class ScaledAttention(nn.Module):
             logits = logits.masked_fill(~mask, float("nan"))
         keep = (lambda t: t.detach()) if self._capture.detach else (lambda t: t)
         self._capture.observations[self._capture_name] = Observation(
-            q=keep(q), k=keep(k), logits=keep(logits), probs=keep(probs), factor=float(factor.detach() if isinstance(factor, torch.Tensor) else factor)
-        )
+            q=keep(q), k=keep(k), logits=keep(logits), probs=keep(probs),
+            factor=float(factor.detach() if isinstance(factor, torch.Tensor) else factor), mask=mask)
 
 
 @contextlib.contextmanager
