@@ -60,7 +60,7 @@ def test_d_head_independent_of_d_model_and_observation_points():
     assert model.blocks[0].attn.w_q.weight.shape == (120, 16)
     with capture(model) as seen:
         model(torch.randint(0, 20, (2, 12)))
-    assert [name for name, _ in seen] == model.observation_points() == ["blocks.0.attn", "blocks.1.attn", "blocks.2.attn"]
+    assert list(seen) == model.observation_points() == ["blocks.0.attn", "blocks.1.attn", "blocks.2.attn"]
     assert seen["blocks.2.attn"].probs.shape == (2, 3, 12, 12)
     assert len(model.attention_weights()) == 3 and set(model.attention_weights()[0]) == {"W_q", "W_k", "W_v", "W_o"}
 

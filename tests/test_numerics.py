@@ -513,3 +513,23 @@ def test_c12_quotes_each_clamps_kl_with_its_interval(tiny_result):
     measured = lab.judge_c12(_c12_straddling_clamp(_more_rows(tiny_result)))
     assert "undecided" in measured.evidence and "[0.004-0.012]" in measured.evidence
     assert measured.numbers["clamp_kl_cheapest_fix_high"] == 0.012
+
+
+def test_cli_reads_tensors_under_other_names_and_prints_one_unit_per_column(tmp_path):
+    q = torch.full((1, 2, 3, 4), 0.5)
+    k = torch.full((1, 2, 3, 4), 0.5)
+    q[0, 1, 0, :2] = k[0, 1, 2, :2] = 200.0
+    path = tmp_path / "activations.safetensors"
+    save_file({"query_states": q.half(), "key_states": k.half()}, str(path))
+    unnamed = run_cli("--from-file", str(path))
+    assert unnamed.returncode == 2 and "'q', 'k'" in unnamed.stderr and "--q-name" in unnamed.stderr
+    done = run_cli("--from-file", str(path), "--q-name", "query_states", "--k-name", "key_states")
+    assert done.returncode == 0, done.stderr
+    # the counts' table: a count, what it is counted among, and a share, each in a column of its own
+    line = next(line for line in done.stdout.splitlines() if "q k^T entries not finite" in line)
+    cells = [cell.strip() for cell in line.split("│") if cell.strip()] or line.split()
+    assert cells[1:] == ["1", "18 entries", "0.0556"]  # 2 heads x 3 queries x 3 keys
+    rows = next(line for line in done.stdout.splitlines() if "exp without max subtraction" in line)
+    assert "6 rows" in rows
+    refused = run_cli("--q-name", "x")  # the lab has no file to name tensors in
+    assert refused.returncode == 2 and "--q-name" in refused.stderr

@@ -173,9 +173,9 @@ def test_capture_of_a_transformers_model_agrees_with_its_own_attention_weights()
     ids = tokenizer("The factor keeps the logits in range.", return_tensors="pt")
     with torch.no_grad(), capture(model) as seen:
         out = model(**ids, output_attentions=True)
-    names = [name for name, _ in seen]
+    names = list(seen)
     assert names == [f"encoder.layer.{i}.attention.self" for i in range(6)]
-    for (name, call), weights in zip(seen, out.attentions):
+    for (name, call), weights in zip(seen.items(), out.attentions):
         assert call.factor == pytest.approx(32 ** -0.5, rel=REL) and call.q.shape == (1, 12, weights.shape[-1], 32)
         assert torch.allclose(call.probs.float(), weights, atol=1e-6)
         reference = (call.q.double() @ call.k.double().transpose(-1, -2)) * call.factor
