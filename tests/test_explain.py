@@ -49,8 +49,13 @@ def test_cli_explain_with_a_report_and_bad_ids(tmp_path, capsys):
         cli.main(["explain", "C02", "--report", str(tmp_path)])
     out = capsys.readouterr().out
     assert done.value.code == 0
-    assert "verdict in the report: supported" in out and "figures/variance_c02.png" in out
-    assert "judge: judge_c02 at src/attnscale/lab/variance/verdicts.py:" in out
+    assert "Verdict: supported" in out and "figures/variance_c02.png" in out
+    assert "judge_c02" not in out and "attnscale explain C02 --verbose" in out  # the code is one flag away
+    with pytest.raises(SystemExit) as done:
+        cli.main(["explain", "C02", "--report", str(tmp_path), "--verbose"])
+    out = capsys.readouterr().out
+    assert "verdict in the report: supported" in out
+    assert "judge: judge_c02 at attnscale/lab/variance/verdicts.py:" in out  # relative to the package
     with pytest.raises(SystemExit) as done:
         cli.main(["explain", "C19"])
     assert done.value.code == 2 and capsys.readouterr().err.startswith("attnscale: error: unknown claim 'C19'")
@@ -70,11 +75,19 @@ def test_explain_finds_the_report_folder_and_shows_evidence_values_and_paths_tha
     out = capsys.readouterr().out
     assert done.value.code == 0
     c05 = next(c for c in report["claims"] if c["id"] == "C05")
-    assert f"verdict in the report: {c05['verdict_line']}" in out and f"evidence: {c05['evidence']}" in out
+    assert f"Verdict: {c05['verdict_line']}" in out and "from the report in attnscale-report" in out
+    for part in c05["parts"]:  # every part with its state and what was measured
+        assert f"  - {part['text']} ({part['role']}, read by the {part['lab']} lab): {part['state']}" in out
+        assert f"      measured: {part['measured']}" in out
+    for lab, sentences in explain.evidence_blocks(c05["evidence"]):  # the evidence, sentence by sentence
+        assert all(f"    {sentence}" in out for sentence in sentences) and sentences
+    with pytest.raises(SystemExit) as done:
+        cli.main(["explain", "C05", "--verbose"])
+    out = capsys.readouterr().out
     name, value = next(iter(explain.number_values(["min_normalized_entropy"], c05["numbers"], "saturation").items()))
     assert f"{name} = {value:.4g}" in out
     paths = re.findall(r"(?:\bat|experiment:) (\S+\.py)", out) + re.findall(r"\((\S+\.py):\d+\)", out)
-    assert paths and all(Path(path).is_file() for path in paths), paths
+    assert paths and all((PACKAGE.parent / path).is_file() for path in paths), paths
     with pytest.raises(SystemExit) as done:
         cli.main(["explain", "L2", "--json"])
     found = json.loads(capsys.readouterr().out)
@@ -84,3 +97,21 @@ def test_explain_finds_the_report_folder_and_shows_evidence_values_and_paths_tha
         cli.main(["answer", "--json", "--lang", "zh"])
     composed = json.loads(capsys.readouterr().out)
     assert done.value.code == 0 and composed["lang"] == "zh" and composed["short"]
+
+
+def test_a_repeated_quote_is_quoted_once_with_its_count():
+    text = "a: `x = y / 2`; b: `x = y / 2`; c: `x = y / 2`; d: `z`."
+    assert explain.quote_once(text) == "a: `x = y / 2` (the same line in all 3); b: the same line; c: the same line; d: `z`."
+
+
+def test_explain_before_any_run_reads_the_shipped_reference(tmp_path):
+    import subprocess
+    import sys
+
+    from attnscale import reference
+
+    done = subprocess.run([sys.executable, "-m", "attnscale", "explain", "C17"], cwd=tmp_path, capture_output=True,
+                          text=True)
+    c17 = next(c for c in reference.load()["claims"] if c["id"] == "C17")
+    assert done.returncode == 0 and f"Verdict: {c17['verdict_line']}" in done.stdout
+    assert "from the reference report shipped with attnscale" in done.stdout and "Figures" not in done.stdout

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 import types
 from pathlib import Path
 
@@ -24,13 +25,9 @@ ROOT = Path(__file__).resolve().parent
 
 
 def shown(relative: str) -> str:
-    """A path of this package as the reader can open it: relative to the current folder when the package lies
-    under it (a source checkout: src/attnscale/...), else absolute (an installed wheel's site-packages)."""
-    path = ROOT / relative
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+    """A path of this package as the package names it: attnscale/lab/training/verdicts.py:233 (the same in a
+    checkout and in an installed wheel; ``python -c "import attnscale; print(attnscale.__file__)"`` says where)."""
+    return f"{ROOT.name}/{relative}"
 
 
 def number_values(patterns, numbers: dict, lab: str = "") -> dict:
@@ -132,7 +129,7 @@ def explain(claim_id: str, report: dict | None = None) -> dict:
             "reproduce": f"attnscale {name} --preset quick --seed 0",
         })
     parts = [{"key": p.key, "text": p.text, "role": p.role, "lab": p.lab, "setting": p.setting} for p in claim.parts]
-    out = {"id": key, "claim": claim.text, "section": claim.section, "parts": parts,
+    out = {"id": key, "claim": claim.text, "section": claim.section, "source": claim.source, "parts": parts,
            "label_rule": {"name": claims.label.__name__, "where": where(claims.label)}, "labs": labs,
            "answer_sentences": answer_sentences(key)}
     if report is not None:
@@ -149,10 +146,84 @@ def explain(claim_id: str, report: dict | None = None) -> dict:
             states = {p.get("key"): p for p in found.get("parts", []) if isinstance(p, dict)}
             for part in parts:
                 if part["key"] in states:
-                    part.update({k: states[part["key"]].get(k) for k in ("state", "measured", "threshold")})
+                    part.update({k: states[part["key"]].get(k) for k in PART_FIELDS if states[part["key"]].get(k)})
             if isinstance(found.get("margin_text"), str):
                 out["margin"] = found["margin_text"]
     return out
+
+
+PART_FIELDS = ("state", "measured", "threshold", "direction", "decide", "note")
+CODE_SPAN = re.compile(r"`[^`]+`")
+SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+(?=[A-Z\[])")
+LAB_BLOCK = re.compile(r"\[(\w+)\]\s*")
+
+
+def quote_once(text: str) -> str:
+    """A quoted line that repeats is quoted once, with how many times it occurs; its repeats say so."""
+    counts: dict[str, int] = {}
+    for span in CODE_SPAN.findall(text):
+        counts[span] = counts.get(span, 0) + 1
+    seen: set[str] = set()
+
+    def once(match: re.Match) -> str:
+        span = match.group()
+        if counts[span] == 1:
+            return span
+        if span in seen:
+            return "the same line"
+        seen.add(span)
+        return f"{span} (the same line in all {counts[span]})"
+
+    return CODE_SPAN.sub(once, text)
+
+
+def evidence_blocks(evidence: str) -> list[tuple[str, list[str]]]:
+    """The evidence as (lab, sentences): one block per lab ("[training] ..."), a repeated quote once."""
+    pieces = LAB_BLOCK.split(evidence.strip())
+    blocks = [("", pieces[0])] if pieces[0].strip() else []
+    blocks += [(pieces[i], pieces[i + 1]) for i in range(1, len(pieces) - 1, 2)]
+    return [(lab, [s for s in SENTENCE_BREAK.split(quote_once(text.strip())) if s]) for lab, text in blocks]
+
+
+def render_for_a_learner(explained: dict) -> str:
+    """The claim, its label, its parts with what was measured, and the evidence sentence by sentence:
+    what a reader needs to judge the verdict.  :func:`render` adds the code that decides it."""
+    where_from = ("a statement of our own beyond the source" if explained["id"] in claims.STATEMENT_BY_ID else
+                  f"the interview answer, section {explained['section']}")
+    lines = [f"{explained['id']} ({where_from})", f"  {explained['claim']}"]
+    if explained.get("source"):
+        lines.append(f"  原文: {explained['source']}")
+    lines += ["", f"Verdict: {explained.get('verdict', 'no report read: run `attnscale report`')}"]
+    if explained.get("report_source"):
+        lines.append(f"  (from {explained['report_source']})")
+    lines += ["", "Its parts:"]
+    for part in explained["parts"]:
+        state = part.get("state", "not measured yet")
+        lines.append(f"  - {part['text']} ({part['role']}, read by the {part['lab']} lab): {state}")
+        if part.get("measured"):
+            lines.append(f"      measured: {part['measured']}")
+        if part.get("threshold"):
+            lines.append(f"      against: {part['threshold']}")
+        if part.get("direction") and state == claims.FAILS:
+            lines.append(f"      which way: {part['direction']}")
+        if part.get("decide") or part.get("note"):
+            lines.append(f"      {'what would decide it' if part.get('decide') else 'why'}: "
+                         f"{part.get('decide') or part.get('note')}")
+        lines.append(f"      read at: {part['setting']}")
+    if explained.get("margin"):
+        lines += ["", f"Margin: {explained['margin']}"]
+    if explained.get("evidence"):
+        lines += ["", "Evidence:"]
+        for lab, sentences in evidence_blocks(explained["evidence"]):
+            if lab:
+                lines.append(f"  [{lab}]")
+            lines += [f"    {sentence}" for sentence in sentences]
+    if explained.get("figures"):
+        lines += ["", "Figures (in the report folder): " + ", ".join(explained["figures"])]
+    rerun = "; ".join(entry["reproduce"] for entry in explained["labs"])
+    lines += ["", f"Rerun: {rerun}.",
+              f"The code that decides it (judges, helpers, thresholds): attnscale explain {explained['id']} --verbose"]
+    return "\n".join(lines)
 
 
 def render(explained: dict) -> str:
@@ -166,10 +237,12 @@ def render(explained: dict) -> str:
     lines += ["", "parts:"]
     for part in explained["parts"]:
         lines.append(f"  {part['key']} ({part['role']}, {part['lab']} lab): {part['text']}; read at: {part['setting']}")
-        if part.get("state"):
-            lines.append(f"    {part['state']}: {part.get('measured') or ''} (threshold: {part.get('threshold') or '-'})")
+        if part.get("state") and part.get("measured"):
+            lines.append(f"    {part['state']}: {part['measured']} (threshold: {part.get('threshold') or '-'})")
+        elif part.get("state"):
+            lines.append(f"    {part['state']}" + (f": {part['note']}" if part.get("note") else ""))
     if explained.get("evidence"):
-        lines += ["", "evidence: " + explained["evidence"]]
+        lines += ["", "evidence: " + quote_once(explained["evidence"])]
     lines.append(f"label from parts: {explained['label_rule']['name']} at {shown(explained['label_rule']['where'])} "
                  "(supported: every assertion holds; refuted: every assertion fails; partly: some hold, some fail, or "
                  "a premise or side remark fails; inconclusive: an undecided assertion could turn it)")

@@ -20,14 +20,28 @@ def register(app: typer.Typer) -> None:
         report: Annotated[Optional[Path], options.path_option(
             "A report folder or its report.json, for the verdict, evidence, numbers and figures (default: "
             "./attnscale-report when it holds one).")] = None,
-        as_json: bool = typer.Option(False, "--json", help="Print it as JSON."),
+        verbose: bool = typer.Option(False, "--verbose", "-v", help="Also the code that decides it: the judge "
+                                     "functions and helpers (file and line), thresholds, numbers, answer sentences."),
+        as_json: bool = typer.Option(False, "--json", help="Print it as JSON (everything --verbose shows)."),
     ) -> None:
-        """Show what decides a claim: its parts (role, lab, setting), the labs, judge functions (file and line), thresholds, numbers, the
-        command that reruns it, and the answer sentences it feeds."""
-        from ..answer import load_report
-        from ..explain import explain as explained, render
+        """Show a claim, its verdict, its parts with what was measured, and the evidence; --verbose adds the judge
+        functions, thresholds and numbers that decide it."""
+        from .. import reference
+        from ..answer import check_report, load_report
+        from ..explain import explain as explained, render, render_for_a_learner
 
+        source = None
         if report is None and (DEFAULT_REPORT / "report.json").is_file():
             report = DEFAULT_REPORT
-        found = explained(claim, load_report(report) if report is not None else None)
-        print(json.dumps(found, indent=1, default=str) if as_json else render(found))
+        if report is not None:
+            found = explained(claim, load_report(report))
+            source = f"the report in {report}"
+        else:
+            found = explained(claim, check_report(reference.load(), "the reference report"))
+            found.pop("figures", None)  # the reference ships without its figures
+            source = reference.provenance(reference.load()) + "; run `attnscale report` to measure on this machine"
+        found["report_source"] = source
+        if as_json:
+            print(json.dumps(found, indent=1, default=str))
+        else:
+            print(render(found) if verbose else render_for_a_learner(found))
