@@ -436,3 +436,16 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_folder(fake_lab, t
     assert not (tmp_path / "report.json").exists() and fake_lab == []  # refused before any lab ran
     build_report(out=tmp_path, labs=("variance",))  # released with the block
     assert (tmp_path / "report.json").exists()
+
+
+def test_report_md_is_for_reading(quick_report):
+    """At most 60 KB: the answer, the verdict table, each claim's verdict, parts and the opening of its
+    evidence; figures linked, not inlined; the whole evidence one command away."""
+    out, report = quick_report
+    md = (out / "report.md").read_text(encoding="utf-8")
+    assert len(md.encode()) <= 60 * 1024, len(md.encode())
+    assert "![" not in md and "The 30-second answer" in md
+    for claim in report["claims"] + report["statements"]:
+        assert f"**Verdict: {claim['verdict_line']}.**" in md and f"`attnscale explain {claim['id']}`" in md
+        for path in claim["figures"]:
+            assert f"]({path})" in md and (out / path).is_file()

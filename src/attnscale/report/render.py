@@ -61,11 +61,21 @@ def _fmt(value) -> str:
     return "" if value is None else str(value)
 
 
+def evidence_opening(evidence: str) -> str:
+    """The first sentence of each lab's evidence: what report.md shows of it (the page and `explain` show it whole)."""
+    from ..explain import evidence_blocks
+
+    return " ".join((f"[{lab}] " if lab else "") + sentences[0] for lab, sentences in evidence_blocks(evidence)
+                    if sentences)
+
+
 def _body_md(c: dict) -> list[str]:
-    """A claim's or a statement's verdict, parts, evidence, figures and commands, in Markdown."""
+    """A claim's or a statement's verdict, parts, the opening of its evidence, and links to its figures and
+    its whole evidence, in Markdown (for reading: the page and report.json hold everything)."""
     lines = [f"**Verdict: {verdict_line(c)}.**", ""] + parts_table_md(c)
-    lines += ["", "<details><summary>Evidence, with every number</summary>", "", c["evidence"], "", "</details>", ""]
-    lines += [f"![{c['id']}]({path})" for path in c["figures"]]
+    lines += ["", f"{evidence_opening(c['evidence'])} (The whole evidence: `attnscale explain {c['id']}`, or the page.)"]
+    if c["figures"]:
+        lines += ["", "Figures: " + ", ".join(f"[{Path(path).stem}]({path})" for path in c["figures"])]
     if c.get("commands"):
         lines += ["", "Reproduce: " + "; ".join(f"`{cmd}`" for cmd in c["commands"])]
     return lines
