@@ -203,3 +203,43 @@ def test_diagnose_head_view_page_shows_each_heads_weights_offline(browser, tmp_p
     assert readout.startswith('query 4 "keeps" -> key 2 "factor": ') and \
         float(readout.rsplit(": ", 1)[1]) == pytest.approx(float(weights[1][2, 4, 2]), abs=1e-4)
     assert errors == [] and all(url.startswith(("file://", "data:")) for url in requests), requests
+
+
+BROKEN_WORDS = """() => { const broken = [];
+  for (const td of document.querySelectorAll('table.verdicts td, table.parts td')) {
+    const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT); let node;
+    while ((node = walker.nextNode())) { const re = /\\S+/g; let m;
+      while ((m = re.exec(node.data))) { const range = document.createRange();
+        range.setStart(node, m.index); range.setEnd(node, m.index + m[0].length);
+        const lines = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (lines.size > 1) broken.push(m[0]); } } }
+  return broken; }"""
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+def test_report_page_has_a_map_unbroken_words_and_each_figure_once(browser, quick_report, width):
+    out, report = quick_report
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto((out / "index.html").resolve().as_uri())
+    page.wait_for_load_state("load")
+    assert page.evaluate(BROKEN_WORDS) == []  # no number or identifier split across lines in a table
+    targets = page.evaluate("[...document.querySelectorAll('nav.toc a')].map(a => a.getAttribute('href'))")
+    ids = [f"#{c['id']}" for c in report["claims"] + report["statements"]]
+    assert set(ids) <= set(targets)
+    assert page.evaluate("(hrefs) => hrefs.filter(h => !document.querySelector(h))", targets) == []
+    # the way back stays on screen wherever the reader is
+    page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight / 2)")
+    box = page.locator("a.totop").bounding_box()
+    assert box and 0 <= box["y"] < 900 and 0 <= box["x"] < width
+    sources = page.evaluate("[...document.querySelectorAll('img')].map(i => i.src).filter(s => s.startsWith('data:'))")
+    assert sources and len(sources) == len(set(sources))  # each figure embedded once
+    used = {rel for c in report["claims"] + report["statements"] for rel in c["figures"]}
+    assert len(sources) == len(used | {rel for info in report["labs"].values() for rel in info.get("figures", [])})
+    assert page.locator("p.figref a").count() > 0  # and linked where it is used again
+    figure = page.locator("figure[id] img").first
+    figure.scroll_into_view_if_needed()
+    figure.click()  # a tap opens it full size; another closes it
+    assert page.locator("figure.zoomed").count() == 1
+    assert page.locator("figure.zoomed").bounding_box()["width"] == pytest.approx(width, abs=20)
+    page.locator("figure.zoomed img").click()
+    assert page.locator("figure.zoomed").count() == 0

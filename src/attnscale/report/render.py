@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import re
 from importlib import resources
 from pathlib import Path
 
 import jinja2
+from markupsafe import Markup, escape
 
 from ..claims import (FAILS, HOLDS, INCONCLUSIVE, MIXED, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, PENDING, REFUTED, SUPPORTED,
                       UNDECIDED)
@@ -143,7 +145,18 @@ def _environment() -> jinja2.Environment:
     env.filters["fmt"] = _fmt
     env.filters["verdict_line"] = verdict_line
     env.filters["part_row"] = part_row
+    env.filters["unbroken"] = unbroken
     return env
+
+
+HYPHENATED = re.compile(r"[^\s<>]*[-/][^\s<>]*")
+
+
+def unbroken(text) -> Markup:
+    """``text`` escaped, each word holding a hyphen or a slash ("0.05-0.95", "1/sqrt(d_k)") kept on one line: a
+    browser breaks a line after those, which splits numbers and identifiers."""
+    escaped = str(escape(str(text)))
+    return Markup(HYPHENATED.sub(lambda m: f'<span class="nb">{m.group()}</span>', escaped))
 
 
 def _assets() -> dict[str, str]:
@@ -157,6 +170,18 @@ def render_explorer(version: str) -> str:
     return _environment().get_template("explore.html.j2").render(version=version, **_assets())
 
 
+def figure_places(report: dict) -> dict:
+    """Where each figure is embedded (the first claim, statement or lab, in page order, that shows it: every
+    later use links there), its anchor id and its name."""
+    home: dict[str, str] = {}
+    for owner, figures in [*((c["id"], c["figures"]) for c in report["claims"] + report.get("statements", [])),
+                           *((name, info.get("figures", [])) for name, info in report["labs"].items())]:
+        for rel in figures:
+            home.setdefault(rel, owner)
+    return {"figure_home": home, "figure_id": {rel: "fig-" + Path(rel).stem for rel in home},
+            "figure_name": {rel: Path(rel).stem.replace("_", " ") for rel in home}}
+
+
 def render_html(report: dict, out: Path) -> str:
     env = _environment()
     images = {}
@@ -167,7 +192,7 @@ def render_html(report: dict, out: Path) -> str:
         for rel in info.get("figures", []):
             images[rel] = _inline_image(out, rel)
     template = env.get_template("index.html.j2")
-    page = dict(report=report, question=QUESTION, images=images, verdict_class=VERDICT_CLASS, part_columns=PART_COLUMNS,
+    page = dict(report=report, question=QUESTION, images=images, **figure_places(report), verdict_class=VERDICT_CLASS, part_columns=PART_COLUMNS,
                 tally=tally(report), source_zh=source.source_text("zh"), source_en=source.source_text("en"), **_assets())
     # the page's own CJK characters, cut from an installed font (rendered once to know which)
     face = fonts.font_face(template.render(**page, font_css=""))
