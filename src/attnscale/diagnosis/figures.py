@@ -20,7 +20,7 @@ def heatmap_names(outdir) -> tuple[str, ...]:
     return ("entropy_grid.png", *found)
 
 
-def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -> list[str]:
+def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 24) -> list[str]:
     """entropy_grid.png (layer x head normalised entropy) and attention_layer<L>.png (each
     head's attention map over the tokens).  Returns the paths written, relative to outdir."""
     from matplotlib.colors import PowerNorm
@@ -52,7 +52,7 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 48) -
         heads = probs.shape[0]
         cols = min(4, heads)
         rows = math.ceil(heads / cols)
-        size = max(3.2, 0.12 * len(ticks) + 1.2)  # room for the token labels at MIN_FONT
+        size = max(2.8, 0.1 * len(ticks) + 1.0)  # room for the token labels at MIN_FONT; a layer fits a screen
         fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 0.8, size * rows + 0.6), dpi=100, squeeze=False,
                                  layout="constrained")
         for head in range(rows * cols):

