@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .. import lab
+from .. import lab, timings
 from . import options
 
 
@@ -15,7 +15,8 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
         preset: Annotated[options.PresetName, typer.Option(
-            help="quick (about 2.5 minutes on 2 cores) or full (more seeds, the LM and 8-layer runs, about 26 minutes: see the README).")] = "quick",
+            help=f"quick ({timings.preset_phrase('quick')}) or full (more seeds, the LM and 8-layer runs, "
+                 f"{timings.preset_phrase('full')}), as measured (docs/benchmarks.md).")] = "quick",
         out: Annotated[Path, options.path_option("Folder for report.json, report.md, index.html, figures.")] = Path(
             "attnscale-report"),
         seed: options.Seed = 0,
