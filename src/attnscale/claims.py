@@ -406,7 +406,7 @@ CLAIMS: tuple[Claim, ...] = (
            "若不缩放，当 d_k 较大（如 64 或 128）时，点积值会分布在 [-3sqrt(d_k), 3sqrt(d_k)] 范围，极端值概率高。",
            ("spread", "q·k spreads over about ±3 sqrt(d_k)", A, "variance", "gaussian components, d_k = 64 and 128"),
            ("extreme", "extreme values are likely", A, "variance",
-            "d_k = 64 and 128, read two ways: for a softmax (|q·k| > 3) and statistically (beyond 3 std)")),
+            "d_k = 64 and 128, as values large for a softmax (|q·k| > 3, the range C04 calls unsaturated)")),
     _claim("C04", "2.2",
            "Dividing by sqrt(d_k) makes the logit variance 1; softmax inputs concentrate in [-3, 3], where the "
            "softmax gradient is not saturated.",
