@@ -372,3 +372,40 @@ def test_answer_speaks_from_the_reference_before_any_run_and_a_local_report_wins
     after = run()
     assert after.returncode == 0 and "No report here yet" not in after.stdout
     assert after.stdout != before.stdout
+
+
+def _shipped():
+    from attnscale import reference
+
+    return json.loads(json.dumps(reference.load()))
+
+
+@pytest.mark.parametrize("edit, needle", [
+    (lambda r: r.update(statements={"L1": {}}), "'statements' is a dict"),
+    (lambda r: r["statements"].append(["L9"]), "not a claim with an 'id'"),
+    (lambda r: r["statements"][0].update(id="C05"), "'C05'; accepted: L1, L2"),
+    (lambda r: r["statements"][0].update(verdict="great"), "lacks a known 'verdict'"),
+    (lambda r: r["statements"][0].update(lab_verdicts={"length": ["supported"]}), "from the 'length' lab"),
+    (lambda r: r["statements"][0].update(figures=[1, 2]), "'figures' is not a list of strings"),
+    (lambda r: r["statements"][0].update(parts=[{"text": 3}]), "'parts' is not a list of parts"),
+    (lambda r: r["claims"][4].update(lab_verdicts={"training": ["refuted"]}), "'C05''s verdict from the 'training'"),
+    (lambda r: r["statements"].append(dict(r["statements"][0])), "'L1' appears twice"),
+])
+def test_every_shape_of_a_bad_report_is_refused_in_words(edit, needle):
+    report = _shipped()
+    edit(report)
+    with pytest.raises(ValueError) as refused:
+        answer.check_report(report, "r.json")
+    assert needle in str(refused.value)
+
+
+def test_control_sequences_in_a_report_never_reach_the_terminal(tmp_path):
+    report = _shipped()
+    report["claims"][6]["verdict_line"] = "refuted\x1b]52;c;aGk=\x07\x1b[2J"  # a clipboard write, a screen clear
+    report["statements"][0]["claim"] += "\x1b[31m"
+    (tmp_path / "report.json").write_text(json.dumps(report), encoding="utf-8")
+    for command in (["answer"], ["explain", "C07"], ["explain", "L1"], ["answer", "--json"]):
+        done = subprocess.run([sys.executable, "-m", "attnscale", *command, "--report", str(tmp_path)],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert "\x1b" not in done.stdout and "\x07" not in done.stdout

@@ -270,3 +270,13 @@ def test_a_module_read_from_its_operations_leaves_its_masked_pairs_out_too():
     expected = (q.double() @ k.double().transpose(-1, -2) / math.sqrt(8))[..., torch.ones(4, 4, dtype=torch.bool).tril()]
     assert obs.allowed_logits.numel() == 2 * 10
     assert obs.logit_std() == pytest.approx(float(expected.std()), rel=1e-6)  # the factor as float32 reads it
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "naive", "stable", "online"])
+@pytest.mark.parametrize("allowed", [True, False])
+def test_a_scalar_mask_masks_everything_or_nothing(impl, allowed):
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 3, 4) for _ in range(3))
+    got = attention(q, k, v, mask=torch.tensor(allowed), impl=impl, block_size=1)
+    expected = attention(q, k, v, impl="stable") if allowed else torch.zeros_like(q)
+    assert torch.allclose(got, expected, atol=1e-6)

@@ -388,29 +388,77 @@ def _spaced(text: str, lang: str) -> str:
     return re.sub(r"([A-Za-z0-9%)])([\u4e00-\u9fff])", r"\1 \2", text)
 
 
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # terminal control: escape sequences, bells, clears
+
+
+def scrubbed(value):
+    """``value`` with every control character in its strings (keys too) replaced by U+FFFD: a report is read
+    as untrusted input, and its strings reach the terminal."""
+    if isinstance(value, str):
+        return CONTROL.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [scrubbed(v) for v in value]
+    if isinstance(value, dict):
+        return {scrubbed(k) if isinstance(k, str) else k: scrubbed(v) for k, v in value.items()}
+    return value
+
+
+ENTRY_IDS = {"claims": re.compile(r"C\d{2}"), "statements": re.compile(r"L\d+")}
+
+
+def _check_entry(entry, kind: str, source: str) -> None:
+    """One entry of ``claims`` or ``statements`` as :func:`compose` and ``explain`` read it."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+        raise UserError(f"{source} is not a report.json: an entry of {kind!r} is not a claim with an 'id'")
+    name = entry["id"]
+    if not ENTRY_IDS[kind].fullmatch(name):
+        raise UserError(f"{source} is not a report.json: {kind!r} holds an entry with id {name!r}; accepted: "
+                        f"{'C01..C18' if kind == 'claims' else 'L1, L2, ...'}")
+    if (entry.get("verdict") not in (*VERDICTS, PENDING) or not isinstance(entry.get("numbers"), dict)
+            or not isinstance(entry.get("lab_verdicts", {}), dict)):
+        raise UserError(f"{source} is not a complete report.json: {name!r} lacks a known 'verdict' or a 'numbers' "
+                        "object")
+    for field in ("claim", "evidence", "verdict_line", "source", "section", "margin_text"):
+        if field in entry and not isinstance(entry[field], str):
+            raise UserError(f"{source} is not a report.json: {name!r}'s {field!r} is a "
+                            f"{type(entry[field]).__name__}; accepted: a string")
+    for lab, label in entry.get("lab_verdicts", {}).items():
+        if label not in (*VERDICTS, PENDING):
+            raise UserError(f"{source} is not a report.json: {name!r}'s verdict from the {lab!r} lab is {label!r}; "
+                            f"accepted: {', '.join((*VERDICTS, PENDING))}")
+    for field in ("figures", "experiments", "commands"):
+        if field in entry and not (isinstance(entry[field], list) and all(isinstance(v, str) for v in entry[field])):
+            raise UserError(f"{source} is not a report.json: {name!r}'s {field!r} is not a list of strings")
+    parts = entry.get("parts", [])
+    if not isinstance(parts, list) or not all(
+            isinstance(p, dict) and all(isinstance(p.get(k, ""), str) for k in ("key", "text", "role", "lab", "state",
+                                                                                "measured", "threshold", "setting"))
+            for p in parts):
+        raise UserError(f"{source} is not a report.json: {name!r}'s 'parts' is not a list of parts with text fields")
+    for number, value in entry["numbers"].items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, str, type(None))):
+            raise UserError(f"{source} is not a report.json: {name!r} number {number!r} is a "
+                            f"{type(value).__name__}; accepted: a number, a string or null")
+
+
 def check_report(report, source: str = "the report") -> dict:
-    """``report`` if it has what :func:`compose` reads: a ``claims`` list holding every claim
-    C01..C18, each with a known verdict and a ``numbers`` object; else ValueError naming
-    what is wrong (``source`` names the report in the message)."""
+    """``report`` (its strings scrubbed of control characters) if it has what :func:`compose` and ``explain``
+    read: a ``claims`` list holding every claim C01..C18 and an optional ``statements`` list (L1, L2, ...),
+    each with a known verdict and a ``numbers`` object; else ValueError naming what is wrong (``source`` names
+    the report in the message)."""
     if not isinstance(report, dict) or not isinstance(report.get("claims"), list):
         raise UserError(f"{source} is not a report.json (no 'claims' list)")
+    statements = report.get("statements", [])
+    if not isinstance(statements, list):
+        raise UserError(f"{source} is not a report.json: its 'statements' is a {type(statements).__name__}; "
+                        "accepted: a list")
     found = {}
-    for claim in report["claims"]:
-        if not isinstance(claim, dict) or not isinstance(claim.get("id"), str):
-            raise UserError(f"{source} is not a report.json: an entry of 'claims' is not a claim with an 'id'")
-        if (claim.get("verdict") not in (*VERDICTS, PENDING) or not isinstance(claim.get("numbers"), dict)
-                or not isinstance(claim.get("lab_verdicts", {}), dict)):
-            raise UserError(f"{source} is not a complete report.json: claim {claim['id']!r} lacks a known "
-                             "'verdict' or a 'numbers' object")
-        for field in ("claim", "evidence", "verdict_line"):
-            if field in claim and not isinstance(claim[field], str):
-                raise UserError(f"{source} is not a report.json: claim {claim['id']!r}'s {field!r} is a "
-                                f"{type(claim[field]).__name__}; accepted: a string")
-        for name, value in claim["numbers"].items():
-            if isinstance(value, bool) or not isinstance(value, (int, float, str, type(None))):
-                raise UserError(f"{source} is not a report.json: claim {claim['id']!r} number {name!r} is a "
-                                f"{type(value).__name__}; accepted: a number, a string or null")
-        found[claim["id"]] = claim
+    for kind, entries in (("claims", report["claims"]), ("statements", statements)):
+        for entry in entries:
+            _check_entry(entry, kind, source)
+            if entry["id"] in found:
+                raise UserError(f"{source} is not a report.json: {entry['id']!r} appears twice")
+            found[entry["id"]] = entry
     for field, kinds in (("preset", (str,)), ("seed", (int,)), ("seconds", (int, float))):
         if field in report and (isinstance(report[field], bool) or not isinstance(report[field], kinds)):
             raise UserError(f"{source} is not a report.json: its {field!r} is a {type(report[field]).__name__}")
@@ -419,7 +467,7 @@ def check_report(report, source: str = "the report") -> dict:
         named = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
         raise UserError(f"{source} is not a complete report.json: claim{'s' if len(missing) > 1 else ''} {named} "
                          "missing; run `attnscale report` again")
-    return report
+    return scrubbed(report)
 
 
 # --------------------------------------------------------------------------- the 30-second layer

@@ -275,6 +275,8 @@ def attention(
     check_qkv(q, k, v)
     t_k = k.shape[-2]
     mask = check_mask(mask, (*q.shape[:-1], t_k))
+    if mask is not None and mask.dim() < 2:  # a scalar or one row of keys: (T_q, T_k) from here on
+        mask = mask.reshape((1,) * (2 - mask.dim()) + tuple(mask.shape))
     q, k, factor = prepare_qk(q, k, rule)
     q = with_length_term(q, rule, keys_per_query(q.shape[-2], t_k, mask, causal, q.device))
     return _attend(q, k, v, factor, mask, causal, impl, return_weights, block_size)
