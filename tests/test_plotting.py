@@ -49,16 +49,16 @@ def test_attention_heat_maps_label_their_tokens_and_carry_a_colour_bar(tmp_path,
     real_save = diagnosis_figures.save
 
     def keep(fig, outdir, name, **options):
-        drawn.append((name, fig, [(ax.get_xticklabels(), ax.get_ylabel(), ax.get_label()) for ax in fig.axes]))
+        drawn.append((name, fig, [(ax.get_xticklabels(), bool(ax.images), ax.get_label()) for ax in fig.axes]))
         return real_save(fig, outdir, name, **options)
 
     monkeypatch.setattr(diagnosis_figures, "save", keep)
     written = diagnosis_figures.draw_heatmaps(diagnosis, tmp_path)
     assert written == ["entropy_grid.png", "attention_layer0.png"]
     name, fig, axes = drawn[1]
-    heat = [a for a in axes if a[1] == "query"]
     colour_bars = [a for a in axes if a[2] == "<colorbar>"]
+    heat = [a for a in axes if a[1] and a[2] != "<colorbar>"]
     assert len(heat) == 2 and len(colour_bars) == 1
-    for labels, _, _ in heat:
+    for labels, _, _ in heat:  # both heads sit in the lowest row: each labels its keys
         shown = [label.get_text() for label in labels]
-        assert shown[0] == "t0" and len(shown) >= 25 and all(text in tokens for text in shown)
+        assert shown == tokens[::5]  # 100 tokens, at most 24 labelled: every 5th

@@ -35,22 +35,24 @@ def plain_log_ticks(fig) -> None:
                 axis.set_minor_formatter(NullFormatter())
 
 
-def save_to(fig, path, dpi: int | None = None) -> None:
+def save_to(fig, path, dpi: int | None = None, fitted: bool = False) -> None:
     """Write the figure to ``path`` atomically (a kill or a full disk leaves no partial PNG) and close it; the
-    saved area takes in every title and label (nothing clipped)."""
+    saved area takes in every title and label (nothing clipped), measured by a drawing of its own unless the
+    figure is ``fitted`` (laid out by hand with room for its labels: one drawing instead of two)."""
     from .paths import write_atomic
 
     plain_log_ticks(fig)
     try:
-        write_atomic(Path(path), lambda tmp: fig.savefig(tmp, dpi=dpi or "figure", bbox_inches="tight"))
+        write_atomic(Path(path), lambda tmp: fig.savefig(tmp, dpi=dpi or "figure",
+                                                         bbox_inches=None if fitted else "tight"))
     finally:
         pyplot().close(fig)
 
 
-def save(fig, outdir, name: str, dpi: int = 100, tight: bool = True) -> str:
+def save(fig, outdir, name: str, dpi: int = 100, tight: bool = True, fitted: bool = False) -> str:
     """Lay out (``tight``: matplotlib's tight layout; a figure with a shared colour bar lays itself out),
     write ``outdir/name``, close the figure (so none pile up); returns ``name``."""
     if tight:
         fig.tight_layout()
-    save_to(fig, Path(outdir) / name, dpi)
+    save_to(fig, Path(outdir) / name, dpi, fitted)
     return name

@@ -52,9 +52,14 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 24) -
         heads = probs.shape[0]
         cols = min(4, heads)
         rows = math.ceil(heads / cols)
-        size = max(2.8, 0.1 * len(ticks) + 1.0)  # room for the token labels at MIN_FONT; a layer fits a screen
-        fig, axes = plt.subplots(rows, cols, figsize=(size * cols + 0.8, size * rows + 0.6), dpi=100, squeeze=False,
-                                 layout="constrained")
+        # token labels on the outer axes only (the heads share both axes), and a fixed layout: a layout
+        # engine measuring every label of every head cost 4x the diagnosis itself
+        label_room = 0.075 * max((len(str(t)) for t in labels), default=1) + 0.5  # inches for the token labels
+        panel = max(2.2, 0.09 * len(ticks) + 0.6)
+        width, height = panel * cols + label_room + 1.4, panel * rows + label_room + 0.9
+        fig, axes = plt.subplots(rows, cols, figsize=(width, height), dpi=100, squeeze=False, sharex=True, sharey=True)
+        fig.subplots_adjust(left=(label_room + 0.35) / width, right=1 - 1.0 / width, bottom=(label_room + 0.3) / height,
+                            top=1 - 0.6 / height, wspace=0.08, hspace=0.25)
         for head in range(rows * cols):
             ax = axes[head // cols][head % cols]
             if head >= heads:
@@ -63,14 +68,21 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 24) -
             image = ax.imshow(probs[head].numpy(), cmap="magma", norm=PowerNorm(0.5, vmin=0.0, vmax=1.0),
                               aspect="auto", interpolation="nearest")
             ax.set_title(f"L{layer} H{head} " + " ".join(diagnosis.heads[layer * heads + head]["flags"]))
-            ax.set_xticks(ticks)
-            ax.set_xticklabels(labels, rotation=90)
-            ax.set_yticks(ticks)
-            ax.set_yticklabels(labels)
-            ax.set_xlabel("key")
-            ax.set_ylabel("query")
-        fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.025, label="attention weight (sqrt colour scale)")
+            if head // cols == rows - 1 or head + cols >= heads:  # the lowest head of its column
+                ax.set_xticks(ticks)
+                ax.set_xticklabels(labels, rotation=90)
+                ax.set_xlabel("key")
+            else:
+                ax.tick_params(labelbottom=False)
+            if head % cols == 0:
+                ax.set_yticks(ticks)
+                ax.set_yticklabels(labels)
+                ax.set_ylabel("query")
+            else:
+                ax.tick_params(labelleft=False)
+        fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.025, pad=0.01,
+                     label="attention weight (sqrt colour scale)")
         fig.suptitle(f"layer {layer}: attention weights (rows: queries, columns: keys"
                      + (f"; one token in {step} labelled" if step > 1 else "") + ")")
-        written.append(save(fig, outdir, f"attention_layer{layer}.png", tight=False))
+        written.append(save(fig, outdir, f"attention_layer{layer}.png", tight=False, fitted=True))
     return written
