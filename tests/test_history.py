@@ -461,3 +461,14 @@ def test_subjects_cover_every_release(tmp_path):
     assert {r.package for r in RELEASES} <= set(SUBJECTS)
     with pytest.raises(ValueError, match="no package folder"):
         read_tree(tmp_path, "no_such_package_here", SUBJECTS["transformers"])
+
+
+def test_a_relative_cache_folder_is_the_one_below_the_current_folder(tmp_path, monkeypatch):
+    """The probes run in a subprocess in another folder: a relative ATTNSCALE_HISTORY_CACHE made every
+    probe fail (and the run exit 0 with C13 not testable), so it is made absolute where it is read."""
+    from attnscale.history import cache
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ATTNSCALE_HISTORY_CACHE", "hist")
+    assert cache.default_cache_dir() == tmp_path / "hist" and cache.resolve_cache_dir().is_absolute()
+    assert cache.resolve_cache_dir("other") == tmp_path / "other"

@@ -67,7 +67,7 @@ def default_cache_dir() -> Path:
     """``$ATTNSCALE_HISTORY_CACHE`` if set, else ``~/.cache/attnscale/history``; read at call time."""
     configured = environment.value(CACHE_ENV)
     if configured is not None:
-        return Path(configured.strip()).expanduser()
+        return Path(configured.strip()).expanduser().absolute()  # the probes run in another folder
     return Path.home() / ".cache" / "attnscale" / "history"
 
 
@@ -77,7 +77,7 @@ def resolve_cache_dir(cache_dir=None) -> Path:
         return default_cache_dir()
     if isinstance(cache_dir, str) and not cache_dir.strip():
         raise ValueError("cache_dir is empty; give a folder or None for the default")
-    path = Path(cache_dir).expanduser()
+    path = Path(cache_dir).expanduser().absolute()  # a relative folder would mean another one to the probes
     if path.exists() and not path.is_dir():
         raise ValueError(f"cache_dir {str(path)!r} is a file, not a folder")
     return path
