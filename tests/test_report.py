@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import sqlite3
 import time
 import re
@@ -436,6 +437,29 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_folder(fake_lab, t
     assert not (tmp_path / "report.json").exists() and fake_lab == []  # refused before any lab ran
     build_report(out=tmp_path, labs=("variance",))  # released with the block
     assert (tmp_path / "report.json").exists()
+
+
+def test_what_a_killed_run_left_is_removed_by_the_next_one(fake_lab, tmp_path):
+    dead = 2**22 + 12345  # above the default pid_max of 4,194,304: no live process has it
+    (tmp_path / ".attnscale.lock").write_text("")  # kill -9 leaves the lock file (its lock went with the process)
+    (tmp_path / f".figures.{dead}.tmp").mkdir()
+    (tmp_path / f".figures.{dead}.tmp" / "half.png").write_bytes(b"\x89PNG")
+    (tmp_path / f".report.{dead}.tmp").mkdir()
+    live = tmp_path / f".figures.{os.getppid()}.tmp"  # a live process's staging is never touched
+    live.mkdir()
+    build_report(out=tmp_path, labs=("variance",))
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("."))
+    assert left == [live.name], left
+
+
+def test_a_lock_file_that_is_a_symbolic_link_is_refused(fake_lab, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".attnscale.lock").symlink_to(elsewhere)
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        build_report(out=out, labs=("variance",))
+    assert not elsewhere.exists() and fake_lab == []
 
 
 def test_report_md_is_for_reading(quick_report):

@@ -10,6 +10,7 @@ kill or a full disk leaves the old file or none, never half of one, and no tempo
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Callable
 
@@ -125,20 +126,45 @@ def write_text_atomic(path, text: str) -> Path:
 LOCK_NAME = ".attnscale.lock"
 
 
+STAGING = re.compile(r"\.[a-z]+\.(\d+)\.tmp")  # a run's staging folder in its output folder: .report.<pid>.tmp
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
 class FolderLock:
     """An exclusive hold on an output folder while one run writes it: a second writer is refused in one line
     while the first holds it (an advisory lock on ``folder/.attnscale.lock``, released when the process ends,
-    killed or not).  ``with FolderLock(folder, "--out"):`` makes the folder if needed."""
+    killed or not).  ``with FolderLock(folder, "--out"):`` makes the folder if needed.
+
+    Holding it, a run is the folder's only writer: what a killed run left (its lock file, its staging
+    folders ``.<name>.<pid>.tmp`` of a process no longer alive) is removed.  The lock file is never opened
+    through a symbolic link."""
 
     def __init__(self, folder: Path, what: str):
-        self.folder, self.what, self.handle, self.created = Path(folder), what, None, False
+        self.folder, self.what, self.handle = Path(folder), what, None
 
     def __enter__(self) -> "FolderLock":
+        import errno
         import fcntl
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        self.created = not (self.folder / LOCK_NAME).exists()
-        self.handle = open(self.folder / LOCK_NAME, "a+")  # noqa: SIM115 - held for the block
+        lock = self.folder / LOCK_NAME
+        try:
+            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise UserError(f"{str(lock)!r} is a symbolic link; attnscale writes its lock there itself: remove "
+                                "it, or write elsewhere") from None
+            raise
+        self.handle = os.fdopen(descriptor, "a+")
         try:
             fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -146,12 +172,24 @@ class FolderLock:
             self.handle = None
             raise UserError(f"another attnscale run is writing {self.what} {str(self.folder)!r}; wait for it to end "
                             "or write elsewhere") from None
+        self.remove_leftovers()
         return self
+
+    def remove_leftovers(self) -> None:
+        """The staging folders of runs that were killed (their process is gone)."""
+        import shutil
+
+        for path in self.folder.iterdir():
+            found = STAGING.fullmatch(path.name)
+            if found and int(found.group(1)) != os.getpid() and not pid_alive(int(found.group(1))):
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
 
     def __exit__(self, *exc) -> None:
         if self.handle is not None:
-            if self.created:  # the folder keeps no file of the lock's own
-                (self.folder / LOCK_NAME).unlink(missing_ok=True)
+            (self.folder / LOCK_NAME).unlink(missing_ok=True)  # the folder keeps no file of the lock's own
             self.handle.close()  # closing releases the lock
 
 
