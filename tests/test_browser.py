@@ -38,6 +38,14 @@ def open_page(browser, path: Path):
     return page, errors, requests
 
 
+def open_report(browser, out: Path, width: int):
+    """The report page of folder ``out`` in a window ``width`` px wide."""
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    page.goto((out / "index.html").resolve().as_uri())
+    page.wait_for_load_state("load")
+    return page
+
+
 def set_control(page, name: str, value) -> None:
     page.locator(f".explorer [data-x={name}]").evaluate(
         "(el, v) => { el.value = v; el.dispatchEvent(new Event('input', {bubbles: true})); }", str(value))
@@ -158,9 +166,7 @@ def test_explorer_needle_fades_under_sqrt_and_log_n_keeps_only_a_wide_margin(bro
 def test_report_page_fits_a_phone_and_a_desktop(browser, quick_report, width):
     """No horizontal scroll of the page: wide tables scroll inside their own box; both screenshots kept."""
     out, _ = quick_report
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    page.goto((out / "index.html").resolve().as_uri())
-    page.wait_for_load_state("load")
+    page = open_report(browser, out, width)
     for summary in page.locator("details > summary").all()[:40]:  # open folds too: their tables must fit as well
         summary.click()
     assert page.evaluate("document.documentElement.scrollWidth") <= width
@@ -219,9 +225,7 @@ BROKEN_WORDS = """() => { const broken = [];
 @pytest.mark.parametrize("width", [390, 1280])
 def test_report_page_has_a_map_unbroken_words_and_each_figure_once(browser, quick_report, width):
     out, report = quick_report
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    page.goto((out / "index.html").resolve().as_uri())
-    page.wait_for_load_state("load")
+    page = open_report(browser, out, width)
     assert page.evaluate(BROKEN_WORDS) == []  # no number or identifier split across lines in a table
     targets = page.evaluate("[...document.querySelectorAll('nav.toc a')].map(a => a.getAttribute('href'))")
     ids = [f"#{c['id']}" for c in report["claims"] + report["statements"]]

@@ -464,12 +464,18 @@ def run_cli(*args):
                           timeout=300)
 
 
-def test_cli_checks_a_safetensors_file(tmp_path):
+def overflowing_qk():
+    """q and k of (1, 2, 3, 4) in float16 whose one product, head 1, query 0 and key 2, overflows it."""
     q = torch.full((1, 2, 3, 4), 0.5)
     k = torch.full((1, 2, 3, 4), 0.5)
     q[0, 1, 0, :2] = k[0, 1, 2, :2] = 200.0
+    return q.half(), k.half()
+
+
+def test_cli_checks_a_safetensors_file(tmp_path):
+    q, k = overflowing_qk()
     path = tmp_path / "q_k.safetensors"
-    save_file({"q": q.half(), "k": k.half()}, str(path))
+    save_file({"q": q, "k": k}, str(path))
     done = run_cli("--from-file", str(path), "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
@@ -516,11 +522,9 @@ def test_c12_quotes_each_clamps_kl_with_its_interval(tiny_result):
 
 
 def test_cli_reads_tensors_under_other_names_and_prints_one_unit_per_column(tmp_path):
-    q = torch.full((1, 2, 3, 4), 0.5)
-    k = torch.full((1, 2, 3, 4), 0.5)
-    q[0, 1, 0, :2] = k[0, 1, 2, :2] = 200.0
+    q, k = overflowing_qk()
     path = tmp_path / "activations.safetensors"
-    save_file({"query_states": q.half(), "key_states": k.half()}, str(path))
+    save_file({"query_states": q, "key_states": k}, str(path))
     unnamed = run_cli("--from-file", str(path))
     assert unnamed.returncode == 2 and "'q', 'k'" in unnamed.stderr and "--q-name" in unnamed.stderr
     done = run_cli("--from-file", str(path), "--q-name", "query_states", "--k-name", "key_states")
