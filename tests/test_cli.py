@@ -106,6 +106,10 @@ def test_a_terminal_that_cannot_show_a_character_gets_a_replacement_not_a_codec_
     assert b"UnicodeEncodeError" not in done.stderr
     done = subprocess.run([sys.executable, "-m", "attnscale", "explain", "C06"], capture_output=True, timeout=120,
                           env={**base, **env})
+    # the learner's view quotes the original sentence (Chinese) and "±": replaced, not a codec error
+    assert done.returncode == 0 and b"Verdict: " in done.stdout and b"UnicodeEncodeError" not in done.stderr
+    done = subprocess.run([sys.executable, "-m", "attnscale", "explain", "C06", "--verbose"], capture_output=True,
+                          timeout=120, env={**base, **env})
     assert done.returncode == 0 and b"judge_c06" in done.stdout and b"UnicodeEncodeError" not in done.stderr
 
 
