@@ -261,13 +261,13 @@ def label(pairs) -> Label:
     others_fail = any(r.state in (FAILS, MIXED) for _, r in others)
     # an assertion not tested here could still turn out either way: it leaves the label open as an
     # undecided one does (untested is not supported)
-    unread = [r.state for p, r in pairs if p.role == ASSERTION and r.state not in TESTED]
-    open_ = [i for i, (_, r) in enumerate(voters) if r.state == UNDECIDED]
+    unread = sum(p.role == ASSERTION and r.state not in TESTED for p, r in pairs)
+    slots = [(r.state, r.could_be) for _, r in voters] + [(UNDECIDED, [])] * unread  # (state, could be)
+    open_ = [i for i, (state, _) in enumerate(slots) if state == UNDECIDED]
     outcomes = set()
-    choices = [voters[i][1].could_be or [HOLDS, FAILS] for i in open_] + [[HOLDS, FAILS]] * len(unread)
-    for turned in itertools.product(*choices):
-        states = [r.state for _, r in voters] + list(unread)
-        for i, state in zip(open_ + list(range(len(voters), len(voters) + len(unread))), turned):
+    for turned in itertools.product(*(slots[i][1] or [HOLDS, FAILS] for i in open_)):
+        states = [state for state, _ in slots]
+        for i, state in zip(open_, turned):
             states[i] = state
         outcomes.add(_base_verdict(states, others_fail))
     verdict = next(iter(outcomes)) if len(outcomes) == 1 else INCONCLUSIVE

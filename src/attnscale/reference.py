@@ -41,6 +41,21 @@ def provenance(report: dict) -> str:
             f"{report.get('machine') or report.get('device', '?')})")
 
 
+DEFAULT_FOLDER = Path("attnscale-report")  # where `attnscale report` writes by default
+
+
+def local_or_shipped(report: Path | None) -> tuple[dict, str | None]:
+    """The report a reading command speaks from, checked: ``report``, else ``attnscale-report/`` when it
+    holds one, else the shipped reference; with the folder it came from (None for the reference)."""
+    from .answer import check_report, load_report
+
+    if report is None and (DEFAULT_FOLDER / "report.json").exists():  # a folder there is refused, not passed over
+        report = DEFAULT_FOLDER
+    if report is not None:
+        return load_report(report), str(report)
+    return check_report(load(), "the reference report"), None
+
+
 def write(folder: str | Path) -> Path:
     """The reference written from the report in ``folder``."""
     source = Path(folder) / "report.json" if Path(folder).is_dir() else Path(folder)

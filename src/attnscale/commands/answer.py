@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print the 30-second answer and its four follow-ups as the measured evidence says them."""
         from .. import reference
-        from ..answer import LANGS, check_report, compose, load_report, render_text
+        from ..answer import LANGS, compose, render_text
 
         if lang not in LANGS:
             raise UserError(f"unknown language {lang!r}; accepted: {', '.join(LANGS)}")
@@ -36,19 +36,13 @@ def register(app: typer.Typer) -> None:
             text = source_text(lang)
             print(json.dumps({"lang": lang, "source": text}, ensure_ascii=False) if as_json else text)
             return
-        if report is None and not (DEFAULT_FOLDER / "report.json").exists():
-            found, source = check_report(reference.load(), "the reference report"), "reference"
-        else:
-            found, source = load_report(report or DEFAULT_FOLDER), str(report or DEFAULT_FOLDER)
+        found, folder = reference.local_or_shipped(report)
         composed = compose(found, lang)
         if as_json:
-            composed["source"] = source if source != "reference" else reference.provenance(found)
+            composed["source"] = folder or reference.provenance(found)
             print(json.dumps(composed, indent=1, ensure_ascii=False))
             return
-        if source == "reference":
+        if folder is None:
             print(f"(No report here yet: this is {reference.provenance(found)}. Run `attnscale report` to measure "
                   "on this machine.)\n")
         print(render_text(composed))
-
-
-DEFAULT_FOLDER = Path("attnscale-report")

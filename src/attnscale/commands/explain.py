@@ -10,9 +10,6 @@ import typer
 
 from . import options
 
-DEFAULT_REPORT = Path("attnscale-report")  # where `attnscale report` writes, and `answer` reads, by default
-
-
 def register(app: typer.Typer) -> None:
     @app.command("explain")
     def explain(
@@ -27,20 +24,16 @@ def register(app: typer.Typer) -> None:
         """Show a claim, its verdict, its parts with what was measured, and the evidence; --verbose adds the judge
         functions, thresholds and numbers that decide it."""
         from .. import reference
-        from ..answer import check_report, load_report
         from ..explain import explain as explained, render, render_for_a_learner
 
-        source = None
-        if report is None and (DEFAULT_REPORT / "report.json").is_file():
-            report = DEFAULT_REPORT
-        if report is not None:
-            found = explained(claim, load_report(report))
-            source = f"the report in {report}"
+        report_read, folder = reference.local_or_shipped(report)
+        found = explained(claim, report_read)
+        if folder is not None:
+            found["report_source"] = f"the report in {folder}"
         else:
-            found = explained(claim, check_report(reference.load(), "the reference report"))
             found.pop("figures", None)  # the reference ships without its figures
-            source = reference.provenance(reference.load()) + "; run `attnscale report` to measure on this machine"
-        found["report_source"] = source
+            found["report_source"] = (reference.provenance(report_read)
+                                      + "; run `attnscale report` to measure on this machine")
         if as_json:
             print(json.dumps(found, indent=1, default=str))
         else:

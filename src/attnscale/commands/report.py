@@ -11,12 +11,16 @@ from .. import lab, timings
 from . import options
 
 
+# read once for the help text (at module level: the annotations below are evaluated in this module's names)
+MEASURED = timings.load()
+
+
 def register(app: typer.Typer) -> None:
     @app.command("report")
     def report(
         preset: Annotated[options.PresetName, typer.Option(
-            help=f"quick ({timings.preset_phrase('quick')}) or full (more seeds, the LM and 8-layer runs, "
-                 f"{timings.preset_phrase('full')}), as measured (docs/benchmarks.md).")] = "quick",
+            help=f"quick ({timings.preset_phrase('quick', MEASURED)}) or full (more seeds, the LM and 8-layer runs, "
+                 f"{timings.preset_phrase('full', MEASURED)}), as measured (docs/benchmarks.md).")] = "quick",
         out: Annotated[Path, options.path_option("Folder for report.json, report.md, index.html, figures.")] = Path(
             "attnscale-report"),
         seed: options.Seed = 0,

@@ -283,9 +283,8 @@ def judge_c06(result: dict) -> Finding:
     def read_logits(scale: float) -> Reading:
         # every seed past the saturation lab's "around +-100" line holds, none past it fails
         line = LOGITS_AROUND_100 * scale
-        low, high = trained_logits["min"], trained_logits["max"]
-        decided = None if low is None else True if low >= line else False if high < line else None
-        return Reading(state_of(decided), measured=f"largest |logit| after 100 steps {fmt_spread(trained_logits)} "
+        high = trained_logits["max"]
+        return Reading(state_of(intervals.at_least((trained_logits["min"], high), line)), measured=f"largest |logit| after 100 steps {fmt_spread(trained_logits)} "
                                                      f"at d_head {d_max}, over {trained_logits['n']} seeds",
                        threshold=f">= {line:g} in every seed", direction=f"{fmt(high)} at most, below ±100")
 
@@ -658,9 +657,9 @@ def loss_drops(result: dict) -> list[dict]:
             if len(runs) < 2:
                 continue
             initial = [r["initial_val_loss"] for r in runs]
-            cells.append({"task": task, "d_head": d, "noise": statistics.stdev(initial),
-                          "drop": [r["initial_val_loss"] - final_loss(r) for r in runs],
-                          "relative": [(r["initial_val_loss"] - final_loss(r)) / r["initial_val_loss"] for r in runs]})
+            drops = [start - final_loss(r) for start, r in zip(initial, runs)]
+            cells.append({"task": task, "d_head": d, "noise": statistics.stdev(initial), "drop": drops,
+                          "relative": [drop / start for drop, start in zip(drops, initial)]})
     return cells
 
 
