@@ -183,7 +183,7 @@ def test_diagnose_head_view_page_shows_each_heads_weights_offline(browser, tmp_p
     import torch
 
     from attnscale.diagnosis.health import Diagnosis
-    from attnscale.diagnosis.page import render_page
+    from attnscale.diagnosis.page import SCALE, render_page
 
     tokens = ["[CLS]", "the", "factor", "</script>", "keeps", "it"]  # a token that would end a script tag
     weights = [torch.softmax(torch.randn(3, 6, 6, generator=torch.Generator().manual_seed(layer)), dim=-1)
@@ -194,11 +194,12 @@ def test_diagnose_head_view_page_shows_each_heads_weights_offline(browser, tmp_p
     path = tmp_path / "attention.html"
     path.write_text(render_page(diagnosis), encoding="utf-8")
     page, errors, requests = open_page(browser, path)
+    page.wait_for_function("window.attnscaleHeads !== undefined")  # the weights are inflated by the browser
     for layer in range(2):
         for head in range(3):
             for q, k in ((0, 0), (4, 2), (5, 5)):
                 shown = page.evaluate(f"window.attnscaleHeads.value({layer}, {head}, {q}, {k})")
-                assert shown == pytest.approx(float(weights[layer][head, q, k]), abs=1 / 65535)
+                assert shown == pytest.approx(float(weights[layer][head, q, k]), abs=0.5 / SCALE + 1e-9)
     page.select_option("#layer", "1")
     page.locator("#heads tbody tr").nth(2).click()
     assert page.locator("#heads tbody tr.chosen td").last.inner_text() == "sink"

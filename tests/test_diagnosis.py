@@ -608,3 +608,19 @@ def test_the_counterfactual_table_explains_every_column():
 
     for column in ("scale", "factor", "entropy", "change", "smoothed / saturated", "tok cos", "pool cos"):
         assert f"{column} = " in COUNTERFACTUAL_LEGEND
+
+
+def test_the_head_views_weights_round_trip_to_the_readouts_grid_and_pack_smaller():
+    """attention.html's data: every weight back within half a grid step (5e-5), in (layer, head, query, key) order,
+    and peaked attention packs to under half of plain 16-bit base64."""
+    import base64
+
+    from attnscale.diagnosis.page import SCALE, decode_weights, encode_weights
+
+    logits = torch.randn(2, 4, 64, 64, generator=torch.Generator().manual_seed(0)) * 3
+    weights = [layer for layer in torch.softmax(logits, dim=-1)]
+    encoded = encode_weights(weights)
+    decoded = torch.tensor(decode_weights(encoded)).reshape(2, 4, 64, 64)
+    assert (decoded - torch.stack(weights)).abs().max() <= 0.5 / SCALE + 1e-7
+    plain = base64.b64encode(torch.round(torch.stack(weights) * 65535).to(torch.int32).numpy().astype("<u2").tobytes())
+    assert len(encoded) < 0.5 * len(plain)
