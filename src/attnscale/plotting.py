@@ -47,10 +47,11 @@ def save_to(fig, path, dpi: int | None = None, fitted: bool = False) -> None:
     path = Path(path)
     plain_log_ticks(fig)
     try:
-        drawn = io.BytesIO()
+        drawn, png = io.BytesIO(), path.suffix.lower() == ".png"
         fig.savefig(drawn, format=path.suffix.lstrip(".").lower() or "png", dpi=dpi or "figure",
-                    bbox_inches=None if fitted else "tight")
-        data = palette_png(drawn.getvalue()) if path.suffix.lower() == ".png" else drawn.getvalue()
+                    bbox_inches=None if fitted else "tight",
+                    **({"pil_kwargs": {"compress_level": 1}} if png else {}))  # read back at once: fast, not small
+        data = palette_png(drawn.getvalue()) if png else drawn.getvalue()
         write_atomic(path, lambda tmp: tmp.write_bytes(data))
     finally:
         pyplot().close(fig)
