@@ -62,7 +62,7 @@ def _measured_text(probe: ProbeResult) -> str:
 
 def _status_text(read: ReadResult, probe: ProbeResult | None) -> str:
     if read.reading is None:
-        return f"{read.status.state}: {read.status.reason}; fetch with `{read.status.fetch_command}`"
+        return f"{read.status.state}: {read.status.reason}; {read.status.advice}"
     if probe is not None and probe.state == "failed":
         return f"probe failed: {probe.reason}"
     if read.reading.subject is None:
@@ -89,6 +89,8 @@ def history_row(read: ReadResult, probe: ProbeResult | None) -> dict:
         "rule_measured": probe.rule if measured else None,
         "agreement": agreement(read, probe),
         "status": _status_text(read, probe),
+        "cache_state": read.status.state,
+        "probe_state": probe.state if probe is not None else None,
         "notes": (list(reading.notes) if reading else []) + ([probe.reason] if probe is not None and probe.reason
                                                             and probe.state == "measured" else []),
         "stubs": list(probe.stubs_used) if probe is not None else [],

@@ -272,10 +272,31 @@ def probe_one(spec: dict, index: int) -> dict:
     return {**result, "seconds": time.monotonic() - started, "index": index}
 
 
+PARENT_POLL_SECONDS = 0.2
+
+
+def leave_with_parent() -> None:
+    """Exit as soon as the process that started this one is gone (killed, even with kill -9: this process is
+    then re-parented), so that a release that hangs never outlives the run that probed it."""
+    import os
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_SECONDS)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="leave-with-parent", daemon=True).start()
+
+
 def main(argv) -> int:
     if len(argv) != 1:
         print(json.dumps({"ok": False, "error": "usage: _probe_worker.py '<json list of specs>'"}))
         return 2
+    leave_with_parent()
     import torch  # once, before the first release's clock starts
 
     del torch

@@ -3,8 +3,11 @@
 Why a cache of our own: the history check must read the published bytes, offline after the
 first fetch, and must not mix them with the packages this environment runs on (the venv has
 transformers 5; the 2019 ``transformers`` must never be importable from site-packages).
-So the files are downloaded with ``pip download --no-deps`` into a folder of ours, checked
-against the sha256 frozen in :mod:`.releases`, and unpacked on demand into a sub-folder.
+So the files are downloaded with ``pip download --no-deps --require-hashes`` into a folder of
+ours (pip checks each file against the sha256 frozen in :mod:`.releases` before it unpacks or builds
+anything of it; we check it again), and unpacked on demand into a sub-folder.  Fetching and
+unpacking hold the cache's lock (``.attnscale-cache.lock``), so runs sharing a cache wait for each
+other instead of racing.
 
 Nothing here raises for a missing, truncated or altered file: :func:`status` and
 :func:`unpack` return a :class:`CacheStatus` with the state, the reason and the command that
@@ -12,11 +15,14 @@ fetches the file, so a caller can show one row per release and go on with the ot
 
 States: ``present`` (hash matches), ``missing`` (no file), ``partial`` (smaller than the
 published file, or only a ``.part`` left by an interrupted fetch), ``tampered`` (the full size
-or more, but another hash).
+or more, but another hash), ``unwritable`` (the file is right but cannot be unpacked here: a full
+disk, a read-only folder; fetching again cannot help).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
 import os
 import shutil
@@ -37,7 +43,10 @@ CACHE_ENV = environment.HISTORY_CACHE
 FETCH_COMMAND = "attnscale history --fetch"
 UNPACKED_FOLDER = "unpacked"
 _DONE_MARKER = ".attnscale-unpacked"
-STATES = ("present", "missing", "partial", "tampered")
+STATES = ("present", "missing", "partial", "tampered", "unwritable")
+LOCK_NAME = ".attnscale-cache.lock"
+# errors of the disk, not of the file: the archive is fine, the place it is unpacked into is not
+DISK_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,13 @@ class CacheStatus:
     @property
     def usable(self) -> bool:
         return self.state == "present"
+
+    @property
+    def advice(self) -> str:
+        """What makes the release usable: fetching it, or room to unpack it (fetching again cannot help)."""
+        if self.state == "unwritable":
+            return f"make room in {self.path.parent} or set {CACHE_ENV} to a folder with room"
+        return f"fetch with `{self.fetch_command}`"
 
 
 @dataclass(frozen=True)
@@ -144,15 +160,41 @@ def default_pip() -> list[str]:
     return [sys.executable, "-m", "pip"]
 
 
-def pip_download_command(pip: Sequence[str], release: Release, dest: Path) -> list[str]:
-    """``pip download`` of exactly one distribution file of ``release``, without its dependencies.
+def pip_download_command(pip: Sequence[str], release: Release, dest: Path, requirements: Path) -> list[str]:
+    """``pip download`` of exactly one distribution file of ``release``, without its dependencies, in pip's
+    hash-checking mode: ``requirements`` (written by :func:`write_requirement`) pins the file's sha256, and pip
+    refuses a download with another hash before it unpacks it or runs any of its code.
 
     A wheel is asked for with ``--only-binary :all:``, an sdist with ``--no-binary :all:``, so pip
-    cannot pick the other kind of file for the same version.  (For an sdist pip still runs the
-    sdist's metadata step in an isolated build environment; it installs nothing.)
+    cannot pick the other kind of file for the same version.  (For an sdist whose hash matched, pip
+    then runs the published sdist's metadata step in an isolated build environment; it installs nothing.)
     """
     binary = ["--only-binary", ":all:"] if release.kind == "wheel" else ["--no-binary", ":all:"]
-    return [*pip, "download", "--no-deps", *binary, "--dest", str(dest), release.requirement]
+    return [*pip, "download", "--no-deps", *binary, "--require-hashes", "--dest", str(dest), "-r", str(requirements)]
+
+
+def write_requirement(release: Release, path: Path) -> Path:
+    """A requirements file naming exactly ``release`` with its published sha256."""
+    path.write_text(f"{release.requirement} --hash=sha256:{release.sha256}\n", encoding="utf-8")
+    return path
+
+
+class cache_lock:
+    """The cache folder's lock, held while fetching or unpacking: another run sharing the cache waits for it
+    (never refused: both want the same verified bytes).  A lock file that is a symbolic link is not followed."""
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / LOCK_NAME
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
 
 
 def _fetch_one(folder: Path, release: Release, pip: Sequence[str], timeout_s: float) -> CacheStatus:
@@ -161,17 +203,25 @@ def _fetch_one(folder: Path, release: Release, pip: Sequence[str], timeout_s: fl
     command = fetch_command_for(folder)
     with tempfile.TemporaryDirectory(prefix=".download-", dir=folder) as scratch:
         scratch = Path(scratch)
+        dest = scratch / "files"
+        dest.mkdir()
+        requirements = write_requirement(release, scratch / "requirement.txt")
         try:
-            run = subprocess.run(pip_download_command(pip, release, scratch), capture_output=True,
+            run = subprocess.run(pip_download_command(pip, release, dest, requirements), capture_output=True,
                                  text=True, timeout=timeout_s)
         except (OSError, subprocess.TimeoutExpired) as error:
             return CacheStatus(release, "missing", final, f"pip download failed to run: {error}", command)
-        downloaded = scratch / release.filename
+        downloaded = dest / release.filename
         if run.returncode != 0 or not downloaded.exists():
-            tail = (run.stderr or run.stdout).strip().splitlines()[-3:]
-            got = ", ".join(p.name for p in scratch.iterdir()) or "nothing"
+            text = (run.stderr or run.stdout).strip()
+            tail = text.splitlines()[-3:]
+            got = ", ".join(p.name for p in dest.iterdir())
+            if "DO NOT MATCH THE HASHES" in text:  # pip's own words for a refused download; nothing of it ran
+                return CacheStatus(release, "tampered", final, f"pip refused the download of {release.filename}: "
+                                   f"its sha256 is not the published {release.sha256[:16]}...; not kept", command)
             return CacheStatus(release, "missing", final,
-                               f"pip download exited {run.returncode} and saved {got}: {' | '.join(tail)}", command)
+                               f"pip download exited {run.returncode} and saved {got or 'nothing'}: {' | '.join(tail)}",
+                               command)
         digest = sha256_of(downloaded)
         if digest != release.sha256:
             return CacheStatus(release, "tampered", final,
@@ -197,12 +247,13 @@ def fetch(cache_dir=None, releases: Iterable[Release] = RELEASES, pip: Sequence[
     if not pip:
         raise ValueError("pip is an empty command; give e.g. [sys.executable, '-m', 'pip']")
     results = []
-    for release in releases:
-        current = check(folder, release)
-        if current.usable:
-            results.append(current)
-            continue
-        results.append(_fetch_one(folder, release, pip, timeout_s))
+    with cache_lock(folder):
+        for release in releases:
+            current = check(folder, release)
+            if current.usable:
+                results.append(current)
+                continue
+            results.append(_fetch_one(folder, release, pip, timeout_s))
     return results
 
 
@@ -238,12 +289,16 @@ def find_import_root(unpacked: Path, import_name: str) -> Path | None:
 
 
 def tree_digest(folder: Path) -> str:
-    """sha256 over the relative path and bytes of every file under ``folder`` (marker and
-    ``__pycache__`` left out): what was unpacked, so a later edit of the copy is noticed."""
+    """sha256 over the relative path and bytes of every file under ``folder`` (the marker left out): what was
+    unpacked, so a later edit of the copy, or a file added to it (a ``.pyc`` in a ``__pycache__``: the probe
+    writes none), is noticed."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() or p.is_symlink()):
         relative = path.relative_to(folder).as_posix()
-        if relative == _DONE_MARKER or "__pycache__" in path.parts:
+        if relative == _DONE_MARKER:
+            continue
+        if path.is_symlink():  # an archive unpacked with tarfile's "data" filter holds no link that leaves it
+            digest.update(relative.encode() + b"\0->" + os.readlink(path).encode() + b"\n")
             continue
         digest.update(relative.encode() + b"\0" + sha256_of(path).encode() + b"\n")
     return digest.hexdigest()
@@ -285,14 +340,21 @@ def unpack(cache_dir, release: Release) -> Unpacked:
     folder = resolve_cache_dir(cache_dir) / UNPACKED_FOLDER
     target = folder / f"{release.filename}-{release.sha256[:12]}"
     if not _unpacked_is_intact(target, release):
-        folder.mkdir(parents=True, exist_ok=True)
         try:
-            _unpack_into_place(current.path, release, target)
-        except (OSError, ValueError, zipfile.BadZipFile, tarfile.TarError) as error:
-            if not _unpacked_is_intact(target, release):  # another process may have just finished it
-                broken = CacheStatus(release, "tampered", current.path, f"cannot unpack: {error}",
-                                     current.fetch_command)
-                return Unpacked(broken, None)
+            with cache_lock(folder.parent):
+                if not _unpacked_is_intact(target, release):  # another run may have unpacked it while we waited
+                    folder.mkdir(parents=True, exist_ok=True)
+                    _unpack_into_place(current.path, release, target)
+        except OSError as error:
+            if error.errno in DISK_ERRORS:
+                reason = f"cannot unpack into {folder}: {error.strerror or error}"
+                return Unpacked(CacheStatus(release, "unwritable", folder / release.filename, reason,
+                                            current.fetch_command), None)
+            return Unpacked(CacheStatus(release, "tampered", current.path, f"cannot unpack: {error}",
+                                        current.fetch_command), None)
+        except (ValueError, zipfile.BadZipFile, tarfile.TarError) as error:
+            return Unpacked(CacheStatus(release, "tampered", current.path, f"cannot unpack: {error}",
+                                        current.fetch_command), None)
     root = find_import_root(target, release.import_name)
     if root is None:
         missing = CacheStatus(release, "tampered", current.path,

@@ -108,8 +108,9 @@ def _worker_environment(home: str) -> dict[str, str]:
 
 
 def run_worker(specs: list[dict], timeout_s: float) -> list[dict]:
-    """Run :mod:`._probe_worker` on ``specs`` in isolated interpreters (``-I -B``: no user site, no
-    PYTHONPATH, no bytecode written into the cache) and return one JSON answer per spec, in order.
+    """Run :mod:`._probe_worker` on ``specs`` in isolated interpreters (``-I -B -X pycache_prefix``: no user
+    site, no PYTHONPATH, no bytecode read from or written into the cache) and return one JSON answer per spec,
+    in order.
 
     One interpreter serves them all (torch imported once), each release isolated from the others there.
     A release that takes longer than ``timeout_s``, or takes the interpreter down with it, gets an answer
@@ -128,7 +129,10 @@ def _one_worker(specs: list[dict], timeout_s: float) -> tuple[list[dict], str]:
     """The answers one interpreter gave, in order, until it finished, stopped answering within ``timeout_s``
     or exited; and, if it did not answer every spec, why not."""
     with tempfile.TemporaryDirectory(prefix="attnscale-probe-") as home:
-        command = [sys.executable, "-I", "-B", str(WORKER), json.dumps(specs)]
+        # -X pycache_prefix: bytecode is read (and, with -B, never written) under the scratch folder only, so no
+        # .pyc found in the cache's unpacked copy can run in place of the verified source
+        command = [sys.executable, "-I", "-B", "-X", f"pycache_prefix={Path(home) / 'bytecode'}", str(WORKER),
+                   json.dumps(specs)]
         with open(Path(home) / "stderr.txt", "w+", encoding="utf-8", errors="replace") as errors:
             process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=errors, cwd=home,
                                        env=_worker_environment(home))
@@ -207,8 +211,7 @@ def prepare(cache_dir, release: Release, head_dims: tuple[int, ...], num_heads: 
     unpacked = unpack(cache_dir, release)
     if unpacked.root is None:
         return ProbeResult(release, "unavailable", f"{unpacked.status.state}: {unpacked.status.reason}; "
-                                                   f"fetch with `{unpacked.status.fetch_command}`",
-                           status=unpacked.status)
+                                                   f"{unpacked.status.advice}", status=unpacked.status)
     module = attention_module(unpacked.root, release.import_name)
     if module is None:
         return ProbeResult(release, "failed", f"no class {ATTENTION_CLASS} in {release.label}", status=unpacked.status)

@@ -29,7 +29,9 @@ Data flows one way: config -> run -> result -> judge/tables/figures.
 whether its ``run`` takes a run store (``run(config, progress, store=RunStore)``: a lab of many
 training runs, each kept in runs.sqlite, with worker processes of its own); the claims it judges
 are those whose parts name it (:func:`attnscale.claims.claims_of_lab`).  A lab module may also
-define ``stored_key() -> str``: what else its stored results depend on (keyed beside VERSION).
+define ``stored_key() -> str``: what else its stored results depend on (keyed beside VERSION), and
+``unrepeatable(result) -> str``: why a result made under a broken environment (a probe that failed) must
+not be stored for reuse ("" when it may be).
 """
 
 from __future__ import annotations
@@ -61,6 +63,11 @@ class Lab:
 
     def module(self) -> ModuleType:
         return importlib.import_module(f"{__name__}.{self.name}")
+
+    def unrepeatable(self, result: dict) -> str:
+        """Why ``result`` must not be stored for reuse ("" when it may be): see the protocol above."""
+        module = self.module()
+        return module.unrepeatable(result) if hasattr(module, "unrepeatable") else ""
 
     def stored_version(self) -> int | str:
         """What keys its stored results besides the config: VERSION, plus each probed package's

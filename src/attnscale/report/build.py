@@ -67,9 +67,11 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
 
     def keep(name: str, result: dict, seconds: float, figures: dict | None = None) -> None:
         _, _, key, config_text = todo[name]
+        unrepeatable = lab.REGISTRY[name].unrepeatable(result)
         if progress:
-            progress(name, 1.0, f"done in {seconds:.1f} s")
-        store.put(key, name, config_text, result, seconds)
+            progress(name, 1.0, f"done in {seconds:.1f} s" + (f"; not stored: {unrepeatable}" if unrepeatable else ""))
+        if not unrepeatable:  # a result made under a broken environment is used once, never reused
+            store.put(key, name, config_text, result, seconds)
         runs[name] = {"result": result, "seconds": seconds, "cached": False, "config": json.loads(config_text)["config"],
                       **({"figures": figures} if figures is not None else {})}
 

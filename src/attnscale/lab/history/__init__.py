@@ -11,7 +11,7 @@ filled by ``attnscale history --fetch``, which set-up runs); nothing is installe
 
 from __future__ import annotations
 
-from .experiment import PRESETS, VERSION, Config, run, stored_key
+from .experiment import PRESETS, VERSION, Config, run, stored_key, unrepeatable
 from .tables import tables
 from .verdicts import NUMBER_KEYS, VASWANI_2017, judge, judge_c07, judge_c10, judge_c13
 
@@ -21,5 +21,5 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     return {}
 
 
-__all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "NUMBER_KEYS", "stored_key",
+__all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "NUMBER_KEYS", "stored_key", "unrepeatable",
            "VASWANI_2017", "judge_c07", "judge_c10", "judge_c13"]

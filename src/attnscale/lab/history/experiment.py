@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ... import checks
 from ...errors import UserError
 
-VERSION = 2
+VERSION = 3  # 3: rows carry cache_state and probe_state
 HEAD_DIMS = (16, 64)  # two head sizes: 1/sqrt(d_k) gives 0.25 and 0.125, 1/d_k 0.0625 and 0.0156
 
 
@@ -47,6 +47,17 @@ def stored_key() -> str:
     folder = resolve_cache_dir(None)
     present = [f"{r.package}-{r.version}" for r in RELEASES if check(folder, r).usable]
     return "cache:" + (",".join(present) or "empty")
+
+
+def unrepeatable(result: dict) -> str:
+    """Why this result must not be stored for reuse, or "": a release whose probe failed (a timeout on a busy
+    machine, a broken environment) or that could not be unpacked here would stay failed in every later report
+    that reused it, however healthy that run."""
+    from .verdicts import release_name
+
+    failed = [release_name(row) for row in result["rows"]
+              if row.get("probe_state") == "failed" or row.get("cache_state") == "unwritable"]
+    return f"{len(failed)} release(s) could not be probed or unpacked here ({', '.join(failed)})" if failed else ""
 
 
 def run(config: Config, progress=None) -> dict:
