@@ -186,3 +186,66 @@ def test_audit_workers_are_counted_only_where_the_audit_would_spread_its_familie
     assert pipeline.parallel_workers(["gpt2"] * 8, 2) == 1 and pipeline.parallel_workers(["gpt2"] * 9, 2) == 2
     monkeypatch.setenv(memory.LIMIT_VARIABLE, str(pipeline.AUDIT_WORKER_BYTES // 2))
     assert pipeline.workers_within_memory(pipeline.parallel_workers(["gpt2"], 8), chosen=True) == 1
+
+
+# ----------------------------------------------------------------------------- limits beyond free memory
+
+def test_the_tightest_cgroup_on_the_way_up_caps_free_memory(tmp_path, monkeypatch):
+    """A job's cgroup inside a container's: the limit can sit on any folder above the process's own (v1 and v2
+    alike); the least room of them all counts."""
+    v2, v1 = tmp_path / "cgroup", tmp_path / "cgroup" / "memory"
+    own = v1 / "jobs" / "job7"
+    own.mkdir(parents=True)
+    for folder, limit, usage in ((own, "9223372036854771712", "1000"), (v1 / "jobs", str(300 * 2**20), str(100 * 2**20)),
+                                 (v1, "9223372036854771712", "5")):
+        (folder / "memory.limit_in_bytes").write_text(limit)
+        (folder / "memory.usage_in_bytes").write_text(usage)
+    proc = tmp_path / "cgroup-of-self"
+    proc.write_text("4:memory:/jobs/job7\n1:cpu:/\n0::/\n")
+    monkeypatch.setattr(memory, "CGROUP_V2", v2)
+    monkeypatch.setattr(memory, "CGROUP_V1", v1)
+    monkeypatch.setattr(memory, "CGROUP_FILES", {v2: ("memory.max", "memory.current"),
+                                                 v1: ("memory.limit_in_bytes", "memory.usage_in_bytes")})
+    assert memory._cgroup_folders(proc) == [own, v1 / "jobs", v1, v2]
+    monkeypatch.setattr(memory, "_cgroup_folders", lambda: [own, v1 / "jobs", v1, v2])
+    assert memory._cgroup_room() == 200 * 2**20
+    (v2 / "memory.max").write_text(str(50 * 2**20))  # the unified hierarchy's limit is tighter still
+    (v2 / "memory.current").write_text(str(2**20))
+    assert memory._cgroup_room() == 49 * 2**20
+    assert memory.available_bytes() <= 49 * 2**20
+
+
+UNDER_RLIMIT_AS = """
+import resource, sys, torch
+from attnscale import memory, attention, ScaledAttention
+used = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (used + 400 * 2**20, resource.getrlimit(resource.RLIMIT_AS)[1]))
+print("free", memory.available_bytes() <= 400 * 2**20)
+q = torch.randn(1, 1, 8000, 8)
+for name, call in (("naive", lambda: attention(q, q, q, impl="naive")),
+                   ("stable", lambda: attention(q, q, q, impl="stable")),
+                   ("module", lambda: ScaledAttention(8192, 8, 1024))):
+    try:
+        call()
+        print(name, "ran")
+    except ValueError as error:
+        print(name, "refused:", str(error).splitlines()[0])
+    except BaseException as error:
+        print(name, "crashed:", type(error).__name__)
+print(attention(q, q, q, impl="online").shape)
+"""
+
+
+def test_under_an_address_space_limit_large_work_is_refused_in_words():
+    """``ulimit -v``: the machine has gigabytes free, the process 400 MB of address space left. Dense attention on
+    8,000 keys (768 MB of score matrices) and a 2.1 GB module are refused with the promised ValueError, not
+    torch's allocator error; the tiled impl still runs."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", UNDER_RLIMIT_AS], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    free, *lines = run.stdout.splitlines()
+    assert free == "free True"
+    assert [line.split(":")[0] for line in lines[:3]] == ["naive refused", "stable refused", "module refused"], lines
+    assert all("would need" in line for line in lines[:3]) and lines[3] == "torch.Size([1, 1, 8000, 8])"

@@ -8,9 +8,11 @@ one-line ValueError instead of letting the kernel kill the process part-way:
     >>> require_memory(need, "the audit's (T_q, T_k) matrices", "audit fewer tokens")
     ValueError: the audit's (T_q, T_k) matrices would need 19.2 GB, but only 11.5 GB is free; audit fewer tokens
 
-Free memory on the CPU is MemAvailable of /proc/meminfo, capped by the process's cgroup
-limit (a container's memory limit) minus what the cgroup already uses; elsewhere the free
-physical pages (``os.sysconf``).  On a CUDA device it is ``torch.cuda.mem_get_info``.
+Free memory on the CPU is MemAvailable of /proc/meminfo, capped by the memory limit of the
+process's own cgroup and of each cgroup above it (a container's or a job's limit, v2 or v1) minus
+what that cgroup already uses, and by the process's address-space and data limits (``ulimit -v``,
+RLIMIT_AS and RLIMIT_DATA) minus what it has mapped; elsewhere the free physical pages
+(``os.sysconf``).  On a CUDA device it is ``torch.cuda.mem_get_info``.
 The environment variable ``ATTNSCALE_MEMORY_LIMIT`` (bytes, or a number with K/M/G/T,
 e.g. ``2G``) caps the free memory seen on every device: to keep attnscale within a budget,
 and for tests.
@@ -83,14 +85,69 @@ def _meminfo_available() -> int | None:
     return None
 
 
+CGROUP_FILES = {CGROUP_V2: ("memory.max", "memory.current"), CGROUP_V1: ("memory.limit_in_bytes", "memory.usage_in_bytes")}
+
+
+def _cgroup_folders(proc_cgroup: Path = Path("/proc/self/cgroup")) -> list[Path]:
+    """This process's memory cgroup folders, its own first, then each one above it up to the mount (v2's unified
+    hierarchy, "0::/path", and v1's memory controller, "N:memory:/path"); the mount itself where
+    /proc/self/cgroup cannot be read."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        lines = []
+    folders = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        base = CGROUP_V2 if hierarchy == "0" and controllers == "" else (
+            CGROUP_V1 if "memory" in controllers.split(",") else None)
+        if base is None:
+            continue
+        own = base / path.lstrip("/")
+        folders += [own, *[parent for parent in own.parents if parent.is_relative_to(base)]]
+    return folders or [CGROUP_V2, CGROUP_V1]
+
+
 def _cgroup_room() -> int | None:
-    """Limit minus usage of this process's memory cgroup (v2, then v1); None without a limit."""
-    for limit_file, usage_file in ((CGROUP_V2 / "memory.max", CGROUP_V2 / "memory.current"),
-                                   (CGROUP_V1 / "memory.limit_in_bytes", CGROUP_V1 / "memory.usage_in_bytes")):
-        limit, usage = _read_int(limit_file), _read_int(usage_file)
+    """The least room (limit minus usage) of this process's memory cgroup and those above it; None without a
+    limit anywhere."""
+    rooms = []
+    for folder in _cgroup_folders():
+        base = CGROUP_V1 if folder.is_relative_to(CGROUP_V1) else CGROUP_V2
+        limit_name, usage_name = CGROUP_FILES[base]
+        limit, usage = _read_int(folder / limit_name), _read_int(folder / usage_name)
         if limit is not None and usage is not None and limit < 2**60:  # v1 writes ~2^63 for no limit
-            return max(0, limit - usage)
+            rooms.append(max(0, limit - usage))
+    return min(rooms) if rooms else None
+
+
+def _status_bytes(field: str) -> int | None:
+    """A size field of /proc/self/status ("VmSize", "VmData") in bytes."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
     return None
+
+
+def _rlimit_room() -> int | None:
+    """The least room under this process's address-space (RLIMIT_AS, against what it has mapped) and data
+    (RLIMIT_DATA, against its data segment and private mappings) limits; None without a limit.  Under such a
+    limit a large allocation fails however much memory the machine has free."""
+    try:
+        import resource
+    except ImportError:  # not on this system
+        return None
+    rooms = []
+    for limit_name, field in (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData")):
+        soft = resource.getrlimit(getattr(resource, limit_name))[0]
+        used = _status_bytes(field)
+        if soft != resource.RLIM_INFINITY and used is not None:
+            rooms.append(max(0, soft - used))
+    return min(rooms) if rooms else None
 
 
 def _sysconf_available() -> int | None:
@@ -103,20 +160,20 @@ def _sysconf_available() -> int | None:
 def available_bytes(device: str | torch.device = "cpu") -> int | None:
     """Memory free for new allocations on ``device`` now, in bytes (None if it cannot be told).
 
-    CPU: /proc/meminfo's MemAvailable, capped by the cgroup's limit minus its usage; without
-    /proc, the free physical pages.  CUDA: the device's free memory.  Either way capped by
-    ``ATTNSCALE_MEMORY_LIMIT`` when set.
+    CPU: /proc/meminfo's MemAvailable, capped by the cgroups' limits minus their usage and by the
+    process's address-space and data limits; without /proc, the free physical pages.  CUDA: the
+    device's free memory.  Either way capped by ``ATTNSCALE_MEMORY_LIMIT`` when set.
     """
     device = torch_device(device)
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
     else:
         free = _meminfo_available()
-        room = _cgroup_room()
         if free is None:
             free = _sysconf_available()
-        if room is not None:
-            free = room if free is None else min(free, room)
+        for room in (_cgroup_room(), _rlimit_room()):
+            if room is not None:
+                free = room if free is None else min(free, room)
     limit = environment.value(LIMIT_VARIABLE)
     if limit:
         cap = parse_bytes(limit)
