@@ -583,6 +583,16 @@ CASES = [
     # a read-only store whose last writes sit in its -wal file: read whole or refused, never read in part
     Case("sweep-summary-wal-read-only", ["sweep", "--summary", "--db", "ro/r.sqlite"], "last writes are still in",
          lambda d: read_only_run_store_with_wal(d), unprivileged=True),
+    # the files SQLite keeps beside a store: a folder in their place, a name with no room for their suffix
+    Case("sweep-db-wal-is-a-folder", ["sweep", "--db", "s.sqlite", "--rules", "sqrt", "--d-heads", "8", "--lrs", "1e-3",
+                                      "--seeds", "1", "--steps", "2", "--d-model", "16"],
+         "'s.sqlite-wal', where SQLite keeps its -wal file, is a folder", lambda d: (d / "s.sqlite-wal").mkdir()),
+    Case("report-store-shm-is-a-folder", ["report", "--out", "r", "--labs", "variance"],
+         "'r/results.sqlite-shm', where SQLite keeps its -shm file, is a folder",
+         lambda d: (d / "r" / "results.sqlite-shm").mkdir(parents=True)),
+    Case("sweep-db-name-without-room", ["sweep", "--db", "s" * 248 + ".sqlite", "--rules", "sqrt", "--d-heads", "8",
+                                        "--lrs", "1e-3", "--seeds", "1", "--steps", "2", "--d-model", "16"],
+         "has a name of 255 bytes; SQLite keeps a -wal file beside it"),
     # memory: every worker process counted, files read whole sized first
     Case("sweep-workers-beyond-memory", ["sweep", "--db", "s.sqlite", "--rules", "sqrt", "--d-heads", "8", "--lrs",
                                          "1e-3", "--seeds", "16", "--steps", "2", "--d-model", "16", "--batch-runs", "1",

@@ -34,6 +34,19 @@ CREATE TABLE IF NOT EXISTS results (
 )
 """
 
+COMPANIONS = ("-wal", "-shm", "-journal")  # the files SQLite keeps beside a store
+
+
+def name_max(folder: Path) -> int:
+    """The longest file name ``folder``'s file system takes, in bytes (255 where it cannot be asked)."""
+    for place in (folder, *folder.parents):
+        if place.is_dir():
+            try:
+                return os.pathconf(place, "PC_NAME_MAX")
+            except (OSError, ValueError):
+                return 255
+    return 255
+
 
 # Digests of this format cover every column a store reads back (the timings too); an earlier
 # format covered the key and JSON columns only, and its rows are read as rows without a digest.
@@ -87,11 +100,23 @@ class SQLiteTable:
         self._uri = self._read_uri() if readonly else None
         if not readonly:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        made = not readonly and not self.path.exists()
         try:
             self._validate()
         except sqlite3.DatabaseError as error:
+            self._remove_if_made(made)
             raise UserError(f"{self._name()} is not a usable SQLite store ({error}); move it away or use "
                              "another file") from None
+        except BaseException:
+            self._remove_if_made(made)
+            raise
+
+    def _remove_if_made(self, made: bool) -> None:
+        """A store this opening created and could not finish leaves nothing behind (nor its companions)."""
+        if made:
+            for path in (self.path, *(Path(f"{self.path}{suffix}") for suffix in COMPANIONS)):
+                if path.is_file() and not path.is_symlink():
+                    path.unlink(missing_ok=True)
 
     @classmethod
     def check(cls, path: str | Path) -> None:
@@ -143,11 +168,27 @@ class SQLiteTable:
             return
         if self.path.exists() and not os.access(self.path, os.W_OK):
             raise UserError(f"{self._name()} is read-only; make it writable or use another file")
+        self._check_companions()
         folder = self.path.parent
         if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
             raise UserError(f"{self._name()} is in a read-only folder (SQLite writes its journal next to the "
                              "file); use a writable folder")
         check_folder(folder, "store folder")
+
+    def _check_companions(self) -> None:
+        """SQLite keeps files beside the store (``-wal``, ``-shm``, ``-journal``): each must be a file or absent, and
+        its name must fit in the folder's longest name."""
+        longest = name_max(self.path.parent)
+        for suffix in COMPANIONS:
+            companion = Path(f"{self.path}{suffix}")
+            if len(companion.name.encode()) > longest:
+                raise UserError(f"{self._name()} has a name of {len(self.path.name.encode())} bytes; SQLite keeps a "
+                                f"{suffix} file beside it, and names here are at most {longest} bytes: use a name of at "
+                                f"most {longest - max(map(len, COMPANIONS))} bytes")
+            kind = what_is(companion)
+            if kind not in ("a file", "missing"):
+                raise UserError(f"{self._name()}: {str(companion)!r}, where SQLite keeps its {suffix} file, is {kind}; "
+                                "move it away or use another file")
 
     def _expected_columns(self) -> list[str]:
         with contextlib.closing(sqlite3.connect(":memory:")) as db:
