@@ -1,5 +1,7 @@
 """Free memory and the refusal of work that does not fit (attnscale.memory)."""
 
+import os
+
 import pytest
 import torch
 
@@ -249,3 +251,50 @@ def test_under_an_address_space_limit_large_work_is_refused_in_words():
     assert free == "free True"
     assert [line.split(":")[0] for line in lines[:3]] == ["naive refused", "stable refused", "module refused"], lines
     assert all("would need" in line for line in lines[:3]) and lines[3] == "torch.Size([1, 1, 8000, 8])"
+
+
+PROBE_UNDER_A_LIMIT = """
+import math, resource, sys, torch
+from torch import nn
+import attnscale
+
+class Attn(nn.Module):
+    def __init__(self, d=256, h=4):
+        super().__init__(); self.h = h; self.qkv = nn.Linear(d, 3 * d); self.o = nn.Linear(d, d)
+    def forward(self, x):
+        B, T, D = x.shape
+        q, k, v = [t.view(B, T, self.h, -1).transpose(1, 2) for t in self.qkv(x).split(D, -1)]
+        w = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1)
+        return self.o((w @ v).transpose(1, 2).reshape(B, T, D))
+
+torch.manual_seed(0)
+model = nn.Sequential(*[Attn() for _ in range(8)]).eval()
+x = torch.randn(2, 512, 256)
+start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+with torch.no_grad():
+    try:
+        print(attnscale.probe(model, x).summary())
+    except ValueError as error:
+        print("refused:", error)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - start) / 2**20)
+"""
+
+
+@pytest.mark.parametrize("limit_mib", [150, 300, 1000])
+def test_probing_a_module_stays_within_the_memory_limit(limit_mib):
+    """``attnscale.probe`` / ``audit --module`` on 8 attention layers at 2 x 512 tokens: it keeps each product's
+    output and reads each call in float64 (beside the forward's own tensors). Under a limit it either finishes or
+    is refused in words, and its peak growth stays within the limit (it went 2.5-5x past it when it kept every
+    product's inputs and every softmax's logits to read them after the forward)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", PROBE_UNDER_A_LIMIT], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, memory.LIMIT_VARIABLE: f"{limit_mib}M"})
+    assert run.returncode == 0, run.stderr
+    verdict, grown_mib = run.stdout.splitlines()
+    assert float(grown_mib) <= limit_mib, (verdict, grown_mib)
+    if limit_mib >= 1000:
+        assert verdict == "ok: 8 of 8 attention modules measured"
+    else:
+        assert verdict.startswith("refused: reading this module's attention") and "smaller input" in verdict

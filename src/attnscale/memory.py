@@ -133,6 +133,14 @@ def _status_bytes(field: str) -> int | None:
     return None
 
 
+def resident_bytes() -> int | None:
+    """This process's resident memory now (/proc/self/statm), or None where it cannot be told."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return None
+
+
 def _rlimit_room() -> int | None:
     """The least room under this process's address-space (RLIMIT_AS, against what it has mapped) and data
     (RLIMIT_DATA, against its data segment and private mappings) limits; None without a limit.  Under such a

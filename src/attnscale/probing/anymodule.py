@@ -52,6 +52,7 @@ SAME_SCALE = 1e-3          # relative spread under which a set of ratios is one 
 MASKED_BELOW = -1e4        # logits this low are a mask, not a factor's work
 SAMPLE = 64                # vectors matched per call
 GAP = 1.0                  # the q·k gap between the two designed keys of a fused call
+NO_CALL = "no attention call: no softmax over a matrix product and no fused attention operation ran"
 
 
 @dataclass
@@ -133,37 +134,94 @@ class ModuleProbe:
                 "unread": list(self.unread), "other_softmax": list(self.other_softmax)}
 
 
-class _Recorder(TorchDispatchMode):
-    """Keeps, in order, every matrix product (inputs and output), softmax and fused SDPA call, with
-    the module that was running."""
+class RecordingTooLarge(ValueError):
+    """What the recording keeps would not fit in the free memory."""
 
-    def __init__(self, where, weights: set[int] = frozenset()):
+
+class _Recorder(TorchDispatchMode):
+    """Reads every attention call as the module makes it (:func:`read_softmax`, :func:`read_fused`), keeping only
+    what a later call may need: the output of every matrix product (where q and k may have come from), the inputs
+    of the latest product alone (the q and k of a softmax right after it), and the reads.  Before each copy and
+    each read, what the process has grown by since the recording began (the forward's own tensors included: its
+    resident memory; elsewhere what it kept) and what the step will take are held against the free memory at the
+    start: past it, RecordingTooLarge, instead of the machine's memory running out."""
+
+    def __init__(self, where, name: str, weights: set[int] = frozenset(), keep_tensors: bool = False):
         super().__init__()
+        from ..memory import USABLE_SHARE, available_bytes, resident_bytes
+
         self.where = where
         self.weights = weights  # the storage of the module's parameters: a product with one is a layer's, not q·k
-        self.events: list[tuple] = []
-        self.product_storage: set[int] = set()
+        self.result = ModuleProbe(name)
+        self.keep_tensors = keep_tensors
+        self.products: list[tuple[str, torch.Tensor]] = []  # (module, output) of every product, in order
+        self.last_product = None  # (module, a, b, output, with a weight) of the latest product, until a softmax reads it
+        self.product_storage: dict[int, tuple[int, torch.Tensor]] = {}  # a product's output storage -> (place, copy)
+        free = available_bytes("cpu")
+        self.budget = None if free is None else int(USABLE_SHARE * free)
+        self.resident_at_start = resident_bytes()
+        self.kept_bytes = 0
+
+    def keep(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A copy of ``tensor`` (the module may change the original in place later), counted."""
+        size = tensor.numel() * tensor.element_size()
+        self.check_room(size)
+        self.kept_bytes += size
+        return tensor.detach().clone()
+
+    def grown_bytes(self) -> int:
+        """What the process holds beyond what it held when the recording began."""
+        from ..memory import resident_bytes
+
+        now = resident_bytes() if self.resident_at_start is not None else None
+        return max(self.kept_bytes, now - self.resident_at_start) if now is not None else self.kept_bytes
+
+    def check_room(self, working_bytes: int = 0) -> None:
+        """RecordingTooLarge unless the process's growth so far and ``working_bytes`` more fit in the free memory."""
+        if self.budget is None:
+            return
+        needed = self.grown_bytes() + working_bytes
+        if needed > self.budget:
+            from ..memory import USABLE_SHARE, format_bytes
+
+            raise RecordingTooLarge(f"reading this module's attention keeps the output of every matrix product of its "
+                                    f"forward pass and reads each call in float64: {format_bytes(needed)} at this "
+                                    f"call, but only {format_bytes(self.budget / USABLE_SHARE)} is free; probe it on "
+                                    "a smaller input (fewer tokens or a smaller batch)")
+
+    def is_kept_product(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` is the output of a product still kept (its storage may since hold another tensor)."""
+        place, copy = self.product_storage.get(tensor.data_ptr(), (None, None))
+        return place is not None and place < len(self.products) and self.products[place][1] is copy \
+            and copy.numel() == tensor.numel()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         name = str(func)
+        where = self.where() or self.result.module
         if name in PRODUCTS:
             a, b = (args[1], args[2]) if name in ("aten.addmm.default", "aten.baddbmm.default") else (args[0], args[1])
-            self.events.append(("product", self.where(), a.detach().clone(), b.detach().clone(), out.detach().clone(),
-                                b.data_ptr() in self.weights))
-            self.product_storage.add(out.data_ptr())
+            if self.last_product is not None:
+                self.kept_bytes -= sum(t.numel() * t.element_size() for t in self.last_product[1:3])
+            kept_out = self.keep(out)
+            self.product_storage[out.data_ptr()] = (len(self.products), kept_out)
+            self.products.append((where, kept_out))
+            self.last_product = (where, self.keep(a), self.keep(b), kept_out, b.data_ptr() in self.weights)
         elif name == BIAS_ADD and isinstance(args[0], torch.Tensor) and isinstance(args[1], torch.Tensor) \
-                and args[0].data_ptr() in self.product_storage and args[1].numel() < args[0].numel():
-            self.events.append(("biased", self.where(), out.detach().clone()))
+                and self.is_kept_product(args[0]) and args[1].numel() < args[0].numel():
+            # a projection's output with its bias added: q or k come from it, not from the product without the bias
+            place, unbiased = self.product_storage.pop(args[0].data_ptr())
+            self.products[place] = (where, self.keep(out))
+            if self.last_product is None or self.last_product[3] is not unbiased:
+                self.kept_bytes -= unbiased.numel() * unbiased.element_size()
         elif name in SOFTMAX:
-            self.events.append(("softmax", self.where(), args[0].detach().clone(), int(args[1])))
+            read_softmax(self, where, args[0].detach())
         elif name.startswith(SDPA_PREFIX):
-            kept = tuple(a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args)
             first = out[0] if isinstance(out, (tuple, list)) else out
-            self.events.append(("sdpa", self.where(), func, kept,
-                                {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()},
-                                bool(torch.isfinite(first).all())))
+            read_fused(self, where, func, tuple(a.detach() if isinstance(a, torch.Tensor) else a for a in args),
+                       {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()},
+                       bool(torch.isfinite(first).all()))
         return out
 
 
@@ -216,8 +274,7 @@ def _scale_form(scales: torch.Tensor | None, vectors: torch.Tensor) -> tuple[flo
     return None, "varies per query row"
 
 
-def _softmax_read(where: str, logits: torch.Tensor, product) -> AttentionRead:
-    _, _, a, b, out, _ = product
+def _softmax_read(where: str, logits: torch.Tensor, a: torch.Tensor, out: torch.Tensor) -> AttentionRead:
     d_k = a.shape[-1]
     flat_logits, flat_out = logits.reshape(-1).double(), out.reshape(-1).double()
     read = AttentionRead(where, "softmax(q·k)", d_k, None)
@@ -312,8 +369,9 @@ def _fold(read: AttentionRead, q_vectors, k_vectors, products) -> AttentionRead:
 
 
 @contextlib.contextmanager
-def recording(module: torch.nn.Module):
-    """Inside the block, every operation ``module`` (or anything) runs is recorded; yields the recorder."""
+def recording(module: torch.nn.Module, keep_tensors: bool = False):
+    """Inside the block, every attention call ``module`` (or anything) makes is read; yields the recorder, whose
+    ``result`` holds the reads."""
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"probe needs an nn.Module, got {type(module).__name__}")
     names = {id(m): name for name, m in module.named_modules()}
@@ -328,7 +386,8 @@ def recording(module: torch.nn.Module):
 
     hooks = [torch.nn.modules.module.register_module_forward_pre_hook(enter),
              torch.nn.modules.module.register_module_forward_hook(leave)]
-    recorder = _Recorder(lambda: stack[-1] if stack else "", {p.data_ptr() for p in module.parameters()})
+    recorder = _Recorder(lambda: stack[-1] if stack else "", type(module).__name__,
+                         {p.data_ptr() for p in module.parameters()}, keep_tensors)
     try:
         with recorder:
             yield recorder
@@ -365,13 +424,18 @@ def probe(module: torch.nn.Module, example_input, keep_tensors: bool = False, ex
     expected = expectation(expect)
     args = example_input if isinstance(example_input, tuple) else (example_input,)
     check_example(args)
-    with recording(module) as recorder:
+    with recording(module, keep_tensors) as recorder:
         try:
             module(*args, **forward_kwargs)
+        except RecordingTooLarge as error:
+            raise ValueError(str(error)) from None
         except Exception as error:  # noqa: BLE001 - the user's module on the user's input
             raise ValueError(f"{type(module).__name__} failed on the example input: {type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''}") from None
-    return judge(reads(type(module).__name__, recorder.events, keep_tensors), module, expected)
+    result = recorder.result
+    if not result.calls and not result.unread:
+        result.unread.append(NO_CALL)
+    return judge(result, module, expected)
 
 
 def assert_scaled(module: torch.nn.Module, example_input, expect: str | float = "sqrt", strict: bool = True,
@@ -466,46 +530,54 @@ def judge(result: ModuleProbe, module: torch.nn.Module, expected: Expectation) -
     return result
 
 
-def reads(name: str, events: list[tuple], keep_tensors: bool = False) -> ModuleProbe:
-    result = ModuleProbe(name)
-    products: list[tuple[str, torch.Tensor]] = []
-    last_product = None
-    for event in events:
-        if event[0] == "product":
-            products.append((event[1] or name, event[4]))
-            last_product = event
-        elif event[0] == "biased":  # a projection's output with its bias: a candidate for q and k, not logits
-            products.append((event[1] or name, event[2]))
-        elif event[0] == "softmax":
-            logits = event[2]
-            if last_product is not None and last_product[5] and last_product[4].numel() == logits.numel():
-                # softmax(x W): a router's or a classifier's, over a product with a weight of the module
-                result.other_softmax.append(f"{event[1] or name}: a softmax over {tuple(logits.shape)} of a product "
-                                            "with a weight of the module (a router or a classifier), not q·k")
-                last_product = None
-                continue
-            if last_product is None or last_product[4].numel() != logits.numel():
-                result.unread.append(f"a softmax in {event[1] or name} over {tuple(logits.shape)} whose input is no "
-                                     "matrix product just before it")
-                continue
-            read = _softmax_read(event[1] or name, logits, last_product)
-            a, b = last_product[2], last_product[3]
-            q_vectors = a.reshape(-1, a.shape[-1])
-            k_vectors = b.transpose(-1, -2).reshape(-1, b.shape[-2])
-            result.calls.append(_fold(read, q_vectors, k_vectors, products[:-1]))
-            if keep_tensors:
-                lead = logits.shape[:-2]
-                q = a.reshape(*lead, a.shape[-2], a.shape[-1])
-                k = b.transpose(-1, -2).reshape(*lead, b.shape[-1], b.shape[-2])
-                factor = read.factor_at_call if read.factor_at_call is not None else math.nan
-                result.tensors.append((read.module, Observation(q, k, logits, torch.softmax(logits.double(), dim=-1),
-                                                                factor)))
-            last_product = None
-        else:
-            read, q_vectors, k_vectors = _sdpa_read(event[1] or name, event[2], event[3], event[4], event[5])
-            result.calls.append(_fold(read, q_vectors, k_vectors, products))
-            if keep_tensors:
-                result.tensors.append(_sdpa_tensors(read.module, read.factor_at_call, event[3], event[4]))
-    if not result.calls and not result.unread:
-        result.unread.append("no attention call: no softmax over a matrix product and no fused attention operation ran")
-    return result
+def read_softmax(recorder: _Recorder, where: str, logits: torch.Tensor) -> None:
+    """A softmax: an attention call if its input is the product just before it (and that product is not one with a
+    weight of the module: a router's or a classifier's softmax(x W))."""
+    result, product = recorder.result, recorder.last_product
+    if product is not None and product[4] and product[3].numel() == logits.numel():
+        result.other_softmax.append(f"{where}: a softmax over {tuple(logits.shape)} of a product with a weight of the "
+                                    "module (a router or a classifier), not q·k")
+        recorder.last_product = None
+        return
+    if product is None or product[3].numel() != logits.numel():
+        result.unread.append(f"a softmax in {where} over {tuple(logits.shape)} whose input is no matrix product just "
+                             "before it")
+        return
+    _, a, b, out, _ = product
+    # float64 copies of the logits and the product, masks and ratios; then each earlier product matched in float64
+    recorder.check_room(READ_BYTES_PER_LOGIT * logits.numel() + largest_match_bytes(recorder.products))
+    read = _softmax_read(where, logits, a, out)
+    q_vectors = a.reshape(-1, a.shape[-1])
+    k_vectors = b.transpose(-1, -2).reshape(-1, b.shape[-2])
+    result.calls.append(_fold(read, q_vectors, k_vectors, recorder.products[:-1]))
+    dropped = recorder.products.pop()[1]  # the logits' own product: never where a later call's q or k comes from
+    recorder.kept_bytes -= dropped.numel() * dropped.element_size()
+    if recorder.keep_tensors:
+        lead = logits.shape[:-2]
+        q = a.reshape(*lead, a.shape[-2], a.shape[-1])
+        k = b.transpose(-1, -2).reshape(*lead, b.shape[-1], b.shape[-2])
+        factor = read.factor_at_call if read.factor_at_call is not None else math.nan
+        kept_logits = recorder.keep(logits)
+        result.tensors.append((read.module, Observation(q, k, kept_logits, torch.softmax(kept_logits.double(), dim=-1),
+                                                        factor)))
+    recorder.last_product = None
+
+
+READ_BYTES_PER_LOGIT = 64   # float64 logits and product, masks, ratios and their spread: up to 8 float64 copies
+MATCH_BYTES_PER_VALUE = 24  # a product's output in float64 and its vectors' norms and directions
+
+
+def largest_match_bytes(products: list[tuple[str, torch.Tensor]]) -> int:
+    """The working memory of matching a call's q and k against the products before it (one at a time)."""
+    return MATCH_BYTES_PER_VALUE * max((output.numel() for _, output in products), default=0)
+
+
+def read_fused(recorder: _Recorder, where: str, func, args: tuple, kwargs: dict, finite: bool) -> None:
+    """A fused SDPA call: its factor measured on designed inputs, what was done to its q and k read from the
+    products before it."""
+    recorder.check_room(largest_match_bytes(recorder.products))
+    read, q_vectors, k_vectors = _sdpa_read(where, func, args, kwargs, finite)
+    recorder.result.calls.append(_fold(read, q_vectors, k_vectors, recorder.products))
+    if recorder.keep_tensors:
+        kept = tuple(recorder.keep(a) if isinstance(a, torch.Tensor) else a for a in args[:2]) + args[2:]
+        recorder.result.tensors.append(_sdpa_tensors(read.module, read.factor_at_call, kept, kwargs))
