@@ -131,3 +131,17 @@ def test_the_package_attention_is_the_function_after_its_module_is_imported():
     from attnscale import attention
 
     assert callable(attention) and attnscale.attention is attention and attention.__name__ == "attention"
+
+
+@pytest.mark.parametrize("args, asks", [
+    (["--help"], True), (["-h"], True), (["--version"], True), (["report", "--help"], True),
+    (["report", "--fresh", "--help"], True),       # after a flag: help
+    (["report", "--out", "--help"], False),         # the value of --out: the report runs into "--help"
+    (["report", "--out=x", "--help"], True),
+    (["diagnose", "--text", "-h"], False), (["train", "--checkpoint=--help"], False),
+    (["explain", "C01", "--help"], True), (["report", "--", "--help"], False), (["report"], False),
+])
+def test_help_is_asked_for_only_in_the_place_of_an_option(args, asks):
+    from attnscale.cli import asks_for_help
+
+    assert asks_for_help(args) is asks

@@ -349,6 +349,12 @@ CASES = [
          lambda d: write(tiny_folder(d / "m") / "config.json",
                          json.dumps({**TINY_BERT, "layer_norm_eps": float("inf")}))),
     Case("diagnose-text-not-utf8", ["diagnose", "--text", "abc\udcff"], "is not valid UTF-8"),
+    Case("numerics-text-not-utf8", ["numerics", "--model", "default", "--text", "abc\udcff"], "is not valid UTF-8"),
+    # "--help" as an option's value asks for no help: the command runs, so the environment is checked first
+    Case("env-checked-with-help-as-a-value", ["diagnose", "--text", "--help"], "ATTNSCALE_MEMORY_LIMIT='0' leaves no "
+         "memory", env={"ATTNSCALE_MEMORY_LIMIT": "0"}),
+    Case("env-checked-with-help-as-a-value-after-equals", ["train", "--checkpoint=--help"], "ATTNSCALE_MEMORY_LIMIT='0'",
+         env={"ATTNSCALE_MEMORY_LIMIT": "0"}),
     Case("diagnose-vision-model", ["diagnose", "m"], "takes pixel_values", lambda d: vision_folder(d / "m")),
     # explain
     Case("explain-unknown-claim", ["explain", "C99"], "'C99'"),

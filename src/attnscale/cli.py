@@ -178,6 +178,34 @@ def check_completion(args: list[str], environ) -> None:
         raise UserError(f"COMP_CWORD={cursor!r} is not a word index; accepted: an integer >= 0")
 
 
+HELP_WORDS = ("-h", "--help", "--version")
+
+
+def asks_for_help(args: list[str]) -> bool:
+    """Whether the command line asks for the help or the version, and nothing runs: a help word in the place of an
+    option (``report --help``), not the value of one (``report --out --help`` runs the report into "--help")."""
+    if not set(HELP_WORDS) & set(args):
+        return False
+    command = typer.main.get_command(app)  # typer's own click: its classes are not click's
+    takes_value = False
+    for token in args:
+        if takes_value:
+            takes_value = False
+            continue
+        if token == "--":
+            return False
+        if token in HELP_WORDS:
+            return True
+        if token.startswith("-"):
+            name = token.split("=", 1)[0]
+            option = next((p for p in command.params if p.param_type_name == "option"
+                           and name in p.opts + p.secondary_opts), None)
+            takes_value = option is not None and not option.is_flag and not option.count and "=" not in token
+        elif hasattr(command, "list_commands"):  # a group: the token names its command
+            command = command.commands.get(token, command)
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: user errors become one line on stderr and exit code 2; any other exception is
     an internal error (exit code 1, with its traceback); no arguments prints the help."""
@@ -186,7 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     degrade_output()
     try:
         check_completion(args, os.environ)
-        if args and not {"-h", "--help", "--version"} & set(args):  # help and the version read no variable
+        if args and not asks_for_help(args):  # help and the version read no variable
             from .environment import check_environment
 
             check_environment()

@@ -68,3 +68,18 @@ def progress_bar():
         bar.live.stop()  # Progress.stop would add a blank line on a non-terminal stderr
         raise
     bar.stop()
+
+
+def utf8_option(option: str, text: str | None) -> str | None:
+    """``text`` as given to ``option``, refused in one line if the shell passed bytes that are not UTF-8 (Python keeps
+    them as lone surrogates, which a tokenizer or a file write would fail on later)."""
+    from .errors import UserError
+
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape")[:40]
+        raise UserError(f"{option} {shown!r} is not valid UTF-8; accepted: UTF-8 text") from None
+    return text

@@ -20,13 +20,9 @@ def read_text(text: str | None, text_file: Path | None) -> str | None:
     if text is not None and text_file is not None:
         raise UserError("give --text or --text-file, not both")
     if text_file is None:
-        if text is not None:
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError:  # bytes the shell passed that are not UTF-8 (Python keeps them as surrogates)
-                shown = text.encode("utf-8", "surrogateescape")[:40]
-                raise UserError(f"--text {shown!r} is not valid UTF-8; accepted: UTF-8 text") from None
-        return text
+        from ..terminal import utf8_option
+
+        return utf8_option("--text", text)
     from ..paths import what_is
 
     kind = what_is(text_file)

@@ -187,6 +187,9 @@ def register(app: typer.Typer) -> None:
 
             low = parse_dtype(dtype)
             check_seed(seed)
+            from ..terminal import utf8_option
+
+            text = utf8_option("--text", text)
             reports = model_precision(None if model == "default" else model, layer, text or DEFAULT_TEXT, low, seed)
             if as_json:
                 sys.stdout.write(json.dumps(reports, indent=1) + "\n")
