@@ -202,3 +202,53 @@ def test_a_history_result_with_a_failed_probe_is_used_once_and_not_stored(tmp_pa
     monkeypatch.setattr("attnscale.history.RELEASES", (healthy,))
     run_labs("quick", 0, "cpu", store, ("history",))
     assert len(store.keys()) == 1
+
+
+READ_ONLY_CACHE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from cli_batch import drop_file_capabilities
+try:
+    drop_file_capabilities()
+except (OSError, AttributeError):
+    print("cannot drop"); raise SystemExit(0)
+from attnscale.history.cache import check_can_unpack, unpack
+from attnscale.history.releases import Release
+release = Release(**json.loads(sys.argv[3]))
+try:
+    check_can_unpack(sys.argv[2], [release])
+    print("allowed", unpack(sys.argv[2], release).status.state)
+except ValueError as error:
+    print("refused:", error)
+"""
+
+
+def test_a_read_only_cache_is_refused_before_any_work_unless_its_copies_are_unpacked(tmp_path):
+    """A cache attnscale may not write (the file permissions apply to root too, its file capabilities dropped): with
+    a release not unpacked yet, refused up front naming the variable; with every copy unpacked, read as it is."""
+    release = fake_bert_wheel(tmp_path / "cache", "0.0.1", {"pytorch_pretrained_bert/modeling.py": bert_source()})
+    fields = json.dumps({k: getattr(release, k) for k in ("package", "version", "filename", "sha256", "kind", "date",
+                                                          "language", "size")})
+
+    def as_unprivileged() -> str:
+        run = subprocess.run([sys.executable, "-c", READ_ONLY_CACHE, str(Path(__file__).parent), str(tmp_path / "cache"),
+                              fields], capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        return run.stdout.strip()
+
+    (tmp_path / "cache").chmod(0o555)
+    try:
+        first = as_unprivileged()
+        if first == "cannot drop":
+            pytest.skip("file permissions cannot be made to apply to this process")
+        assert first.startswith("refused: the history cache") and "1 of its releases are not unpacked" in first
+        assert "ATTNSCALE_HISTORY_CACHE" in first
+        (tmp_path / "cache").chmod(0o755)
+        assert unpack(tmp_path / "cache", release).root is not None
+        for folder in (tmp_path / "cache", tmp_path / "cache" / cache.UNPACKED_FOLDER):
+            folder.chmod(0o555)
+        assert as_unprivileged() == "allowed present"
+    finally:
+        for folder in (tmp_path / "cache", tmp_path / "cache" / cache.UNPACKED_FOLDER):
+            if folder.exists():
+                folder.chmod(0o755)

@@ -34,4 +34,5 @@ def register(app: typer.Typer) -> None:
             return
         from .lab_command import run_lab_command
 
+        cache.check_can_unpack()
         run_lab_command("history", options.preset_name(preset), seed, device, as_json, None)

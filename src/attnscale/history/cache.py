@@ -363,6 +363,25 @@ def unpack(cache_dir, release: Release) -> Unpacked:
     return Unpacked(current, root)
 
 
+def check_can_unpack(cache_dir=None, releases: Iterable[Release] = RELEASES) -> None:
+    """UserError, before any work, where releases present in the cache are not unpacked yet and the cache is a
+    folder attnscale may not write (read-only, or owned by another user): the history lab would find every one of
+    them unusable only when it reached them."""
+    from ..errors import UserError
+
+    folder = resolve_cache_dir(cache_dir)
+    unpacked = folder / UNPACKED_FOLDER
+    writable = (lambda path: os.access(path, os.W_OK | os.X_OK))
+    if (writable(unpacked) and writable(folder)) if unpacked.is_dir() else (not folder.is_dir() or writable(folder)):
+        return
+    waiting = [r for r in releases if check(folder, r).usable
+               and not _unpacked_is_intact(unpacked / f"{r.filename}-{r.sha256[:12]}", r)]
+    if waiting:
+        raise UserError(f"the history cache {str(folder)!r} is read-only and {len(waiting)} of its releases are not "
+                        f"unpacked yet (the history lab unpacks them there); make it writable, or set {CACHE_ENV} to "
+                        "a writable folder")
+
+
 def _main(argv: Sequence[str]) -> int:
     """``--fetch`` downloads what is not present; without it, prints the status of each release."""
     unknown = [a for a in argv if a != "--fetch"]

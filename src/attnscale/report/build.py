@@ -233,6 +233,10 @@ def build_report(preset: str = "quick", seed: int = 0, out: str | Path = "attnsc
     out = check_folder(out, "report folder")
     check_outputs(out, files=REPORT_FILES + ("results.sqlite", "runs.sqlite"), folders=("figures",))
     fonts.font_path()  # a bad ATTNSCALE_CJK_FONT is refused before any work
+    if "history" in labs:
+        from ..history.cache import check_can_unpack
+
+        check_can_unpack()  # so is a read-only history cache the lab would need to unpack into
     # Both stores are checked before either is made, and made before any lab runs.  Labs made of
     # many training runs keep each finished group in runs.sqlite beside the results: a killed
     # report resumes where it stopped.

@@ -48,9 +48,13 @@ def quote(row: dict) -> str:
 
 
 def missing_text(result: dict, rows: list[dict]) -> str:
-    absent = [release_name(r) for r in rows if not read(r)]
-    return (f"not in the cache {result['cache']}: {', '.join(absent)}; fetch with `{result['fetch_command']}`"
-            if absent else "")
+    unread = [r for r in rows if not read(r)]
+    absent = [release_name(r) for r in unread if r.get("cache_state") != "unwritable"]
+    stuck = [release_name(r) for r in unread if r.get("cache_state") == "unwritable"]
+    return "; ".join(([f"not in the cache {result['cache']}: {', '.join(absent)}; fetch with `{result['fetch_command']}`"]
+                      if absent else []) +
+                     ([f"in the cache {result['cache']} but not unpacked there (no room, or not writable): "
+                       f"{', '.join(stuck)}"] if stuck else []))
 
 
 def judge_c13(result: dict) -> Finding:
