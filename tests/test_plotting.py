@@ -65,8 +65,9 @@ def test_attention_heat_maps_label_their_tokens_and_carry_a_colour_bar(tmp_path,
 
 
 def test_a_saved_figure_is_an_indexed_png_that_looks_like_matplotlibs(tmp_path):
-    """The PNG on disk has at most 256 colours, differs from matplotlib's own RGBA rendering by under 0.5 of 255 per
-    channel on average (edges of anti-aliased lines aside, the same pixels), and is smaller."""
+    """The PNG on disk has at most 256 colours, differs from matplotlib's own RGBA rendering by under 1 of 255 per
+    channel on average and nowhere by more than 24 (a rare colour, the top of a colour bar, kept too), white stays
+    white, and the file is smaller."""
     import io
 
     import numpy as np
@@ -78,14 +79,17 @@ def test_a_saved_figure_is_an_indexed_png_that_looks_like_matplotlibs(tmp_path):
         xs = np.linspace(0, 1, 50)
         axes[0].plot(xs, xs ** (rule + 1), marker="o", label=f"rule {rule}")
     axes[0].legend()
-    axes[1].imshow(torch.softmax(torch.randn(32, 32, generator=torch.Generator().manual_seed(0)), -1).numpy(), cmap="magma")
+    shown = axes[1].imshow(torch.softmax(torch.randn(32, 32, generator=torch.Generator().manual_seed(0)), -1).numpy(),
+                           cmap="magma")
+    fig.colorbar(shown, ax=axes[1])
     drawn = io.BytesIO()
     fig.savefig(drawn, format="png", dpi=100)
     plotting.save_to(fig, tmp_path / "f.png", dpi=100, fitted=True)
     reference, saved = Image.open(drawn).convert("RGB"), Image.open(tmp_path / "f.png")
     assert saved.mode == "P" and saved.size == reference.size and len(saved.getcolors(1 << 24)) <= plotting.PALETTE
     difference = np.abs(np.asarray(saved.convert("RGB"), dtype=int) - np.asarray(reference, dtype=int))
-    assert difference.mean() < 0.5 and (difference.max(axis=-1) == 0).mean() > 0.95
+    white = (np.asarray(reference) == 255).all(axis=-1)
+    assert difference.mean() < 1.0 and difference.max() <= 24 and difference[white].max() == 0
     assert (tmp_path / "f.png").stat().st_size < len(drawn.getvalue())
 
 

@@ -52,12 +52,13 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 24) -
         heads = probs.shape[0]
         cols = min(4, heads)
         rows = math.ceil(heads / cols)
-        # token labels on the outer axes only (the heads share both axes), and a fixed layout: a layout
-        # engine measuring every label of every head cost 4x the diagnosis itself
+        # token labels and ticks on the outer axes only (every head has the same tokens; the inner heads get no
+        # ticks, each of which matplotlib builds as objects of its own), and a fixed layout: a layout engine
+        # measuring every label of every head cost 4x the diagnosis itself
         label_room = 0.075 * max((len(str(t)) for t in labels), default=1) + 0.5  # inches for the token labels
         panel = max(2.2, 0.09 * len(ticks) + 0.6)
         width, height = panel * cols + label_room + 1.4, panel * rows + label_room + 0.9
-        fig, axes = plt.subplots(rows, cols, figsize=(width, height), dpi=100, squeeze=False, sharex=True, sharey=True)
+        fig, axes = plt.subplots(rows, cols, figsize=(width, height), dpi=100, squeeze=False)
         fig.subplots_adjust(left=(label_room + 0.35) / width, right=1 - 1.0 / width, bottom=(label_room + 0.3) / height,
                             top=1 - 0.6 / height, wspace=0.08, hspace=0.25)
         for head in range(rows * cols):
@@ -67,19 +68,21 @@ def draw_heatmaps(diagnosis: Diagnosis, outdir, max_labelled_tokens: int = 24) -
                 continue
             image = ax.imshow(probs[head].numpy(), cmap="magma", norm=PowerNorm(0.5, vmin=0.0, vmax=1.0),
                               aspect="auto", interpolation="nearest")
-            ax.set_title(f"L{layer} H{head} " + " ".join(diagnosis.heads[layer * heads + head]["flags"]))
+            # a title at a fixed height: matplotlib would otherwise measure every tick label of the shared axes to
+            # place each of the heads' titles (half the figure's cost)
+            ax.set_title(f"L{layer} H{head} " + " ".join(diagnosis.heads[layer * heads + head]["flags"]), y=1.0, pad=4)
             if head // cols == rows - 1 or head + cols >= heads:  # the lowest head of its column
                 ax.set_xticks(ticks)
                 ax.set_xticklabels(labels, rotation=90)
                 ax.set_xlabel("key")
             else:
-                ax.tick_params(labelbottom=False)
+                ax.set_xticks([])
             if head % cols == 0:
                 ax.set_yticks(ticks)
                 ax.set_yticklabels(labels)
                 ax.set_ylabel("query")
             else:
-                ax.tick_params(labelleft=False)
+                ax.set_yticks([])
         fig.colorbar(image, ax=axes.ravel().tolist(), fraction=0.025, pad=0.01,
                      label="attention weight (sqrt colour scale)")
         fig.suptitle(f"layer {layer}: attention weights (rows: queries, columns: keys"
