@@ -350,6 +350,8 @@ CASES = [
                          json.dumps({**TINY_BERT, "layer_norm_eps": float("inf")}))),
     Case("diagnose-text-not-utf8", ["diagnose", "--text", "abc\udcff"], "is not valid UTF-8"),
     Case("numerics-text-not-utf8", ["numerics", "--model", "default", "--text", "abc\udcff"], "is not valid UTF-8"),
+    Case("history-cache-lock-is-a-folder", ["history"], "hc/.attnscale-cache.lock' is a folder, not a file",
+         lambda d: (d / "hc" / ".attnscale-cache.lock").mkdir(parents=True), env={"ATTNSCALE_HISTORY_CACHE": "hc"}),
     # "--help" as an option's value asks for no help: the command runs, so the environment is checked first
     Case("env-checked-with-help-as-a-value", ["diagnose", "--text", "--help"], "ATTNSCALE_MEMORY_LIMIT='0' leaves no "
          "memory", env={"ATTNSCALE_MEMORY_LIMIT": "0"}),

@@ -36,6 +36,7 @@ from pathlib import Path, PurePosixPath
 from typing import Iterable, Sequence
 
 from .. import environment
+from ..errors import UserError
 from .releases import RELEASES, Release
 
 CACHE_ENV = environment.HISTORY_CACHE
@@ -186,7 +187,17 @@ class cache_lock:
     def __init__(self, folder: Path):
         self.path = Path(folder) / LOCK_NAME
 
+    def check(self) -> None:
+        """UserError if something other than a file stands where the lock file goes."""
+        from ..paths import what_is
+
+        kind = what_is(self.path)
+        if kind not in ("a file", "missing"):
+            raise UserError(f"the history cache's lock {str(self.path)!r} is {kind}, not a file; remove it (attnscale "
+                            "makes it again)")
+
     def __enter__(self):
+        self.check()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
@@ -345,6 +356,8 @@ def unpack(cache_dir, release: Release) -> Unpacked:
                 if not _unpacked_is_intact(target, release):  # another run may have unpacked it while we waited
                     folder.mkdir(parents=True, exist_ok=True)
                     _unpack_into_place(current.path, release, target)
+        except UserError:  # the cache's lock is not a file: nothing about this release
+            raise
         except OSError as error:
             if error.errno in DISK_ERRORS:
                 reason = f"cannot unpack into {folder}: {error.strerror or error}"
@@ -367,9 +380,8 @@ def check_can_unpack(cache_dir=None, releases: Iterable[Release] = RELEASES) -> 
     """UserError, before any work, where releases present in the cache are not unpacked yet and the cache is a
     folder attnscale may not write (read-only, or owned by another user): the history lab would find every one of
     them unusable only when it reached them."""
-    from ..errors import UserError
-
     folder = resolve_cache_dir(cache_dir)
+    cache_lock(folder).check()
     unpacked = folder / UNPACKED_FOLDER
     writable = (lambda path: os.access(path, os.W_OK | os.X_OK))
     if (writable(unpacked) and writable(folder)) if unpacked.is_dir() else (not folder.is_dir() or writable(folder)):
