@@ -176,8 +176,8 @@ class SQLiteTable:
         check_folder(folder, "store folder")
 
     def _check_companions(self) -> None:
-        """SQLite keeps files beside the store (``-wal``, ``-shm``, ``-journal``): each must be a file or absent, and
-        its name must fit in the folder's longest name."""
+        """SQLite keeps files beside the store (``-wal``, ``-shm``, ``-journal``): each must be a plain file (not a
+        link, which SQLite would write through) or absent, and its name must fit in the folder's longest name."""
         longest = name_max(self.path.parent)
         for suffix in COMPANIONS:
             companion = Path(f"{self.path}{suffix}")
@@ -185,7 +185,7 @@ class SQLiteTable:
                 raise UserError(f"{self._name()} has a name of {len(self.path.name.encode())} bytes; SQLite keeps a "
                                 f"{suffix} file beside it, and names here are at most {longest} bytes: use a name of at "
                                 f"most {longest - max(map(len, COMPANIONS))} bytes")
-            kind = what_is(companion)
+            kind = "a symbolic link (SQLite would write through it)" if companion.is_symlink() else what_is(companion)
             if kind not in ("a file", "missing"):
                 raise UserError(f"{self._name()}: {str(companion)!r}, where SQLite keeps its {suffix} file, is {kind}; "
                                 "move it away or use another file")
