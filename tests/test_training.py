@@ -376,6 +376,10 @@ def test_c09_every_outcome(result):
     # Wilson upper bound z^2 / (n + z^2) does, at n = 4
     few = V.judge_c09(deep(STALL, TRAINS, seeds=3))
     assert few.verdict == INCONCLUSIVE and "about 4 seeds at the observed 0 of 3" in few.readings["no_converge"].decide
+    # a loss falling fast and steadily moves a lot between log points, yet never goes back up: it does not oscillate
+    steep = V.judge_c09(deep(STALL, TRAINS, old_curve=[3.0, 2.0, 1.5, 0.7, 0.2]))
+    assert steep.readings["oscillates"].state == FAILS and steep.verdict == PARTLY
+    assert V.oscillation([3.0, 2.0, 1.5, 0.7, 0.2]) == 0 and V.oscillation([2.0, 1.5, 2.5, 1.0, 2.6]) == pytest.approx(1.6)
     # movement that is sometimes large, sometimes not: the ratio's interval straddles, undecided
     mixed = deep(STALL, TRAINS)
     for r in mixed["deep"]:

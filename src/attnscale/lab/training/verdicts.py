@@ -41,7 +41,8 @@ LM_MARGIN = 0.1           # nats: the reference must end this far below the bigr
 SLOWER_RANGE = (2.0, 3.0)  # C13: "2-3x slower", as the claim says it (noise is the ratio's interval, not a wider range)
 GRAD_DROP = 10.0          # C17: "drops by more than 10x"
 BEATS_COPY = 0.05         # C17: accuracy this far above the copy baseline counts as beating it
-DEEP_OSCILLATES = 2.0     # C09: mean |change| of the val loss in the second half, vs 1/16's
+DEEP_OSCILLATES = 2.0     # C09: the val loss's total rise in the second half, vs 1/16's
+RISE_FLOOR = 1e-3         # nats: a total rise below this is a flat (or steadily falling) curve, for either factor
 EQUAL_AT_INIT = 1e-3      # C10: relative difference of the step-0 logit std
 EQUIVALENT_CURVE = 0.02   # C10: largest relative gap between the two median validation curves
 EQUIVALENT_LOGITS = 0.05  # C10: relative gap of the per-layer logit std after training
@@ -296,9 +297,10 @@ def judge_c06(result: dict) -> Finding:
 # --------------------------------------------------------------------------- C09: 1/8 vs 1/16, 8 layers
 
 def oscillation(curve: list) -> float:
-    """Mean |change| of the validation loss between log points, over the second half of the run."""
+    """How much the validation loss goes back up over the second half of the run: the sum of its rises between log
+    points (a loss that oscillates rises again and again; one that falls steadily, however fast, rises by 0)."""
     tail = [v for v in curve[len(curve) // 2:] if v is not None]
-    return statistics.fmean(abs(b - a) for a, b in zip(tail, tail[1:])) if len(tail) > 1 else 0.0
+    return sum(max(0.0, b - a) for a, b in zip(tail, tail[1:]))
 
 
 FACTORS = {"const:0.125": "1/8", "const:0.0625": "1/16"}
@@ -350,7 +352,8 @@ def rate_decide(row: dict, threshold: float) -> str:
 def judge_c09(result: dict) -> Finding:
     """Each factor at its own best learning rate.  Three parts: with 1/8 the loss does not converge
     (its solve rate's Wilson interval below DECIDED_RATE; above fails); with 1/8 the loss oscillates
-    (the bootstrap interval of the ratio of 1/8's median oscillation to 1/16's above DEEP_OSCILLATES;
+    (the bootstrap interval of the ratio of 1/8's median rise to 1/16's above DEEP_OSCILLATES: a loss that
+    oscillates goes back up, one that falls steadily does not;
     below fails); 1/16 restores stable training (its solve rate above DECIDED_RATE; below fails)."""
     rows = deep_rows(result)
     cfg = result["config"]
@@ -363,9 +366,9 @@ def judge_c09(result: dict) -> Finding:
         f"{intervals.fmt_interval(r['solved_interval'], percent=True)}, accuracy {fmt_spread(r['acc'], 2)}, "
         f"oscillation {fmt_spread(r['oscillation'], 2)}, diverged {r['diverged']}" for r in rows)
     old, new = deep_best(result, rows, "const:0.125"), deep_best(result, rows, "const:0.0625")
-    calm = [max(v, 1e-3) for v in new["oscillations"]]
-    ratio = statistics.median(old["oscillations"]) / statistics.median(calm)
-    ratio_ci = intervals.bootstrap_ratio(old["oscillations"], calm)
+    rises_1_8, rises_1_16 = ([max(v, RISE_FLOOR) for v in row["oscillations"]] for row in (old, new))
+    ratio = statistics.median(rises_1_8) / statistics.median(rises_1_16)
+    ratio_ci = intervals.bootstrap_ratio(rises_1_8, rises_1_16)
 
     def read_rate(row: dict, name: str, holds_below: bool, scale: float) -> Reading:
         """A factor's solve rate against DECIDED_RATE: 'does not converge' holds below it, 'restores' above."""
@@ -383,7 +386,9 @@ def judge_c09(result: dict) -> Finding:
         # the interval's width shrinks with the seeds of both factors: scaled from the fewer (the rates may have
         # left 1/8 and 1/16 with different counts)
         needed = seeds_for_ratio(ratio_ci, ratio, DEEP_OSCILLATES, min(len(old["oscillations"]), len(new["oscillations"])))
-        return Reading(state, measured=f"1/8's loss moves {ratio:.2f}x {intervals.fmt_interval(ratio_ci)} as much as 1/16's",
+        return Reading(state, measured=f"1/8's loss rises {ratio:.2f}x {intervals.fmt_interval(ratio_ci)} as much as 1/16's "
+                       f"(median total rise {statistics.median(old['oscillations']):.3g} against "
+                       f"{statistics.median(new['oscillations']):.3g} nats)",
                        threshold=f"ratio above {DEEP_OSCILLATES * scale:.2g}",
                        decide=(f"about {needed} seeds a factor at the observed ratio" if needed else
                                "no number of seeds at the observed ratio") if state == UNDECIDED else "")
@@ -399,12 +404,13 @@ def judge_c09(result: dict) -> Finding:
         f"factor's own best learning rate (the highest mean accuracy over the base seeds): 1/8 at {old['lr']:g} solves "
         f"in {old['solved']} of {old['seeds']} seeds {intervals.fmt_interval(old['solved_interval'], percent=True)}, "
         f"1/16 at {new['lr']:g} in {new['solved']} of {new['seeds']} "
-        f"{intervals.fmt_interval(new['solved_interval'], percent=True)}; 1/8's validation loss moves {ratio:.2f}x "
-        f"{intervals.fmt_interval(ratio_ci)} as much as 1/16's between log points in the second half. \"Does not "
+        f"{intervals.fmt_interval(new['solved_interval'], percent=True)}; over the second half, 1/8's validation loss "
+        f"goes back up {ratio:.2f}x {intervals.fmt_interval(ratio_ci)} as much as 1/16's (the sum of its rises between "
+        f"log points; a steady descent rises by 0; either below {RISE_FLOOR:g} nats counts as {RISE_FLOOR:g}). \"Does not "
         f"converge\" {readings['no_converge'].state}, \"oscillates\" {readings['oscillates'].state}, \"1/16 restores "
         f"stable training\" {readings['restores'].state}. Part rules: \"does not converge\" holds where 1/8's solve "
         f"rate interval lies below {DECIDED_RATE:g} and fails where it lies above; \"oscillates\" holds where the "
-        f"bootstrap 95% interval of the ratio of median movements lies above {DEEP_OSCILLATES:g} and fails where it "
+        f"bootstrap 95% interval of the ratio of median rises lies above {DEEP_OSCILLATES:g} and fails where it "
         f"lies below; \"1/16 restores\" holds where 1/16's solve rate interval lies above {DECIDED_RATE:g} and fails "
         f"where it lies below; an undecided part names the seeds that would decide it at the observed rate.")
     numbers = {f"acc_1_8_lr{r['lr']:g}": r["acc"]["median"] for r in rows if r["rule"] == "const:0.125"}
