@@ -296,3 +296,23 @@ def test_the_monte_carlo_drawn_in_blocks_is_the_one_draw_of_every_row(monkeypatc
     entropy = E.per_row(config, 300, torch.Generator().manual_seed(5), [0.5], lambda x, m: E.normalised_entropy(x * m, 300))
     whole = torch.randn(config.draws, 300, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
     assert torch.equal(entropy[0], E.normalised_entropy(whole * config.logit_std * 0.5, 300))
+
+
+def test_an_assertion_of_two_things_fails_where_either_does():
+    """L4's RoPE part, "log-n keeps the accuracy that 1/sqrt(d_k) alone loses": 1/sqrt(d_k) losing it (holds) while
+    log-n loses it too (fails) is a failure of the part, not a part that holds in part; holds only where both
+    hold; undecided where one is open and none fails."""
+    from attnscale.lab.length.verdicts import both
+
+    def reading(state):
+        return claims.Reading(state, measured=state, moved={"x0.8": state, "x1.2": state})
+
+    H, F, U = claims.HOLDS, claims.FAILS, claims.UNDECIDED
+    assert both(reading(H), reading(F), ("sqrt", "log-n")).state == F
+    assert both(reading(F), reading(H), ("sqrt", "log-n")).state == F
+    assert both(reading(H), reading(H), ("sqrt", "log-n")).state == H
+    open_part = both(reading(H), reading(U), ("sqrt", "log-n"))
+    assert open_part.state == U and open_part.could_be == [H, F]
+    assert both(reading(F), reading(U), ("sqrt", "log-n")).state == F
+    assert both(reading(H), reading(F), ("sqrt", "log-n")).moved == {"x0.8": F, "x1.2": F}
+    assert claims.over_settings([H, F]) == claims.MIXED  # read as settings, the same states would hold in part

@@ -120,6 +120,18 @@ def over_settings(states) -> str:
     return UNDECIDED
 
 
+def all_of(states) -> str:
+    """One state from the states of the conjuncts of one assertion ("A, and B"): fails where any conjunct fails
+    (or holds only in part), holds where every one holds, undecided otherwise.  Unlike :func:`over_settings`, a
+    conjunct that fails is not outweighed by one that holds: "A and B" with B false is false, not true in part."""
+    states = [s for s in states if s in TESTED]
+    if not states:
+        return UNDECIDED
+    if FAILS in states or MIXED in states:
+        return FAILS
+    return HOLDS if all(s == HOLDS for s in states) else UNDECIDED
+
+
 def could_be(states, aggregate=None) -> list[str]:
     """What a part aggregated from ``states`` (by ``aggregate``, :func:`over_settings` by default)
     could still turn out to be, each undecided state turning either way; [] where none is undecided."""
@@ -167,6 +179,12 @@ class Reading:
         for state in self.moved.values():
             if state not in STATES:
                 raise ValueError(f"unknown moved state {state!r}; accepted: {', '.join(STATES)}")
+
+    @classmethod
+    def all_of(cls, states, **fields) -> "Reading":
+        """A part that asserts several things at once (:func:`all_of`), and what an undecided one could still make it."""
+        states = list(states)
+        return cls(all_of(states), could_be=could_be(states, all_of), **fields)
 
     @classmethod
     def over(cls, states, **fields) -> "Reading":

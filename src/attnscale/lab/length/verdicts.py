@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from ... import intervals
+from ... import claims, intervals
 from ...claims import NOT_IN_PRESET, Finding, Reading, measured_at, state_of
 from .experiment import DECIDED_RATE, DROPS_BY, FADES_BELOW, drops, fades, rate
 
@@ -109,6 +109,19 @@ def in_both(first: Reading, second: Reading, where: tuple[str, str]) -> Reading:
                    threshold=first.threshold, could_be=over.could_be,
                    settings=[{"where": w, "state": r.state, "measured": r.measured} for w, r in zip(where, (first, second))],
                    moved={m: Reading.over([first.moved[m], second.moved[m]]).state for m in first.moved})
+
+
+def both(first: Reading, second: Reading, where: tuple[str, str]) -> Reading:
+    """One part that asserts two things ("log-n keeps what 1/sqrt(d_k) loses"), each read in its own setting
+    (``where`` names them): it holds only where both do and fails where either fails (:func:`claims.all_of`), with
+    each setting's reading, what an undecided one could still make it, the failing one's direction, and the
+    states with the thresholds moved."""
+    joined = Reading.all_of([first.state, second.state])
+    failing = [f"{w}: {r.direction or r.measured}" for w, r in zip(where, (first, second)) if r.state == claims.FAILS]
+    return Reading(joined.state, measured=f"{where[0]}: {first.measured}; {where[1]}: {second.measured}",
+                   threshold=first.threshold, could_be=joined.could_be, direction="; ".join(failing),
+                   settings=[{"where": w, "state": r.state, "measured": r.measured} for w, r in zip(where, (first, second))],
+                   moved={m: claims.all_of([first.moved[m], second.moved[m]]) for m in first.moved})
 
 
 def lose_weight(scale: float) -> str:
@@ -225,7 +238,7 @@ def judge_l4(result: dict, numbers: dict) -> Finding:
     if rope_sqrt.state == NOT_IN_PRESET or rope_logn.state == NOT_IN_PRESET:
         readings["rope"] = Reading(NOT_IN_PRESET, note="RoPE models are trained in the full preset")
     else:
-        readings["rope"] = in_both(rope_sqrt, rope_logn, ("1/sqrt(d_k)", "log-n"))
+        readings["rope"] = both(rope_sqrt, rope_logn, ("1/sqrt(d_k)", "log-n"))
     lengths = result["lengths"]
     evidence = (f"Trained at {lengths[0]} tokens with no position embedding, run at {lengths[-1]}: 1/sqrt(d_k) alone: "
                 f"{readings['sqrt_drops'].measured}; log-n: {readings['logn_keeps'].measured}; SSMax: "
