@@ -336,7 +336,8 @@ def test_the_main_input_is_decided_once_a_model(monkeypatch):
     from attnscale.audit import measure
 
     decided = []
-    decide = feed.decide_main_input
-    monkeypatch.setattr(feed, "decide_main_input", lambda model: decided.append(type(model).__name__) or decide(model))
+    decide = feed.kinds.decide_main_input
+    # patched where main_input reads it (the package re-exports the name; patching that copy would count nothing)
+    monkeypatch.setattr(feed.kinds, "decide_main_input", lambda model: decided.append(type(model).__name__) or decide(model))
     result = measure.audit_family("llama", ("eager", "sdpa"), 0)
     assert result.verdict == "ok" and decided == ["LlamaModel"]
