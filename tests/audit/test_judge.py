@@ -56,9 +56,8 @@ def constructed(function_factor=0.25, path_factor=0.25, sdpa_factor=0.25, parity
     ({"function_factor": float("nan"), "path_factor": float("nan")}, "not measured"),
 ])
 def test_verdict_rules(changes, verdict):
-    result = constructed(**changes)
-    verdicts.judge_family(result, ("eager", "sdpa"))
-    assert result.verdict == verdict, result.findings
+    judgement = verdicts.judge(constructed(**changes))
+    assert judgement.verdict == verdict, judgement.findings
 
 
 def test_an_output_that_is_not_finite_is_never_ok():
@@ -68,11 +67,11 @@ def test_an_output_that_is_not_finite_is_never_ok():
     both = constructed()
     for backend in ("eager", "sdpa"):
         both.backends[backend]["output"] = verdicts.NOT_FINITE
-    verdicts.judge_family(both, ("eager", "sdpa"))
+    both = verdicts.judge(both)
     assert both.verdict == "mismatch" and both.findings[-1].startswith("eager output is not finite"), both.findings
     sdpa_only = constructed(sdpa_factor=0.0)
     sdpa_only.backends["sdpa"]["output"] = verdicts.NOT_FINITE
-    verdicts.judge_family(sdpa_only, ("eager", "sdpa"))
+    sdpa_only = verdicts.judge(sdpa_only)
     assert sdpa_only.verdict == "backend disagreement"
     assert sdpa_only.findings == [f for f in sdpa_only.findings if "not finite" in f] and len(sdpa_only.findings) == 1
 
@@ -87,8 +86,7 @@ def test_qk_norm_read_from_a_layers_own_q_and_k_is_held_to_its_declared_logit():
         row["backends"]["eager"]["path"] = row["backends"]["sdpa"]["path"] = None
         row["inputs"] = {"normalised": ["q", "k"], "cosine_temperature": read}
         row["declared"]["cosine_temperature"], row["declared"]["cosine_from"] = declared, "factor 0.25 x |q| 4 x |k| 4"
-        verdicts.judge_family(result, ("eager", "sdpa"))
-        return result
+        return verdicts.judge(result)
 
     assert qk_normed(4.0, 4.0).verdict == "ok"
     wrong = qk_normed(8.0, 4.0)
@@ -113,5 +111,5 @@ def test_a_factor_of_zero_is_never_ok_even_where_declared():
     a finding: such attention cannot focus."""
     zero = constructed(function_factor=0.0, path_factor=0.0, sdpa_factor=0.0)
     zero.layers[0]["declared"].update(function=0.0, path_first=0.0, path_last=0.0)
-    verdicts.judge_family(zero, ("eager", "sdpa"))
+    zero = verdicts.judge(zero)
     assert zero.verdict == "mismatch" and "attention is uniform" in zero.findings[0]

@@ -6,8 +6,8 @@ import copy
 from dataclasses import replace
 
 from attnscale.audit import compose, measure, pipeline
-from attnscale.audit.record import (NO_FACTOR, NOT_INTERCEPTED, FamilyAudit, MechanismKind, Status,
-                                    is_intercepted_nowhere, no_factor)
+from attnscale.audit.record import (NO_FACTOR, NOT_INTERCEPTED, NOT_MEASURED, AuditVerdict, FamilyAudit, MechanismKind,
+                                    Status, is_intercepted_nowhere, no_factor)
 
 
 def test_a_mechanism_is_its_text_in_json_and_keeps_its_kind_through_copies():
@@ -25,9 +25,9 @@ def test_no_softmax_is_decided_by_the_kind_not_by_how_a_text_ends():
     for _, mechanism in measure.MECHANISMS:
         assert (mechanism.kind == MechanismKind.NO_FACTOR) == mechanism.endswith(NO_FACTOR), mechanism[:40]
     assert {m.kind for _, m in measure.MECHANISMS} == {MechanismKind.NO_FACTOR, MechanismKind.UNREAD}
-    typed = FamilyAudit("t", status=Status.AUDITED, unread_attention=[{"mechanism": no_factor("x")}])
-    plain = FamilyAudit("p", status=Status.AUDITED, unread_attention=[{"mechanism": "x" + NO_FACTOR}])
-    assert measure.has_no_factor(typed) and not measure.has_no_factor(plain)
+    typed, plain = [{"mechanism": no_factor("x")}], [{"mechanism": "x" + NO_FACTOR}]
+    assert measure.has_no_factor(NOT_MEASURED, typed) and not measure.has_no_factor(NOT_MEASURED, plain)
+    assert not measure.has_no_factor(AuditVerdict.OK, typed)  # something was read: not a family without a softmax
 
 
 def test_a_module_whose_softmax_cannot_be_read_leaves_ok_incomplete():

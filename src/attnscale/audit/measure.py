@@ -41,11 +41,11 @@ from ..threads import torch_threads
 from . import attention_function, families, feed, inline, positions, qk_norm, whole_path
 from . import declared as declared_rules
 from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_refused, first_inputs, is_fed
-from .record import (NO_FACTOR, NOT_INTERCEPTED, NOT_MEASURED, FamilyAudit, Mechanism, MechanismKind, SkipKind, Status,
-                     is_intercepted_nowhere, kind_of, no_factor)
+from .record import (NO_FACTOR, NOT_INTERCEPTED, NOT_MEASURED, FamilyAudit, Mechanism, MechanismKind, Readings, SkipKind,
+                     Status, is_intercepted_nowhere, kind_of, no_factor)
 from .sizes import RUN_RETRIES
 from .towers import rely_on_towers
-from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge_family, judged_far
+from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge, judged_far
 
 NO_CALL = "no attention function was called"  # attention computed inline: read from its weights instead
 
@@ -383,24 +383,41 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
                 model_type: str | None = None, feeding: Feeding | None = None) -> FamilyAudit:
     """Audit one model (eval mode, CPU) under ``backends`` (eager always runs first); ``family``
     names it in the result, ``model_type`` (default: the config's) selects the declared rules; ``feeding``:
-    what feeding it has found so far (a composite's media; a first pass's findings), else found here."""
+    what feeding it has found so far (a composite's media; a first pass's findings), else found here.
+
+    Read (every backend's pass, the layers, what no layer read), then judge, then the record, made once."""
     feeding = feeding if feeding is not None else Feeding()
     start = time.perf_counter()
     model_type = model_type or getattr(model.config, "model_type", family)
-    result = FamilyAudit(family, type(model).__name__)
+    readings = read_model(model, family, backends, seed, model_type, feeding)
+    judgement = judge(readings)
+    status, skip, reason, findings = Status.AUDITED, SkipKind.NONE, "", list(judgement.findings)
+    mechanisms = list(dict.fromkeys(u["mechanism"] for u in readings.unread_attention if not is_intercepted_nowhere(u)))
+    if has_no_factor(judgement.verdict, readings.unread_attention):
+        status, skip, reason = Status.SKIPPED, SkipKind.NO_SOFTMAX, f"{NO_SOFTMAX} ({'; '.join(mechanisms)})"
+    elif judgement.verdict == NOT_MEASURED and mechanisms:  # what the code shows it computes, said beside why
+        findings += [f"its attention, read from the code: {mechanism}" for mechanism in mechanisms]
+    if judgement.verdict == NOT_MEASURED and not reason:  # a record never says "not measured" without why
+        reason = not_measured_because(findings, readings.backends)
+    return FamilyAudit(family, readings.model_class, status=status, reason=reason, seconds=time.perf_counter() - start,
+                       backends=readings.backends, layers=readings.layers, verdict=judgement.verdict, findings=findings,
+                       source_lines=readings.source_lines, unread_attention=readings.unread_attention, skip=skip)
+
+
+def read_model(model, family: str, backends, seed: int, model_type: str, feeding: Feeding) -> Readings:
+    """Every backend's pass over the first inputs and the designed ones, the layers read from them (from the
+    attention weights where no attention function is called), and the attention modules no layer read."""
+    model_class = type(model).__name__
     takes = feed.main_input(model)
     if not is_fed(takes):
         # a time-series or other model: say what it takes instead of failing on token ids
-        result.backends["eager"] = {"accepted": False, "parity": None,
-                                    "reason": f"takes {takes} ({INPUT_KINDS.get(takes, 'not token ids')}); the audit "
-                                              f"feeds {FED_TEXT} only"}
-        judge_family(result, backends)
-        result.seconds = time.perf_counter() - start
-        return result
+        return Readings(family, model_class, {"eager": {
+            "accepted": False, "parity": None,
+            "reason": f"takes {takes} ({INPUT_KINDS.get(takes, 'not token ids')}); the audit feeds {FED_TEXT} only"}})
     order = ["eager", *[b for b in backends if b != "eager"]]
     inputs = first_inputs(model, feeding)
     units = whole_path.inside_clip({}, declared_rules.clip_of(model.config))
-    layouts, reference, measured = None, None, {}
+    layouts, reference, measured, passes, layers = None, None, {}, {}, []
     with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
         for backend in order:
             torch.manual_seed(seed)  # every backend sees the same random draws (ViT-MAE masks patches at random)
@@ -409,47 +426,37 @@ def audit_model(model, family: str, backends=DEFAULT_BACKENDS, seed: int = 0,
                                                                               inputs, units, layouts)
             except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
                 if backend == "eager" and (isinstance(error, NoAttentionCall) or "eager_attention_forward" in str(error)):
-                    inline_attention(model, feeding, model_type, result, order, inputs, units)
+                    layers, inline_passes = inline_attention(model, feeding, model_type, order, inputs, units)
+                    passes.update(inline_passes)
                     break
-                result.backends[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
+                passes[backend] = {"accepted": False, "reason": families.first_line(error), "parity": None}
                 if backend == "eager":
                     break
                 continue
             if backend == "eager":
                 reference = hidden
-            result.backends[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls)}
+            passes[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls)}
             if isinstance(hidden, torch.Tensor) and not bool(torch.isfinite(hidden).all()):
-                result.backends[backend]["output"] = NOT_FINITE
+                passes[backend]["output"] = NOT_FINITE
             if reference is not None and backend != "eager":
-                result.backends[backend]["positions"] = differing_positions(hidden, reference, PARITY_TOL[torch.float32])
+                passes[backend]["positions"] = differing_positions(hidden, reference, PARITY_TOL[torch.float32])
             measured[backend] = (calls, functions, wholes)
     if "eager" in measured:
-        result.layers = layer_rows(model, feeding, model_type, measured)
-    if result.layers:
-        result.source_lines = declared_rules.scaling_lines(model)
-    result.unread_attention = unread_attention(model, result.layers)
-    if result.layers:
+        layers = layer_rows(model, feeding, model_type, measured)
+    source_lines = declared_rules.scaling_lines(model) if layers else []
+    unread = unread_attention(model, layers)
+    if layers:
         with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
             torch.manual_seed(seed)
-            inline_beside(model, feeding, model_type, result)
-    box_refused(feeding, result.unread_attention)
-    judge_family(result, backends)
-    mechanisms = list(dict.fromkeys(u["mechanism"] for u in result.unread_attention if not is_intercepted_nowhere(u)))
-    if has_no_factor(result):
-        result.status, result.skip = Status.SKIPPED, SkipKind.NO_SOFTMAX
-        result.reason = f"{NO_SOFTMAX} ({'; '.join(mechanisms)})"
-    elif result.verdict == NOT_MEASURED and mechanisms:  # what the code shows it computes, said beside why
-        result.findings += [f"its attention, read from the code: {mechanism}" for mechanism in mechanisms]
-    if result.verdict == NOT_MEASURED and not result.reason:  # a record never says "not measured" without why
-        result.reason = not_measured_because(result)
-    result.seconds = time.perf_counter() - start
-    return result
+            layers, unread = inline_beside(model, feeding, model_type, layers, unread)
+    box_refused(feeding, unread)
+    return Readings(family, model_class, passes, layers, source_lines, unread)
 
 
-def not_measured_because(result: FamilyAudit) -> str:
+def not_measured_because(findings: list[str], backends: dict) -> str:
     """Why an audited model has no reading: what its judge found (the eager pass's refusal first), or eager's reason."""
-    eager = result.backends.get("eager") or {}
-    return "; ".join(result.findings) or eager.get("reason") or "no attention layer was read"
+    eager = backends.get("eager") or {}
+    return "; ".join(findings) or eager.get("reason") or "no attention layer was read"
 
 
 def inline_declared(model, family: str):
@@ -463,51 +470,51 @@ def inline_declared(model, family: str):
     return declared
 
 
-def inline_beside(model, feeding: Feeding, family: str, result: FamilyAudit) -> None:
+def inline_beside(model, feeding: Feeding, family: str, layers: list, unread: list) -> tuple[list, list]:
     """Attention modules left unread beside the intercepted calls (a pooling head's torch
     nn.MultiheadAttention, an inline encoder inside a composite) read from their weights where they can
-    be; the rest stay in ``unread_attention``."""
-    names = [u["name"] for u in result.unread_attention if is_intercepted_nowhere(u)]
+    be: the layers with their rows added, and the modules still unread."""
+    names = [u["name"] for u in unread if is_intercepted_nowhere(u)]
     if not names:
-        return
+        return layers, unread
     try:
         rows = inline.inline_rows(model, feeding, inline_declared(model, family), TOKENS, LONGER_TOKENS,
                                   far_position(model.config, TOKENS), only=names)
     except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError):
-        return
-    result.layers += rows
-    result.unread_attention = unread_attention(model, result.layers)
+        return layers, unread
+    layers = layers + rows
+    return layers, unread_attention(model, layers)
 
 
-def inline_attention(model, feeding: Feeding, family: str, result: FamilyAudit, order, inputs, units: dict) -> None:
+def inline_attention(model, feeding: Feeding, family: str, order, inputs, units: dict) -> tuple[list, dict]:
     """A family whose eager pass calls no attention function: the whole path read from its attention weights
     (:mod:`.inline`).  A backend that does call one (GPT-2 with reorder_and_upcast_attn computes eager inline and
     hands sdpa to the function) is measured there as any family's, beside the weights' reading; a backend that
-    computes inline too gets its output compared with eager's."""
+    computes inline too gets its output compared with eager's.  Returns the layers and each backend's pass."""
     try:
-        result.layers = inline.inline_rows(model, feeding, inline_declared(model, family), TOKENS, LONGER_TOKENS,
-                                           far_position(model.config, TOKENS))
+        layers = inline.inline_rows(model, feeding, inline_declared(model, family), TOKENS, LONGER_TOKENS,
+                                    far_position(model.config, TOKENS))
     except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError) as error:
-        result.backends["eager"] = {"accepted": False, "reason": f"inline attention: {families.first_line(error)}",
-                                    "parity": None}
-        return
-    result.backends["eager"] = {"accepted": True, "reason": "inline attention: weights read", "parity": None}
+        return [], {"eager": {"accepted": False, "reason": f"inline attention: {families.first_line(error)}",
+                              "parity": None}}
+    passes = {"eager": {"accepted": True, "reason": "inline attention: weights read", "parity": None}}
     with torch.no_grad():
         reference = final_hidden(model(**inputs))
-    rows = {row["name"]: row for row in result.layers}
+    rows = {row["name"]: row for row in layers}
     for backend in order[1:]:
         try:
             calls, hidden, parity, functions, wholes, _ = backend_pass(model, feeding, backend, reference, inputs, units,
                                                                        None)
         except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
-            result.backends[backend] = (output_compared(model, backend, inputs, reference) if isinstance(error, NoAttentionCall)
-                                        else {"accepted": False, "reason": families.first_line(error), "parity": None})
+            passes[backend] = (output_compared(model, backend, inputs, reference) if isinstance(error, NoAttentionCall)
+                               else {"accepted": False, "reason": families.first_line(error), "parity": None})
             continue
         for call, function, whole in zip(calls, functions, wholes):
             if call.name in rows:
                 rows[call.name]["backends"].setdefault(backend, {"function": function, "path": whole})
-        result.backends[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls),
-                                    "positions": differing_positions(hidden, reference, PARITY_TOL[torch.float32])}
+        passes[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls),
+                           "positions": differing_positions(hidden, reference, PARITY_TOL[torch.float32])}
+    return layers, passes
 
 
 def output_compared(model, backend: str, inputs, reference) -> dict:
@@ -575,11 +582,11 @@ def mechanism_of(module) -> Mechanism:
     return NOT_INTERCEPTED
 
 
-def has_no_factor(result: FamilyAudit) -> bool:
-    """A family none of whose attention could be read because none of it has a softmax over q.k: every
-    attention module is named by a mechanism with no factor (RWKV, YOSO, SwiftFormer, Autoformer, ...)."""
-    return (result.status == Status.AUDITED and result.verdict == NOT_MEASURED and bool(result.unread_attention)
-            and all(kind_of(u) == MechanismKind.NO_FACTOR for u in result.unread_attention))
+def has_no_factor(verdict: str, unread: list[dict]) -> bool:
+    """A model none of whose attention could be read (``verdict`` not measured) because none of it has a softmax
+    over q.k: every attention module is named by a mechanism with no factor (RWKV, YOSO, SwiftFormer, Autoformer)."""
+    return (verdict == NOT_MEASURED and bool(unread)
+            and all(kind_of(u) == MechanismKind.NO_FACTOR for u in unread))
 
 
 def unread_attention(model, layers: list[dict]) -> list[dict]:

@@ -90,6 +90,19 @@ COVERED = AuditVerdict.COVERED
 FAILING = (AuditVerdict.MISMATCH, AuditVerdict.BACKEND_DISAGREEMENT)  # what an exit code 1 stands for
 
 
+@dataclass(frozen=True)
+class Readings:
+    """What reading one model found, before it is judged (:func:`.verdicts.judge`): each backend's pass, the layers
+    read (per layer and backend), the source lines that set the factor, and the attention modules no layer read."""
+
+    family: str
+    model_class: str
+    backends: dict
+    layers: list = field(default_factory=list)
+    source_lines: list = field(default_factory=list)
+    unread_attention: list = field(default_factory=list)
+
+
 @dataclass
 class FamilyAudit:
     family: str

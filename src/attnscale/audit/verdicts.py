@@ -11,6 +11,7 @@ factor, cap or mask than eager, or its output differs beyond the dtype's toleran
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -194,44 +195,50 @@ def judged_backend(result) -> str:
     return stand_in(result) or "eager"
 
 
-def judge_family(result: FamilyAudit, backends) -> None:
-    if result.status == Status.SKIPPED:
-        result.verdict = "not measured"
-        return
-    judged = judged_backend(result)
-    readable = [row for row in result.layers if judged in row["backends"] and
+class Judgement(NamedTuple):
+    """What the judge makes of one model's readings: its verdict and the findings behind it."""
+
+    verdict: AuditVerdict
+    findings: list
+
+
+def judge(readings) -> Judgement:
+    """The verdict of one model from its readings (a :class:`.record.Readings`, or a record holding the same
+    fields: model_class, backends, layers, source_lines): not measured where no layer could be read; else a
+    backend disagreement, a mismatch, incomplete (a QK-norm layer with no declared logit) or ok, with the findings
+    that decide it.  Changes nothing."""
+    judged = judged_backend(readings)
+    readable = [row for row in readings.layers if judged in row["backends"] and
                 (is_readable(row["backends"][judged]) or cosine_read(row))]
     if not readable:
-        eager = result.backends.get("eager", {})
-        forms = sorted({row["backends"]["eager"]["path"]["form"] for row in result.layers
+        eager = readings.backends.get("eager", {})
+        forms = sorted({row["backends"]["eager"]["path"]["form"] for row in readings.layers
                         if row["backends"]["eager"].get("path")})
-        named = list(dict.fromkeys(n for row in result.layers for n in row["declared"].get("outside", [])))
+        named = list(dict.fromkeys(n for row in readings.layers for n in row["declared"].get("outside", [])))
         why = f" ({'; '.join(named)}: the designed q and k do not reach the product unchanged)" if named else ""
-        result.verdict = "not measured"
-        result.findings = [f"whole path: {', '.join(forms)}{why}" if forms and eager.get("accepted") else
-                           eager.get("reason") or "no attention call could be read"]
-        return
+        return Judgement(AuditVerdict.NOT_MEASURED, [f"whole path: {', '.join(forms)}{why}" if forms and eager.get("accepted")
+                                                     else eager.get("reason") or "no attention call could be read"])
     mismatches = [f for row in readable for f in layer_findings(row, judged)]
-    if result.backends.get(judged, {}).get("output") == NOT_FINITE:  # the factor was read, the model's output is NaN
-        mismatches.insert(0, f"{judged} output is not finite (NaN or inf: {masked_rows_text(result, judged)}); "
-                             f"{result.model_class}, {attention_source(result)}")
-    disagreements = [not_finite_finding(result, judged)] if judged != "eager" else []
-    for backend, info in result.backends.items():
+    if readings.backends.get(judged, {}).get("output") == NOT_FINITE:  # the factor was read, the model's output is NaN
+        mismatches.insert(0, f"{judged} output is not finite (NaN or inf: {masked_rows_text(readings, judged)}); "
+                             f"{readings.model_class}, {attention_source(readings)}")
+    disagreements = [not_finite_finding(readings, judged)] if judged != "eager" else []
+    for backend, info in readings.backends.items():
         if backend == "eager" or not info["accepted"]:
             continue
         if info.get("output") == NOT_FINITE and judged == "eager":
             # its factors and masks read off a NaN pass say nothing (a factor of 0, "a mask differs"): said once, and
             # only where eager's output is finite (else eager's own finding says it)
-            if result.backends["eager"].get("output") != NOT_FINITE:
+            if readings.backends["eager"].get("output") != NOT_FINITE:
                 disagreements.append(f"{backend} output is not finite where eager's is (its attention calls: "
-                                     f"{masked_rows_text(result, backend)}); {result.model_class}, "
-                                     f"{attention_source(result)}")
+                                     f"{masked_rows_text(readings, backend)}); {readings.model_class}, "
+                                     f"{attention_source(readings)}")
             continue
         tol = PARITY_TOL[torch.float32]
         if info["parity"] is not None and info["parity"] > tol:
             where = f" at positions {info['positions']}" if info.get("positions") else ""
             disagreements.append(f"{backend} output differs from eager by {info['parity']:.3g}{where} (relative; "
-                                 f"tolerance {tol:g}; {result.model_class}, {attention_source(result)})")
+                                 f"tolerance {tol:g}; {readings.model_class}, {attention_source(readings)})")
         disagreements += [f for row in readable if backend in row["backends"] for f in backend_findings(row, backend)]
     # QK-norm read from a layer's own q and k, with no cosine-1 logit to hold it to: that layer is not judged
     unjudged = [f"{row['name']}: QK-norm (read from the layer's own q and k, cosine-1 logit "
@@ -239,11 +246,9 @@ def judge_family(result: FamilyAudit, backends) -> None:
                 for row in readable if not (row["backends"][judged].get("path"))
                 and (row.get("inputs") or {}).get("cosine_temperature") is not None
                 and row["declared"].get("cosine_temperature") is None]
-    result.findings = disagreements + mismatches + unjudged
-    result.verdict = ("backend disagreement" if disagreements else "mismatch" if mismatches
-                      else AuditVerdict.INCOMPLETE if unjudged else "ok")
-
-
+    verdict = (AuditVerdict.BACKEND_DISAGREEMENT if disagreements else AuditVerdict.MISMATCH if mismatches
+               else AuditVerdict.INCOMPLETE if unjudged else AuditVerdict.OK)
+    return Judgement(verdict, disagreements + mismatches + unjudged)
 
 
 # ---------------------------------------------------------------------------------------
