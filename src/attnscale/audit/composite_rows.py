@@ -10,6 +10,7 @@ a module of a tower is :mod:`.towers`'.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 
@@ -43,9 +44,7 @@ def audit_tower(composite: str, tower: dict, backends=DEFAULT_BACKENDS, seed: in
     except Exception as error:  # noqa: BLE001
         result = FamilyAudit(name, type(model).__name__, status=Status.SKIPPED,
                              reason=f"audit failed: {families.first_line(error)}")
-    result.tower_of = composite
-    result.seconds = time.perf_counter() - start
-    return result
+    return replace(result, tower_of=composite, seconds=time.perf_counter() - start)
 
 
 def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
@@ -71,23 +70,20 @@ def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) 
     except Exception as error:  # noqa: BLE001
         result = FamilyAudit(model_type, type(model).__name__, status=Status.SKIPPED,
                              reason=f"audit failed: {families.first_line(error)}")
-    result.towers = skipped.towers
     # an attention class counts as read where a row reads one of its modules (the factor is the class's code)
     modules = dict(model.named_modules())
     read = {type(modules[row["name"]]).__name__ for row in result.layers if row["name"] in modules}
-    unread = []
+    unread, entries = [], []
     for module in result.unread_attention:
-        if not is_intercepted_nowhere(module):
-            continue
-        row = model_type if module["class"] in read else tower_row(model, skipped, module["name"])
-        if row:
-            module["read_by"] = row  # the row that reads its class (this one, or its tower's)
-        if module["class"] not in read:
-            unread.append((module["class"], row))
-    result.own_attention = sorted({name for name, row in unread if row is None})
-    result.relies_on = sorted({row for _, row in unread if row is not None})
-    result.seconds = time.perf_counter() - start
-    return result
+        row = None
+        if is_intercepted_nowhere(module):
+            row = model_type if module["class"] in read else tower_row(model, skipped, module["name"])
+            if module["class"] not in read:
+                unread.append((module["class"], row))
+        entries.append({**module, "read_by": row} if row else module)  # the row that reads its class (this, or a tower's)
+    return replace(result, towers=skipped.towers, unread_attention=entries,
+                   own_attention=sorted({name for name, row in unread if row is None}),
+                   relies_on=sorted({row for _, row in unread if row is not None}), seconds=time.perf_counter() - start)
 
 
 MEDIA_KINDS = (("image", "vision_config"), ("audio", "audio_config"))  # a medium and the sub-config of its tower

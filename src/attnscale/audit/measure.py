@@ -737,9 +737,7 @@ def audit_family(model_type: str, backends=DEFAULT_BACKENDS, seed: int = 0, **ov
     except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a result, not a crash
         result = FamilyAudit(model_type, type(model).__name__, status="skipped",
                              reason=f"audit failed: {families.first_line(error)}")
-    rely_on_towers(model, result)
-    result.seconds = time.perf_counter() - start
-    return result
+    return dataclasses.replace(rely_on_towers(model, result), seconds=time.perf_counter() - start)
 
 
 def tiny_model(model_type: str, seed: int, overrides: dict):
@@ -944,7 +942,7 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_mod
                 row = {"family": far.family, "verdict": "not measured",
                        "reason": families.first_line(error)[:200]}
             result = judged_far(result, row)
-    result.seconds = time.perf_counter() - start
+    result = dataclasses.replace(result, seconds=time.perf_counter() - start)
     return (result, model) if keep_model else result
 
 

@@ -10,6 +10,7 @@ model are :mod:`.measure`'s (build, feed, read, declare) and :mod:`.verdicts`' (
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -106,7 +107,7 @@ def item_rows(item, backends, seed: int) -> list[FamilyAudit]:
             return [whole, *rows]
         why = (whole.reason or "; ".join(whole.findings) if not is_measured(whole)
                else unread_text(whole.own_attention, unmeasured))
-        result.reason += f"; built whole: {why}"
+        result = replace(result, reason=f"{result.reason}; built whole: {why}")
     return [result, *rows]
 
 

@@ -8,6 +8,8 @@ what it left.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from . import families
 from .record import FamilyAudit, Status, is_intercepted_nowhere
 
@@ -56,17 +58,21 @@ def own_family(model, module_name: str) -> str | None:
                  if getattr(config, "model_type", None) in MODEL_MAPPING_NAMES), None)
 
 
-def rely_on_towers(model, record: FamilyAudit) -> None:
+def rely_on_towers(model, record: FamilyAudit) -> FamilyAudit:
     """A composite audited on its token ids, whose towers that pass does not run (a vision or audio
     tower, a VQ image tokenizer): each attention module it leaves unread inside a tower relies on the
     row that audits that tower (:func:`tower_row`), which :func:`.compose.settled` requires measured with
-    nothing left; a module outside every tower stays unread."""
+    nothing left; a module outside every tower stays unread.  Returns the record with its towers, the row
+    each such module is read by, and what it relies on (the record itself where there is nothing to rely on)."""
     unread = [u["name"] for u in record.unread_attention if is_intercepted_nowhere(u)]
     sub_configs = dict(getattr(type(model.config), "sub_configs", {}) or {})
     if record.status != Status.AUDITED or not unread or not sub_configs:
-        return
-    record.towers = families.tower_types(type(model.config), sub_configs)
+        return record
+    record = replace(record, towers=families.tower_types(type(model.config), sub_configs))
+    modules = []
     for module in record.unread_attention:
-        if module["name"] in unread and (row := own_family(model, module["name"]) or tower_row(model, record, module["name"])):
-            module["read_by"] = row
-    record.relies_on = sorted({module["read_by"] for module in record.unread_attention if module.get("read_by")})
+        row = (own_family(model, module["name"]) or tower_row(model, record, module["name"])) \
+            if module["name"] in unread else None
+        modules.append({**module, "read_by": row} if row else module)
+    return replace(record, unread_attention=modules,
+                   relies_on=sorted({module["read_by"] for module in modules if module.get("read_by")}))
