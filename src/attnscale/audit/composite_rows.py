@@ -131,14 +131,13 @@ def folder_rows(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> list[F
         except Exception as error:  # noqa: BLE001 - third-party model code: its failure is a reason
             row = FamilyAudit(name, type(tower).__name__, status=Status.SKIPPED,
                               reason=f"audit failed: {families.first_line(error)}")
-        row.tower_of, row.seconds = record.family, time.perf_counter() - tower_start
+        row = replace(row, tower_of=record.family, seconds=time.perf_counter() - tower_start)
         rows.append(row)
         if nothing_left(row):
-            for module in record.unread_attention:
-                if is_intercepted_nowhere(module) and module["name"].startswith(prefix + "."):
-                    module["read_by"] = name
-    record.seconds = time.perf_counter() - start
-    return [record, *rows]
+            record = replace(record, unread_attention=[
+                {**module, "read_by": name} if is_intercepted_nowhere(module) and module["name"].startswith(prefix + ".")
+                else module for module in record.unread_attention])
+    return [replace(record, seconds=time.perf_counter() - start), *rows]
 
 
 # What the audit spends on one designed pass of a folder's tower (14 designs at the tower's own sizes): about a minute
