@@ -178,30 +178,25 @@ def test_a_history_result_with_a_failed_probe_is_used_once_and_not_stored(tmp_pa
     """The report keeps a lab's result only if it would be reproduced: a failed probe (here a release whose
     import fails) is reported, not stored; a healthy result is stored."""
     from attnscale import lab
-    from attnscale.lab.history import experiment, unrepeatable
+    from attnscale.lab.history import unrepeatable
+    from attnscale.report.build import run_labs
+    from attnscale.store import Store
 
     monkeypatch.setenv("ATTNSCALE_HISTORY_CACHE", str(tmp_path / "cache"))
     broken = fake_bert_wheel(tmp_path / "cache", "0.0.6", {"pytorch_pretrained_bert/modeling.py":
                                                             "import no_such_module_here\n" + bert_source()})
     healthy = fake_bert_wheel(tmp_path / "cache", "0.0.4", {"pytorch_pretrained_bert/modeling.py": bert_source()})
-    monkeypatch.setattr("attnscale.history.RELEASES", (broken,))
-    failed = experiment.run(experiment.Config())
-    assert "pytorch-pretrained-bert 0.0.6" in unrepeatable(failed) and lab.REGISTRY["history"].unrepeatable(failed)
-    monkeypatch.setattr("attnscale.history.RELEASES", (healthy,))
-    assert unrepeatable(experiment.run(experiment.Config())) == ""
-
-    from attnscale.report.build import run_labs
-    from attnscale.store import Store
-
-    monkeypatch.setattr("attnscale.history.RELEASES", (broken,))
     store = Store(tmp_path / "results.sqlite")
+    monkeypatch.setattr("attnscale.history.RELEASES", (broken,))
     messages = []
-    run_labs("quick", 0, "cpu", store, ("history",), progress=lambda name, fraction, message: messages.append(message))
+    failed = run_labs("quick", 0, "cpu", store, ("history",),
+                      progress=lambda name, fraction, message: messages.append(message))["history"]["result"]
+    assert "pytorch-pretrained-bert 0.0.6" in unrepeatable(failed) and lab.REGISTRY["history"].unrepeatable(failed)
     assert any("not stored: 1 release(s) could not be probed" in m for m in messages), messages
     assert store.keys() == []
     monkeypatch.setattr("attnscale.history.RELEASES", (healthy,))
-    run_labs("quick", 0, "cpu", store, ("history",))
-    assert len(store.keys()) == 1
+    stored = run_labs("quick", 0, "cpu", store, ("history",))["history"]["result"]
+    assert unrepeatable(stored) == "" and len(store.keys()) == 1
 
 
 READ_ONLY_CACHE = """
