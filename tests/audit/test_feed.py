@@ -341,3 +341,21 @@ def test_the_main_input_is_decided_once_a_model(monkeypatch):
     monkeypatch.setattr(feed.kinds, "decide_main_input", lambda model: decided.append(type(model).__name__) or decide(model))
     result = measure.audit_family("llama", ("eager", "sdpa"), 0)
     assert result.verdict == "ok" and decided == ["LlamaModel"]
+
+
+def test_a_prefix_lm_is_fed_its_segments_as_its_processor_gives_them(tmp_path):
+    """PaliGemma's text attends both ways over its prefix, marked by token_type_ids, which its processor always
+    returns. Fed ids alone, transformers' eager built a causal mask while sdpa, handed no mask, ran the layers' own
+    bidirectional flag: a 'backend disagreement' of 0.17 on an input no processor makes. Fed the segments (all 0:
+    a prompt with no suffix), every backend runs the same mask and the folder is ok."""
+    config = families.whole_config("paligemma")
+    config.save_pretrained(tmp_path / "pali")
+    rows = composite_rows.folder_rows(str(tmp_path / "pali"), ("eager", "sdpa"))
+    folder = rows[0]
+    assert folder.verdict == "ok", folder.findings
+    assert folder.backends["sdpa"]["parity"] < verdicts.PARITY_TOL[torch.float32]
+    model = families.build(config, 0)
+    inputs = feed.first_inputs(model, feed.Feeding())
+    assert torch.equal(inputs["token_type_ids"], torch.zeros_like(inputs["input_ids"]))
+    gpt2 = families.build(families.tiny_config("gpt2"), 0)  # takes token_type_ids, attends causally: not given them
+    assert "token_type_ids" not in feed.first_inputs(gpt2, feed.Feeding())

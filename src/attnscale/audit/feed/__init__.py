@@ -22,8 +22,8 @@ from ...probing.loading import quiet_transformers
 from ...threads import torch_threads
 from ..record import is_intercepted_nowhere
 from .audio import EMBEDS_TOKENS, audio_input, audio_shapes, continuous_shapes
-from .companions import (PAGE, PROMPT_BOX, TEXTS_BESIDE, encoder_states, mask_queries, required_states,
-                         takes_companions)
+from .companions import (PAGE, PROMPT_BOX, TEXTS_BESIDE, encoder_states, mask_queries, prefix_segments,
+                         required_states, takes_companions)
 from .feeding import UNKNOWN, Feeding
 from .ids import codebook_index, decoder_ids, id_layouts, lay_out_ids, token_companions, token_inputs, with_placeholders
 from .image import BACKBONE_IMAGE, FOLD_FRAMES, IMAGE_COUNTS, clip_frames, image_inputs, patch_input, patch_shapes, \
@@ -199,7 +199,8 @@ def path_inputs(model, feeding, designs, tokens: int, far_position: int, vocab: 
     tokens = ids.shape[-1]
     inputs = {"input_ids": lay_out_ids(ids, feeding.known("id_layout")),
               "attention_mask": torch.ones(count, tokens, dtype=torch.long), **encoder_states(model, count),
-              **token_companions(model, count, tokens, feeding), **codebook_index(model)}
+              **token_companions(model, count, tokens, feeding), **codebook_index(model),
+              **prefix_segments(model, count, tokens)}
     if accepts(model, "position_ids"):
         positions = [far_position if d.position < 0 else d.position for d in designs]
         inputs["position_ids"] = torch.tensor(positions).unsqueeze(1).repeat(1, tokens)

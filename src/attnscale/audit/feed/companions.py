@@ -175,3 +175,17 @@ def beside_image(model, batch: int, tokens: int, required: list[str], images: to
         elif name.startswith(PROMPT_PREFIX):
             inputs[name] = torch.ones_like(images) if name.endswith("masks") else images.clone()
     return inputs
+
+
+PREFIX_SEGMENTS = "token_type_ids"  # a prefix LM's segments: 0 over the image and the prompt (seen both ways), 1 after
+
+
+def prefix_segments(model, batch: int, tokens: int) -> dict:
+    """A prefix LM's segments where its forward takes them and its text attends both ways over the prefix
+    (``use_bidirectional_attention``: PaliGemma): all 0, one prompt with no suffix, as its processor always gives
+    them.  Without them transformers' eager builds a causal mask while sdpa, handed none, runs the layers' own
+    bidirectional flag (masking_utils, transformers 5.25): a difference of masks on an input no processor makes."""
+    configs = (model.config, getattr(model.config, "text_config", None))
+    if not accepts(model, PREFIX_SEGMENTS) or not any(getattr(c, "use_bidirectional_attention", False) for c in configs):
+        return {}
+    return {PREFIX_SEGMENTS: torch.zeros(batch, tokens, dtype=torch.long)}

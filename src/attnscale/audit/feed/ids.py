@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ...probing.intercept import model_inputs
-from .companions import beside_tokens, encoder_states, mask_queries, texts_beside
+from .companions import beside_tokens, encoder_states, mask_queries, prefix_segments, texts_beside
 from .feeding import Feeding
 from .image import pixel_values
 from .kinds import CODEBOOK_INDEX, accepts
@@ -15,8 +15,8 @@ from .kinds import CODEBOOK_INDEX, accepts
 def token_inputs(model, ids: torch.Tensor, layout, feeding: Feeding) -> dict:
     """Token ids (and their mask, encoder states) laid out as ``layout`` (see :func:`id_layouts`)."""
     ids = with_placeholders(ids, feeding)
-    inputs = model_inputs(model, lay_out_ids(ids, layout), torch.ones_like(ids),
-                          **encoder_states(model, 1), **codebook_index(model))
+    inputs = model_inputs(model, lay_out_ids(ids, layout), torch.ones_like(ids), **encoder_states(model, 1),
+                          **codebook_index(model), **prefix_segments(model, 1, ids.shape[-1]))
     if "decoder_input_ids" in inputs:
         inputs["decoder_input_ids"] = decoder_ids(ids, layout)
     return mask_queries(inputs)
