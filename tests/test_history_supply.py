@@ -247,3 +247,19 @@ def test_a_read_only_cache_is_refused_before_any_work_unless_its_copies_are_unpa
         for folder in (tmp_path / "cache", tmp_path / "cache" / cache.UNPACKED_FOLDER):
             if folder.exists():
                 folder.chmod(0o755)
+
+
+def test_the_cache_lock_is_opened_as_an_output_folders_is(tmp_path):
+    """The same opening as an output folder's lock (paths.open_lock_file): a symbolic link where the lock file goes
+    is refused in one line, never read as every release being tampered; a folder there too."""
+    release = fake_bert_wheel(tmp_path / "cache", "0.0.1", {"pytorch_pretrained_bert/modeling.py": bert_source()})
+    lock = tmp_path / "cache" / cache.LOCK_NAME
+    lock.symlink_to(tmp_path / "elsewhere")
+    for attempt in (lambda: unpack(tmp_path / "cache", release), lambda: cache.check_can_unpack(tmp_path / "cache")):
+        with pytest.raises(ValueError, match="is a symbolic link"):
+            attempt()
+    assert not (tmp_path / "elsewhere").exists()
+    lock.unlink()
+    lock.mkdir()
+    with pytest.raises(ValueError, match="is a folder, not a file"):
+        unpack(tmp_path / "cache", release)

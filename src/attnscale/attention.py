@@ -463,16 +463,15 @@ def capture(model: nn.Module, detach: bool = True):
 
 
 def _capture_any(model: nn.Module, record: Capture):
-    from .probing.anymodule import NO_CALL, RecordingTooLarge, recording
+    from .probing.anymodule import RecordingTooLarge, recording
 
     with recording(model, keep_tensors=True) as recorder:
         try:
             yield record
         except RecordingTooLarge as error:
             raise UserError(str(error)) from None
-    probed = recorder.result
+    probed = recorder.finished()
     if not probed.tensors:
-        probed.unread = probed.unread or [NO_CALL]
         raise UserError(f"{type(model).__name__} made no attention call to capture: " + "; ".join(probed.unread))
     for module, seen in probed.tensors:
         name, count = module or "attn", 1

@@ -75,10 +75,11 @@ def _read_int(path: Path) -> int | None:
     return int(text) if text.isdigit() else None  # cgroup v2 writes "max" for no limit
 
 
-def _meminfo_available() -> int | None:
+def _kb_field(path: str, field: str) -> int | None:
+    """A "Field:  N kB" line of a /proc file (/proc/meminfo's MemAvailable, /proc/self/status's VmSize) in bytes."""
     try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
@@ -122,17 +123,6 @@ def _cgroup_room() -> int | None:
     return min(rooms) if rooms else None
 
 
-def _status_bytes(field: str) -> int | None:
-    """A size field of /proc/self/status ("VmSize", "VmData") in bytes."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def resident_bytes() -> int | None:
     """This process's resident memory now (/proc/self/statm), or None where it cannot be told."""
     try:
@@ -152,7 +142,7 @@ def _rlimit_room() -> int | None:
     rooms = []
     for limit_name, field in (("RLIMIT_AS", "VmSize"), ("RLIMIT_DATA", "VmData")):
         soft = resource.getrlimit(getattr(resource, limit_name))[0]
-        used = _status_bytes(field)
+        used = _kb_field("/proc/self/status", field)
         if soft != resource.RLIM_INFINITY and used is not None:
             rooms.append(max(0, soft - used))
     return min(rooms) if rooms else None
@@ -176,7 +166,7 @@ def available_bytes(device: str | torch.device = "cpu") -> int | None:
     if device.type == "cuda":
         free = torch.cuda.mem_get_info(device)[0]
     else:
-        free = _meminfo_available()
+        free = _kb_field("/proc/meminfo", "MemAvailable")
         if free is None:
             free = _sysconf_available()
         for room in (_cgroup_room(), _rlimit_room()):

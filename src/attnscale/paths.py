@@ -139,6 +139,35 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def symlinked_lock(lock: Path) -> UserError:
+    return UserError(f"{str(lock)!r} is a symbolic link; attnscale writes its lock there itself: remove it, or write "
+                     "elsewhere")
+
+
+def check_lock_file(lock: Path) -> None:
+    """UserError in one line where a symbolic link, a folder or anything but a file stands where the lock file
+    ``lock`` goes (nothing is made)."""
+    if lock.is_symlink():
+        raise symlinked_lock(lock)
+    kind = what_is(lock)
+    if kind not in ("a file", "missing"):
+        raise UserError(f"{str(lock)!r} is {kind}, not a file; remove it (attnscale makes it again)")
+
+
+def open_lock_file(lock: Path) -> int:
+    """A descriptor of the lock file ``lock`` (made if missing) to hold an advisory lock on, never opened through a
+    symbolic link (:func:`check_lock_file` first)."""
+    import errno
+
+    check_lock_file(lock)
+    try:
+        return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # a link put there since it was looked at
+            raise symlinked_lock(lock) from None
+        raise
+
+
 class FolderLock:
     """An exclusive hold on an output folder while one run writes it: a second writer is refused in one line
     while the first holds it (an advisory lock on ``folder/.attnscale.lock``, released when the process ends,
@@ -152,19 +181,10 @@ class FolderLock:
         self.folder, self.what, self.handle = Path(folder), what, None
 
     def __enter__(self) -> "FolderLock":
-        import errno
         import fcntl
 
         self.folder.mkdir(parents=True, exist_ok=True)
-        lock = self.folder / LOCK_NAME
-        try:
-            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                raise UserError(f"{str(lock)!r} is a symbolic link; attnscale writes its lock there itself: remove "
-                                "it, or write elsewhere") from None
-            raise
-        self.handle = os.fdopen(descriptor, "a+")
+        self.handle = os.fdopen(open_lock_file(self.folder / LOCK_NAME), "a+")
         try:
             fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -182,24 +182,17 @@ def write_requirement(release: Release, path: Path) -> Path:
 
 class cache_lock:
     """The cache folder's lock, held while fetching or unpacking: another run sharing the cache waits for it
-    (never refused: both want the same verified bytes).  A lock file that is a symbolic link is not followed."""
+    (never refused: both want the same verified bytes).  Its file is opened as an output folder's is
+    (:func:`attnscale.paths.open_lock_file`: never through a link, anything but a file refused)."""
 
     def __init__(self, folder: Path):
         self.path = Path(folder) / LOCK_NAME
 
-    def check(self) -> None:
-        """UserError if something other than a file stands where the lock file goes."""
-        from ..paths import what_is
-
-        kind = what_is(self.path)
-        if kind not in ("a file", "missing"):
-            raise UserError(f"the history cache's lock {str(self.path)!r} is {kind}, not a file; remove it (attnscale "
-                            "makes it again)")
-
     def __enter__(self):
-        self.check()
+        from ..paths import open_lock_file
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        self.fd = open_lock_file(self.path)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 
@@ -338,6 +331,11 @@ def _unpack_into_place(archive: Path, release: Release, target: Path) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def unpacked_copy(unpacked: Path, release: Release) -> Path:
+    """Where ``release`` is unpacked, inside the cache's UNPACKED_FOLDER ``unpacked``."""
+    return unpacked / f"{release.filename}-{release.sha256[:12]}"
+
+
 def unpack(cache_dir, release: Release) -> Unpacked:
     """The release unpacked under ``<cache>/unpacked/``, verified first; root None if not usable.
 
@@ -349,7 +347,7 @@ def unpack(cache_dir, release: Release) -> Unpacked:
     if not current.usable:
         return Unpacked(current, None)
     folder = resolve_cache_dir(cache_dir) / UNPACKED_FOLDER
-    target = folder / f"{release.filename}-{release.sha256[:12]}"
+    target = unpacked_copy(folder, release)
     if not _unpacked_is_intact(target, release):
         try:
             with cache_lock(folder.parent):
@@ -358,16 +356,13 @@ def unpack(cache_dir, release: Release) -> Unpacked:
                     _unpack_into_place(current.path, release, target)
         except UserError:  # the cache's lock is not a file: nothing about this release
             raise
-        except OSError as error:
-            if error.errno in DISK_ERRORS:
-                reason = f"cannot unpack into {folder}: {error.strerror or error}"
-                return Unpacked(CacheStatus(release, "unwritable", folder / release.filename, reason,
-                                            current.fetch_command), None)
-            return Unpacked(CacheStatus(release, "tampered", current.path, f"cannot unpack: {error}",
-                                        current.fetch_command), None)
-        except (ValueError, zipfile.BadZipFile, tarfile.TarError) as error:
-            return Unpacked(CacheStatus(release, "tampered", current.path, f"cannot unpack: {error}",
-                                        current.fetch_command), None)
+        except (OSError, ValueError, zipfile.BadZipFile, tarfile.TarError) as error:
+            if isinstance(error, OSError) and error.errno in DISK_ERRORS:  # the archive is fine, the disk is not
+                broken = CacheStatus(release, "unwritable", folder / release.filename,
+                                     f"cannot unpack into {folder}: {error.strerror or error}", current.fetch_command)
+            else:
+                broken = CacheStatus(release, "tampered", current.path, f"cannot unpack: {error}", current.fetch_command)
+            return Unpacked(broken, None)
     root = find_import_root(target, release.import_name)
     if root is None:
         missing = CacheStatus(release, "tampered", current.path,
@@ -380,14 +375,16 @@ def check_can_unpack(cache_dir=None, releases: Iterable[Release] = RELEASES) -> 
     """UserError, before any work, where releases present in the cache are not unpacked yet and the cache is a
     folder attnscale may not write (read-only, or owned by another user): the history lab would find every one of
     them unusable only when it reached them."""
+    from ..paths import check_lock_file
+
     folder = resolve_cache_dir(cache_dir)
-    cache_lock(folder).check()
+    check_lock_file(folder / LOCK_NAME)
     unpacked = folder / UNPACKED_FOLDER
-    writable = (lambda path: os.access(path, os.W_OK | os.X_OK))
-    if (writable(unpacked) and writable(folder)) if unpacked.is_dir() else (not folder.is_dir() or writable(folder)):
+    # unpacking writes the lock file and the unpacked folder into the cache, and the copies into the unpacked folder
+    if not folder.is_dir() or all(os.access(place, os.W_OK | os.X_OK) for place in (folder, unpacked) if place.is_dir()):
         return
     waiting = [r for r in releases if check(folder, r).usable
-               and not _unpacked_is_intact(unpacked / f"{r.filename}-{r.sha256[:12]}", r)]
+               and not _unpacked_is_intact(unpacked_copy(unpacked, r), r)]
     if waiting:
         raise UserError(f"the history cache {str(folder)!r} is read-only and {len(waiting)} of its releases are not "
                         f"unpacked yet (the history lab unpacks them there); make it writable, or set {CACHE_ENV} to "

@@ -164,10 +164,15 @@ class _Recorder(TorchDispatchMode):
 
     def keep(self, tensor: torch.Tensor) -> torch.Tensor:
         """A copy of ``tensor`` (the module may change the original in place later), counted."""
-        size = tensor.numel() * tensor.element_size()
-        self.check_room(size)
-        self.kept_bytes += size
+        self.check_room(tensor.nbytes)
+        self.kept_bytes += tensor.nbytes
         return tensor.detach().clone()
+
+    def finished(self) -> ModuleProbe:
+        """The reads, once the forward is done; a module that made no attention call says so."""
+        if not self.result.calls and not self.result.unread:
+            self.result.unread.append(NO_CALL)
+        return self.result
 
     def grown_bytes(self) -> int:
         """What the process holds beyond what it held when the recording began."""
@@ -203,7 +208,7 @@ class _Recorder(TorchDispatchMode):
         if name in PRODUCTS:
             a, b = (args[1], args[2]) if name in ("aten.addmm.default", "aten.baddbmm.default") else (args[0], args[1])
             if self.last_product is not None:
-                self.kept_bytes -= sum(t.numel() * t.element_size() for t in self.last_product[1:3])
+                self.kept_bytes -= sum(t.nbytes for t in self.last_product[1:3])
             kept_out = self.keep(out)
             self.product_storage[out.data_ptr()] = (len(self.products), kept_out)
             self.products.append((where, kept_out))
@@ -214,7 +219,7 @@ class _Recorder(TorchDispatchMode):
             place, unbiased = self.product_storage.pop(args[0].data_ptr())
             self.products[place] = (where, self.keep(out))
             if self.last_product is None or self.last_product[3] is not unbiased:
-                self.kept_bytes -= unbiased.numel() * unbiased.element_size()
+                self.kept_bytes -= unbiased.nbytes
         elif name in SOFTMAX:
             read_softmax(self, where, args[0].detach())
         elif name.startswith(SDPA_PREFIX):
@@ -432,10 +437,7 @@ def probe(module: torch.nn.Module, example_input, keep_tensors: bool = False, ex
         except Exception as error:  # noqa: BLE001 - the user's module on the user's input
             raise ValueError(f"{type(module).__name__} failed on the example input: {type(error).__name__}: "
                              f"{str(error).splitlines()[0] if str(error) else ''}") from None
-    result = recorder.result
-    if not result.calls and not result.unread:
-        result.unread.append(NO_CALL)
-    return judge(result, module, expected)
+    return judge(recorder.finished(), module, expected)
 
 
 def assert_scaled(module: torch.nn.Module, example_input, expect: str | float = "sqrt", strict: bool = True,
@@ -551,7 +553,7 @@ def read_softmax(recorder: _Recorder, where: str, logits: torch.Tensor) -> None:
     k_vectors = b.transpose(-1, -2).reshape(-1, b.shape[-2])
     result.calls.append(_fold(read, q_vectors, k_vectors, recorder.products[:-1]))
     dropped = recorder.products.pop()[1]  # the logits' own product: never where a later call's q or k comes from
-    recorder.kept_bytes -= dropped.numel() * dropped.element_size()
+    recorder.kept_bytes -= dropped.nbytes
     if recorder.keep_tensors:
         lead = logits.shape[:-2]
         q = a.reshape(*lead, a.shape[-2], a.shape[-1])
