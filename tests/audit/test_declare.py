@@ -320,6 +320,21 @@ def test_a_config_field_the_code_never_reads_is_a_finding_with_its_source():
     assert read.verdict == "ok" and verdicts.family_row(read, ("eager",))["non-linearity"] == "soft cap 50"
 
 
+def test_a_cap_its_config_s_other_layers_apply_is_skipped_by_design_not_unread(tmp_path):
+    """VideoPrism's pooling head passes softcap=None beside encoder layers that cap at the same vision config's
+    attn_logit_softcapping: the head skips it by design (its measured cap is none, as declared), so the folder is
+    ok; read alone, as Gemma 3's layers are, the head would be the config's unread field."""
+    families.whole_config("videoprism").save_pretrained(tmp_path)
+    result = audit.audit_folder(tmp_path, ("eager",))
+    head = next(layer for layer in result.layers if layer["name"].endswith(".head"))
+    assert head["declared"]["cap"] is None and head["declared"]["cap_unapplied"] == 50.0
+    assert "vision_model" in head["declared"]["cap_applied_by"]
+    assert head["backends"]["eager"]["function"]["cap"] is None
+    assert result.verdict == "ok", result.findings
+    alone = {**head, "declared": {**head["declared"], "cap_applied_by": None}}
+    assert any("never applies it" in finding for finding in verdicts.layer_findings(alone, "eager"))
+
+
 def test_the_quoted_scaling_lines_follow_the_order_the_modules_first_appear_in():
     """PP-DocLayout v4 runs modules of two modeling files: its quoted lines come file by file, in the
     order the model's modules first use each file (they came in a set's order, which changes between

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import json
 
-from attnscale.audit import composite_rows, families, pipeline
+import pytest
+import torch
+
+from attnscale.audit import composite_rows, families, pipeline, sizes
 from attnscale.audit.record import FamilyAudit, SkipKind, Status
+from attnscale.probing.intercept import AttentionCall
 
 from audit_helpers import run_cli
 
@@ -67,7 +71,7 @@ def test_a_tower_beyond_the_budget_is_named_not_run(tmp_path, monkeypatch, capsy
     """A tower at its own sizes whose designed pass would cost more than the audit spends (Mllama's 448-pixel
     vision model: about 24 TFLOP) is named with its cost, and leaves the folder incomplete instead of running
     for many minutes."""
-    monkeypatch.setattr(composite_rows, "TOWER_FLOP_BUDGET", 1e6)
+    monkeypatch.setattr(sizes, "DESIGN_FLOP_BUDGET", 1e6)
     code, out, _ = run_cli(["audit", composite_folder(tmp_path, "llava"), "--backends", "eager", "--json"], capsys)
     folder, tower = json.loads(out)["families"]
     assert tower["status"] == "skipped" and "TFLOP" in tower["reason"] and "not audited at its own sizes" in tower["reason"]
@@ -75,15 +79,62 @@ def test_a_tower_beyond_the_budget_is_named_not_run(tmp_path, monkeypatch, capsy
 
 
 def test_designed_passes_that_do_not_fit_in_memory_are_not_run(monkeypatch):
-    """The whole path's designed passes (14 designs at once) are sized from the plain pass before they run; where
-    they would not fit, the whole path is named as not measured and the factor is read from the function alone."""
+    """The whole path's designed passes are sized from the plain pass before they run; where not even one design
+    fits, the whole path is named as not measured and the factor is read from the function alone."""
     from attnscale.audit import measure
 
     monkeypatch.setattr(measure, "fits", lambda needed: False)
     result = measure.audit_family("llama", ("eager",))
     assert all(row["backends"]["eager"]["path"] is None for row in result.layers)
-    assert "the designed passes would need about" in result.layers[0]["path_missing"]
+    assert "one a pass), more than the free memory holds" in result.layers[0]["path_missing"]
     assert result.verdict == "ok"  # the attention function's factor is still read and judged
+
+
+def test_designed_passes_beyond_the_budget_are_named_with_their_cost_before_they_run(monkeypatch):
+    """A real-size video model's designed passes would run for many minutes on 2 cores: their cost (2 x parameters x
+    tokens for the linear maps, the two products of each attention call, per design) is weighed before any runs, and
+    beyond the budget the whole path is named as not run, its cost said; the function's factor is still judged."""
+    from attnscale.audit import measure
+
+    call = AttentionCall("layer", torch.nn.Identity(), None, torch.zeros(3, 2, 8, 16), torch.zeros(3, 2, 10, 16),
+                         torch.zeros(3, 2, 10, 16), None, {})
+    model = torch.nn.Linear(4, 5)  # 25 parameters
+    assert measure.designed_pass_flop(model, [call], 14) == 14 * (2 * 25 * 3 * 8 + 4 * 3 * 2 * 8 * 10 * 16)
+    ran = []
+    monkeypatch.setattr(measure, "one_designed_pass", lambda *args: ran.append(args))
+    monkeypatch.setattr(sizes, "DESIGN_FLOP_BUDGET", 1e3)
+    result = measure.audit_family("llama", ("eager",))
+    assert not ran and all(row["backends"]["eager"]["path"] is None for row in result.layers)
+    assert "TFLOP the audit spends on a model's designed passes" in result.layers[0]["path_missing"]
+    assert result.verdict == "ok"  # the attention function's factor is still read and judged
+
+
+def test_designs_that_do_not_fit_at_once_run_in_parts_and_read_the_same_path(monkeypatch):
+    """A real-size video tower cannot hold all 14 designs in one pass: as many as fit run at a time (what a pass
+    holds grows with its designs), and the parts read the same whole path as one pass."""
+    from attnscale.audit import measure, whole_path
+
+    whole = measure.audit_family("llama", ("eager",))
+    calls = [AttentionCall("layer", torch.nn.Identity(), None, torch.zeros(1, 2, 64, 4), torch.zeros(1, 2, 64, 4),
+                           torch.zeros(1, 2, 64, 4), None, {})]
+    kept, logits = 2 * 2 * (64 + 2 * 64) * 4 * 4, 2 * 3 * 64 * 64 * 4  # per design: q, k, v, output; logits x 3
+    assert measure.designed_pass_bytes(calls, 14) == 14 * (kept + logits)
+    assert measure.designed_pass_bytes(calls, 14, 3) == 2 * 14 * kept + 3 * logits  # the parts kept, then merged
+    monkeypatch.setattr(measure, "fits", lambda needed: needed <= 2 * 14 * kept + 3 * logits)
+    assert measure.designs_per_pass(calls) == 3
+
+    passes = []
+    one_pass = measure.one_designed_pass
+    monkeypatch.setattr(measure, "one_designed_pass", lambda model, feeding, backend, layouts, units, designs, *rest:
+                        passes.append(len(designs)) or one_pass(model, feeding, backend, layouts, units, designs, *rest))
+    monkeypatch.setattr(measure, "designs_per_pass", lambda calls: 3)
+    parts = measure.audit_family("llama", ("eager",))
+    assert max(passes) == 3 and sum(passes) == len(whole_path.DESIGNS) + len(whole_path.LENGTH_DESIGNS)  # main, longer
+    for before, after in zip(whole.layers, parts.layers):
+        old, new = before["backends"]["eager"]["path"], after["backends"]["eager"]["path"]
+        assert new["form"] == old["form"] and new["factor"] == pytest.approx(old["factor"], rel=1e-6)
+        assert new["factor_far"] == pytest.approx(old["factor_far"], rel=1e-6)
+    assert parts.verdict == whole.verdict == "ok"
 
 
 def test_a_folder_the_audit_cannot_run_is_incomplete_not_a_crash(tmp_path, capsys):

@@ -51,3 +51,30 @@ def test_a_function_probe_that_cannot_fit_at_all_is_refused_with_its_size(monkey
         attention_function.analyse(attention_function.call_measure(call_of(1)), 16)
     row = measure.function_results([call_of(1)])[0]
     assert math.isnan(row["factor"]) and "more than the free memory holds" in row["error"]
+
+
+def masked_attention(module, query, key, value, mask, scaling=None, **kwargs):
+    """plain_attention with an additive mask (B, 1, T_q, T_k), as eager applies a causal one."""
+    logits = query @ key.transpose(-1, -2) * scaling + mask
+    return (torch.softmax(logits, dim=-1) @ value).transpose(1, 2), None
+
+
+def test_a_large_call_is_probed_on_its_first_query_rows_and_reads_the_same_factor(monkeypatch):
+    """Every query row of the function probe is designed alike, so a call of 4,096 tokens (a video model's layer
+    over all its frames: 2e8 query-key pairs in 12 heads) is probed on its first rows, its causal mask cut with them:
+    the factor and cap read are those of the whole call."""
+    tokens, width = 64, 16
+    causal = torch.full((tokens, tokens), float("-inf")).triu(1)[None, None]
+    q = torch.randn(1, 2, tokens, width)
+    call = AttentionCall("layer", torch.nn.Identity(), masked_attention, q, q.clone(), q.clone(), causal,
+                         {"scaling": width ** -0.5})
+    whole = attention_function.analyse(attention_function.call_measure(call), width)
+    seen = []
+    monkeypatch.setattr(attention_function, "PROBE_PAIRS", 2 * tokens)  # one row a head: cut to MIN_PROBE_ROWS
+    monkeypatch.setattr(call, "function", lambda module, query, key, value, mask, *args, **kwargs:
+                        seen.append((query.shape[-2], mask.shape[-2])) or masked_attention(module, query, key, value,
+                                                                                             mask, **kwargs))
+    first = attention_function.analyse(attention_function.call_measure(call), width)
+    assert set(seen) == {(attention_function.MIN_PROBE_ROWS, attention_function.MIN_PROBE_ROWS)}
+    assert first.factor == pytest.approx(whole.factor, rel=1e-9) == width ** -0.5
+    assert first.nonlinearity == whole.nonlinearity == "linear"

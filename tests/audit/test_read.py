@@ -140,6 +140,39 @@ def test_token_layouts():
     assert token_layout((10, 64), 10) is None
 
 
+def designed_rows(per_query: torch.Tensor, unit: float, rounding: float, seed: int = 0, heads: int = 2) -> torch.Tensor:
+    """The log-ratio rows of a linear whole path (logit gap m g G x the query row's factor), each reading off by
+    up to ``rounding`` (a float32 rounding of logits far larger than the designed gap, which differs from design
+    to design)."""
+    from attnscale.audit.whole_path import DESIGNS
+    generator = torch.Generator().manual_seed(seed)
+    gaps = torch.tensor([design.q_scale * design.gap for design in DESIGNS], dtype=torch.float64)
+    clean = gaps[:, None, None] * unit * per_query[None, :, None].double()
+    return clean.expand(-1, -1, heads) + rounding * (2 * torch.rand(clean.shape[0], clean.shape[1], heads,
+                                                                    generator=generator, dtype=torch.float64) - 1)
+
+
+@pytest.mark.parametrize("rows", [8, 24])
+def test_rounding_across_query_rows_is_not_read_as_a_query_dependence(rows):
+    """A fixed factor read at a tiny logit gap: its per-query factors spread by up to 3x the tolerance (float32
+    rounding), and their gap-1 and gap-2 readings disagree as much, so in 200 draws none reads as "moves with the
+    query index"; a temperature growing by 20% over the rows moves alike in both readings and is a dependence in each
+    draw at the same rounding."""
+    from attnscale.audit import whole_path
+    fixed, tempered = torch.full((rows,), 0.125), 0.125 * (1 + 0.2 * torch.arange(float(rows)) / (rows - 1))
+
+    def read(per_query, seed):
+        path = whole_path.summarize(designed_rows(per_query, 1e-3, 2e-7, seed), 1e-3, None, positions=False)
+        return path, verdicts.dependence([{"backends": {"eager": {"path": path}}}])
+
+    noisy = [read(fixed, seed) for seed in range(200)]
+    assert max(path["query_spread"] for path, _ in noisy) > 2 * verdicts.DEPENDENCE_TOL  # "query index" before
+    assert all(found.startswith("none") and path["form"] == "linear" for path, found in noisy)
+    for seed in range(20):
+        path, found = read(tempered, seed)
+        assert found.startswith("query index") and path["form"] == "varies with the query position", path
+
+
 def test_position_temperatures_are_seen():
     """Llama 4's temperature (TEMPERATURE_TUNING, floor_scale 4 in the tiny model) grows with the
     sequence index in its no-RoPE layer; Ministral 3 scales q with the position ids."""

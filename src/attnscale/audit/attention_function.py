@@ -39,6 +39,10 @@ LINEAR_TOL = 0.02  # the local slope within 2% of the slope at 0 at every offset
 CAP_RATIO = 0.9  # read the cap where the local slope has fallen below 90% of the slope at 0
 CAP_AGREE = 0.05  # two offsets give the same cap within 5%
 KEY_COUNTS = (2, 8, 64)
+# query-key pairs (over every head) of one designed call above which the function is probed on its first query rows
+# only: every query row is designed alike, so the rest repeat them (a video tower's 4096-token layer: 2e8 pairs)
+PROBE_PAIRS = 2**22
+MIN_PROBE_ROWS = 8
 
 # Measure([(gap, offset), ...]) -> [log(p_0 / p_1) per row, ...], one tensor per design; the
 # designs go through the function as one batch.  Keys at q.k = offset +- gap / 2.
@@ -209,15 +213,32 @@ def probe_bytes(shapes, designs: int, dtype) -> int:
     return designs * heads * pairs * torch.empty((), dtype=dtype).element_size()
 
 
+def first_query_rows(call):
+    """The call on its first query rows (its mask's with them) where all of them would probe more than PROBE_PAIRS
+    query-key pairs: the designed keys sit at tokens 0 and 1, which the first rows see under a causal or a local
+    mask alike.  Unchanged where the call is small enough, or its mask is not one row per query."""
+    *_, heads, queries, _ = call.query.shape
+    rows = max(MIN_PROBE_ROWS, PROBE_PAIRS // max(1, heads * call.key.shape[-2]))
+    if queries <= rows:
+        return call
+    mask = call.mask
+    if isinstance(mask, torch.Tensor) and mask.dim() >= 2 and mask.shape[-2] == queries:
+        mask = mask[..., :rows, :]
+    elif isinstance(mask, torch.Tensor) and mask.dim() >= 2 and mask.shape[-2] != 1:
+        return call  # a mask laid out otherwise: probed whole
+    return dataclasses.replace(call, query=call.query[..., :rows, :], mask=mask)
+
+
 def call_measure(call, dtype=None) -> Measure:
     """Measure() for a recorded AttentionCall: its function, module, mask and arguments on designed
-    tensors (batch 1 per design; designs batched when the function broadcasts the call's mask,
+    tensors (batch 1 per design, on the first query rows of a large call: first_query_rows; designs batched when the function broadcasts the call's mask,
     one by one otherwise; float64 unless the function refuses it next to the call's mask)."""
-    shapes = [(1, *t.shape[1:]) for t in (call.query, call.key, call.value)]
     if isinstance(call.mask, torch.Tensor) and call.mask.dim() > 0 and call.mask.shape[0] > 1:
         # a mask per batch entry (LightGlue's keypoint mask, one per image of the pair): the first
         # entry's, which the designs' batch of 1 broadcasts (the whole mask would broadcast them to its batch)
         call = dataclasses.replace(call, mask=call.mask[:1])
+    call = first_query_rows(call)
+    shapes = [(1, *t.shape[1:]) for t in (call.query, call.key, call.value)]
     state = {"batched": True,
              "dtype": dtype or (torch.float64 if call.query.dtype == torch.float32 else call.query.dtype)}
 

@@ -16,7 +16,7 @@ import torch
 
 from ..probing.loading import quiet_transformers
 from ..threads import torch_threads
-from . import families, feed, measure
+from . import families, feed, measure, sizes
 from .compose import nothing_left
 from .feed import Feeding, first_inputs
 from .record import FamilyAudit, Status, is_intercepted_nowhere
@@ -140,9 +140,6 @@ def folder_rows(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> list[F
     return [replace(record, seconds=time.perf_counter() - start), *rows]
 
 
-# What the audit spends on one designed pass of a folder's tower (14 designs at the tower's own sizes): about a minute
-# on 2 CPU cores.  A tower beyond it is named, not measured, and leaves the folder incomplete.
-TOWER_FLOP_BUDGET = 5e12
 UNKNOWN_TOKENS = 256  # a tower whose config names no image and patch size: its tokens guessed at this
 
 
@@ -159,10 +156,10 @@ def tower_cost(tower: torch.nn.Module) -> str:
     tokens = (image // patch) ** 2 + 1 if isinstance(image, int) and isinstance(patch, int) and patch else UNKNOWN_TOKENS
     parameters = sum(p.numel() for p in tower.parameters())
     flops = 2 * parameters * tokens * len(DESIGNS)
-    if flops <= TOWER_FLOP_BUDGET:
+    if flops <= sizes.DESIGN_FLOP_BUDGET:  # a tower beyond it is named, not measured, and leaves the folder incomplete
         return ""
     return (f"not audited at its own sizes: one designed pass is about {flops / 1e12:.0f} TFLOP ({parameters:,} "
-            f"parameters, about {tokens} tokens, {len(DESIGNS)} designs), beyond the {TOWER_FLOP_BUDGET / 1e12:g} TFLOP "
+            f"parameters, about {tokens} tokens, {len(DESIGNS)} designs), beyond the {sizes.DESIGN_FLOP_BUDGET / 1e12:g} TFLOP "
             "the audit spends on a tower; its family's row (attnscale audit MODEL_TYPE) reads its code at tiny sizes")
 
 

@@ -175,9 +175,9 @@ class Declared:
     rules: list[str] = field(default_factory=list)
     fields: dict = field(default_factory=dict)
     outside: list[str] = field(default_factory=list)  # mechanisms outside the factor, named
-    unread: list[str] = field(default_factory=list)  # config fields set that the layer's code never reads
     coordinate_scale: tuple[float, float] | None = None  # a learned factor on q's first and last coordinates
     cosine_temperature: float | None = None  # cosine attention: the temperature on cos(q, k) (median over heads)
+    cap_unapplied: float | None = None  # the config's attn_logit_softcapping, which this layer's code never applies
 
     def path(self, last: bool) -> float | None:
         """The factor the whole path should apply along the first (or last) coordinate."""
@@ -422,7 +422,7 @@ class Draft:
     cosine: float | None = None
     cap: float | None = None
     position: str | None = None
-    unread: list[str] = field(default_factory=list)
+    cap_unapplied: float | None = None
 
     def read(self, rule: str, **fields) -> None:
         self.rules.append(rule)
@@ -531,14 +531,18 @@ def softcap(layer: Layer, draft: Draft) -> None:
     if not isinstance(cap, (int, float)):
         return
     if not (layer.applies(SOFTCAP) or layer.applies(SOFTCAP_PASSED)):
-        # Gemma 3 stores the field and never applies it: a config field the code does not read
-        draft.unread.append(f"attn_logit_softcapping = {cap:g} is set in the config, but the layer's code never "
-                            f"applies it (its class neither caps the logits nor passes "
-                            f"{SOFTCAP_PASSED.quote.rstrip(',')!r} to its attention function, as {SOFTCAP_PASSED.path} "
-                            "does)")
+        # Gemma 3 stores the field and never applies it (a finding, cap_never_applied); VideoPrism's pooling head
+        # skips the cap its encoder layers apply from the same config (by design: measure.caps_skipped_by_design)
+        draft.cap_unapplied = float(cap)
         return
     draft.cap = float(cap)
     draft.read("SOFTCAP", attn_logit_softcapping=cap)
+
+
+def cap_never_applied(cap: float) -> str:
+    return (f"attn_logit_softcapping = {cap:g} is set in the config, but the layer's code never applies it (its class "
+            f"neither caps the logits nor passes {SOFTCAP_PASSED.quote.rstrip(',')!r} to its attention function, as "
+            f"{SOFTCAP_PASSED.path} does)")
 
 
 def temperature_tuning(layer: Layer, draft: Draft) -> None:
@@ -589,7 +593,8 @@ def declared_for(config, model_type: str, layer_index: int | None = None, layer_
     outside = outside_the_factor(config, model_type, code, fields, draft.rules) + \
         rounded_keys(module, code, fields, draft.rules)
     return Declared(head_dim, draft.function, draft.gain**2, multiplier, first, last, draft.cap, draft.position,
-                    draft.rules, fields, outside, draft.unread, draft.coordinate_scale, draft.cosine)
+                    draft.rules, fields, outside, draft.coordinate_scale, draft.cosine,
+                    draft.cap_unapplied)
 
 
 @dataclass(frozen=True)

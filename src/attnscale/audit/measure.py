@@ -33,12 +33,12 @@ import torch
 from ..errors import UserError
 from ..memory import fits, format_bytes, require_memory
 from ..scale_check import Verdict, expectation, judge_factor
-from ..probing.intercept import (final_hidden, intercept_attention, run_attention, set_attn_implementation,
+from ..probing.intercept import (NoEagerFunction, final_hidden, intercept_attention, run_attention, set_attn_implementation,
                                  uncompiled_flex)
 from ..probing.loading import (BUILD_ERRORS, check_model_dir, check_weights, estimated_bytes, load_config,
                                quiet_transformers, read_json)
 from ..threads import torch_threads
-from . import attention_function, families, feed, inline, positions, qk_norm, whole_path
+from . import attention_function, families, feed, inline, positions, qk_norm, sizes, whole_path
 from . import declared as declared_rules
 from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_refused, first_inputs, is_fed
 from .record import (NO_FACTOR, NOT_INTERCEPTED, NOT_MEASURED, FamilyAudit, Mechanism, MechanismKind, Readings, SkipKind,
@@ -140,12 +140,16 @@ def designed_calls(model, feeding: Feeding, backend: str, layouts: dict, units: 
     whole batch (Phi-MoE's long or short mscale), the designs at the far position run in a pass of their own, so
     that they do not set the factor of the designs at position 0; the calls come back as one pass would give them."""
     far_rows = [index for index, design in enumerate(designs) if design.position < 0]
+    groups = [list(range(len(designs)))]
     if far_rows and len(far_rows) < len(designs) and reads_batch_maximum(model):
-        near_rows = [index for index in range(len(designs)) if index not in far_rows]
-        parts = [(rows, one_designed_pass(model, feeding, backend, layouts, units, [designs[i] for i in rows], tokens,
-                                          vocab)) for rows in (near_rows, far_rows)]
-        return merged_calls(parts, len(designs))
-    return one_designed_pass(model, feeding, backend, layouts, units, designs, tokens, vocab)
+        groups = [[index for index in range(len(designs)) if index not in far_rows], far_rows]
+    size = feeding.designs_per_pass or len(designs)  # a model too large for every design at once runs them in parts
+    groups = [group[start:start + size] for group in groups for start in range(0, len(group), size)]
+    if len(groups) == 1:
+        return one_designed_pass(model, feeding, backend, layouts, units, designs, tokens, vocab)
+    parts = [(rows, one_designed_pass(model, feeding, backend, layouts, units, [designs[i] for i in rows], tokens, vocab))
+             for rows in groups]
+    return merged_calls(parts, len(designs))
 
 
 BATCH_MAXIMUM = "torch.max(position_ids)"  # modeling_phimoe.py: seq_len = torch.max(position_ids) + 1, then its mscale
@@ -196,7 +200,7 @@ def one_designed_pass(model, feeding: Feeding, backend: str, layouts: dict, unit
     try:
         inputs = feed.path_inputs(model, feeding, designs, tokens, far, vocab)
         rewrite = lambda module, q, k, v: (q, k, whole_path.designed_values(v))  # noqa: E731
-        _, calls = run_attention(model, inputs, backend=backend, rewrite=rewrite)
+        _, calls = run_attention(model, inputs, backend=backend, rewrite=rewrite, keep_weights=False)
     finally:
         for handle in handles:
             handle.remove()
@@ -306,7 +310,7 @@ def differing_positions(hidden: torch.Tensor, reference: torch.Tensor, tol: floa
 
 def backend_pass(model, feeding: Feeding, backend: str, reference_hidden, inputs, units: dict, layouts: dict | None):
     """Everything measured under one backend; raises ValueError if the family refuses it."""
-    with torch.no_grad(), intercept_attention(model, backend=backend) as calls:
+    with torch.no_grad(), intercept_attention(model, backend=backend, keep_weights=False) as calls:
         outputs = model(**inputs)
     hidden = final_hidden(outputs)
     parity = None
@@ -321,34 +325,69 @@ def backend_pass(model, feeding: Feeding, backend: str, reference_hidden, inputs
             factor = result.get("factor")
             scale = abs(factor) if factor and math.isfinite(factor) else call.query.shape[-1] ** -0.5
             units.setdefault(id(call.module), min(0.1 / scale, units.get("clip", math.inf) / 4))
-        feeding.too_large = designs_too_large(calls)
+        feeding.designs_per_pass = designs_per_pass(calls)
+        feeding.too_large = (designs_too_large(calls) if not feeding.designs_per_pass else "") or \
+            designs_too_costly(model, calls)
         layouts, main = ({}, None) if feeding.too_large else choose_layouts(model, feeding, backend, calls, units)
     return calls, hidden, parity, functions, path_results(model, feeding, backend, calls, layouts, units, main), layouts
 
 
-def designed_pass_bytes(calls, designs: int) -> int:
-    """What one pass of ``designs`` designed inputs holds at its peak, from the plain pass's attention calls: each
-    call's logits, probabilities and a copy (float32, per head and query-key pair) and its q, k, v and output, for
-    every design and every entry of the call's own batch (a video tower folds its frames into the batch: each design
-    runs them all); the intercept keeps every call of the pass."""
-    total = 0
+def designed_pass_bytes(calls, designs: int, at_once: int | None = None) -> int:
+    """What the designed passes of ``designs`` inputs hold at their peak, ``at_once`` of them a pass (default: all),
+    from the plain pass's attention calls: every call's q, k, v and output, which the intercept keeps for every design
+    (twice where passes in parts are merged into one), and beside them the largest call's logits, probabilities and
+    a copy (float32, per head and query-key pair) for the designs of one pass; each for every entry of the call's own
+    batch (a video tower folds its frames into the batch: each design runs them all)."""
+    at_once = at_once or designs
+    kept, largest = 0, 0
     for call in calls:
         heads, queries, width = call.query.shape[-3], call.query.shape[-2], call.query.shape[-1]
         keys = call.key.shape[-2]
         batch = math.prod(call.query.shape[:-3])
-        total += designs * batch * heads * (3 * queries * keys + 2 * (queries + 2 * keys) * width) * 4
-    return total
+        kept += batch * heads * 2 * (queries + 2 * keys) * width * 4
+        largest = max(largest, batch * heads * 3 * queries * keys * 4)
+    return (1 if at_once >= designs else 2) * designs * kept + at_once * largest
+
+
+def designs_per_pass(calls) -> int:
+    """The most designs one designed pass can run within the free memory (0: not even one): all of
+    :data:`whole_path.DESIGNS` at once where they fit, else as many as fit, the passes run one after another."""
+    designs = len(whole_path.DESIGNS)
+    at_once = designs
+    while at_once and not fits(designed_pass_bytes(calls, designs, at_once)):
+        at_once -= 1
+    return at_once
 
 
 def designs_too_large(calls) -> str:
-    """Why the whole path is not driven on this model ("" where its designed passes fit in the free memory): a
-    large tower at its own image size (Mllama's vision model: 1,025 patches over 40 layers) would need tens of GB."""
-    needed = designed_pass_bytes(calls, len(whole_path.DESIGNS))
-    if fits(needed):
-        return ""
+    """Why the whole path is not driven on this model: not even one design a pass fits in the free memory."""
+    needed = designed_pass_bytes(calls, len(whole_path.DESIGNS), 1)
     return (f"the designed passes would need about {format_bytes(needed)} ({len(calls)} attention calls of up to "
-            f"{max(call.query.shape[-2] for call in calls)} queries, {len(whole_path.DESIGNS)} designs), more than the "
-            "free memory holds: the whole path is not measured")
+            f"{max(call.query.shape[-2] for call in calls)} queries, {len(whole_path.DESIGNS)} designs, one a pass), "
+            "more than the free memory holds: the whole path is not measured")
+
+
+def designed_pass_flop(model, calls, designs: int) -> float:
+    """About what ``designs`` designed inputs cost the model: 2 x parameters per token for its linear maps, at the most
+    tokens any attention call ran at once (its batch x queries: a video tower's 16 frames of 256 patches), and each
+    call's two products (q.k and p.v), 4 x queries x keys x width per head and batch entry."""
+    tokens = max(math.prod(call.query.shape[:-3]) * call.query.shape[-2] for call in calls)
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    products = sum(4 * math.prod(call.query.shape[:-1]) * call.key.shape[-2] * call.query.shape[-1] for call in calls)
+    return designs * (2 * parameters * tokens + products)
+
+
+def designs_too_costly(model, calls) -> str:
+    """Why the whole path is not driven on this model under one backend: its designed passes cost more than
+    :data:`.sizes.DESIGN_FLOP_BUDGET` ("" where they do not), said before any of them runs."""
+    designs = len(whole_path.DESIGNS) + (len(whole_path.LENGTH_DESIGNS) if feed.main_input(model) == "input_ids" else 0)
+    flop = designed_pass_flop(model, calls, designs)
+    if flop <= sizes.DESIGN_FLOP_BUDGET:
+        return ""
+    return (f"the designed passes would cost about {flop / 1e12:.0f} TFLOP ({len(calls)} attention calls of up to "
+            f"{max(call.query.shape[-2] for call in calls)} queries, {designs} designs), beyond the "
+            f"{sizes.DESIGN_FLOP_BUDGET / 1e12:g} TFLOP the audit spends on a model's designed passes: the whole path "
+            "is not measured")
 
 
 # ---------------------------------------------------------------------------------------
@@ -360,7 +399,7 @@ def layer_index(module, fallback: int) -> int:
 
 
 def declared_of(model, call, fallback_index: int, model_type: str) -> declared_rules.Declared:
-    config = getattr(call.module, "config", None) or model.config
+    config = config_of(model, call)
     index = layer_index(call.module, fallback_index)
     per_layer = getattr(config, "per_layer_config", None)
     if per_layer is not None:
@@ -425,7 +464,7 @@ def read_model(model, family: str, backends, seed: int, model_type: str, feeding
                 calls, hidden, parity, functions, wholes, layouts = backend_pass(model, feeding, backend, reference,
                                                                               inputs, units, layouts)
             except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
-                if backend == "eager" and (isinstance(error, NoAttentionCall) or "eager_attention_forward" in str(error)):
+                if backend == "eager" and (isinstance(error, (NoAttentionCall, NoEagerFunction))):
                     layers, inline_passes = inline_attention(model, feeding, model_type, order, inputs, units)
                     passes.update(inline_passes)
                     break
@@ -496,8 +535,8 @@ def inline_attention(model, feeding: Feeding, family: str, order, inputs, units:
                                     far_position(model.config, TOKENS))
     except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError) as error:
         return [], {"eager": {"accepted": False, "reason": f"inline attention: {families.first_line(error)}",
-                              "parity": None}}
-    passes = {"eager": {"accepted": True, "reason": "inline attention: weights read", "parity": None}}
+                              "parity": None, "inline": True}}
+    passes = {"eager": {"accepted": True, "reason": "inline attention: weights read", "parity": None, "inline": True}}
     with torch.no_grad():
         reference = final_hidden(model(**inputs))
     rows = {row["name"]: row for row in layers}
@@ -524,7 +563,8 @@ def output_compared(model, backend: str, inputs, reference) -> dict:
         set_attn_implementation(model, backend)
         with torch.no_grad():
             hidden = final_hidden(model(**inputs))
-        return {"accepted": True, "reason": "inline attention: output compared only", "parity": parity_of(hidden, reference)}
+        return {"accepted": True, "reason": "inline attention: output compared only", "parity": parity_of(hidden, reference),
+                "inline": True}
     except (ValueError, RuntimeError, TypeError, KeyError, AttributeError, IndexError, ImportError) as error:
         return {"accepted": False, "reason": families.first_line(error), "parity": None}
     finally:
@@ -689,6 +729,26 @@ def layer_rows(model, feeding: Feeding, family: str, measured: dict) -> list[dic
                 if masked:
                     row["backends"][backend]["rows_masked_everywhere"] = masked
         rows.append(row)
+    return caps_skipped_by_design(rows, [config_of(model, call) for call in calls])
+
+
+def config_of(model, call):
+    return getattr(call.module, "config", None) or model.config
+
+
+def caps_skipped_by_design(rows: list[dict], configs: list) -> list[dict]:
+    """A config's soft cap that some layers built from it apply and another's code never applies (VideoPrism's
+    pooling head beside its encoder layers, one vision config) is skipped by that layer by design, not a field the
+    code ignores (Gemma 3, whose layers all skip it): its declaration names the layers that apply it."""
+    for row, config in zip(rows, configs):
+        cap = row["declared"].get("cap_unapplied")
+        if cap is None:
+            continue
+        applying = [other["name"] for other, other_config in zip(rows, configs)
+                    if other_config is config and other["declared"]["cap"] == cap]
+        if applying:
+            row["declared"]["cap_applied_by"] = f"{len(applying)} layer(s) of the same config ({applying[0]}, ...)" \
+                if len(applying) > 1 else f"{applying[0]}, of the same config"
     return rows
 
 

@@ -49,3 +49,8 @@ TINY_HYBRID = {"mamba_d_ssm": 128, "mamba_n_heads": 8, "mamba_d_head": 16, "mamb
                "mamba_n_groups": 1, "linear_head_dim": 16, "linear_num_heads": 4}
 # Vision encoders: a 32 x 32 image in 8 x 8 patches (16 patches, and a class token where the family has one).
 VISION_TINY = {"image_size": 32, "patch_size": 8}
+
+# What the audit spends on one backend's designed passes of one model (the whole path's 14 designs): about a minute on
+# 2 CPU cores.  A folder's model beyond it (a video model at its real size) is measured on its attention function
+# alone, the whole path named as not run with its cost; a folder's tower beyond it is not audited at its own sizes.
+DESIGN_FLOP_BUDGET = 5e12

@@ -17,8 +17,10 @@ import torch
 
 from ..backends import DEFAULT_BACKENDS  # noqa: E402,F401 - the attention implementations compared
 from ..scale_check import FACTOR_TOL  # measured and declared factors agree within 0.1%, as a module's expectation
+from .declared import cap_never_applied
 from .qk_norm import COSINE_TOL
 from .record import AuditVerdict, FamilyAudit, Status, is_intercepted_nowhere, mechanism_name
+from .whole_path import moves_beyond
 
 NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
 
@@ -83,7 +85,8 @@ def layer_findings(row: dict, backend: str) -> list[str]:
         if not agree(inputs["cosine_temperature"], declared["cosine_temperature"], COSINE_TOL):
             found.append(f"{row['name']}: logit of a cosine-1 pair {inputs['cosine_temperature']:.4g} (the layer's own "
                          f"q and k), the config implies {declared['cosine_temperature']:.4g} ({declared.get('cosine_from')})")
-    found += [f"{row['name']}: {text}" for text in declared.get("unread", [])]
+    if declared.get("cap_unapplied") is not None and not declared.get("cap_applied_by"):
+        found.append(f"{row['name']}: {cap_never_applied(declared['cap_unapplied'])}")
     cap = entry["function"].get("cap")
     if entry["function"].get("nonlinearity") in ("linear", "soft cap") and caps_differ(cap, declared["cap"]):
         found.append(f"{row['name']}: soft cap {cap if cap is None else round(cap, 4)}, config "
@@ -285,7 +288,7 @@ def dependence(rows: list[dict], backend: str = "eager") -> str:
         if not path:
             continue
         base = path["factor"]
-        if path["query_spread"] > DEPENDENCE_TOL:
+        if moves_beyond(path["query_spread"], DEPENDENCE_TOL, path.get("query_noise", 0.0)):
             found.append("query index")
         if path.get("factor_far") is not None and relative(path["factor_far"], base) > DEPENDENCE_TOL:
             found.append("position ids")
@@ -372,7 +375,7 @@ def family_row(result, backends) -> dict:
         if info is None:
             row[backend] = "-"
         elif not info["accepted"]:
-            row[backend] = "not read" if info["reason"].startswith("inline attention") else "refused"
+            row[backend] = "not read" if info.get("inline") else "refused"
         else:
             row[backend] = span([judged_factor(r["backends"][backend]) for r in rows if backend in r["backends"]])
             if row[backend] == "-" and info.get("parity") is not None:

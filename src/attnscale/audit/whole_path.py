@@ -383,6 +383,9 @@ def median(values: torch.Tensor) -> float:
 
 LINEAR_RATIO_TOL = 0.02  # doubling q (or the key gap) doubles the logit gap within 2%: linear in it
 QUERY_SPREAD_TOL = 0.01  # a factor that moves by more than 1% across query positions is not one factor
+# a spread (max - min) across query rows counts only beyond this many times one row's rounding noise (noise_of):
+# pure rounding passes 12 in under 1 draw in 1000 at 8 to 64 rows (tests/audit/test_read.py)
+NOISE_MARGIN = 12.0
 
 
 def shape_of(ratio: float) -> str:
@@ -429,6 +432,29 @@ def spread_of(per_query: list[float]) -> float:
     return (max(readable) - min(readable)) / max(centre, 1e-300) if len(readable) > 1 else 0.0
 
 
+def noise_of(per_query: list[float], again: list[float]) -> float:
+    """The rounding noise of one row's factor (a standard deviation, relative to the median factor), from how far
+    its two readings disagree: the factor at gap 1 and at gap 2 measure the same thing, so a real dependence on the
+    query row shows in both, while rounding (float32 logits far larger than the designed gap) does not repeat.
+    With rows of equal noise the gap-1 reading (rows 1 + 0 - 12 - 10) has 8/3 the variance of the difference of
+    the two (rows 1 - 2/2 - 0/2).  A bend common to every row (a soft cap reads gap 2 lower) is taken out by the
+    ratio of the medians."""
+    pairs = [(a, b) for a, b in zip(per_query, again) if math.isfinite(a) and math.isfinite(b)]
+    if len(pairs) < 2:
+        return 0.0
+    centre, centre_again = (median(torch.tensor(side, dtype=torch.float64)) for side in zip(*pairs))
+    if not (centre and centre_again):
+        return 0.0
+    bend = centre / centre_again
+    mean_square = sum((a - bend * b) ** 2 for a, b in pairs) / len(pairs)
+    return math.sqrt(mean_square * 8 / 3) / abs(centre)
+
+
+def moves_beyond(spread: float, tolerance: float, noise: float) -> bool:
+    """The per-query factors move: their spread passes the tolerance and NOISE_MARGIN times one reading's noise."""
+    return spread > max(tolerance, NOISE_MARGIN * noise)
+
+
 def key_only(rows: torch.Tensor, base: int, doubled: int, zero_q: int) -> torch.Tensor:
     """The part of the gap step that q does not scale: a term linear in the keys alone (p2c), read at
     q = 0 against the gap-0 row extrapolated to q = 0 from q = 1 and 2 (which removes a term linear in
@@ -459,12 +485,17 @@ def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, posi
     form_last = path_form(median((rows[9] - rows[11] - key_only(rows, 4, 11, 13)) / last_step),
                           median((rows[8] - last_base) / (rows[5] - last_base)), factor_last)
     per_query = [median(step[t] / unit) for t in range(step.shape[0])]
+    step_doubled = rows[2] - base - 2 * key_only(rows, 0, 10, 12)  # gap 2: the keys' own term doubles with it
+    query_noise = noise_of(per_query, [median(step_doubled[t] / (2 * unit)) for t in range(step.shape[0])])
     query_spread = spread_of(per_query)
-    if form in ("linear", "q and k normalised") and query_spread > QUERY_SPREAD_TOL:
+    if form in ("linear", "q and k normalised") and moves_beyond(query_spread, QUERY_SPREAD_TOL, query_noise):
         form = "varies with the query position"  # also a cosine-1 logit: one temperature is one for every query
     # along the last coordinate too: RoPE the designs cannot pin (RoFormer rotates by the token index)
     # turns the first coordinate's pair fastest and the last's slowest
-    if form_last == "linear" and spread_of([median(last_step[t] / unit) for t in range(last_step.shape[0])]) > QUERY_SPREAD_TOL:
+    last_doubled = rows[8] - last_base - 2 * key_only(rows, 4, 11, 13)
+    per_query_last = [median(last_step[t] / unit) for t in range(last_step.shape[0])]
+    last_noise = noise_of(per_query_last, [median(last_doubled[t] / (2 * unit)) for t in range(last_step.shape[0])])
+    if form_last == "linear" and moves_beyond(spread_of(per_query_last), QUERY_SPREAD_TOL, last_noise):
         form_last = "varies with the query position"
     return {
         **length_change(longer, unit, per_query),
@@ -477,6 +508,7 @@ def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, posi
         "cosine_temperature": median(step / 2) if form == "q and k normalised" else None,
         "per_query": per_query,
         "query_spread": query_spread,
+        "query_noise": query_noise,
         # less the keys' own term read at position 0 (a content bias's u.k: the same at every position)
         "factor_far": median((rows[7] - rows[6] - key_only(rows, 0, 10, 12)) / unit) if positions else None,
         "factor_longer": median(gap_step(longer, 0, 1, 2, 3) / unit) if longer is not None else None,

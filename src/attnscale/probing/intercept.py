@@ -24,6 +24,10 @@ from .. import scaling
 from ..errors import UserError
 
 
+class NoEagerFunction(UserError):
+    """The model's modeling files hold no eager_attention_forward to intercept: its attention is computed inline."""
+
+
 @dataclass
 class AttentionCall:
     """One attention call seen inside a model: the real tensors and the function that ran."""
@@ -117,14 +121,16 @@ Rewrite = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], 
 
 @contextlib.contextmanager
 def intercept_attention(model: torch.nn.Module, on_call: Callable[[AttentionCall], None] | None = None,
-                        scale: str | None = None, backend: str = "eager", rewrite: Rewrite | None = None):
+                        scale: str | None = None, backend: str = "eager", rewrite: Rewrite | None = None,
+                        keep_weights: bool = True):
     """Route every attention call of ``model`` under ``backend`` through a wrapper; yields the
     list of recorded calls.
 
     ``on_call(call)`` runs after the real call (it can read the weights); ``scale``, a fixed
     rule spec, replaces the factor the model passes by the rule's factor for the head
     dimension; ``rewrite(module, q, k, v) -> (q, k, v)`` replaces the tensors before the
-    real call (the call records the tensors the model computed).
+    real call (the call records the tensors the model computed); ``keep_weights=False``: the calls keep no
+    attention weights (what reads only q, k and the output holds one logits-sized tensor a call less).
     """
     rule = None if scale is None else scaling.parse(scale)
     if rule is not None and rule.kind != "fixed":
@@ -141,7 +147,8 @@ def intercept_attention(model: torch.nn.Module, on_call: Callable[[AttentionCall
             first = output[0] if isinstance(output, tuple) else output
             call = AttentionCall(names.get(id(module), type(module).__name__), module, function, query, key, value,
                                  attention_mask, dict(kwargs), backend, tuple(args),
-                                 weights=output[1] if isinstance(output, tuple) and len(output) > 1 else None,
+                                 weights=output[1] if keep_weights and isinstance(output, tuple) and len(output) > 1
+                                 else None,
                                  output=first)
             calls.append(call)
             if on_call is not None:
@@ -157,7 +164,7 @@ def intercept_attention(model: torch.nn.Module, on_call: Callable[[AttentionCall
         if backend == "eager":
             modules = _eager_modules(model)
             if not modules:
-                raise UserError(
+                raise NoEagerFunction(
                     f"{type(model).__name__} has no transformers eager_attention_forward to probe; supported: models "
                     "whose attention goes through it (BERT, GPT-2, T5, Llama and most others in transformers 5)")
             for py_module in modules:
@@ -195,10 +202,10 @@ def model_inputs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor | 
 
 
 def run_attention(model, inputs: dict, scale: str | None = None, on_call=None, backend: str = "eager",
-                  rewrite: Rewrite | None = None):
+                  rewrite: Rewrite | None = None, keep_weights: bool = True):
     """One forward pass with every attention call recorded; returns (outputs, calls)."""
     with torch.no_grad(), intercept_attention(model, on_call=on_call, scale=scale, backend=backend,
-                                              rewrite=rewrite) as calls:
+                                              rewrite=rewrite, keep_weights=keep_weights) as calls:
         outputs = model(**inputs)
     if not calls:
         raise UserError(f"{type(model).__name__} ran no {backend} attention call; its attention cannot be probed")
