@@ -7,7 +7,8 @@ import os
 
 import pytest
 
-from attnscale.audit import compose, composite_rows, families, feed, pipeline, record, verdicts
+from attnscale.audit import families, feed, pipeline, record, verdicts
+from attnscale.audit import composite as composites
 from attnscale.audit import measure as audit
 
 from audit_helpers import FACTOR_REL, run_cli
@@ -183,7 +184,7 @@ def test_a_composite_whose_base_class_is_a_tower_is_built_from_its_own_class():
     assert type(families.composite_model(config)).__name__ == "MusicgenForConditionalGeneration"
     skipped = audit.audit_family("musicgen", ("eager",))
     assert skipped.own_attention == []
-    decoder = composite_rows.audit_tower("musicgen", {"name": "decoder", "model_type": "musicgen_decoder", "own": False},
+    decoder = composites.audit_tower("musicgen", {"name": "decoder", "model_type": "musicgen_decoder", "own": False},
                                 ("eager",))
     assert decoder.verdict == "ok"
     assert all(row["backends"]["eager"]["function"]["factor"] == pytest.approx(0.25, rel=FACTOR_REL)
@@ -225,7 +226,7 @@ def test_an_attention_s_output_layer_or_helper_structure_is_not_attention(family
     assert families.is_attention_class("LxmertSelfAttentionLayer") and families.is_attention_class(
         "FunnelRelMultiheadAttention")
     result = audit.audit_family(family, ("eager",))
-    assert result.verdict == "ok" and compose.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and composites.nothing_left(result), result.unread_attention
 
 
 def test_a_relative_position_bias_table_is_not_counted_as_attention():
@@ -237,4 +238,4 @@ def test_a_relative_position_bias_table_is_not_counted_as_attention():
     rows = pipeline.audit_item(("family", "phi4_multimodal"), ("eager",), 0)
     assert record.is_measured(rows[0]) and not rows[0].own_attention, rows[0].reason
     audio = next(row for row in rows if row.family == "phi4_multimodal.audio_config")
-    assert compose.nothing_left(audio)
+    assert composites.nothing_left(audio)

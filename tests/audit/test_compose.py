@@ -1,5 +1,5 @@
-"""The compose stage: composites covered by their towers, built whole, relying on other rows (compose.py,
-towers.py, composite_rows.py), and the coverage counts (pipeline.coverage)."""
+"""The compose stage: composites covered by their towers, built whole, relying on other rows (composite.py,
+towers.py), and the coverage counts (pipeline.coverage)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from attnscale.audit import compose, composite_rows, families, pipeline, record, verdicts
+from attnscale.audit import families, pipeline, record, verdicts
+from attnscale.audit import composite as composites
 from attnscale.audit import measure as audit
 
 from audit_helpers import FACTOR_REL, assert_blocks_read_at_their_width
@@ -41,7 +42,7 @@ def test_measured_families_that_leave_attention_unread_are_counted_and_named():
     """A family measured while some attention module of it is "not intercepted" is counted apart in the
     coverage (measured_partly, partly_read) and named with its classes on the summary line; a module named
     by what it computes (no softmax over q.k) is not unread, nor one a row it relies on reads (a composite's
-    tower, which compose.settled requires measured with nothing left)."""
+    tower, which composites.settled requires measured with nothing left)."""
     unread = [{"name": "layers.0.local", "class": "LocalAttention", "mechanism": "not intercepted"}]
     named = [{"name": "layers.0.wkv", "class": "WkvAttention", "mechanism": "WKV recurrence" + audit.NO_FACTOR}]
     read_by = [{**unread[0], "read_by": "vit"}]
@@ -63,10 +64,10 @@ def test_a_composite_covered_by_its_towers_covers_the_composites_it_is_a_tower_o
         return audit.FamilyAudit(name, status="skipped", reason="multimodal composite (...)",
                                  towers=[{"name": f"{t}_config", "model_type": t, "own": True} for t in towers])
     vit = audit.FamilyAudit("vit_like", status="audited", verdict="ok")
-    outer, inner, vit = compose.covered([composite("outer", "inner", "missing"), composite("inner", "vit_like"), vit])
+    outer, inner, vit = composites.covered([composite("outer", "inner", "missing"), composite("inner", "vit_like"), vit])
     assert inner.status == "covered" and inner.reason == "every tower measured: vit_like_config = vit_like (ok)"
     assert outer.status == "skipped" and outer.reason.endswith("; not measured here: missing_config")
-    again, _, _ = compose.covered([composite("outer", "inner"), composite("inner", "vit_like"), vit])
+    again, _, _ = composites.covered([composite("outer", "inner"), composite("inner", "vit_like"), vit])
     assert again.status == "covered" and again.reason == ("every tower measured: inner_config = inner "
                                                           "(covered by its towers)")
 
@@ -102,7 +103,7 @@ def test_composite_parts_without_attention_leave_nothing_to_cover():
     attention = {tower["name"]: tower["attention"] for tower in composite.towers}
     assert attention == {"audio_config": True, "head_config": False, "streaming_config": False}
     tower = audit.audit_family("nemotron3_diarization_audio", ("eager",))
-    composite, _ = compose.covered([composite, tower])
+    composite, _ = composites.covered([composite, tower])
     assert composite.status == "covered", composite.reason
     assert "head_config: no attention, streaming_config: no attention" in composite.reason
 
@@ -129,7 +130,7 @@ def test_a_composite_part_with_no_model_class_and_no_attention_leaves_nothing_to
                          "audio_config": True}
     towers = [r for name in ("qwen2", "vibevoice_acoustic_tokenizer_encoder", "vibevoice_acoustic_tokenizer")
               for r in pipeline.audit_item(("family", name), ("eager",), 0)]
-    composite = compose.covered([composite, *towers])[0]
+    composite = composites.covered([composite, *towers])[0]
     assert composite.status == "covered" and "diffusion_head_config: no attention" in composite.reason
 
 
@@ -175,7 +176,7 @@ def test_a_composite_is_fed_the_media_its_placeholder_tokens_take_and_its_projec
                                                                                              whole.findings)
     assert not whole.own_attention and not whole.relies_on and not whole.unread_attention
     model = families.build_whole(family)
-    assert [count for _, count, _ in composite_rows.placeholder_media(model)] == [placeholders]
+    assert [count for _, count, _ in composites.placeholder_media(model)] == [placeholders]
     modules = dict(model.named_modules())
     read = [row for row in whole.layers if row["name"].startswith(part)]
     assert read and {row["name"].split(".")[0] for row in whole.layers} == {
@@ -225,7 +226,7 @@ def test_a_composite_built_whole_counts_only_where_every_attention_it_runs_is_re
     git = pipeline.audit_item(("family", "git"), ("eager",), 0)
     assert git[0].status == "audited" and git[0].verdict == "ok"
     assert [row.family for row in git[1:]] == ["git.vision_config"] and record.is_measured(git[1])
-    assert git[0].relies_on == ["git.vision_config"]  # kept, so the report checks it again (compose.settled)
+    assert git[0].relies_on == ["git.vision_config"]  # kept, so the report checks it again (composites.settled)
     monkeypatch.setattr(whole_path, "KV_NAMES", tuple(name for name in whole_path.KV_NAMES if name != "to_kv"))
     speech = pipeline.audit_item(("family", "granite_speech"), ("eager",), 0)
     assert speech[0].status == "skipped"
@@ -233,7 +234,7 @@ def test_a_composite_built_whole_counts_only_where_every_attention_it_runs_is_re
     # a tower that is a family of its own is looked up when the audit is reported
     relying = audit.FamilyAudit("composite", status="audited", verdict="ok", relies_on=["tower"])
     tower = audit.FamilyAudit("tower", status="skipped", reason="cannot run a forward pass: ...")
-    relying, _ = compose.settled([relying, tower])
+    relying, _ = composites.settled([relying, tower])
     assert relying.status == "skipped" and "the attention of tower is not read" in relying.reason
 
 
@@ -247,7 +248,7 @@ def test_attention_with_no_softmax_over_q_k_is_named_and_left_out_of_the_unmeasu
     skipped with the mechanism its code shows, and counted apart from the unmeasured (nothing to scale)."""
     result = audit.audit_family(family, ("eager",))
     assert result.status == "skipped" and result.reason.startswith(f"{audit.NO_SOFTMAX} ({starts}")
-    assert result.reason.endswith(audit.NO_FACTOR + ")") and compose.nothing_left(result)
+    assert result.reason.endswith(audit.NO_FACTOR + ")") and composites.nothing_left(result)
     cover = pipeline.coverage([result])
     assert cover["no_softmax"] == 1 and cover["unmeasured"] == 0 and cover["attention_bearing"] == 1
 
@@ -266,7 +267,7 @@ def test_composites_whose_sub_configs_are_typed_by_their_spec_or_class_alone_are
     assert "text_config = gemma4_text" in rows["gemma4_assistant"].reason
     assert rows["inkling_mm_model"].status == "covered", rows["inkling_mm_model"].reason
     fun = pipeline.audit_item(("family", "fun_asr_nano"), ("eager",), 0)[0]
-    [fun] = compose.settled([fun])
+    [fun] = composites.settled([fun])
     assert fun.status == "audited" and fun.verdict == "ok" and not fun.relies_on, (fun.reason, fun.findings)
     assert any(row["name"].startswith("multi_modal_projector.layers") for row in fun.layers)
 
@@ -281,7 +282,7 @@ def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights
     assert result.unread_attention == []
     partial = audit.FamilyAudit("tower", status="audited", verdict="ok", layers=result.layers,
                                 unread_attention=[{"name": "x", "class": "X", "mechanism": "not intercepted"}])
-    assert record.is_measured(partial) and not compose.nothing_left(partial)
+    assert record.is_measured(partial) and not composites.nothing_left(partial)
 
 
 def test_a_hybrids_delta_rule_layers_are_named_and_leave_its_attention_layers_to_cover_the_composite():
@@ -382,10 +383,10 @@ def test_a_composite_audited_on_token_ids_relies_on_the_row_that_reads_its_tower
     assert record.is_measured(result) and result.relies_on == [row], (result.reason, result.relies_on)
     assert {u["class"] for u in result.unread_attention if u["mechanism"] == "not intercepted"} == unread
     tower = pipeline.audit_item(("family", row), ("eager",), 0)[0]
-    assert compose.nothing_left(tower), tower.unread_attention
+    assert composites.nothing_left(tower), tower.unread_attention
     assert unread <= classes_of(audit.tiny_model(row, 0, {}), [layer["name"] for layer in tower.layers])
-    assert record.is_measured(compose.settled([result, tower])[0])
-    [alone] = compose.settled([pipeline.audit_item(("family", composite), ("eager",), 0)[0]])
+    assert record.is_measured(composites.settled([result, tower])[0])
+    [alone] = composites.settled([pipeline.audit_item(("family", composite), ("eager",), 0)[0]])
     assert alone.status == "skipped" and f"the attention of {row} is not read" in alone.reason
 
 
@@ -404,8 +405,8 @@ def test_a_vq_image_tokenizer_with_no_forward_is_read_through_its_round_trip(com
     rows = {row.family: row for row in pipeline.audit_item(("family", composite), ("eager",), 0)}
     result, vq = rows[composite], rows[f"{composite}.vq_config"]
     assert record.is_measured(result) and result.relies_on == [f"{composite}.vq_config"]
-    assert compose.nothing_left(vq) and [layer["name"] for layer in vq.layers] == names
+    assert composites.nothing_left(vq) and [layer["name"] for layer in vq.layers] == names
     for layer in vq.layers:
         assert layer["d_k"] == d_k
         assert verdicts.judged_factor(layer["backends"]["eager"]) == pytest.approx(d_k ** -0.5, rel=FACTOR_REL)
-    assert record.is_measured(compose.settled(list(rows.values()))[0])
+    assert record.is_measured(composites.settled(list(rows.values()))[0])

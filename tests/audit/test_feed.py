@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from attnscale.audit import compose, composite_rows, families, feed, pipeline, verdicts
+from attnscale.audit import families, feed, pipeline, verdicts
+from attnscale.audit import composite as composites
 from attnscale.audit import measure as audit
 
 from audit_helpers import FACTOR_REL, run_cli
@@ -152,7 +153,7 @@ def test_cross_attention_that_runs_only_with_encoder_states_is_fed_them_and_meas
     assert qformer.verdict == "ok" and cross and not qformer.unread_attention
     cls = families.config_class("canary")
     tower = next(t for t in families.tower_types(cls, dict(cls.sub_configs)) if t["name"] == "decoder_config")
-    decoder = composite_rows.audit_tower("canary", tower, backends=("eager",))
+    decoder = composites.audit_tower("canary", tower, backends=("eager",))
     assert decoder.verdict == "ok" and not decoder.unread_attention
     assert {layer["name"].rsplit(".", 1)[1] for layer in decoder.layers} == {"self_attn", "encoder_attn"}
     for layer in cross + decoder.layers:
@@ -328,7 +329,7 @@ def test_evolla_s_protein_path_runs_on_protein_ids_beside_its_text_and_each_clas
             assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
             assert row["declared"]["path_first"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
-    assert compose.nothing_left(result) and not result.relies_on, result.unread_attention
+    assert composites.nothing_left(result) and not result.relies_on, result.unread_attention
 
 
 def test_the_main_input_is_decided_once_a_model(monkeypatch):
@@ -350,7 +351,7 @@ def test_a_prefix_lm_is_fed_its_segments_as_its_processor_gives_them(tmp_path):
     a prompt with no suffix), every backend runs the same mask and the folder is ok."""
     config = families.whole_config("paligemma")
     config.save_pretrained(tmp_path / "pali")
-    rows = composite_rows.folder_rows(str(tmp_path / "pali"), ("eager", "sdpa"))
+    rows = composites.folder_rows(str(tmp_path / "pali"), ("eager", "sdpa"))
     folder = rows[0]
     assert folder.verdict == "ok", folder.findings
     assert folder.backends["sdpa"]["parity"] < verdicts.PARITY_TOL[torch.float32]

@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from attnscale.audit import composite_rows, families, pipeline, sizes
+from attnscale.audit import families, pipeline, sizes
+from attnscale.audit import composite as composites
 from attnscale.audit.record import FamilyAudit, SkipKind, Status
 from attnscale.probing.intercept import AttentionCall
 
@@ -21,7 +22,7 @@ def composite_folder(tmp_path, model_type: str) -> str:
 
 
 def test_a_composite_folder_measures_its_vision_tower(tmp_path, capsys):
-    rows = composite_rows.folder_rows(composite_folder(tmp_path, "llava"), ("eager",))
+    rows = composites.folder_rows(composite_folder(tmp_path, "llava"), ("eager",))
     folder, tower = rows
     assert tower.family == f"{folder.family}.vision_tower" and tower.tower_of == folder.family
     assert tower.verdict == "ok" and len(tower.layers) == 2 and all(row["name"].startswith("encoder.layers.") for row in tower.layers)
@@ -36,14 +37,14 @@ def test_a_tower_left_unmeasured_leaves_the_folder_incomplete(tmp_path, monkeypa
     def refuse(*args, **kwargs):
         raise RuntimeError("a tower that cannot be run")
 
-    real = composite_rows.measure.audit_model
+    real = composites.measure.audit_model
     calls = []
 
     def only_the_folder(model, family, *args, **kwargs):
         calls.append(family)
         return real(model, family, *args, **kwargs) if len(calls) == 1 else refuse()
 
-    monkeypatch.setattr(composite_rows.measure, "audit_model", only_the_folder)
+    monkeypatch.setattr(composites.measure, "audit_model", only_the_folder)
     code, out, _ = run_cli(["audit", composite_folder(tmp_path, "llava"), "--backends", "eager", "--json"], capsys)
     report = json.loads(out)
     folder, tower = report["families"]

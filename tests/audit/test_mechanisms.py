@@ -5,7 +5,8 @@ measured says why in its reason."""
 import copy
 from dataclasses import replace
 
-from attnscale.audit import compose, measure, pipeline
+from attnscale.audit import measure, pipeline
+from attnscale.audit import composite as composites
 from attnscale.audit.record import (NO_FACTOR, NOT_INTERCEPTED, NOT_MEASURED, AuditVerdict, FamilyAudit, MechanismKind,
                                     Status, is_intercepted_nowhere, no_factor)
 
@@ -33,7 +34,7 @@ def test_no_softmax_is_decided_by_the_kind_not_by_how_a_text_ends():
 def test_a_module_whose_softmax_cannot_be_read_leaves_ok_incomplete():
     """Informer's encoder runs ProbSparse attention (the rows that attend are drawn at random): the decoder's
     attention is measured and matches, so the family is incomplete, not ok, naming the ProbSparse modules."""
-    informer = compose.completed(pipeline.audit_item(("family", "informer"), ("eager",), 0))[0]
+    informer = composites.completed(pipeline.audit_item(("family", "informer"), ("eager",), 0))[0]
     assert informer.verdict == "incomplete"
     assert "InformerProbSparseAttention x3 (its code: ProbSparse attention (Informer), not read here)" \
         in informer.findings[-1]

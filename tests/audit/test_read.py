@@ -11,7 +11,8 @@ import math
 import pytest
 import torch
 
-from attnscale.audit import attention_function, compose, composite_rows, families, feed, pipeline, record, verdicts
+from attnscale.audit import attention_function, families, feed, pipeline, record, verdicts
+from attnscale.audit import composite as composites
 from attnscale.audit import measure as audit
 from attnscale.audit.measure import audit_folder
 from attnscale.audit.verdicts import family_row
@@ -404,7 +405,7 @@ def test_attention_beside_the_measured_with_no_softmax_over_q_k_is_named(family,
     unread = [u for u in result.unread_attention if u["class"] == module_class]
     assert unread and all(u["mechanism"].startswith(starts) and u["mechanism"].endswith(audit.NO_FACTOR)
                           for u in unread)
-    assert compose.nothing_left(result), result.unread_attention
+    assert composites.nothing_left(result), result.unread_attention
 
 
 @pytest.mark.parametrize("family", ["grounding-dino", "mm-grounding-dino"])
@@ -420,7 +421,7 @@ def test_grounding_dino_s_image_text_fusion_is_read_at_its_head_dim(family):
     assert fusion and all(row["d_k"] == head_dim for row in fusion)
     for row in fusion:
         assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
-    assert result.verdict == "ok" and compose.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and composites.nothing_left(result), result.unread_attention
 
 
 def test_dab_detr_s_decoder_attention_is_read_where_its_q_and_k_are_handed_in():
@@ -437,7 +438,7 @@ def test_dab_detr_s_decoder_attention_is_read_where_its_q_and_k_are_handed_in():
         assert rows and all(row["d_k"] == head_dim for row in rows), part
         for row in rows:
             assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
-    assert result.verdict == "ok" and compose.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and composites.nothing_left(result), result.unread_attention
 
 
 def test_longt5_s_local_attention_is_read_across_its_blocks():
@@ -455,7 +456,7 @@ def test_longt5_s_local_attention_is_read_across_its_blocks():
         seen = path["per_query"][:radius + 1]
         assert all(value == pytest.approx(1.0, rel=FACTOR_REL) for value in seen)
         assert all(math.isnan(value) for value in path["per_query"][radius + 1:])  # key 0 out of their reach
-    assert result.verdict == "ok" and compose.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and composites.nothing_left(result), result.unread_attention
 
 
 def test_prophetnet_s_ngram_self_attention_is_read_in_its_main_and_predict_streams():
@@ -475,14 +476,14 @@ def test_prophetnet_s_ngram_self_attention_is_read_in_its_main_and_predict_strea
         for stream in streams:  # each stream has queries that see the designed keys, each at the factor
             seen = [value for value in stream if not math.isnan(value)]
             assert seen and all(value == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL) for value in seen)
-    assert result.verdict == "ok" and compose.nothing_left(result), result.unread_attention
+    assert result.verdict == "ok" and composites.nothing_left(result), result.unread_attention
 
 
 def test_a_mechanism_with_a_factor_the_audit_cannot_run_stays_unmeasured_and_is_named():
     """MRA computes exp(q.k / sqrt(head_dim)) only in its CUDA kernel: unmeasured here, with what its code
     computes (and that heads narrower than 32 are padded to 32 before head_dim is read)."""
     result = audit.audit_family("mra", ("eager",))
-    assert result.verdict == "not measured" and not compose.nothing_left(result)
+    assert result.verdict == "not measured" and not composites.nothing_left(result)
     assert any("multi-resolution attention (MRA)" in f and "sqrt(32)" in f for f in result.findings)
 
 
@@ -522,7 +523,7 @@ def test_a_sam_encoder_inside_a_larger_vision_tower_is_read_at_its_own_head_widt
     (3 x heads x 16 wide), and the whole path reads 16^-0.5 there, as the source states."""
     rows = pipeline.audit_item(("family", "deepseek_ocr2"), ("eager",), 0)
     vision = next(row for row in rows if row.family == "deepseek_ocr2.vision_config")
-    assert compose.nothing_left(vision), vision.unread_attention
+    assert composites.nothing_left(vision), vision.unread_attention
     sam = [layer for layer in vision.layers if layer["name"].startswith("sam_encoder.")]
     assert sam and all(layer["d_k"] == 16 for layer in sam)
     for layer in sam:
@@ -587,7 +588,7 @@ def test_attention_that_calls_scaled_dot_product_attention_itself_is_read_at_the
     else:
         cls = families.config_class(family)
         spec = next(t for t in families.tower_types(cls, dict(cls.sub_configs)) if t["name"] == tower)
-        result = composite_rows.audit_tower(family, spec, ("eager",))
+        result = composites.audit_tower(family, spec, ("eager",))
     model = families.build_tower(family, tower, 0) if tower else families.build(families.tiny_config(family))
     module = next(m for m in model.modules() if type(m).__name__ == class_name)
     assert call in declared_rules.source_for(module)

@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 
+from attnscale.audit import composite as composites
 from attnscale.audit import pipeline
 from attnscale.cli import main
 
@@ -15,7 +16,7 @@ def test_transformers_and_torch_notes_stay_off_the_terminal(capfd, monkeypatch):
     """Gemma 4's and DiffusionGemma's text configs log that they force their last layer to full attention at
     the tiny sizes (built as the composites' towers), and a warning raised while a family is audited (as torch's
     on an even kernel's 'same' padding) is not the audit's to print: neither reaches stderr."""
-    audit_family = pipeline.audit_family
+    audit_family = composites.audit_family
     warned = []
 
     def noisy(*args, **kwargs):
@@ -23,7 +24,7 @@ def test_transformers_and_torch_notes_stay_off_the_terminal(capfd, monkeypatch):
         warnings.warn("a kernel note from model code", UserWarning)
         return audit_family(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "audit_family", noisy)  # the name the pipeline calls, not measure's own
+    monkeypatch.setattr(composites, "audit_family", noisy)  # the name the composite stage calls, not measure's own
     with pytest.raises(SystemExit) as leaving:
         main(["audit", "gemma4,diffusion_gemma", "--backends", "eager", "--workers", "1"])
     out, err = capfd.readouterr()

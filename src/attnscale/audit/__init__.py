@@ -6,9 +6,9 @@ applies, under each backend, measured and compared with what its config declares
 ``measure``             one model: build, read and declare (a family, a folder, a callable)
 ``feed``                the inputs that run one model, found once and kept on its Feeding record (what it reads
                         beside its main input, time series and trajectories included)
-``composite_rows``      a composite's own rows: its towers as rows, the composite built whole
+``composite``           a composite's logic: its towers as rows, the composite built whole, a folder's towers, and
+                        composites settled from finished records, as new records (covered, or skipped with why)
 ``towers``              which row reads the attention a composite's towers run
-``compose``             composites settled from finished records, as new records (covered, or skipped with why)
 ``qk_norm``             the logit of a cosine-1 pair a config declares under QK-norm (multipliers as data)
 ``families``            the installed transformers' model types, as tiny random-init models
 ``sizes``               the tiny sizes by standard field name, the fallbacks and retries

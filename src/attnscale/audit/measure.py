@@ -954,7 +954,7 @@ def folder_name(path: Path) -> str:
 
 def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_model: bool = False):
     """A local model folder: its safetensors weights if it has them, else random init from its config (with
-    ``keep_model``: the record and the model it was read from; its towers: :func:`.composite_rows.folder_rows`)."""
+    ``keep_model``: the record and the model it was read from; its towers: :func:`.composite.folder_rows`)."""
     from transformers import AutoModel
 
     start = time.perf_counter()

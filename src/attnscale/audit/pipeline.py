@@ -3,25 +3,22 @@ order or over worker processes, compose the composites, report.
 
     plan("llama,llava")  ->  run_plan(items)  ->  report(records)
 
-:func:`run_plan` returns the records as the whole audit settles them (:func:`.compose.compose`); the stages of one
+:func:`run_plan` returns the records as the whole audit settles them (:func:`.composite.compose`); the stages of one
 model are :mod:`.measure`'s (build, feed, read, declare) and :mod:`.verdicts`' (judge).
 """
 
 from __future__ import annotations
 
 import warnings
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from ..errors import UserError
 from ..probing.loading import check_model_dir, check_weights, quiet_transformers
-from . import composite_rows, families
-from .compose import compose, nothing_left, unread_text
-from .measure import audit_family
+from . import composite, families
+from .composite import compose
 from .record import COVERED, FAILING, AuditVerdict, FamilyAudit, SkipKind, Status, is_measured, partly_read
-from .towers import attending
 from .verdicts import CAP_TOL, DEFAULT_BACKENDS, DEPENDENCE_TOL, FACTOR_TOL, PARITY_TOL, AUDIT_VERDICTS, family_row
 
 
@@ -54,7 +51,7 @@ def plan(target: str | None) -> list[tuple[str, str]]:
 def run_plan(items, backends=DEFAULT_BACKENDS, seed: int = 0, progress=None, workers: int = 1) -> list[FamilyAudit]:
     """Audit each item, in order; ``workers`` > 1 spreads the items over that many processes
     (each audits whole families; the results come back in the items' order).  The records come back composed
-    (:func:`.compose.compose`): a composite covered by its towers says so."""
+    (:func:`.composite.compose`): a composite covered by its towers says so."""
     if parallel_workers(items, workers) > 1:
         return compose(run_parallel(items, backends, seed, progress, workers))
     results = []
@@ -88,27 +85,7 @@ def audit_item(item, backends, seed: int) -> list[FamilyAudit]:
 
 def item_rows(item, backends, seed: int) -> list[FamilyAudit]:
     kind, name = item
-    if kind == "folder":
-        return composite_rows.folder_rows(name, backends, seed)
-    result = audit_family(name, backends, seed)
-    towers = [t for t in attending(result.towers) if t["model_type"] and not t["own"]
-              and (result.status == Status.SKIPPED or f"{name}.{t['name']}" in result.relies_on)]
-    rows = [composite_rows.audit_tower(name, tower, backends, seed) for tower in towers]
-    # a tower with no model type of its own that runs attention (Fun-ASR-Nano's adaptor: a config class only) has no row
-    # to cover it
-    typeless = any(not tower["model_type"] for tower in attending(result.towers))
-    if result.status == Status.SKIPPED and result.towers and (result.own_attention or typeless
-                                                          or not all(map(nothing_left, rows))):
-        whole = composite_rows.audit_whole(result, backends, seed)
-        by_row = {row.family: row for row in rows}
-        unmeasured = [name for name in whole.relies_on if name in by_row and not nothing_left(by_row[name])]
-        if is_measured(whole) and not whole.own_attention and not unmeasured:
-            # its relies_on are checked again when composed (compose.settled), families of their own only there
-            return [whole, *rows]
-        why = (whole.reason or "; ".join(whole.findings) if not is_measured(whole)
-               else unread_text(whole.own_attention, unmeasured))
-        result = replace(result, reason=f"{result.reason}; built whole: {why}")
-    return [result, *rows]
+    return composite.folder_rows(name, backends, seed) if kind == "folder" else composite.family_rows(name, backends, seed)
 
 
 

@@ -1,7 +1,7 @@
 """One record per audited model: what was built, fed, read, declared and judged of it.
 
 The stages fill a :class:`FamilyAudit` in turn (:mod:`.measure` builds, feeds, reads and declares; :mod:`.verdicts`
-judges); :mod:`.compose` then settles composites from finished records into new ones, and :mod:`.pipeline` reports
+judges); :mod:`.composite` then settles composites from finished records into new ones, and :mod:`.pipeline` reports
 them.  ``status`` and ``skip`` are enums, so that no stage reads another's reason text.
 """
 
@@ -140,7 +140,7 @@ def is_measured(record: FamilyAudit) -> bool:
 
 def unread_here(unread_attention: list[dict]) -> list[dict]:
     """The attention modules of a row "not intercepted" that no row reads: not its own row reading the
-    same class, nor a tower's row it relies on (``read_by``; :func:`.compose.settled` keeps the row
+    same class, nor a tower's row it relies on (``read_by``; :func:`.composite.settled` keeps the row
     measured only where that row is measured with nothing left)."""
     return [u for u in unread_attention if is_intercepted_nowhere(u) and not u.get("read_by")]
 

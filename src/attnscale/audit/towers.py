@@ -61,7 +61,7 @@ def own_family(model, module_name: str) -> str | None:
 def rely_on_towers(model, record: FamilyAudit) -> FamilyAudit:
     """A composite audited on its token ids, whose towers that pass does not run (a vision or audio
     tower, a VQ image tokenizer): each attention module it leaves unread inside a tower relies on the
-    row that audits that tower (:func:`tower_row`), which :func:`.compose.settled` requires measured with
+    row that audits that tower (:func:`tower_row`), which :func:`.composite.settled` requires measured with
     nothing left; a module outside every tower stays unread.  Returns the record with its towers, the row
     each such module is read by, and what it relies on (the record itself where there is nothing to rely on)."""
     unread = [u["name"] for u in record.unread_attention if is_intercepted_nowhere(u)]

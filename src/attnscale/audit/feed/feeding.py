@@ -22,7 +22,7 @@ class Feeding:
     signal_shape: object = UNKNOWN  # the audio shape it ran on
     id_layout: object = UNKNOWN  # how its token ids are laid out, where not (batch, tokens): id_layouts
     # [(placeholder token id, placeholders a sequence, the media inputs of one sequence)]: the media a composite built
-    # whole merges into its ids at placeholder tokens (Aria's image, Fun-ASR-Nano's audio; composite_rows)
+    # whole merges into its ids at placeholder tokens (Aria's image, Fun-ASR-Nano's audio; composite.audit_whole)
     media: list = field(default_factory=list)
     unpinned: set = field(default_factory=set)  # ids of the configs whose RoPE numbered its own positions in a pass
     too_large: str = ""  # why the designed passes were not run: what they would need beside the free memory

@@ -1,15 +1,31 @@
-"""A composite's own rows: its towers audited as rows of their own, and the composite built whole where they
-cannot cover it.
+"""A composite's logic in one place: its towers' rows, the composite built whole, a folder's towers, and the
+composites settled from the finished records.
 
-A tower with no base model of its own is audited as ``composite.tower`` (:func:`audit_tower`).  A composite its
-towers cannot cover is built whole and fed the media its ids hold placeholders for (:func:`audit_whole`).  Whether
-the composite is then covered or measured is settled from the finished records (:mod:`.compose`); which row reads
-a module of a tower is :mod:`.towers`'.
+A composite (LLaVA: a CLIP vision tower and a Llama) is built from sub-configs (:mod:`.families`); which row reads
+an attention module of a tower is :mod:`.towers`' (the tower's family, or ``composite.tower``).  Here:
+
+- :func:`family_rows`: a family's row, then its towers with no base model of their own audited as rows of their own
+  (:func:`audit_tower`), and a composite they cannot cover built whole and fed the media its ids hold placeholders
+  for (:func:`audit_whole`);
+- :func:`folder_rows`: a model folder's row, then every tower its pass left unread as a row of its own;
+- :func:`compose`: the whole audit's records settled, three rules in this order:
+
+  1. :func:`settled`: a composite measured whole (or on its token ids) that left a tower's attention unread stays
+     measured only where the row reading that tower is measured with nothing left; otherwise it is skipped, the
+     rows named.
+  2. :func:`covered`: a composite skipped as a whole is covered where every tower that runs attention is measured
+     with nothing left (a family, a tower row, or a composite covered in turn, as SAM 3's vision model is for
+     SAM 3) and it runs no attention class of its own; otherwise its reason names what is left out.
+  3. :func:`completed`: a record judged ``ok`` that leaves some attention module unread (no row reads it) is
+     ``incomplete``, N of M attention modules measured, each one left named: "ok" means every one was measured.
+
+Every stage returns new records (the inputs are never changed).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import replace
 
 import torch
@@ -17,11 +33,41 @@ import torch
 from ..probing.loading import quiet_transformers
 from ..threads import torch_threads
 from . import families, feed, measure, sizes
-from .compose import nothing_left
 from .feed import Feeding, first_inputs
-from .record import FamilyAudit, Status, is_intercepted_nowhere
-from .towers import enclosing_parts, tower_row
+from .measure import audit_family
+from .record import (COVERED, NOT_MEASURED, AuditVerdict, FamilyAudit, SkipKind, Status, is_intercepted_nowhere,
+                     is_measured, mechanism_name, unmeasured_here)
+from .towers import attending, enclosing_parts, row_of, tower_row
 from .verdicts import DEFAULT_BACKENDS
+
+
+# ---------------------------------------------------------------------------------------
+# A family's rows and a folder's rows.
+
+def family_rows(name: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> list[FamilyAudit]:
+    """A family's row, then the rows of a composite's towers that have no base model of their own.  A composite
+    those rows cannot cover (a tower left unmeasured, as a mask decoder with no model class of its own, or attention
+    classes of its own) is built and audited whole; where that measures it, its row takes the place of the
+    composite's skipped one."""
+    result = audit_family(name, backends, seed)
+    towers = [t for t in attending(result.towers) if t["model_type"] and not t["own"]
+              and (result.status == Status.SKIPPED or f"{name}.{t['name']}" in result.relies_on)]
+    rows = [audit_tower(name, tower, backends, seed) for tower in towers]
+    # a tower with no model type of its own that runs attention (Fun-ASR-Nano's adaptor: a config class only) has no row
+    # to cover it
+    typeless = any(not tower["model_type"] for tower in attending(result.towers))
+    if result.status == Status.SKIPPED and result.towers and (result.own_attention or typeless
+                                                          or not all(map(nothing_left, rows))):
+        whole = audit_whole(result, backends, seed)
+        by_row = {row.family: row for row in rows}
+        unmeasured = [name for name in whole.relies_on if name in by_row and not nothing_left(by_row[name])]
+        if is_measured(whole) and not whole.own_attention and not unmeasured:
+            # its relies_on are checked again when composed (settled), families of their own only there
+            return [whole, *rows]
+        why = (whole.reason or "; ".join(whole.findings) if not is_measured(whole)
+               else unread_text(whole.own_attention, unmeasured))
+        result = replace(result, reason=f"{result.reason}; built whole: {why}")
+    return [result, *rows]
 
 
 def audit_tower(composite: str, tower: dict, backends=DEFAULT_BACKENDS, seed: int = 0) -> FamilyAudit:
@@ -117,7 +163,7 @@ def folder_rows(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0) -> list[F
     """A model folder's row (:func:`.measure.audit_folder`), then a row for each tower of it (a part built from a
     sub-config of its own: LLaVA's vision tower) that holds attention the folder's pass left unread, audited as its
     own model on the input it takes, with the folder's weights.  A module of a tower measured with nothing left is
-    marked ``read_by`` that row; the rest stay unread, and leave the folder ``incomplete`` (:mod:`.compose`)."""
+    marked ``read_by`` that row; the rest stay unread, and leave the folder ``incomplete`` (:func:`completed`)."""
     start = time.perf_counter()
     record, model = measure.audit_folder(folder, backends, seed, keep_model=True)
     rows = []
@@ -177,3 +223,95 @@ def unread_towers(model, record: FamilyAudit) -> dict[str, torch.nn.Module]:
         if tower is not None and not any(tower[0].startswith(other + ".") for other in found):
             found.setdefault(*tower)
     return found
+
+
+# ---------------------------------------------------------------------------------------
+# The whole audit's records settled.
+
+def compose(records: list[FamilyAudit]) -> list[FamilyAudit]:
+    """Every record as the whole audit settles it, in the same order."""
+    return completed(covered(settled(records)))
+
+
+def nothing_left(record: FamilyAudit) -> bool:
+    """A row that leaves nothing of its attention unmeasured: measured with every attention module read
+    (none left "not intercepted": an inline SAM encoder beside a tower's intercepted encoder), covered,
+    without attention, or with no softmax over q.k."""
+    unread = any(map(is_intercepted_nowhere, record.unread_attention))
+    judged = record.verdict != AuditVerdict.INCOMPLETE  # a layer it could not judge (QK-norm with no declared logit)
+    return (is_measured(record) and not unread and judged or record.status == Status.COVERED
+            or record.status == Status.SKIPPED and record.skip in (SkipKind.NO_ATTENTION, SkipKind.NO_SOFTMAX))
+
+
+def tower_state(record: FamilyAudit) -> str:
+    return record.verdict if record.status in (Status.AUDITED, Status.COVERED) else families.NO_ATTENTION
+
+
+def unread_text(own: list[str], towers: list[str]) -> str:
+    parts = ([f"its own attention classes {', '.join(own)} are not read"] if own else []) + (
+        [f"the attention of {', '.join(towers)} is not read, and that row is not measured"] if towers else [])
+    return "; ".join(parts)
+
+
+def settled(records: list[FamilyAudit]) -> list[FamilyAudit]:
+    by_name = {record.family: record for record in records}
+    out = []
+    for record in records:
+        unmeasured = [name for name in record.relies_on if not (by_name.get(name) and nothing_left(by_name[name]))]
+        if record.status == Status.AUDITED and unmeasured:
+            record = replace(record, status=Status.SKIPPED, verdict=NOT_MEASURED,
+                             reason=f"built whole: {unread_text([], unmeasured)}")
+        out.append(record)
+    return out
+
+
+def covered(records: list[FamilyAudit]) -> list[FamilyAudit]:
+    out = list(records)
+    index = {record.family: position for position, record in enumerate(out)}
+    row = lambda name: out[index[name]] if name in index else None  # noqa: E731 - the row as settled so far
+    composites = [position for position, record in enumerate(out) if record.status == Status.SKIPPED and record.towers]
+    newly_covered = True
+    while newly_covered:  # a composite covered in turn covers the composites it is a tower of
+        newly_covered = False
+        for position in composites:
+            record = out[position]
+            towers = attending(record.towers)
+            rows = [row(row_of(record.family, tower)) for tower in towers]
+            if record.status == Status.SKIPPED and not record.own_attention and all(r and nothing_left(r) for r in rows):
+                reason = "every tower measured: " + ", ".join(
+                    [f"{t['name']} = {r.family} ({tower_state(r)})" for t, r in zip(towers, rows)]
+                    + [f"{t['name']}: no attention" for t in record.towers if t not in towers])
+                out[position] = replace(record, status=Status.COVERED, verdict=COVERED, reason=reason)
+                newly_covered = True
+    for position in composites:
+        record = out[position]
+        if record.status != Status.SKIPPED:
+            continue
+        left_out = [t["name"] for t in attending(record.towers)
+                    if not ((r := row(row_of(record.family, t))) and nothing_left(r))]
+        if record.own_attention:
+            out[position] = replace(record, reason=record.reason + "; its own attention classes are not audited "
+                                                                   f"({', '.join(record.own_attention)})")
+        elif len(left_out) < len(record.towers):
+            out[position] = replace(record, reason=record.reason + f"; not measured here: {', '.join(left_out)}")
+    return out
+
+
+def why_unmeasured(module: dict) -> str:
+    if is_intercepted_nowhere(module):
+        return str(module["mechanism"])
+    return f"its code: {mechanism_name(module)}, not read here"
+
+
+def completed(records: list[FamilyAudit]) -> list[FamilyAudit]:
+    out = []
+    for record in records:
+        unread = unmeasured_here(record.unread_attention)
+        if record.verdict == AuditVerdict.OK and unread:
+            measured = len({layer["name"] for layer in record.layers})
+            by_class = Counter((module["class"], why_unmeasured(module)) for module in unread)
+            record = replace(record, verdict=AuditVerdict.INCOMPLETE, findings=[
+                *record.findings, f"{measured} of {measured + len(unread)} attention modules measured; not measured: "
+                + ", ".join(f"{name} x{count} ({why})" for (name, why), count in by_class.items())])
+        out.append(record)
+    return out
