@@ -326,8 +326,8 @@ def backend_pass(model, feeding: Feeding, backend: str, reference_hidden, inputs
             scale = abs(factor) if factor and math.isfinite(factor) else call.query.shape[-1] ** -0.5
             units.setdefault(id(call.module), min(0.1 / scale, units.get("clip", math.inf) / 4))
         feeding.designs_per_pass = designs_per_pass(calls)
-        feeding.too_large = (designs_too_large(calls) if not feeding.designs_per_pass else "") or \
-            designs_too_costly(model, calls)
+        too_large = designs_too_large(calls) if not feeding.designs_per_pass else ""
+        feeding.too_large = too_large or designs_too_costly(model, calls)
         layouts, main = ({}, None) if feeding.too_large else choose_layouts(model, feeding, backend, calls, units)
     return calls, hidden, parity, functions, path_results(model, feeding, backend, calls, layouts, units, main), layouts
 
@@ -747,8 +747,8 @@ def caps_skipped_by_design(rows: list[dict], configs: list) -> list[dict]:
         applying = [other["name"] for other, other_config in zip(rows, configs)
                     if other_config is config and other["declared"]["cap"] == cap]
         if applying:
-            row["declared"]["cap_applied_by"] = f"{len(applying)} layer(s) of the same config ({applying[0]}, ...)" \
-                if len(applying) > 1 else f"{applying[0]}, of the same config"
+            more = f"{len(applying)} layer(s) of the same config ({applying[0]}, ...)"
+            row["declared"]["cap_applied_by"] = more if len(applying) > 1 else f"{applying[0]}, of the same config"
     return rows
 
 
