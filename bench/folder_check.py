@@ -20,11 +20,12 @@ from pathlib import Path
 
 
 def tiny_or_whole(model_type: str):
-    """The family's tiny config, or a composite's whole config (every part at the tiny sizes) with its towers."""
-    from attnscale.audit import families
+    """The config of the tiny model the family audit runs (after its retries: MLA's sizes, tied widths), or a
+    composite's whole config (every part at the tiny sizes) with its towers."""
+    from attnscale.audit import families, measure
 
     try:
-        return families.tiny_config(model_type), []
+        return measure.tiny_model_fed(model_type, 0, {})[0].config, []
     except families.CannotAudit as reason:
         if not reason.towers:
             raise
