@@ -353,6 +353,10 @@ CASES = [
     Case("history-cache-lock-is-a-folder", ["history"], "hc/.attnscale-cache.lock' is a folder, not a file",
          lambda d: (d / "hc" / ".attnscale-cache.lock").mkdir(parents=True), env={"ATTNSCALE_HISTORY_CACHE": "hc"}),
     # "--help" as an option's value asks for no help: the command runs, so the environment is checked first
+    Case("env-design-tflop-not-a-number", ["audit", "gpt2"], "ATTNSCALE_DESIGN_TFLOP='lots' is not a number",
+         env={"ATTNSCALE_DESIGN_TFLOP": "lots"}),
+    Case("env-design-tflop-negative", ["audit", "gpt2"], "ATTNSCALE_DESIGN_TFLOP='-1' is not a positive number",
+         env={"ATTNSCALE_DESIGN_TFLOP": "-1"}),
     Case("env-checked-with-help-as-a-value", ["diagnose", "--text", "--help"], "ATTNSCALE_MEMORY_LIMIT='0' leaves no "
          "memory", env={"ATTNSCALE_MEMORY_LIMIT": "0"}),
     Case("env-checked-with-help-as-a-value-after-equals", ["train", "--checkpoint=--help"], "ATTNSCALE_MEMORY_LIMIT='0'",

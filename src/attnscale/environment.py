@@ -13,6 +13,7 @@ from .errors import UserError
 MEMORY_LIMIT = "ATTNSCALE_MEMORY_LIMIT"      # a cap on the memory attnscale plans for (memory.available_bytes)
 CJK_FONT = "ATTNSCALE_CJK_FONT"              # the font the report page's Chinese is cut from (report.fonts)
 HISTORY_CACHE = "ATTNSCALE_HISTORY_CACHE"    # where the history lab keeps the released code it reads
+DESIGN_TFLOP = "ATTNSCALE_DESIGN_TFLOP"      # what the audit spends on one model's designed passes (sizes)
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 FONT_MAGIC = (b"\x00\x01\x00\x00", b"OTTO", b"ttcf", b"true")  # TrueType, OpenType, a collection, old Mac TrueType
 
@@ -62,6 +63,18 @@ def check_history_cache(text: str) -> Path:
     return path
 
 
+def parse_tflop(text: str) -> float:
+    """'20' -> 2e13 floating-point operations; UserError naming the variable for anything but a positive number."""
+    accepted = "accepted: a positive number of TFLOP (e.g. 20; about a minute a 5 on 2 CPU cores)"
+    try:
+        tflop = float(text)
+    except ValueError:
+        raise UserError(f"{DESIGN_TFLOP}={text!r} is not a number; {accepted}") from None
+    if not (math.isfinite(tflop) and tflop > 0):
+        raise UserError(f"{DESIGN_TFLOP}={text!r} is not a positive number; {accepted}")
+    return tflop * 1e12
+
+
 def check_environment() -> None:
     """Every variable attnscale reads, checked (each only when set)."""
     if (limit := value(MEMORY_LIMIT)) is not None:
@@ -70,3 +83,5 @@ def check_environment() -> None:
         check_font(font)
     if (cache := value(HISTORY_CACHE)) is not None:
         check_history_cache(cache)
+    if (tflop := value(DESIGN_TFLOP)) is not None:
+        parse_tflop(tflop)

@@ -106,8 +106,12 @@ def test_designed_passes_beyond_the_budget_are_named_with_their_cost_before_they
     monkeypatch.setattr(sizes, "DESIGN_FLOP_BUDGET", 1e3)
     result = measure.audit_family("llama", ("eager",))
     assert not ran and all(row["backends"]["eager"]["path"] is None for row in result.layers)
-    assert "TFLOP the audit spends on a model's designed passes" in result.layers[0]["path_missing"]
+    assert "TFLOP the audit spends on a model's designed passes (ATTNSCALE_DESIGN_TFLOP=1 runs them)" in \
+        result.layers[0]["path_missing"]
     assert result.verdict == "ok"  # the attention function's factor is still read and judged
+    monkeypatch.setenv("ATTNSCALE_DESIGN_TFLOP", "1")  # what the line says runs them: the passes run
+    measure.audit_family("llama", ("eager",))
+    assert ran
 
 
 def test_designs_that_do_not_fit_at_once_run_in_parts_and_read_the_same_path(monkeypatch):

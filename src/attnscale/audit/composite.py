@@ -202,10 +202,11 @@ def tower_cost(tower: torch.nn.Module) -> str:
     tokens = (image // patch) ** 2 + 1 if isinstance(image, int) and isinstance(patch, int) and patch else UNKNOWN_TOKENS
     parameters = sum(p.numel() for p in tower.parameters())
     flops = 2 * parameters * tokens * len(DESIGNS)
-    if flops <= sizes.DESIGN_FLOP_BUDGET:  # a tower beyond it is named, not measured, and leaves the folder incomplete
+    budget = sizes.design_flop_budget()
+    if flops <= budget:  # a tower beyond it is named, not measured, and leaves the folder incomplete
         return ""
     return (f"not audited at its own sizes: one designed pass is about {flops / 1e12:.0f} TFLOP ({parameters:,} "
-            f"parameters, about {tokens} tokens, {len(DESIGNS)} designs), beyond the {sizes.DESIGN_FLOP_BUDGET / 1e12:g} TFLOP "
+            f"parameters, about {tokens} tokens, {len(DESIGNS)} designs), beyond the {budget / 1e12:g} TFLOP "
             "the audit spends on a tower; its family's row (attnscale audit MODEL_TYPE) reads its code at tiny sizes")
 
 

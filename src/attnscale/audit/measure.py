@@ -381,13 +381,13 @@ def designs_too_costly(model, calls) -> str:
     """Why the whole path is not driven on this model under one backend: its designed passes cost more than
     :data:`.sizes.DESIGN_FLOP_BUDGET` ("" where they do not), said before any of them runs."""
     designs = len(whole_path.DESIGNS) + (len(whole_path.LENGTH_DESIGNS) if feed.main_input(model) == "input_ids" else 0)
-    flop = designed_pass_flop(model, calls, designs)
-    if flop <= sizes.DESIGN_FLOP_BUDGET:
+    flop, budget = designed_pass_flop(model, calls, designs), sizes.design_flop_budget()
+    if flop <= budget:
         return ""
     return (f"the designed passes would cost about {flop / 1e12:.0f} TFLOP ({len(calls)} attention calls of up to "
-            f"{max(call.query.shape[-2] for call in calls)} queries, {designs} designs), beyond the "
-            f"{sizes.DESIGN_FLOP_BUDGET / 1e12:g} TFLOP the audit spends on a model's designed passes: the whole path "
-            "is not measured")
+            f"{max(call.query.shape[-2] for call in calls)} queries, {designs} designs), beyond the {budget / 1e12:g} "
+            f"TFLOP the audit spends on a model's designed passes (ATTNSCALE_DESIGN_TFLOP={math.ceil(flop / 1e12)} "
+            "runs them): the whole path is not measured")
 
 
 # ---------------------------------------------------------------------------------------

@@ -53,4 +53,13 @@ VISION_TINY = {"image_size": 32, "patch_size": 8}
 # What the audit spends on one backend's designed passes of one model (the whole path's 14 designs): about a minute on
 # 2 CPU cores.  A folder's model beyond it (a video model at its real size) is measured on its attention function
 # alone, the whole path named as not run with its cost; a folder's tower beyond it is not audited at its own sizes.
+# ATTNSCALE_DESIGN_TFLOP sets another (design_flop_budget).
 DESIGN_FLOP_BUDGET = 5e12
+
+
+def design_flop_budget() -> float:
+    """DESIGN_FLOP_BUDGET, or ATTNSCALE_DESIGN_TFLOP where set."""
+    from ..environment import DESIGN_TFLOP, parse_tflop, value
+
+    text = value(DESIGN_TFLOP)
+    return parse_tflop(text) if text is not None else DESIGN_FLOP_BUDGET
