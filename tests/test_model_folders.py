@@ -104,3 +104,20 @@ def test_api_refuses_code_and_pickles(tmp_path):
     (tokenizer_code / "tokenizer_config.json").write_text(json.dumps({"auto_map": {"AutoTokenizer": ["tok.T", None]}}))
     with pytest.raises(ValueError, match="tokenizer_config.json auto_map AutoTokenizer"):
         diagnosis.check_model_dir(tokenizer_code)
+
+
+@pytest.mark.parametrize("model_type", ["florence2", "musicflamingo"])
+def test_the_size_check_accepts_the_sizes_transformers_own_configs_write(model_type, tmp_path):
+    """Florence-2's DaViT vision config sizes its heads per stage ([1, 2, 4, 8]) and MusicFlamingo writes
+    max_position_embeddings as 1200.0: a folder saved from either passes the check (both were refused), while a
+    size of 1.5, 0 or a stage of 0 still is not."""
+    from transformers import AutoConfig
+
+    from attnscale.errors import UserError
+    from attnscale.probing.loading import check_config_sizes, check_model_dir
+
+    AutoConfig.for_model(model_type).save_pretrained(tmp_path)
+    check_model_dir(tmp_path)  # no error
+    for bad in (1.5, 0, [1, 0, 4], [], True):
+        with pytest.raises(UserError, match=r"num_heads is .*; accepted: a whole number >= 1"):
+            check_config_sizes({"num_heads": bad}, tmp_path / "config.json")

@@ -250,12 +250,23 @@ def refuse_symlinks_out(path: Path) -> None:
                             "accepted: files inside the folder (copy the file in)")
 
 
+def is_whole_size(value) -> bool:
+    """A whole number >= 1, written as an integer or as a float with nothing after the point (MusicFlamingo's
+    max_position_embeddings 1200.0), or a list of them, one a stage (Florence-2's DaViT num_heads [1, 2, 4, 8])."""
+    if isinstance(value, (list, tuple)):
+        return bool(value) and all(is_whole_size(item) for item in value)
+    if isinstance(value, float):
+        return value.is_integer() and value >= 1
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
 def check_config_sizes(config: dict, file: Path, prefix: str = "") -> None:
     """The fields that size the model are whole numbers >= 1 where they are set."""
     for key in SIZE_FIELDS:
         value = config.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise UserError(f"{str(file)!r}: {prefix}{key} is {value!r}; accepted: a whole number >= 1")
+        if value is not None and not is_whole_size(value):
+            raise UserError(f"{str(file)!r}: {prefix}{key} is {value!r}; accepted: a whole number >= 1 (or a list of "
+                            "them, one a stage)")
     for key in SUB_CONFIGS:
         if isinstance(config.get(key), dict):
             check_config_sizes(config[key], file, f"{prefix}{key}.")
