@@ -224,8 +224,8 @@ def first_query_rows(call):
     mask = call.mask
     if isinstance(mask, torch.Tensor) and mask.dim() >= 2 and mask.shape[-2] == queries:
         mask = mask[..., :rows, :]
-    elif isinstance(mask, torch.Tensor) and mask.dim() >= 2 and mask.shape[-2] != 1:
-        return call  # a mask laid out otherwise: probed whole
+    elif not (mask is None or isinstance(mask, torch.Tensor) and mask.dim() >= 2 and mask.shape[-2] == 1):
+        return call  # a mask laid out otherwise, or not a tensor (flex attention's block mask): probed whole
     return dataclasses.replace(call, query=call.query[..., :rows, :], mask=mask)
 
 
