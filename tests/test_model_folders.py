@@ -106,11 +106,11 @@ def test_api_refuses_code_and_pickles(tmp_path):
         diagnosis.check_model_dir(tokenizer_code)
 
 
-@pytest.mark.parametrize("model_type", ["florence2", "musicflamingo"])
+@pytest.mark.parametrize("model_type", ["florence2", "musicflamingo", "glm5_next"])
 def test_the_size_check_accepts_the_sizes_transformers_own_configs_write(model_type, tmp_path):
-    """Florence-2's DaViT vision config sizes its heads per stage ([1, 2, 4, 8]) and MusicFlamingo writes
-    max_position_embeddings as 1200.0: a folder saved from either passes the check (both were refused), while a
-    size of 1.5, 0 or a stage of 0 still is not."""
+    """Florence-2's DaViT vision config sizes its heads per stage ([1, 2, 4, 8]), MusicFlamingo writes
+    max_position_embeddings as 1200.0 and GLM-5's text config head_dim 0 (its RoPE width): a folder saved from each
+    passes the check (each was refused), while a size of 1.5, 0 or a stage of 0 still is not."""
     from transformers import AutoConfig
 
     from attnscale.errors import UserError
