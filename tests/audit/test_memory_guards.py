@@ -78,3 +78,22 @@ def test_a_large_call_is_probed_on_its_first_query_rows_and_reads_the_same_facto
     assert set(seen) == {(attention_function.MIN_PROBE_ROWS, attention_function.MIN_PROBE_ROWS)}
     assert first.factor == pytest.approx(whole.factor, rel=1e-9) == width ** -0.5
     assert first.nonlinearity == whole.nonlinearity == "linear"
+
+
+def biased_attention(module, query, key, value, mask, scaling=None, position_bias=None, **kwargs):
+    """T5's way: a bias per head, query row and key handed beside q, added to the logits."""
+    logits = query @ key.transpose(-1, -2) * scaling + position_bias
+    return (torch.softmax(logits, dim=-1) @ value).transpose(1, 2), None
+
+
+def test_a_call_with_a_tensor_per_query_row_beside_q_is_probed_whole(monkeypatch):
+    """T5's position_bias (B, H, T_q, T_k) is handed to the function beside q: cutting q alone to its first rows would
+    not fit it, so such a call is probed on every row (and its factor read)."""
+    tokens, width = 64, 16
+    q = torch.randn(1, 2, tokens, width)
+    call = AttentionCall("layer", torch.nn.Identity(), biased_attention, q, q.clone(), q.clone(), None,
+                         {"scaling": width ** -0.5, "position_bias": torch.zeros(1, 2, tokens, tokens)})
+    monkeypatch.setattr(attention_function, "PROBE_PAIRS", 2 * tokens)
+    assert attention_function.first_query_rows(call) is call
+    result = attention_function.analyse(attention_function.call_measure(call), width)
+    assert result.factor == pytest.approx(width ** -0.5, rel=1e-9)

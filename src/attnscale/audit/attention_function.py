@@ -221,6 +221,9 @@ def first_query_rows(call):
     rows = max(MIN_PROBE_ROWS, PROBE_PAIRS // max(1, heads * call.key.shape[-2]))
     if queries <= rows:
         return call
+    beside = [*call.args, *call.kwargs.values()]
+    if any(isinstance(t, torch.Tensor) and t.dim() >= 2 and t.shape[-2] == queries for t in beside):
+        return call  # a tensor per query row handed beside q (T5's position_bias): probed whole
     mask = call.mask
     if isinstance(mask, torch.Tensor) and mask.dim() >= 2 and mask.shape[-2] == queries:
         mask = mask[..., :rows, :]

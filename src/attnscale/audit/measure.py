@@ -168,6 +168,10 @@ def reads_batch_maximum(model) -> bool:
     return False
 
 
+def call_name(calls) -> str:
+    return calls[0].name if calls else "a call"
+
+
 def merged_calls(parts: list[tuple[list[int], list]], designs: int) -> list:
     """The calls of passes over parts of the designs ((design indices, calls) each), as one pass over all the
     designs would give them: each tensor's batch axis (designs x windows, design first) in the designs' order."""
@@ -185,6 +189,8 @@ def merged_calls(parts: list[tuple[list[int], list]], designs: int) -> list:
             blocks = [None] * designs
             for (rows, _), piece in zip(parts, pieces):
                 size = piece.shape[0] // len(rows)
+                if size * len(rows) != piece.shape[0]:  # a tensor that does not grow with the designs: no order
+                    raise ValueError(f"{call_name(calls)}: a {name} of batch {piece.shape[0]} for {len(rows)} designs")
                 for order, row in enumerate(rows):
                     blocks[row] = piece[order * size:(order + 1) * size]
             tensors[name] = torch.cat(blocks)
@@ -327,7 +333,8 @@ def backend_pass(model, feeding: Feeding, backend: str, reference_hidden, inputs
             units.setdefault(id(call.module), min(0.1 / scale, units.get("clip", math.inf) / 4))
         feeding.designs_per_pass = designs_per_pass(calls)
         too_large = designs_too_large(calls) if not feeding.designs_per_pass else ""
-        feeding.too_large = too_large or designs_too_costly(model, calls)
+        packed = feed.main_input(model) == feed.PATCHES  # no designed pass runs: said as packed, not as a cost
+        feeding.too_large = too_large or ("" if packed else designs_too_costly(model, calls))
         layouts, main = ({}, None) if feeding.too_large else choose_layouts(model, feeding, backend, calls, units)
     return calls, hidden, parity, functions, path_results(model, feeding, backend, calls, layouts, units, main), layouts
 

@@ -261,10 +261,11 @@ def is_whole_size(value) -> bool:
 
 
 def check_config_sizes(config: dict, file: Path, prefix: str = "") -> None:
-    """The fields that size the model are whole numbers >= 1 where they are set."""
+    """The fields that size the model are whole numbers >= 1 where they are set (:func:`is_whole_size`; GLM-5's
+    head_dim 0 aside)."""
     for key in SIZE_FIELDS:
         value = config.get(key)
-        if key == "head_dim" and value == 0:
+        if key == "head_dim" and type(value) is int and value == 0:
             continue  # GLM-5's MLA text config: transformers sets head_dim to its RoPE width, 0, and never sizes by it
         if value is not None and not is_whole_size(value):
             raise UserError(f"{str(file)!r}: {prefix}{key} is {value!r}; accepted: a whole number >= 1 (or a list of "

@@ -25,8 +25,8 @@ class Feeding:
     # whole merges into its ids at placeholder tokens (Aria's image, Fun-ASR-Nano's audio; composite.audit_whole)
     media: list = field(default_factory=list)
     unpinned: set = field(default_factory=set)  # ids of the configs whose RoPE numbered its own positions in a pass
-    too_large: str = ""  # why the designed passes were not run: what they would need beside the free memory
-    designs_per_pass: int | None = None  # the designs one pass runs where all of them at once do not fit (None: all)
+    too_large: str = ""  # why the designed passes were not run: the memory or the cost they would need
+    designs_per_pass: int | None = None  # the designs one pass runs (fewer than all where all at once do not fit)
 
     def known(self, name: str):
         """The field's value, None where it is still :data:`UNKNOWN`."""
