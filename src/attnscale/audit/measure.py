@@ -168,10 +168,6 @@ def reads_batch_maximum(model) -> bool:
     return False
 
 
-def call_name(calls) -> str:
-    return calls[0].name if calls else "a call"
-
-
 def merged_calls(parts: list[tuple[list[int], list]], designs: int) -> list:
     """The calls of passes over parts of the designs ((design indices, calls) each), as one pass over all the
     designs would give them: each tensor's batch axis (designs x windows, design first) in the designs' order."""
@@ -190,7 +186,7 @@ def merged_calls(parts: list[tuple[list[int], list]], designs: int) -> list:
             for (rows, _), piece in zip(parts, pieces):
                 size = piece.shape[0] // len(rows)
                 if size * len(rows) != piece.shape[0]:  # a tensor that does not grow with the designs: no order
-                    raise ValueError(f"{call_name(calls)}: a {name} of batch {piece.shape[0]} for {len(rows)} designs")
+                    raise ValueError(f"{calls[0].name}: a {name} of batch {piece.shape[0]} for {len(rows)} designs")
                 for order, row in enumerate(rows):
                     blocks[row] = piece[order * size:(order + 1) * size]
             tensors[name] = torch.cat(blocks)
@@ -369,9 +365,13 @@ def designs_per_pass(calls) -> int:
 def designs_too_large(calls) -> str:
     """Why the whole path is not driven on this model: not even one design a pass fits in the free memory."""
     needed = designed_pass_bytes(calls, len(whole_path.DESIGNS), 1)
-    return (f"the designed passes would need about {format_bytes(needed)} ({len(calls)} attention calls of up to "
-            f"{max(call.query.shape[-2] for call in calls)} queries, {len(whole_path.DESIGNS)} designs, one a pass), "
-            "more than the free memory holds: the whole path is not measured")
+    return (f"the designed passes would need about {format_bytes(needed)} ({calls_text(calls)}, "
+            f"{len(whole_path.DESIGNS)} designs, one a pass), more than the free memory holds: the whole path is not "
+            "measured")
+
+
+def calls_text(calls) -> str:
+    return f"{len(calls)} attention calls of up to {max(call.query.shape[-2] for call in calls)} queries"
 
 
 def designed_pass_flop(model, calls, designs: int) -> float:
@@ -391,10 +391,9 @@ def designs_too_costly(model, calls) -> str:
     flop, budget = designed_pass_flop(model, calls, designs), sizes.design_flop_budget()
     if flop <= budget:
         return ""
-    return (f"the designed passes would cost about {flop / 1e12:.0f} TFLOP ({len(calls)} attention calls of up to "
-            f"{max(call.query.shape[-2] for call in calls)} queries, {designs} designs), beyond the {budget / 1e12:g} "
-            f"TFLOP the audit spends on a model's designed passes (ATTNSCALE_DESIGN_TFLOP={math.ceil(flop / 1e12)} "
-            "runs them): the whole path is not measured")
+    return (f"the designed passes would cost about {flop / 1e12:.0f} TFLOP ({calls_text(calls)}, {designs} designs), "
+            f"beyond the {budget / 1e12:g} TFLOP the audit spends on a model's designed passes "
+            f"(ATTNSCALE_DESIGN_TFLOP={math.ceil(flop / 1e12)} runs them): the whole path is not measured")
 
 
 # ---------------------------------------------------------------------------------------

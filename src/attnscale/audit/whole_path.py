@@ -432,6 +432,11 @@ def spread_of(per_query: list[float]) -> float:
     return (max(readable) - min(readable)) / max(centre, 1e-300) if len(readable) > 1 else 0.0
 
 
+def per_row(step: torch.Tensor, unit: float) -> list[float]:
+    """The factor each query row reads: the median over heads of its gap step in units of the designed gap."""
+    return [median(step[t] / unit) for t in range(step.shape[0])]
+
+
 def noise_of(per_query: list[float], again: list[float]) -> float:
     """The rounding noise of one row's factor (a standard deviation, relative to the median factor), from how far
     its two readings disagree: the factor at gap 1 and at gap 2 measure the same thing, so a real dependence on the
@@ -484,17 +489,17 @@ def summarize(rows: torch.Tensor, unit: float, longer: torch.Tensor | None, posi
     factor_last = median(last_step / unit)
     form_last = path_form(median((rows[9] - rows[11] - key_only(rows, 4, 11, 13)) / last_step),
                           median((rows[8] - last_base) / (rows[5] - last_base)), factor_last)
-    per_query = [median(step[t] / unit) for t in range(step.shape[0])]
+    per_query = per_row(step, unit)
     step_doubled = rows[2] - base - 2 * key_only(rows, 0, 10, 12)  # gap 2: the keys' own term doubles with it
-    query_noise = noise_of(per_query, [median(step_doubled[t] / (2 * unit)) for t in range(step.shape[0])])
+    query_noise = noise_of(per_query, per_row(step_doubled, 2 * unit))
     query_spread = spread_of(per_query)
     if form in ("linear", "q and k normalised") and moves_beyond(query_spread, QUERY_SPREAD_TOL, query_noise):
         form = "varies with the query position"  # also a cosine-1 logit: one temperature is one for every query
     # along the last coordinate too: RoPE the designs cannot pin (RoFormer rotates by the token index)
     # turns the first coordinate's pair fastest and the last's slowest
     last_doubled = rows[8] - last_base - 2 * key_only(rows, 4, 11, 13)
-    per_query_last = [median(last_step[t] / unit) for t in range(last_step.shape[0])]
-    last_noise = noise_of(per_query_last, [median(last_doubled[t] / (2 * unit)) for t in range(last_step.shape[0])])
+    per_query_last = per_row(last_step, unit)
+    last_noise = noise_of(per_query_last, per_row(last_doubled, 2 * unit))
     if form_last == "linear" and moves_beyond(spread_of(per_query_last), QUERY_SPREAD_TOL, last_noise):
         form_last = "varies with the query position"
     return {
