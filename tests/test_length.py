@@ -13,6 +13,7 @@ import torch
 from attnscale import ScaledAttention, attention, claims, scaling
 from attnscale.attention import capture, keys_per_query, rotate
 from attnscale.lab import length as L
+from attnscale.errors import UserError
 from attnscale.lab.length import experiment as E
 from attnscale.lab.length import verdicts as V
 from attnscale.models import ModelConfig, Transformer
@@ -31,6 +32,8 @@ def reference(q, k, v, spec, causal, mask=None):
     term = scaling.parse(spec).length
     if term.kind == "logn":
         m = torch.clamp(torch.log(n) / math.log(term.base), min=1.0)
+    elif term.kind == "sqrtlogn":
+        m = torch.sqrt(torch.clamp(torch.log(n) / math.log(term.base), min=1.0))
     elif term.kind == "ssmax":
         m = term.coef * torch.log(n)
     else:
@@ -39,7 +42,7 @@ def reference(q, k, v, spec, causal, mask=None):
     return torch.softmax(logits.masked_fill(~allowed, -math.inf), dim=-1) @ v.double()
 
 
-@pytest.mark.parametrize("spec", ["sqrt+logn:8", "sqrt+ssmax", "sqrt+ssmax:0.3", "sqrt+temp:0.1:4"])
+@pytest.mark.parametrize("spec", ["sqrt+logn:8", "sqrt+sqrtlogn:2", "sqrt+ssmax", "sqrt+ssmax:0.3", "sqrt+temp:0.1:4"])
 @pytest.mark.parametrize("impl", ["sdpa", "stable", "naive", "online"])
 @pytest.mark.parametrize("causal", [True, False])
 def test_length_terms_match_a_float64_reference(spec, impl, causal):
@@ -177,7 +180,7 @@ def test_entropy_fraction_under_the_sqrt_log_law_tends_to_one_minus_c_squared():
 
 # --------------------------------------------------------------------------- the lab and its verdicts
 
-TINY = E.Config(ns=(16, 64, 65536), draws=40, steps=30, val_size=16, multiples=(1, 2), seeds=4, seed_cap=4,
+TINY = E.Config(ns=(16, 64, 65536), draws=40, steps=30, val_size=16, multiples=(1, 2), seeds=4, best_seeds=4,
                 lrs=(3e-3,), base_length=18)
 
 
@@ -190,6 +193,16 @@ def test_the_lab_runs_every_rule_at_its_best_rate(measured):
     assert {b["rule"] for b in measured["best"]} == set(TINY.rules)
     assert measured["runs"] == len(measured["models"]) >= len(TINY.rules) * TINY.seeds
     assert measured["lengths"] == [18, 36]
+
+
+def test_only_the_rules_named_for_positions_are_trained_with_them():
+    config = dataclasses.replace(TINY, rules=("sqrt", "sqrt+logn:16"), positions=("none", "rope"),
+                                 rules_with_positions=("sqrt",), steps=4, seeds=1, best_seeds=1, ns=(16, 64))
+    measured = E.run(config)
+    assert {(b["pos"], b["rule"]) for b in measured["best"]} == {("none", "sqrt"), ("none", "sqrt+logn:16"),
+                                                                 ("rope", "sqrt")}
+    with pytest.raises(UserError, match="bogus"):
+        dataclasses.replace(TINY, rules_with_positions=("bogus",))
 
 
 @pytest.mark.parametrize("rule, length, source", [("sqrt+logn:34", 34, "sqrt"), ("sqrt+logn:34", 35, "sqrt+logn:34"),
@@ -240,10 +253,10 @@ def test_l1_trained_part_reaches_each_state(measured):
 
 
 def test_l2_and_l4_reach_supported_and_refuted(measured):
-    good = with_runs(with_runs(with_runs(measured, "sqrt", [0.9, 0.7], [0.6, 0.3]), V.LOGN, [0.9, 0.9], [0.6, 0.6]),
-                     V.SSMAX, [0.9, 0.9], [0.6, 0.6])
-    bad = with_runs(with_runs(with_runs(measured, "sqrt", [0.9, 0.9], [0.6, 0.6]), V.LOGN, [0.9, 0.7], [0.6, 0.3]),
-                    V.SSMAX, [0.9, 0.7], [0.6, 0.3])
+    good = with_runs(with_runs(with_runs(with_runs(measured, "sqrt", [0.9, 0.7], [0.6, 0.3]), V.LOGN, [0.9, 0.9],
+                                         [0.6, 0.6]), V.LOGN_TRAINED, [0.9, 0.9], [0.6, 0.6]), V.SSMAX, [0.9, 0.9], [0.6, 0.6])
+    bad = with_runs(with_runs(with_runs(with_runs(measured, "sqrt", [0.9, 0.9], [0.6, 0.6]), V.LOGN, [0.9, 0.7],
+                                        [0.6, 0.3]), V.LOGN_TRAINED, [0.9, 0.7], [0.6, 0.3]), V.SSMAX, [0.9, 0.7], [0.6, 0.3])
     # the RoPE assertion is not trained in this fixture (as in the quick preset): untested is not
     # supported, so the label stays open between the two labels it could still take
     good_l4, bad_l4 = L.judge(good)["L4"], L.judge(bad)["L4"]
@@ -254,6 +267,23 @@ def test_l2_and_l4_reach_supported_and_refuted(measured):
     assert "not tested in this preset" in good_l4.line and "not tested in this preset" in bad_l4.line
     assert L.judge(good)["L2"].readings["trained_logn"].state == claims.HOLDS
     assert L.judge(bad)["L2"].readings["trained_logn"].state == claims.FAILS
+
+
+def test_log_n_keeps_only_where_both_log_n_models_keep(measured):
+    """The model trained with log_16 n and the sqrt weights run under log_34 n are two settings of one part:
+    one keeping and one losing its needle is 'holds in part', each named."""
+    trained = {r["trained_as"] for r in measured["models"] if r["rule"] == V.LOGN_TRAINED}
+    assert trained == {V.LOGN_TRAINED}  # acting from the first key, it is trained, not borrowed
+    split = with_runs(with_runs(measured, V.LOGN, [0.9, 0.9], [0.6, 0.6]), V.LOGN_TRAINED, [0.9, 0.7], [0.6, 0.3])
+    for claim, key in (("L2", "trained_logn"), ("L4", "logn_keeps")):
+        reading = L.judge(split)[claim].readings[key]
+        assert reading.state == claims.MIXED
+        assert {s["where"]: s["state"] for s in reading.settings} == {V.LOGN_SETTINGS[0]: claims.HOLDS,
+                                                                      V.LOGN_SETTINGS[1]: claims.FAILS}
+    older = copy.deepcopy(measured)  # a report from before the trained log-n model reads the other alone
+    older["models"] = [r for r in older["models"] if r["rule"] != V.LOGN_TRAINED]
+    older["best"] = [b for b in older["best"] if b["rule"] != V.LOGN_TRAINED]
+    assert L.judge(older)["L2"].readings["trained_logn"].settings == []
 
 
 def test_l3_parts_follow_the_numbers(measured):

@@ -208,7 +208,7 @@ def test_bad_arguments_raise_value_error_and_write_nothing(kwargs, message, tmp_
     assert not (tmp_path / "r" / "report.json").exists()
 
 
-A_, P_, S_ = claims.ASSERTION, claims.PREMISE, claims.SIDE
+A_, P_, S_, D_ = claims.ASSERTION, claims.PREMISE, claims.SIDE, claims.DERIVATION
 DECIDED = (claims.HOLDS, claims.FAILS, claims.MIXED)
 
 
@@ -253,7 +253,8 @@ def test_label_is_the_same_whatever_an_undecided_part_turns_out(spec, rnd):
     shuffled = list(spec)
     rnd.shuffle(shuffled)
     assert claims.label(_pairs(*shuffled)).verdict == verdict
-    assertions = [state for role, state in spec if role == A_] or [state for _, state in spec]
+    assertions = ([state for role, state in spec if role == A_]
+                  or [state for role, state in spec if role != D_])  # a derivation never votes
     if verdict == REFUTED:
         assert all(s in (claims.FAILS, NOT_TESTABLE) for s in assertions if s != claims.UNDECIDED)
     if verdict == SUPPORTED:
@@ -264,6 +265,16 @@ def test_label_is_the_same_whatever_an_undecided_part_turns_out(spec, rnd):
                 for decided in (claims.HOLDS, claims.FAILS):
                     turned = spec[:i] + [(role, decided)] + spec[i + 1:]
                     assert claims.label(_pairs(*turned)).verdict == verdict
+
+
+@given(st.lists(st.tuples(st.sampled_from(claims.ROLES), STATE), min_size=1, max_size=5), STATE)
+@settings(max_examples=200, deadline=None)
+def test_a_derivation_never_moves_the_label(spec, derived):
+    """A step that follows from arithmetic is shown, not counted: adding one, in any state, leaves the
+    label of the other parts as it was (where they have a voting part)."""
+    if all(role == D_ for role, _ in spec):
+        return
+    assert claims.label(_pairs(*spec, (D_, derived))).verdict == claims.label(_pairs(*spec)).verdict
 
 
 def test_margins_name_the_moves_that_change_the_label():

@@ -247,16 +247,19 @@ def test_c05_every_outcome(result):
         # the claim's setting is 1/d_k's own best learning rate; sqrt's is context, named, never a vote
         finding = V.judge_c05(split)
         assert finding.verdict == REFUTED and "Context, at sqrt's best learning rate" in finding.evidence
-    # seeds on both sides: a stall rate of 1 in 6, whose interval straddles 1/2: that cell does not
-    # vote, and the cells that decide do
+    # seeds on both sides: a stall rate of 1 in 6, whose interval straddles 1/2: that cell leaves the
+    # part open (it could still stall, which would make 1/d_k unusable in part), so the label waits on it
     torn = copy.deepcopy(cases["trains"])
     set_recall(torn, "inv_d", 64, [COPY, 0.6, 0.97])
     set_recall(torn, "inv_d", 64, [COPY, 0.6, 0.97], lr=V.best_lr(torn, "recall", "sqrt", 64))
     finding = V.judge_c05(torn)
     cells = {s["where"]: s for s in finding.readings["unusable"].settings}
     assert cells["recall d_head 64"] == {"where": "recall d_head 64", "state": UNDECIDED, "measured": "1 of 6 seeds"}
-    assert finding.verdict == REFUTED and "stalls in 1 of 6 seeds [" in finding.evidence
-    # three agreeing seeds are too few for the stall rate's interval to clear 1/2: undecided, no vote
+    assert finding.readings["unusable"].could_be == [FAILS, claims.MIXED]
+    assert finding.verdict == INCONCLUSIVE and "stalls in 1 of 6 seeds [" in finding.evidence
+    assert "recall d_head 64: about" in finding.readings["unusable"].decide
+    assert "recall d_head 8" not in finding.readings["unusable"].decide  # a decided cell needs no seeds
+    # three agreeing seeds are too few for the stall rate's interval to clear 1/2: undecided
     few = copy.deepcopy(result)
     set_rule_everywhere(few, "inv_d", STALL)
     for lr in {V.best_lr(few, "recall", "inv_d", 64), V.best_lr(few, "recall", "sqrt", 64)}:
@@ -524,7 +527,7 @@ def test_c18_every_outcome(result):
 
     balanced = copy.deepcopy(result)
     set_rule_everywhere(balanced, "inv_d", WORSE)
-    set_rule_everywhere(balanced, "none", WORSE)
+    set_rule_everywhere(balanced, "none", STALL)
     set_rule_everywhere(balanced, "const:0.125", STALL)
     set_entropy(balanced, "sqrt", 0.3)
     set_entropy(balanced, "inv_d", 0.9)
@@ -541,6 +544,32 @@ def test_c18_every_outcome(result):
     partial = copy.deepcopy(balanced)
     set_entropy(partial, "inv_d", 0.3)
     assert V.judge_c18(partial).verdict == PARTLY
+
+
+def test_c18_reads_no_scaling_as_the_constant_1_and_says_how_far_off_each_constant_is(result):
+    """A constant 2.8x off sqrt's value that trains and a constant 8x off that stalls: the claim holds
+    in part, each cell named with its factor and its distance from sqrt's."""
+    make_sqrt_work(result)
+    set_rule_everywhere(result, "inv_d", WORSE)
+    set_rule_everywhere(result, "none", STALL)
+    set_rule_everywhere(result, "const:0.125", TRAINS)
+    constant = V.judge_c18(result).readings["constant_trained"]
+    assert constant.state == claims.MIXED
+    where = {s["where"]: s["state"] for s in constant.settings}
+    assert where["recall d_head 8, factor 0.125 (2.83x below sqrt's)"] == claims.FAILS
+    assert where["recall d_head 64, factor 1 (8x above sqrt's)"] == claims.HOLDS
+    assert not any("d_head 64, factor 0.125" in w for w in where)  # 0.125 is sqrt's value there
+
+
+def test_an_undecided_cell_leaves_a_training_part_open():
+    """A cell that fails beside an undecided one does not decide the part alone: the undecided cell
+    could still hold, so the part is open between failing and holding in part; a cell holding beside
+    one failing is 'holds in part' whatever a third does."""
+    H, F, U = claims.HOLDS, claims.FAILS, claims.UNDECIDED
+    open_part = V.over_cells([F, U])
+    assert open_part.state == U and open_part.could_be == [F, claims.MIXED]
+    assert V.over_cells([H, F, U]).state == claims.MIXED and V.over_cells([H, F, U]).could_be == [claims.MIXED]
+    assert V.over_cells([F, F]).state == F and V.over_cells([U]).could_be == [H, F]
 
 
 def test_findings_carry_exactly_their_declared_numbers(result):

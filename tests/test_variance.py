@@ -271,13 +271,17 @@ def _small(tv2, tv_big, half_width=0.002):
 
 
 def test_c15_rule():
+    """'Differs little' is read against the difference at the largest d_k (no absolute cut)."""
     assert variance.judge_c15(_small(0.05, 0.8)).numbers["dk_large"] == 64
     assert variance.judge_c15(_small(0.05, 0.8)).verdict == claims.SUPPORTED
-    assert variance.judge_c15(_small(0.13, 0.8)).verdict == claims.PARTLY
-    assert variance.judge_c15(_small(0.08, 0.1)).verdict == claims.PARTLY
+    # 0.13 against 0.8 is 0.16 of it: little, though above an absolute 0.1
+    assert variance.judge_c15(_small(0.13, 0.8)).verdict == claims.SUPPORTED
+    assert variance.judge_c15(_small(0.08, 0.1)).verdict == claims.REFUTED
     assert variance.judge_c15(_small(0.3, 0.5)).verdict == claims.REFUTED
-    # straddles 0.1 while the relative part holds: supported or partly, so inconclusive
-    assert variance.judge_c15(_small(0.1, 0.8, half_width=0.02)).verdict == claims.INCONCLUSIVE
+    # the d_k = 2 interval overlaps 0.25 of the large one: undecided, so inconclusive
+    assert variance.judge_c15(_small(0.2, 0.8, half_width=0.02)).verdict == claims.INCONCLUSIVE
+    # a failure says how far off it is
+    assert "(0.50 of the TV at d_k = 64)" in claims.label(variance.judge_c15(_small(0.4, 0.8)).pairs()).line
     assert variance.judge_c15({"small_dk": _small(0.1, 0.1)["small_dk"][:2]}).verdict == claims.NOT_TESTABLE
 
 

@@ -23,8 +23,8 @@ import re
 from pathlib import Path
 
 from .answer_catalogue import GAP, Listing, Seq, Word, render
-from .claims import (ANY_BY_ID, ASSERTION, BY_ID, CLAIMS, FAILS, INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, PENDING, REFUTED,
-                     SUPPORTED, VERDICTS, key_declared)
+from .claims import (ANY_BY_ID, BY_ID, CLAIMS, HOLDS, INCONCLUSIVE, MIXED, NOT_IN_PRESET, NOT_TESTABLE, PARTLY,
+                     PENDING, REFUTED, SUPPORTED, UNDECIDED, VERDICTS, key_declared)
 from .probing.probe import NO_SCALING  # C10: the probe's label of T5's factor
 from . import jsonfile
 from .errors import UserError
@@ -32,7 +32,7 @@ from .paths import what_is
 from .lab.numerics import CLAMP_COSTS, KL_CHEAP, MEMORY_SAVED, RANGE_REACHED, WRONG_OUTPUT
 from .lab.saturation import verdicts as saturation_rules  # C06: "around +-100", "gradient near 0"; C16: "near 0"
 from .lab.training.verdicts import EQUIVALENT_LOGITS, GRAD_DROP  # C10's trained logit std gap, C17's "10x"
-from .lab.variance import SMALL_TV, SMALL_TV_RATIO
+from .lab.variance import SMALL_TV_RATIO
 from .lab.length import verdicts as length_rules  # L1-L3: the key counts compared
 from .lab.variance import verdicts as variance_rules  # C01: "variance 1"
 
@@ -65,7 +65,7 @@ READS = {
     ("L2", "length"): ("logn_weight_equal_*",),
     ("L3", "length"): ("sqrt_log_entropy_*", "log_entropy_*"),
     ("L4", "length"): ("train_length", "test_length", "sqrt_dropping", "sqrt_drop_seeds", "logn_dropping",
-                       "logn_drop_seeds"),
+                       "logn_drop_seeds", "logn_trained_dropping", "logn_trained_drop_seeds"),
 }
 
 TEXT_NUMBERS = {("C11", "trained_model"), ("C10", "t5_finding"), ("C12", "clamp_cost"), ("C12", "online_overflow")}  # the declared numbers that hold text
@@ -84,6 +84,18 @@ class Evidence:
 
     def lab_verdict(self, claim_id: str, lab: str) -> str:
         return self.claims[claim_id].get("lab_verdicts", {}).get(lab, PENDING)
+
+    def trained_outcome(self, claim_id: str) -> str:
+        """The training lab's verdict of a claim, or LEANS_HOLDS where it is inconclusive only because a
+        part could still hold in full or hold in part (it holds at least in part either way, and no part
+        of the lab fails)."""
+        verdict = self.lab_verdict(claim_id, "training")
+        parts = [p for p in self.claims[claim_id].get("parts", []) if isinstance(p, dict) and p.get("lab") == "training"]
+        open_ = [p for p in parts if p.get("state") == UNDECIDED]
+        if (verdict == INCONCLUSIVE and open_ and all(p.get("state") in (HOLDS, MIXED, UNDECIDED) for p in parts)
+                and all(set(p.get("could_be") or ()) <= {HOLDS, MIXED} and p.get("could_be") for p in open_)):
+            return LEANS_HOLDS
+        return verdict
 
     def _key(self, claim_id: str, key: str) -> str:
         """The key as report.json carries it (prefixed by its lab on claims tested by several labs)."""
@@ -197,7 +209,9 @@ def sqrt_rule(ev: Evidence) -> Word:
     return Word("sqrt.rule", err=_at_most(err), share=_at_least(share), rows=rows)
 
 
-TRAINED_ENTRY = {REFUTED: "refuted", SUPPORTED: "supported", INCONCLUSIVE: "inconclusive"}  # any other: "partly"
+LEANS_HOLDS = "holds at least in part"  # Evidence.trained_outcome: inconclusive between holding in full and in part
+TRAINED_ENTRY = {REFUTED: "refuted", SUPPORTED: "supported", INCONCLUSIVE: "inconclusive",
+                 LEANS_HOLDS: "leans"}  # any other: "partly"
 
 
 def inv_d_rule(ev: Evidence) -> Seq | Word:
@@ -221,7 +235,7 @@ def no_scaling(ev: Evidence) -> Seq | Word:
     max_logit, saturated, grad = (ev.number("C06", k) for k in keys)
     dk100 = ev.number("C06", "dk_logits_reach_100")
     progress = ev.family("C06", "none_progress_")
-    trained = ev.lab_verdict("C06", "training")
+    trained = ev.trained_outcome("C06")
     if max_logit >= saturation_rules.LOGITS_AROUND_100:
         size = Word("none.size.extreme", logit=f"{max_logit:.0f}")
     else:
@@ -303,11 +317,9 @@ def small_d_k(ev: Evidence) -> Word:
     if not ev.has("C15", "tv_dk2", "tv_dk_large", "dk_large"):
         return _pending("C15")
     tv2, tv_large, d_large = (ev.number("C15", k) for k in ("tv_dk2", "tv_dk_large", "dk_large"))
-    absolute, relative = tv2 <= SMALL_TV, tv2 <= SMALL_TV_RATIO * tv_large
-    size = {(True, True): "small", (False, True): "relative", (True, False): "absolute",
-            (False, False): "large"}[(absolute, relative)]
+    size = "small" if tv2 <= SMALL_TV_RATIO * tv_large else "large"
     return Word("small.tv", tv2=f"{tv2:.2f}", tv_large=f"{tv_large:.2f}", d_large=d_large,
-                size=Word(f"small.size.{size}", d_large=d_large, small_tv=f"{SMALL_TV:g}"))
+                size=Word(f"small.size.{size}", share=_pct(tv2 / tv_large)))
 
 
 def gradients(ev: Evidence) -> Seq | Word:
@@ -371,8 +383,11 @@ def long_contexts(ev: Evidence) -> Seq | Word:
     if not ev.has("L4", "train_length", "test_length", *counts):
         return Seq(text, GAP, law, GAP, _pending("L4"))
     sqrt_k, sqrt_n, logn_k, logn_n = (ev.number("L4", key) for key in counts)
+    from_start = (Word("long.trained_from_start", k=ev.number("L4", "logn_trained_dropping"),
+                       n=ev.number("L4", "logn_trained_drop_seeds"))
+                  if ev.has("L4", "logn_trained_dropping", "logn_trained_drop_seeds") else "")
     trained = Word("long.trained", train=ev.number("L4", "train_length"), test=ev.number("L4", "test_length"),
-                   sqrt_k=sqrt_k, sqrt_n=sqrt_n, logn_k=logn_k, logn_n=logn_n, l4=label("L4"))
+                   sqrt_k=sqrt_k, sqrt_n=sqrt_n, logn_k=logn_k, logn_n=logn_n, l4=label("L4"), from_start=from_start)
     return Seq(text, GAP, trained, GAP, law)
 
 
@@ -496,19 +511,17 @@ def short_inv_d(ev: Evidence) -> Word:
 
 def short_no_scaling(ev: Evidence) -> Word:
     logit = ev.number("C06", "max_logit_abs")
-    trained = ev.lab_verdict("C06", "training")
+    trained = ev.trained_outcome("C06")
     if logit is None or trained == PENDING:
         return _pending("C06", "saturation" if logit is None else "training")
-    entry = {SUPPORTED: "short.none.stalls", REFUTED: "short.none.trains",
-             INCONCLUSIVE: "short.none.open"}.get(trained, "short.none.sometimes")
+    entry = {SUPPORTED: "short.none.stalls", REFUTED: "short.none.trains", INCONCLUSIVE: "short.none.open",
+             LEANS_HOLDS: "short.none.leans"}.get(trained, "short.none.sometimes")
     not_100 = Word("short.none.not_100") if logit < saturation_rules.LOGITS_AROUND_100 else ""
-    return Word(entry, logit=f"{logit:.0f}", not_100=not_100)
-
-
-def refuted_assertion(claim: dict) -> str:
-    """The first assertion of a refuted claim that fails, as report.json names it."""
-    return next((p["text"] for p in claim.get("parts", []) if isinstance(p, dict) and p.get("role") == ASSERTION
-                 and p.get("state") == FAILS and isinstance(p.get("text"), str)), "")
+    stalled, seeds = ev.family("C06", "none_stalled_"), ev.family("C06", "none_seeds_")
+    where = (Word("short.none.where", layers=ev.number("C06", "n_layers"),
+                  stalled=int(sum(stalled.values())), seeds=int(sum(seeds.values())))
+             if seeds and ev.has("C06", "n_layers") else "")  # the scale of the evidence, where the report has it
+    return Word(entry, logit=f"{logit:.0f}", not_100=not_100, where=where)
 
 
 def short_tally(ev: Evidence) -> Word:
@@ -516,7 +529,7 @@ def short_tally(ev: Evidence) -> Word:
     source = [c for cid, c in ev.claims.items() if cid in BY_ID]
     counts = {v: sum(c["verdict"] == v for c in source) for v in (*VERDICTS, PENDING)}
     refuted = [c for c in source if c["verdict"] == REFUTED]
-    items = [Word("short.tally.item", id=c["id"], text=refuted_assertion(c)) for c in refuted]
+    items = [Word("short.tally.item", id=c["id"]) for c in refuted]  # ids: what each got wrong is in the full answer
     rest = [Word(f"short.tally.{key}", n=counts[verdict], be="is" if counts[verdict] == 1 else "are")
             for key, verdict in (("inconclusive", INCONCLUSIVE), ("not_in_preset", NOT_IN_PRESET),
                                  ("untested", NOT_TESTABLE)) if counts[verdict]]

@@ -106,6 +106,8 @@ ENTRIES: dict[str, dict[str, str]] = {
     "none.verb.refuted": {"en": "training does not stall", "zh": "训练并未停滞"},
     "none.verb.supported": {"en": "training stalls", "zh": "训练确实停滞"},
     "none.verb.inconclusive": {"en": "whether training stalls is undecided at these seeds", "zh": "训练是否停滞，以现有种子数尚无定论"},
+    "none.verb.leans": {"en": "training stalls, in some settings at least (the others undecided at these seeds)",
+                        "zh": "训练停滞，至少在部分设置下如此（其余设置以现有种子数尚无定论）"},
     "none.verb.partly": {"en": "training stalls in some settings or seeds, not in all", "zh": "训练在部分设置或种子下停滞，并非全部"},
 
     "fp16.range": {
@@ -182,9 +184,13 @@ ENTRIES: dict[str, dict[str, str]] = {
               "在等值 key 中权重随之趋于 1，log_34 n 下 n = {large} 时为 {logn_large}（L2，{l2}）。"},
     "long.trained": {
         "en": "Trained at {train} tokens and run at {test} (one-layer models on a needle task), {sqrt_k} of {sqrt_n} "
-              "models under 1/sqrt(d_k) alone lost accuracy, {logn_k} of {logn_n} of those with log-n (L4, {l4}).",
+              "models under 1/sqrt(d_k) alone lost accuracy, {logn_k} of {logn_n} of the same models run under log-n"
+              "{from_start} (L4, {l4}).",
         "zh": "在 {train} 个 token 上训练、在 {test} 个上运行（单层模型，找针任务）：只用 1/sqrt(d_k) 的 {sqrt_n} 个模型中有 "
-              "{sqrt_k} 个准确率下降，加 log-n 的 {logn_n} 个中有 {logn_k} 个（L4，{l4}）。"},
+              "{sqrt_k} 个准确率下降，同样的模型改用 log-n 运行时 {logn_n} 个中有 {logn_k} 个{from_start}（L4，{l4}）。"},
+    "long.trained_from_start": {
+        "en": ", and {k} of {n} models trained with log-n from the start",
+        "zh": "，从一开始就用 log-n 训练的 {n} 个模型中有 {k} 个"},
     "long.law": {
         "en": "Which law depends on the task: the log n that keeps a needle also freezes attention over iid logits "
               "(entropy / ln n {log_small} to {log_large}), while 0.5 sqrt(2 ln n) keeps that entropy ({sq_small} to "
@@ -198,12 +204,10 @@ ENTRIES: dict[str, dict[str, str]] = {
               "apart in total variation, against {tv_large} at d_k = {d_large}: {size}.",
         "zh": "d_k = 1 时因子就是 1。d_k = 2 时，有无 1/sqrt(2) 的注意力分布总变差距离为 {tv2}，而 d_k = {d_large} 时为 "
               "{tv_large}：{size}。"},
-    "small.size.small": {"en": "a small difference, but not none", "zh": "差别小，但不是没有"},
-    "small.size.relative": {"en": "small next to d_k = {d_large}, but above {small_tv}, so not negligible",
-                            "zh": "相对而言小得多，但超过 {small_tv}，不能忽略"},
-    "small.size.absolute": {"en": "small in itself, but not next to d_k = {d_large}",
-                            "zh": "本身不大，但和 d_k = {d_large} 时相比并不小"},
-    "small.size.large": {"en": "not a small difference", "zh": "差别并不小"},
+    "small.size.small": {"en": "{share} of it, so the factor matters little there, though it is not nothing",
+                         "zh": "只有后者的 {share}，所以这里缩放影响不大，但并非为零"},
+    "small.size.large": {"en": "{share} of it, not a small difference next to it",
+                         "zh": "达到后者的 {share}，相比之下差别并不小"},
 
     "gradients.jacobian": {
         "en": "The softmax Jacobian is diag(p) - p p^T; with one input at 100 its entries are below {at100}{near_0}. "
@@ -275,8 +279,14 @@ ENTRIES: dict[str, dict[str, str]] = {
         "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}; whether training stalls is undecided.",
         "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}；训练是否停滞，以现有种子数尚无定论。"},
     "short.none.stalls": {
-        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and small models' training stalls.",
-        "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，小模型训练停滞。"},
+        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and small models' training stalls{where}.",
+        "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，小模型训练停滞{where}。"},
+    "short.none.where": {"en": " ({layers} layers: {stalled} of {seeds} seeds)",
+                         "zh": "（{layers} 层模型：{seeds} 个种子中 {stalled} 个）"},
+    "short.none.leans": {
+        "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and training stalls, in part at "
+              "least{where}.",
+        "zh": "不缩放时，d_k = 128 的 logit 约为 ±{logit}{not_100}，训练至少部分停滞{where}。"},
     "short.none.sometimes": {
         "en": "Without scaling, logits reach about ±{logit} at d_k = 128{not_100}, and training stalls in some settings "
               "or seeds, not all.",
@@ -290,7 +300,7 @@ ENTRIES: dict[str, dict[str, str]] = {
               "{refuted_be} refuted{refuted_list}{rest}.",
         "zh": "原答案的 {total} 条说法中，{supported} 条成立，{partly} 条部分成立，{refuted} 条不成立{refuted_list}{rest}。"},
     "short.tally.refuted": {"en": " ({items})", "zh": "（{items}）"},
-    "short.tally.item": {"en": "{id} {text}", "zh": "{id}"},
+    "short.tally.item": {"en": "{id}", "zh": "{id}"},
     "short.tally.inconclusive": {"en": "; {n} {be} inconclusive", "zh": "，{n} 条尚无定论"},
     "short.tally.not_in_preset": {"en": "; {n} {be} not tested in this preset", "zh": "，{n} 条本预设未检验"},
     "short.tally.untested": {"en": "; {n} cannot be tested here", "zh": "，{n} 条此处无法检验"},

@@ -5,7 +5,9 @@ the parts its sentence makes, and only those (:class:`Part`), each with a role:
 
 * ``assertion``: what the claim says happens (C05's "fundamentally unusable");
 * ``premise``: what the claim's argument starts from (C05's "near uniform at initialisation");
-* ``side remark``: a remark beside the point (C10's "cheaper on TPUs").
+* ``side remark``: a remark beside the point (C10's "cheaper on TPUs");
+* ``derivation``: a step that follows from arithmetic (a closed form at initialisation, L1-L3):
+  shown with its numbers, never a vote, since it could not have come out otherwise.
 
 Each part is read by one lab, at the claim's own setting (its d_k, its premise, its learning
 rate), as a rate or a number with its interval against a named threshold: the lab's
@@ -48,8 +50,8 @@ PENDING = "pending"
 VERDICTS = (SUPPORTED, PARTLY, REFUTED, INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE)
 
 # roles of a part
-ASSERTION, PREMISE, SIDE = "assertion", "premise", "side remark"
-ROLES = (ASSERTION, PREMISE, SIDE)
+ASSERTION, PREMISE, SIDE, DERIVATION = "assertion", "premise", "side remark", "derivation"
+ROLES = (ASSERTION, PREMISE, SIDE, DERIVATION)
 
 # states of a part as read
 HOLDS, FAILS, MIXED, UNDECIDED = "holds", "fails", "holds in part", "undecided"
@@ -257,14 +259,14 @@ def label(pairs) -> Label:
     """The one rule from parts to a label (see the module docstring).  ``pairs``: [(Part, Reading)].
 
     Assertions vote; where a set of parts holds no assertion (one lab's premise alone), its tested
-    parts vote.  A label is given only where every way the undecided voting parts could turn out
+    parts vote.  A derivation never votes (it follows from arithmetic; the parts table shows it).  A label is given only where every way the undecided voting parts could turn out
     (each holding or failing) gives it; otherwise the claim is inconclusive.
     """
     pairs = list(pairs)
     if not all(isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], Part) and isinstance(x[1], Reading)
                for x in pairs):
         raise TypeError("label needs [(Part, Reading), ...]")
-    tested = [(p, r) for p, r in pairs if r.state in TESTED]
+    tested = [(p, r) for p, r in pairs if r.state in TESTED and p.role != DERIVATION]
     assertion_declared = any(p.role == ASSERTION for p, _ in pairs)
     voters = [(p, r) for p, r in tested if p.role == ASSERTION or not assertion_declared]
     others = [(p, r) for p, r in tested if (p, r) not in voters]
@@ -406,7 +408,7 @@ def _claim(id_, section, text, seed, *parts) -> Claim:
     return Claim(id_, section, text, seed, tuple(Part(*p) for p in parts))
 
 
-A, P, S = ASSERTION, PREMISE, SIDE
+A, P, S, D = ASSERTION, PREMISE, SIDE, DERIVATION
 
 CLAIMS: tuple[Claim, ...] = (
     _claim("C01", "2.1",
@@ -517,10 +519,8 @@ CLAIMS: tuple[Claim, ...] = (
     _claim("C15", "4.1",
            "For small d_k (1 or 2) scaling matters little; d_k = 2 with or without the factor differs little.",
            "若 d_k=2，点积方差为 2，除以 sqrt(2)≈1.414，效果与不缩放差异不大。",
-           ("little", "d_k = 2 with or without the factor differs little", A, "variance",
-            "attention rows at d_k = 2, total variation"),
-           ("matters_little", "scaling matters little at small d_k", A, "variance",
-            "the d_k = 2 difference against the largest d_k measured")),
+           ("little", "d_k = 2 with or without the factor differs little (at d_k = 1 the factor is 1)", A, "variance",
+            "attention rows at d_k = 2, total variation, against the same rows at the largest d_k measured")),
     _claim("C16", "4.2",
            "The softmax derivative is p_i(1 - p_i): near 0 for extreme inputs (about 100); for inputs in [-3, 3], "
            "p_i is about 0.05-0.95 and the derivative about 0.05-0.25.",
@@ -550,7 +550,8 @@ CLAIMS: tuple[Claim, ...] = (
             "each rule at its own best learning rate, every cell where sqrt works"),
            ("oversmooth_trained", "d_k over-smooths in training", A, "training", "final attention entropy, same cells"),
            ("constant_trained", "a constant fails where it is off sqrt's value", A, "training",
-            "the constant at its own best learning rate, same cells")),
+            "each constant factor at its own best learning rate (0.125, and no scaling: the constant 1), every cell "
+            "where sqrt works and the constant is off its value")),
 )
 
 BY_ID = {claim.id: claim for claim in CLAIMS}
@@ -564,7 +565,7 @@ STATEMENTS: tuple[Claim, ...] = (
     _claim("L1", "long contexts",
            "Under 1/sqrt(d_k) alone, the weight of one relevant key fades as the context grows.",
            "",
-           ("init", "at initialisation the needle's weight falls with the number of keys n", A, "length",
+           ("init", "at initialisation the needle's weight falls with the number of keys n", D, "length",
             "a needle at margin 5 among equal keys (SSMax's Fig. 1), and at margin 3 among keys of iid logits "
             "with std 1; n = 64 and 65536"),
            ("trained", "a trained model's needle weight fades at 16x its training length", A, "length",
@@ -573,28 +574,33 @@ STATEMENTS: tuple[Claim, ...] = (
            "Log-n scaling (the factor times log_L n beyond the training length L) or Scalable-Softmax (times s ln n, "
            "s learned) keeps a relevant key's weight as the context grows.",
            "",
-           ("init_equal", "at initialisation log-n and SSMax keep the needle among equal keys", A, "length",
+           ("init_equal", "at initialisation log-n and SSMax keep the needle among equal keys", D, "length",
             "SSMax's Fig. 1: logits -2 and one +3, s = 0.43 and log_34 n, n = 64 and 65536"),
-           ("init_noisy", "at initialisation log-n keeps the needle among noisy keys", A, "length",
+           ("init_noisy", "at initialisation log-n keeps the needle among noisy keys", D, "length",
             "margin 3 over keys of iid logits with std 1, log_34 n, n = 64 and 65536"),
            ("trained_logn", "a trained model with log-n keeps its needle weight at 16x", A, "length",
-            "log_34 n at its own best learning rate, no position embedding"),
+            "log_34 n (1 up to the training length: 1/sqrt(d_k)'s weights run under it) and log_16 n (acting from "
+            "16 keys on: trained with it), each at its own best learning rate, no position embedding"),
            ("trained_ssmax", "a trained model with SSMax keeps its needle weight at 16x", A, "length",
             "SSMax (s from 0.43, learned per head) at its own best learning rate, no position embedding")),
     _claim("L3", "long contexts",
            "Which law the factor should follow depends on the task: a needle of fixed margin needs growth like "
            "log n, while keeping attention's entropy over n iid logits needs only sqrt(log n).",
            "",
-           ("needle_log", "a needle of fixed margin keeps its weight under log n but not under sqrt(log n)", A,
+           ("needle_log", "a needle of fixed margin keeps its weight under log n but not under sqrt(log n)", D,
             "length", "SSMax's Fig. 1 needle (margin 5), m = log_34 n against m = 0.5 sqrt(2 ln n), n = 64 to 65536"),
-           ("entropy_sqrt_log", "over iid logits, sqrt(log n) keeps the entropy fraction and log n lowers it", A,
-            "length", "iid N(0, 1) logits, H / ln n at n = 64 and 65536, m = 0.5 sqrt(2 ln n) against log_34 n")),
+           ("entropy_sqrt_log", "over iid logits, sqrt(log n) keeps the entropy fraction and log n lowers it", D,
+            "length", "iid N(0, 1) logits, H / ln n at n = 64 and 65536, m = 0.5 sqrt(2 ln n) against log_34 n"),
+           ("trained", "trained on needles, a model under log n keeps its needle's weight at 16x and one under "
+            "sqrt(log n) loses it", A, "length", "log_16 n and sqrt(log_16 n), each acting from 16 keys on and "
+            "trained with it at its own best learning rate, no position embedding")),
     _claim("L4", "long contexts",
            "Beyond its training length a model under 1/sqrt(d_k) alone loses accuracy, and a length term keeps it.",
            "",
            ("sqrt_drops", "1/sqrt(d_k) alone loses accuracy at 16x", A, "length",
             "no position embedding, 1/sqrt(d_k) at its own best learning rate"),
-           ("logn_keeps", "log-n keeps its accuracy at 16x", A, "length", "no position embedding, log_34 n"),
+           ("logn_keeps", "log-n keeps its accuracy at 16x", A, "length",
+            "no position embedding, log_34 n on 1/sqrt(d_k)'s weights and log_16 n trained with it"),
            ("ssmax_keeps", "SSMax keeps its accuracy at 16x", A, "length", "no position embedding, SSMax"),
            ("rope", "with RoPE too, log-n keeps the accuracy that 1/sqrt(d_k) alone loses", A, "length",
             "RoPE positions, both rules at their own best learning rates")),

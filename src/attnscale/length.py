@@ -11,6 +11,9 @@ term           m(n)
 logn:L         max(1, ln n / ln L): log-n scaling with base length L (Chiang & Cholak
                2022 use ln n; Su 2021 log_512 n; Qwen-1's ``use_logn_attn`` log_L(p + 1)
                once p + 1 > L, L its training length: the form taken here, 1 up to L)
+sqrtlogn:L     max(1, sqrt(ln n / ln L)): the slower law that keeps attention's entropy over
+               n iid logits (m proportional to sqrt(ln n)); the length lab trains it beside
+               log n to test which law a needle needs
 ssmax          s ln n on top of the rule's factor, s learned per head (Scalable-Softmax,
 ssmax:S        Nakanishi 2025, arXiv 2501.19399: n^(s z_i) / sum_j n^(s z_j)); initial s = S,
                default 0.43, the value of the paper's Fig. 1 (its text states no initial
@@ -32,14 +35,15 @@ import torch
 
 from .errors import UserError
 
-ACCEPTED_TERMS = "logn:L (L an integer >= 2), ssmax, ssmax:S (S > 0), temp:B:F (B > 0, F an integer >= 1)"
+ACCEPTED_TERMS = ("logn:L (L an integer >= 2), sqrtlogn:L (L an integer >= 2), ssmax, ssmax:S (S > 0), "
+                  "temp:B:F (B > 0, F an integer >= 1)")
 SSMAX_INITIAL_S = 0.43  # Nakanishi 2025, Fig. 1 ("s ... set to 0.43"); the paper's text gives no initial value
-KINDS = ("logn", "ssmax", "temp")
+KINDS = ("logn", "sqrtlogn", "ssmax", "temp")
 
 
 @dataclass(frozen=True)
 class LengthTerm:
-    """A parsed length term: ``kind`` one of :data:`KINDS`; ``base`` is L (logn) or F (temp),
+    """A parsed length term: ``kind`` one of :data:`KINDS`; ``base`` is L (logn, sqrtlogn) or F (temp),
     ``coef`` is B (temp) or the initial s (ssmax)."""
 
     spec: str
@@ -58,6 +62,8 @@ class LengthTerm:
         n = n.clamp_min(1)
         if self.kind == "logn":
             return torch.clamp(torch.log(n) / math.log(self.base), min=1.0)
+        if self.kind == "sqrtlogn":
+            return torch.clamp(torch.log(n) / math.log(self.base), min=1.0).sqrt()
         if self.kind == "ssmax":
             return (self.coef if s is None else s) * torch.log(n)
         return 1.0 + self.coef * torch.log1p(torch.floor(n / self.base))
@@ -82,8 +88,8 @@ def parse(spec: str) -> LengthTerm:
     """Parse a length term (the part of a scale spec after ``+``); ValueError names the bad part."""
     text = spec.strip()
     name, *args = text.split(":")
-    if name == "logn" and len(args) == 1:
-        return LengthTerm(text, "logn", base=int(_number(args[0], "base length L", text, True, 2)))
+    if name in ("logn", "sqrtlogn") and len(args) == 1:
+        return LengthTerm(text, name, base=int(_number(args[0], "base length L", text, True, 2)))
     if name == "ssmax" and len(args) <= 1:
         initial = _number(args[0], "initial s", text, False, 0) if args else SSMAX_INITIAL_S
         return LengthTerm(text, "ssmax", coef=initial)

@@ -15,12 +15,14 @@ Two halves (see :class:`Config`):
   the full preset) trained on needles in a haystack (:class:`attnscale.models.tasks.NeedleTask`) at
   ``base_length`` tokens, then run at 1x..16x that length.  Every rule at its own best learning rate
   (the median accuracy at the training length over the base seeds; the grid widens by one step past
-  an edge, up to ``lr_widen`` times); then seeds are added to each rule's best cell while the rate
-  that decides its statements (seeds whose needle weight fades at the longest length) has a Wilson
-  interval straddling 1/2, up to ``seed_cap``: the training lab's rule.  A rule whose length term
+  an edge, up to ``lr_widen`` times); then each rule's best cell is filled to ``best_seeds`` seeds,
+  a count fixed before any result is seen (adding seeds while a rate is undecided and reading a
+  fixed-count Wilson interval would overstate its confidence).  A rule whose length term
   is exactly 1 at every length up to ``base_length`` (log-n with L >= the base length) trains
   exactly as the rule without it, so it is evaluated on that rule's trained weights
-  (:func:`trained_as`; the row says so), not trained again.
+  (:func:`trained_as`; the row says so), not trained again.  So that log-n is also read on a model
+  that learned with it, the presets train a second log-n rule, ln n / ln 16, acting from 16 keys on
+  (1.27 at the training length), and beside it the slower law sqrt(ln n / ln 16) (L3).
 
 Nothing here writes a file or prints.
 """
@@ -41,8 +43,9 @@ from ...models.tasks import NeedleTask
 from ...threads import torch_threads
 
 # 4: the Monte Carlo at initialisation drawn a block of rows at a time (the same draws; the needle's mean weight
-# moves in its last bit, summed over its rows in another order)
-VERSION = 4
+# moves in its last bit, summed over its rows in another order); 5: each best cell filled to a fixed count
+# of seeds (was: seeds added while its rate was undecided)
+VERSION = 5
 DECIDED_RATE = 0.5    # a cell's fade rate decides once its Wilson interval lies clear of this
 FADES_BELOW = 0.9     # a seed's needle fades at a length when its weight there is below this share of its weight at 1x
 DROPS_BY = 0.05       # a seed's accuracy drops at a length when it falls this much below its accuracy at 1x
@@ -64,8 +67,15 @@ class Config:
     draws: int = 200             # Monte Carlo rows per n
     law_coef: float = 0.5        # c of the sqrt-log law m = c sqrt(2 ln n)
     # trained
-    rules: tuple[str, ...] = ("sqrt", "sqrt+logn:34", "sqrt+ssmax")
+    # log-n twice: log_34 n is 1 up to the training length (Qwen-1's form), so it runs on the weights sqrt
+    # learned; log_16 n acts from 16 keys on (1.27 at 34 keys, the same growth beyond), so a model is trained
+    # with it, beside one trained with the slower sqrt(log_16 n) (L3: which law a needle needs).  Base 2 was
+    # tried first: 5.1 times the logits from the first step, and most seeds never learned the task
+    rules: tuple[str, ...] = ("sqrt", "sqrt+logn:34", "sqrt+ssmax", "sqrt+logn:16", "sqrt+sqrtlogn:16")
     positions: tuple[str, ...] = ("none",)
+    # the rules also trained with each position scheme beyond "none" (the others are read without one): those
+    # L4's RoPE part reads
+    rules_with_positions: tuple[str, ...] = ("sqrt", "sqrt+logn:34")
     base_length: int = 34
     multiples: tuple[int, ...] = (1, 2, 4, 8, 16)
     n_needles: int = 4
@@ -79,14 +89,14 @@ class Config:
     lrs: tuple[float, ...] = (3e-3, 6e-3)   # quick: the better of two rates; full: a grid widened past its edges
     lr_widen: int = 0
     seeds: int = 3
-    seed_cap: int = 6
+    best_seeds: int = 8          # seeds in each rule's best cell, fixed before looking (the base seeds among them)
 
     def __post_init__(self):
         checks.fields(self, ints=("draws", "base_length", "n_needles", "n_keys", "n_values", "d_model", "d_head",
-                                  "steps", "batch", "val_size", "seeds", "seed_cap"),
+                                  "steps", "batch", "val_size", "seeds", "best_seeds"),
                       non_negative=("lr_widen",), int_tuples=("ns", "multiples"), float_tuples=("lrs",),
                       floats=("margin", "logit_std", "law_coef"))
-        for rule in self.rules:
+        for rule in self.rules + self.rules_with_positions:
             scaling.parse(rule)
         if "sqrt" not in self.rules:
             raise UserError(f"rules must include the reference 'sqrt', got {self.rules!r}")
@@ -96,16 +106,17 @@ class Config:
             raise UserError(f"multiples must start at 1 and rise, got {self.multiples!r}")
         if self.base_length <= self.n_needles:
             raise UserError(f"base_length must exceed n_needles={self.n_needles}, got {self.base_length}")
-        if self.seed_cap < self.seeds:
-            raise UserError(f"seed_cap must be >= seeds ({self.seeds}), got {self.seed_cap}")
+        if self.best_seeds < self.seeds:
+            raise UserError(f"best_seeds must be >= seeds ({self.seeds}), got {self.best_seeds}")
         if min(self.ns) < 2:
             raise UserError(f"ns must be >= 2, got {self.ns!r}")
 
 
 PRESETS = {
     "quick": Config(),
-    "full": Config(rules=("sqrt", "sqrt+logn:34", "sqrt+ssmax", "sqrt+temp:0.1:34"), positions=("none", "rope"),
-                   steps=800, lrs=(1.5e-3, 3e-3, 6e-3), lr_widen=1, seeds=4, seed_cap=10, draws=2000),
+    "full": Config(rules=("sqrt", "sqrt+logn:34", "sqrt+ssmax", "sqrt+logn:16", "sqrt+sqrtlogn:16", "sqrt+temp:0.1:34"),
+                   positions=("none", "rope"),
+                   steps=800, lrs=(1.5e-3, 3e-3, 6e-3), lr_widen=1, seeds=4, best_seeds=8, draws=2000),
 }
 
 
@@ -309,11 +320,6 @@ def rate(runs: list[dict], event) -> tuple[int, int, tuple[float, float]]:
     return k, len(counted), intervals.wilson(k, len(counted))
 
 
-def undecided(runs: list[dict]) -> bool:
-    """Whether the fade or the drop rate at the longest length still straddles DECIDED_RATE."""
-    return any(intervals.side(rate(runs, event)[2], DECIDED_RATE) == "straddles" for event in (fades, drops))
-
-
 def best_lr(runs: list[dict], rule: str, pos: str, seeds: range) -> tuple[float, str | None]:
     """The rate with the highest median accuracy at 1x over the base seeds, and which edge it sits at."""
     grid = sorted({r["lr"] for r in runs if r["rule"] == rule and r["pos"] == pos})
@@ -328,7 +334,8 @@ def best_lr(runs: list[dict], rule: str, pos: str, seeds: range) -> tuple[float,
 
 def run(config: Config, progress=None) -> dict:
     base = range(config.seed, config.seed + config.seeds)
-    cells = [(pos, rule) for pos in config.positions for rule in config.rules]
+    cells = [(pos, rule) for pos in config.positions for rule in config.rules
+             if pos == "none" or rule in config.rules_with_positions]
     runs: list[dict] = []
     done = set()
     trained: dict = {}
@@ -358,15 +365,10 @@ def run(config: Config, progress=None) -> dict:
             train([(pos, rule, v, s) for v in new for s in base])
             widened += 1
         best[(pos, rule)] = {"lr": lr, "at_edge": edge}
-    for (pos, rule), info in best.items():
-        seeds = config.seeds
-        while seeds < config.seed_cap:
-            members = [r for r in runs if r["rule"] == rule and r["pos"] == pos and r["lr"] == info["lr"]]
-            if not undecided(members):
-                break
-            planned += 1
-            train([(pos, rule, info["lr"], config.seed + seeds)])
-            seeds += 1
+    added = [(pos, rule, info["lr"], s) for (pos, rule), info in best.items()
+             for s in range(config.seed + config.seeds, config.seed + config.best_seeds)]
+    planned += len(added)
+    train(added)
     if progress:
         progress(1.0, "done")
     return {"config": dataclasses.asdict(config), "init": init_rows, "models": runs, "runs": len(runs), "runs_reused": 0,

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from ...plotting import pyplot, save
 
-LABELS = {"sqrt": "1/sqrt(d_k) alone", "sqrt+logn:34": "log-n (base 34)", "sqrt+ssmax": "SSMax (s learned)",
+LABELS = {"sqrt": "1/sqrt(d_k) alone", "sqrt+logn:34": "log-n (base 34)", "sqrt+logn:16": "log-n (base 16, trained with it)",
+          "sqrt+sqrtlogn:16": "sqrt(log n) (base 16, trained with it)", "sqrt+ssmax": "SSMax (s learned)",
           "sqrt+temp:0.1:34": "Llama 4's temperature (0.1, 34)", "constant": "constant factor",
           "sqrt_log": "0.5 sqrt(2 ln n)", "log": "ln n / ln 34"}
 

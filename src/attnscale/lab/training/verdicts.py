@@ -15,9 +15,9 @@ How a comparison is made (every rule below uses it):
 * each seed is classed ``stalls`` (progress < 0.2), ``worse`` or ``trains`` (>= 0.8), and a
   cell is read as a rate: how many of its seeds stall, with the Wilson 95% interval.  The cell
   stalls where that interval lies above 1/2, does not where it lies below, and is undecided
-  otherwise (it then does not vote); the experiment adds seeds to a cell while its rate is
-  undecided, up to its cap.  A part read over cells holds where every deciding cell stalls,
-  fails where none does, and holds in part where some do (:func:`stall_part`);
+  otherwise (it then leaves the part open); the experiment adds seeds to a cell while its rate is
+  undecided, up to its cap.  A part read over cells holds where every cell stalls, fails where
+  none does, and holds in part where some do and some do not (:func:`stall_part`);
 * each rule is read at its own best learning rate (chosen on the base seeds by the mean score)
   and at sqrt's best learning rate; a claim declares which of the two is its setting (the other
   is context in its evidence).
@@ -31,7 +31,7 @@ import math
 import statistics
 
 from ... import claims, intervals, scaling
-from ...claims import (FAILS, HOLDS, NOT_IN_PRESET, UNDECIDED, Finding, Reading, measured_at, over_settings,
+from ...claims import (FAILS, HOLDS, NOT_IN_PRESET, UNDECIDED, Finding, Reading, measured_at,
                        state_of, untested)
 from ..saturation.verdicts import LOGITS_AROUND_100
 from .experiment import (DECIDED_RATE, SOLVED_ACC, STALL_BELOW, accuracy, best_lrs, classify, deep_seeds_of, final_loss,
@@ -184,10 +184,11 @@ def stall_state(c: dict, scale: float = 1.0) -> str:
     return state_of(intervals.at_least(intervals.wilson(stalled, len(c["per_seed"])), DECIDED_RATE * scale))
 
 
-def over_cells(states: list[str]) -> str:
-    """A training part over its cells: undecided cells do not vote unless no cell decides."""
-    decided = [st for st in states if st != UNDECIDED]
-    return over_settings(decided) if decided else UNDECIDED
+def over_cells(states: list[str]) -> Reading:
+    """A training part over its cells, as any part over its settings (:meth:`Reading.over`): an
+    undecided cell leaves the part open, and the part says what it could still turn out to be (a
+    cell that fails beside one that holds makes it 'holds in part' whatever an undecided third does)."""
+    return Reading.over(states)
 
 
 def stall_part(cells: list[dict], text: str) -> Reading:
@@ -202,18 +203,19 @@ def stall_part(cells: list[dict], text: str) -> Reading:
         states = [stall_state(c, scale) for c in voters]
         stalled = sum(c["stall_rate"]["stalled"] for c in voters)
         seeds = sum(c["stall_rate"]["seeds"] for c in voters)
-        state = over_cells(states)
+        over = over_cells(states)
         decide = ""
-        if state == UNDECIDED:
-            needs = [f"{c['task']} d_head {c['d_head']}: " + (f"about {n} seeds at its rate"
+        if over.state == UNDECIDED:
+            needs = [f"{c.get('where') or c['task'] + ' d_head ' + str(c['d_head'])}: " + (
+                     f"about {n} seeds at its rate"
                      if (n := seeds_to_decide(c["stall_rate"]["stalled"], c["stall_rate"]["seeds"], DECIDED_RATE))
-                     else "no number of seeds at its rate") for c in voters]
+                     else "no number of seeds at its rate") for c, st in zip(voters, states) if st == UNDECIDED]
             decide = f"seeds enough for a cell's stall rate to clear {DECIDED_RATE:g}: " + "; ".join(needs)
-        return Reading(state, measured=f"{text} in {stalled} of {seeds} seeds over {len(voters)} cells "
+        return Reading(over.state, could_be=over.could_be, measured=f"{text} in {stalled} of {seeds} seeds over {len(voters)} cells "
                        f"{intervals.fmt_interval(intervals.wilson(stalled, seeds), percent=True)}",
                        threshold=f"a seed stalls below {STALL_BELOW * scale:.2g} of sqrt's progress; a cell stalls where "
                                  f"its stall rate's interval lies above {DECIDED_RATE * scale:.2g}",
-                       settings=[{"where": f"{c['task']} d_head {c['d_head']}", "state": st,
+                       settings=[{"where": c.get("where") or f"{c['task']} d_head {c['d_head']}", "state": st,
                                   "measured": f"{c['stall_rate']['stalled']} of {c['stall_rate']['seeds']} seeds"}
                                  for c, st in zip(voters, states)], decide=decide)
 
@@ -224,8 +226,8 @@ def stall_part(cells: list[dict], text: str) -> Reading:
 
 STALL_RULE = (f"a seed stalls when it learns less than {STALL_BELOW} of what sqrt learned; a cell stalls where "
               f"the Wilson 95% interval of its stall rate lies above {DECIDED_RATE:g} and does not where it lies "
-              f"below (undecided otherwise, and then it does not vote); the part holds where every deciding cell "
-              f"stalls, fails where none does, and holds in part where some do")
+              f"below (undecided otherwise, which leaves the part open); the part holds where every cell stalls, "
+              f"fails where none does, and holds in part where some do and some do not")
 
 
 def model_size(result: dict) -> dict:
@@ -606,7 +608,8 @@ def judge_c13(result: dict) -> Finding:
 
     def read(scale: float) -> Reading:
         states = [slowdown_state(ratio_interval(r), scale) for r in rows]
-        return Reading(over_cells(states), measured=speed_line(rows),
+        over = over_cells(states)
+        return Reading(over.state, could_be=over.could_be, measured=speed_line(rows),
                        threshold=f"the ratio's interval inside {SLOWER_RANGE[0] * scale:.3g}-{SLOWER_RANGE[1] * scale:.3g}x "
                                  "(open above where 1/d_k solved in under half of its seeds)",
                        settings=[{"where": f"recall d_head {r['d_head']}", "state": st} for r, st in zip(rows, states)],
@@ -618,9 +621,9 @@ def judge_c13(result: dict) -> Finding:
         f"Median steps to solve recall (accuracy >= {SOLVED_ACC}) over seeds, in cells where sqrt solves it, with the "
         f"bootstrap 95% interval of the ratio; a run that never solves counts at the run's length (a lower bound). "
         f"inv_d at sqrt's best learning rate (the claim's setting): {speed_line(rows)}. Context, inv_d at its own best "
-        f"learning rate: {speed_line(readings['own'])} ('2-3x slower' there: {over_cells(own_states)}). Part rule, per "
+        f"learning rate: {speed_line(readings['own'])} ('2-3x slower' there: {over_cells(own_states).state}). Part rule, per "
         f"cell: the ratio's interval inside {low:g}-{high:g}x holds, wholly outside it fails (less than {low:g}x, or "
-        f"more than {high:g}x slower), otherwise undecided (an undecided cell does not vote); where 1/d_k solved in "
+        f"more than {high:g}x slower), otherwise undecided (an undecided cell leaves the part open); where 1/d_k solved in "
         f"under half of its seeds the ratio is a lower bound set by the run's length, and its interval is open above.")
     numbers = {f"steps_ratio_{r['reading']}_{r['d_head']}": r["ratio"] for rs in readings.values() for r in rs}
     if not rows:
@@ -769,6 +772,26 @@ def final_entropy(result: dict, task: str, rule: str, d: int) -> float | None:
     return statistics.median(found) if found else None
 
 
+def constant_cells(result: dict) -> list[dict]:
+    """Every trained cell of a rule whose factor is one constant at every d_head of its task (``const:c``,
+    and no scaling: the constant 1), where that constant is off sqrt's value, each named with how far
+    off it is.  No scaling counts: a constant of 1 is the one that is right at d_k = 1."""
+    found = []
+    for task in tasks_of(result):
+        heads = task_d_heads(result, task)
+        for rule in result["config"]["rules"]:
+            if len({scaling.factor(rule, d) for d in heads}) != 1:
+                continue
+            for d in heads:
+                off = scaling.factor(rule, d) / scaling.factor("sqrt", d)
+                if math.isclose(off, 1.0) or not runs_at(result, task, rule, d, best_lr(result, task, rule, d)):
+                    continue
+                found.append({**cell(result, task, rule, d), "off": off,
+                              "where": f"{task} d_head {d}, factor {scaling.factor(rule, d):g} "
+                                       f"({max(off, 1 / off):.3g}x {'above' if off > 1 else 'below'} sqrt's)"})
+    return found
+
+
 def judge_c18(result: dict) -> Finding:
     """Three parts in training, each read per cell where sqrt works (each rule at its own best
     learning rate, medians over seeds): sqrt near the best rule (recall accuracy within
@@ -786,8 +809,7 @@ def judge_c18(result: dict) -> Finding:
         scores[(t, d)] = {r: v for r, v in found.items() if v is not None}
     entropy_gap = {(t, d): (final_entropy(result, t, "inv_d", d) or 0) - (final_entropy(result, t, "sqrt", d) or 0)
                    for t, d in voting_cells}
-    const_cells = [cell(result, t, r, d) for r in rules if r.startswith("const:") for t, d in voting_cells
-                   if not math.isclose(scaling.factor(r, d), scaling.factor("sqrt", d))]
+    const_cells = constant_cells(result)
 
     def near_best(t: str, d: int, scale: float) -> bool:
         cell_scores = scores[(t, d)]
@@ -808,7 +830,7 @@ def judge_c18(result: dict) -> Finding:
                        threshold=f">= {OVERSMOOTH_ENTROPY * scale:.2g}",
                        settings=[{"where": f"{t} d_head {d}", "state": st} for (t, d), st in zip(voting_cells, states)])
 
-    constant = stall_part(const_cells, "the constant stalls") if const_cells else Reading(
+    constant = stall_part(const_cells, "a constant factor stalls") if const_cells else Reading(
         claims.NOT_TESTABLE, note="no constant factor trained off sqrt's value")
     readings = {"balance_trained": measured_at(read_balance), "oversmooth_trained": measured_at(read_oversmooth),
                 "constant_trained": constant}
@@ -820,9 +842,11 @@ def judge_c18(result: dict) -> Finding:
         f"({', '.join(f'{t} d_head {d}' for t, d in voting_cells)}). sqrt near the best rule (recall accuracy within "
         f"{NEAR_BEST['recall']}, Shakespeare loss within {NEAR_BEST['shakespeare']:.0%}) in {sqrt_ok} of "
         f"{len(voting_cells)}. inv_d's final normalised attention entropy {OVERSMOOTH_ENTROPY} or more above sqrt's "
-        f"(over-smoothing) in {oversmooth} of {len(voting_cells)}. A constant factor where it is off sqrt's value: "
-        f"{describe(const_cells) or 'none run'}. Part rules, per cell: sqrt near the best; inv_d over-smooths; the "
-        f"constant stalls ({STALL_RULE}); a part holding in some cells and failing in others holds in part.")
+        f"(over-smoothing) in {oversmooth} of {len(voting_cells)}. A constant factor where it is off sqrt's value (no "
+        f"scaling counts: the constant 1), per cell with how far off: "
+        + ("; ".join(f"{c['where']}: {rate_text(c)}" for c in const_cells) or "none run") + ". Part rules, per cell: "
+        f"sqrt near the best; inv_d over-smooths; the constant stalls ({STALL_RULE}); a part holding in some cells "
+        f"and failing in others holds in part.")
     return Finding("C18", "training", evidence, {"sqrt_near_best_cells": sqrt_ok, "cells": len(voting_cells),
                                                  "inv_d_oversmooth_cells": oversmooth, "const_fail_cells": const_fails},
                    readings)

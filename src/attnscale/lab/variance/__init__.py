@@ -16,10 +16,10 @@ from .experiment import (FAMILIES, PRESETS, VERSION, Z95, Config, Moments, exact
                          measure_dot, run, samples_for, ulp_distance)
 from .figures import figures
 from .tables import tables
-from .verdicts import (INDEPENDENT_UNIT, NUMBER_KEYS, SMALL_TV, SMALL_TV_RATIO, judge, judge_c01, judge_c02,
+from .verdicts import (INDEPENDENT_UNIT, NUMBER_KEYS, SMALL_TV_RATIO, judge, judge_c01, judge_c02,
                        judge_c03, judge_c08, judge_c15)
 
 __all__ = ["PRESETS", "VERSION", "Config", "run", "judge", "tables", "figures", "NUMBER_KEYS",
-           "FAMILIES", "INDEPENDENT_UNIT", "Z95", "SMALL_TV", "SMALL_TV_RATIO", "Moments", "exact_moments",
+           "FAMILIES", "INDEPENDENT_UNIT", "Z95", "SMALL_TV_RATIO", "Moments", "exact_moments",
            "independent_moments", "measure_dot", "samples_for", "ulp_distance",
            "judge_c01", "judge_c02", "judge_c03", "judge_c08", "judge_c15"]
