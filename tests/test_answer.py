@@ -240,8 +240,9 @@ def answer_cases():
                                                                             "online_overflow": "overflows"}),
         "C18 no constant": ("saturation", "C18", None, ("constant_factor",), {}),
         "C18 no cells": ("training", "C18", None, (), {"cells": 0}),
-        "C15 small": ("variance", "C15", None, (), {"tv_dk2": 0.05}),
-        "C15 not small": ("variance", "C15", None, (), {"tv_dk2": 0.5}),
+        "C15 small": ("variance", "C15", SUPPORTED, (), {"tv_dk2": 0.05}),
+        "C15 not small": ("variance", "C15", REFUTED, (), {"tv_dk2": 0.5}),
+        "C15 undecided": ("variance", "C15", INCONCLUSIVE, (), {"tv_dk2": 0.22}),
         "C15 not testable": ("variance", "C15", NOT_TESTABLE, (), {}),
         "C16 not near 0": ("saturation", "C16", None, ("holds_up_to_n",), {"max_entry_at_100": 1e-5}),
         "C17 tenfold": ("training", "C17", SUPPORTED, (), {"median_grad_ratio_sqrt_over_none": 20.0}),
@@ -264,7 +265,7 @@ def answer_cases():
 LONG_NUMBERS = {"L1": {"sqrt_weight_equal_64": 0.70, "sqrt_weight_equal_65536": 0.002},
                 "L2": {"logn_weight_equal_64": 0.85, "logn_weight_equal_65536": 0.99},
                 "L3": {"sqrt_log_entropy_64": 0.775, "sqrt_log_entropy_65536": 0.751, "log_entropy_64": 0.843,
-                       "log_entropy_65536": 0.576},
+                       "log_entropy_65536": 0.576, "sqrt_log_trained_fading": 1, "sqrt_log_trained_seeds": 8},
                 "L4": {"train_length": 34, "test_length": 544, "sqrt_drop_rate": 1.0, "logn_drop_rate": 0.0,
                        "sqrt_dropping": 4, "sqrt_drop_seeds": 4, "logn_dropping": 0, "logn_drop_seeds": 4,
                        "logn_trained_dropping": 1, "logn_trained_drop_seeds": 6}}
@@ -285,8 +286,9 @@ def test_the_long_contexts_follow_up_quotes_its_numbers_in_both_languages():
         assert "%" not in item["answer"][0]  # seeds are counted, not given as shares
     en = answer.compose(report, "en")["follow_ups"][3]["answer"][0]
     assert ("4 of 4 models under 1/sqrt(d_k) alone lost accuracy, 0 of 4 of the same models run under log-n, and 1 of "
-            "6 models trained with log-n from the start") in en
+            "6 models trained under log-n") in en
     assert "one-layer models on a needle task" in en
+    assert "lets a needle fade; trained under sqrt(log n), 1 of 8 models lost their needle at 16x (L3" in en
     assert "not measured" in answer.compose(report_from({}), "en")["follow_ups"][3]["answer"][0]
 
 

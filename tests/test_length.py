@@ -201,8 +201,8 @@ def test_only_the_rules_named_for_positions_are_trained_with_them():
     measured = E.run(config)
     assert {(b["pos"], b["rule"]) for b in measured["best"]} == {("none", "sqrt"), ("none", "sqrt+logn:16"),
                                                                  ("rope", "sqrt")}
-    with pytest.raises(UserError, match="bogus"):
-        dataclasses.replace(TINY, rules_with_positions=("bogus",))
+    with pytest.raises(UserError, match="not among them: \\['sqrt\\+ssmax'\\]"):
+        dataclasses.replace(TINY, rules=("sqrt",), positions=("none", "rope"), rules_with_positions=("sqrt", "sqrt+ssmax"))
 
 
 @pytest.mark.parametrize("rule, length, source", [("sqrt+logn:34", 34, "sqrt"), ("sqrt+logn:34", 35, "sqrt+logn:34"),
@@ -273,7 +273,7 @@ def test_log_n_keeps_only_where_both_log_n_models_keep(measured):
     """The model trained with log_16 n and the sqrt weights run under log_34 n are two settings of one part:
     one keeping and one losing its needle is 'holds in part', each named."""
     trained = {r["trained_as"] for r in measured["models"] if r["rule"] == V.LOGN_TRAINED}
-    assert trained == {V.LOGN_TRAINED}  # acting from the first key, it is trained, not borrowed
+    assert trained == {V.LOGN_TRAINED}  # acting within the training length (from 16 keys on), it is trained, not borrowed
     split = with_runs(with_runs(measured, V.LOGN, [0.9, 0.9], [0.6, 0.6]), V.LOGN_TRAINED, [0.9, 0.7], [0.6, 0.3])
     for claim, key in (("L2", "trained_logn"), ("L4", "logn_keeps")):
         reading = L.judge(split)[claim].readings[key]

@@ -63,7 +63,7 @@ READS = {
     ("C18", "training"): ("cells", "sqrt_near_best_cells"),
     ("L1", "length"): ("sqrt_weight_equal_*",),
     ("L2", "length"): ("logn_weight_equal_*",),
-    ("L3", "length"): ("sqrt_log_entropy_*", "log_entropy_*"),
+    ("L3", "length"): ("sqrt_log_entropy_*", "log_entropy_*", "sqrt_log_trained_fading", "sqrt_log_trained_seeds"),
     ("L4", "length"): ("train_length", "test_length", "sqrt_dropping", "sqrt_drop_seeds", "logn_dropping",
                        "logn_drop_seeds", "logn_trained_dropping", "logn_trained_drop_seeds"),
 }
@@ -317,7 +317,9 @@ def small_d_k(ev: Evidence) -> Word:
     if not ev.has("C15", "tv_dk2", "tv_dk_large", "dk_large"):
         return _pending("C15")
     tv2, tv_large, d_large = (ev.number("C15", k) for k in ("tv_dk2", "tv_dk_large", "dk_large"))
-    size = "small" if tv2 <= SMALL_TV_RATIO * tv_large else "large"
+    # the label decides (it reads the intervals); a report of another shape falls back on the point estimates
+    size = {SUPPORTED: "small", REFUTED: "large", INCONCLUSIVE: "open"}.get(
+        ev.verdict("C15"), "small" if tv2 <= SMALL_TV_RATIO * tv_large else "large")
     return Word("small.tv", tv2=f"{tv2:.2f}", tv_large=f"{tv_large:.2f}", d_large=d_large,
                 size=Word(f"small.size.{size}", share=_pct(tv2 / tv_large)))
 
@@ -377,8 +379,11 @@ def long_contexts(ev: Evidence) -> Seq | Word:
     label = lambda sid: Word(f"verdict.{ev.verdict(sid)}")
     text = Word("long.fade", small=small, large=f"{int(large):,}", w_small=f"{plain[small]:.2f}",
                 w_large=f"{plain[large]:.3f}", l1=label("L1"), logn_large=f"{logn[large]:.2f}", l2=label("L2"))
+    law_trained = (Word("long.law.trained", k=ev.number("L3", "sqrt_log_trained_fading"),
+                        n=ev.number("L3", "sqrt_log_trained_seeds"))
+                   if ev.has("L3", "sqrt_log_trained_fading", "sqrt_log_trained_seeds") else "")
     law = Word("long.law", log_small=f"{log[small]:.2f}", log_large=f"{log[large]:.2f}",
-               sq_small=f"{sqrt_log[small]:.2f}", sq_large=f"{sqrt_log[large]:.2f}", l3=label("L3"))
+               sq_small=f"{sqrt_log[small]:.2f}", sq_large=f"{sqrt_log[large]:.2f}", l3=label("L3"), trained=law_trained)
     counts = ("sqrt_dropping", "sqrt_drop_seeds", "logn_dropping", "logn_drop_seeds")
     if not ev.has("L4", "train_length", "test_length", *counts):
         return Seq(text, GAP, law, GAP, _pending("L4"))

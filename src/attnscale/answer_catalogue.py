@@ -189,15 +189,17 @@ ENTRIES: dict[str, dict[str, str]] = {
         "zh": "在 {train} 个 token 上训练、在 {test} 个上运行（单层模型，找针任务）：只用 1/sqrt(d_k) 的 {sqrt_n} 个模型中有 "
               "{sqrt_k} 个准确率下降，同样的模型改用 log-n 运行时 {logn_n} 个中有 {logn_k} 个{from_start}（L4，{l4}）。"},
     "long.trained_from_start": {
-        "en": ", and {k} of {n} models trained with log-n from the start",
-        "zh": "，从一开始就用 log-n 训练的 {n} 个模型中有 {k} 个"},
+        "en": ", and {k} of {n} models trained under log-n",
+        "zh": "，在 log-n 下训练的 {n} 个模型中有 {k} 个"},
     "long.law": {
         "en": "Which law depends on the task: the log n that keeps a needle also freezes attention over iid logits "
               "(entropy / ln n {log_small} to {log_large}), while 0.5 sqrt(2 ln n) keeps that entropy ({sq_small} to "
-              "{sq_large}) and lets a needle fade (L3, {l3}).",
+              "{sq_large}) and, at initialisation, lets a needle fade{trained} (L3, {l3}).",
         "zh": "该用哪条规律取决于任务：保住单个目标 key 的 log n 会让独立同分布 logits 上的注意力冻结（熵 / ln n 从 "
-              "{log_small} 降到 {log_large}），而 0.5 sqrt(2 ln n) 能保住这个熵（{sq_small} 到 {sq_large}），却让目标 key "
-              "的权重衰减（L3，{l3}）。"},
+              "{log_small} 降到 {log_large}），而 0.5 sqrt(2 ln n) 能保住这个熵（{sq_small} 到 {sq_large}），但在初始化时"
+              "让目标 key 的权重衰减{trained}（L3，{l3}）。"},
+    "long.law.trained": {"en": "; trained under sqrt(log n), {k} of {n} models lost their needle at 16x",
+                         "zh": "；在 sqrt(log n) 下训练的 {n} 个模型中，{k} 个在 16 倍长度上丢了目标 key"},
 
     "small.tv": {
         "en": "At d_k = 1 the factor is exactly 1. At d_k = 2 the attention rows with and without 1/sqrt(2) are {tv2} "
@@ -206,6 +208,8 @@ ENTRIES: dict[str, dict[str, str]] = {
               "{tv_large}：{size}。"},
     "small.size.small": {"en": "{share} of it, so the factor matters little there, though it is not nothing",
                          "zh": "只有后者的 {share}，所以这里缩放影响不大，但并非为零"},
+    "small.size.open": {"en": "{share} of it, too near a quarter of it to call little or not at these rows",
+                        "zh": "为后者的 {share}，与四分之一太接近，以现有样本无法判定是否算小"},
     "small.size.large": {"en": "{share} of it, not a small difference next to it",
                          "zh": "达到后者的 {share}，相比之下差别并不小"},
 

@@ -271,9 +271,9 @@ def label(pairs) -> Label:
     voters = [(p, r) for p, r in tested if p.role == ASSERTION or not assertion_declared]
     others = [(p, r) for p, r in tested if (p, r) not in voters]
     part_notes = untested_notes_of(pairs)
-    untested_notes = [note for (p, r), note in zip(pairs, part_notes) if r.state not in TESTED]
-    if not voters:
-        states = {r.state for _, r in pairs}
+    untested_notes = [note for (p, r), note in zip(pairs, part_notes) if r.state not in TESTED and p.role != DERIVATION]
+    if not voters:  # the states of the parts that could vote (a derivation's state says nothing of the label)
+        states = {r.state for p, r in pairs if p.role != DERIVATION} or {r.state for _, r in pairs}
         verdict = PENDING if PENDING in states else NOT_IN_PRESET if NOT_IN_PRESET in states else NOT_TESTABLE
         notes = [] if all(r.state == verdict for _, r in pairs) else [
             note for (p, r), note in zip(pairs, part_notes) if r.state != verdict or verdict == PENDING]

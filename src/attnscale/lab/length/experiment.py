@@ -96,8 +96,11 @@ class Config:
                                   "steps", "batch", "val_size", "seeds", "best_seeds"),
                       non_negative=("lr_widen",), int_tuples=("ns", "multiples"), float_tuples=("lrs",),
                       floats=("margin", "logit_std", "law_coef"))
-        for rule in self.rules + self.rules_with_positions:
+        for rule in self.rules:
             scaling.parse(rule)
+        outside = [rule for rule in self.rules_with_positions if rule not in self.rules]
+        if outside and any(pos != "none" for pos in self.positions):
+            raise UserError(f"rules_with_positions must name rules of rules {self.rules!r}; not among them: {outside!r}")
         if "sqrt" not in self.rules:
             raise UserError(f"rules must include the reference 'sqrt', got {self.rules!r}")
         for pos in self.positions:

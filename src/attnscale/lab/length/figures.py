@@ -58,4 +58,4 @@ def figures(result: dict, outdir) -> dict[str, list[str]]:
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     init, trained = init_figure(result, outdir), trained_figure(result, outdir)
-    return {"L1": [init, trained], "L2": [init, trained], "L3": [init], "L4": [trained]}
+    return {"L1": [init, trained], "L2": [init, trained], "L3": [init, trained], "L4": [trained]}

@@ -133,7 +133,8 @@ def in_both(first: Reading, second: Reading, where: tuple[str, str]) -> Reading:
     return Reading(over.state, measured=f"{where[0]}: {first.measured}; {where[1]}: {second.measured}",
                    threshold=joined_threshold(first, second, where), could_be=over.could_be,
                    settings=[{"where": w, "state": r.state, "measured": r.measured} for w, r in zip(where, (first, second))],
-                   moved={m: Reading.over([first.moved[m], second.moved[m]]).state for m in first.moved})
+                   moved={m: Reading.over([first.moved.get(m, first.state), second.moved.get(m, second.state)]).state
+                          for m in (first.moved or second.moved)})
 
 
 def both(first: Reading, second: Reading, where: tuple[str, str]) -> Reading:
@@ -146,7 +147,8 @@ def both(first: Reading, second: Reading, where: tuple[str, str]) -> Reading:
     return Reading(joined.state, measured=f"{where[0]}: {first.measured}; {where[1]}: {second.measured}",
                    threshold=joined_threshold(first, second, where), could_be=joined.could_be, direction="; ".join(failing),
                    settings=[{"where": w, "state": r.state, "measured": r.measured} for w, r in zip(where, (first, second))],
-                   moved={m: claims.all_of([first.moved[m], second.moved[m]]) for m in first.moved})
+                   moved={m: claims.all_of([first.moved.get(m, first.state), second.moved.get(m, second.state)])
+                          for m in (first.moved or second.moved)})
 
 
 def lose_weight(scale: float) -> str:
@@ -248,7 +250,7 @@ def judge_l3(result: dict, numbers: dict) -> Finding:
     log_keeps = rate_part(result, LOGN_TRAINED, fades, lose_weight, happens=False)
     sqrt_log_fades = rate_part(result, SQRT_LOG_TRAINED, fades, lose_weight, happens=True)
     if NOT_IN_PRESET in (log_keeps.state, sqrt_log_fades.state):  # a report from before the two were trained
-        trained = Reading(NOT_IN_PRESET, note="models trained with log n and sqrt(log n) from the first key are not in this report")
+        trained = Reading(NOT_IN_PRESET, note="models trained with log n and sqrt(log n) acting within the training length are not in this report")
     else:
         trained = both(log_keeps, sqrt_log_fades, ("log_16 n", "sqrt(log_16 n)"))
     evidence = (f"Trained on needles at {result['lengths'][0]} tokens and run at {result['lengths'][-1]}, with the term "

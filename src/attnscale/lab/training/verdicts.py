@@ -773,14 +773,16 @@ def final_entropy(result: dict, task: str, rule: str, d: int) -> float | None:
 
 
 def constant_cells(result: dict) -> list[dict]:
-    """Every trained cell of a rule whose factor is one constant at every d_head of its task (``const:c``,
-    and no scaling: the constant 1), where that constant is off sqrt's value, each named with how far
-    off it is.  No scaling counts: a constant of 1 is the one that is right at d_k = 1."""
+    """Every trained cell of a rule whose factor is a constant by its spec (``const:c``, and no scaling:
+    the constant 1; a plain factor with exponent 0), where that constant is off sqrt's value, each named
+    with how far off it is, and "does not vote" where sqrt itself does not work.  No scaling counts: a
+    constant of 1 is the one that is right at d_k = 1."""
     found = []
     for task in tasks_of(result):
         heads = task_d_heads(result, task)
         for rule in result["config"]["rules"]:
-            if len({scaling.factor(rule, d) for d in heads}) != 1:
+            parsed = scaling.parse(rule)
+            if not (scaling.is_plain_fixed(parsed) and parsed.exponent == 0):
                 continue
             for d in heads:
                 off = scaling.factor(rule, d) / scaling.factor("sqrt", d)
@@ -838,13 +840,15 @@ def judge_c18(result: dict) -> Finding:
     oversmooth = sum(entropy_gap[c] >= OVERSMOOTH_ENTROPY for c in voting_cells)
     const_fails = sum(stall_state(c) == HOLDS for c in const_cells)
     evidence = (
-        f"Each rule at its best learning rate, medians over seeds, in the {len(voting_cells)} cells where sqrt works "
-        f"({', '.join(f'{t} d_head {d}' for t, d in voting_cells)}). sqrt near the best rule (recall accuracy within "
+        f"Each rule at its best learning rate, medians over seeds, in the {len(voting_cells)} cells of the main grid "
+        f"where sqrt works ({', '.join(f'{t} d_head {d}' for t, d in voting_cells)}). sqrt near the best rule (recall accuracy within "
         f"{NEAR_BEST['recall']}, Shakespeare loss within {NEAR_BEST['shakespeare']:.0%}) in {sqrt_ok} of "
         f"{len(voting_cells)}. inv_d's final normalised attention entropy {OVERSMOOTH_ENTROPY} or more above sqrt's "
         f"(over-smoothing) in {oversmooth} of {len(voting_cells)}. A constant factor where it is off sqrt's value (no "
-        f"scaling counts: the constant 1), per cell with how far off: "
-        + ("; ".join(f"{c['where']}: {rate_text(c)}" for c in const_cells) or "none run") + ". Part rules, per cell: "
+        f"scaling counts: the constant 1), in every cell trained, the decisive d_heads included, with how far off: "
+        + ("; ".join(f"{c['where']}: " + (f"does not vote ({c['reference']})" if c["class"] == "no reference"
+                                           else rate_text(c)) for c in const_cells) or "none run")
+        + ". Part rules, per cell: "
         f"sqrt near the best; inv_d over-smooths; the constant stalls ({STALL_RULE}); a part holding in some cells "
         f"and failing in others holds in part.")
     return Finding("C18", "training", evidence, {"sqrt_near_best_cells": sqrt_ok, "cells": len(voting_cells),
