@@ -566,10 +566,18 @@ def test_an_undecided_cell_leaves_a_training_part_open():
     could still hold, so the part is open between failing and holding in part; a cell holding beside
     one failing is 'holds in part' whatever a third does."""
     H, F, U = claims.HOLDS, claims.FAILS, claims.UNDECIDED
-    open_part = V.over_cells([F, U])
+
+    def cell(stalled, seeds, d_head):  # a cell where sqrt works: per-seed progress, 0 for a stalled seed
+        return {"task": "recall", "d_head": d_head, "class": "read", "per_seed": [0.0] * stalled + [1.0] * (seeds - stalled),
+                "stall_rate": {"stalled": stalled, "seeds": seeds}}
+
+    stalls, trains, split = cell(6, 6, 16), cell(0, 6, 64), cell(4, 6, 256)
+    open_part = V.stall_part([trains, split], "stalls")
     assert open_part.state == U and open_part.could_be == [F, claims.MIXED]
-    assert V.over_cells([H, F, U]).state == claims.MIXED and V.over_cells([H, F, U]).could_be == [claims.MIXED]
-    assert V.over_cells([F, F]).state == F and V.over_cells([U]).could_be == [H, F]
+    assert "recall d_head 256: about" in open_part.decide and "d_head 64" not in open_part.decide
+    mixed = V.stall_part([stalls, trains, split], "stalls")
+    assert mixed.state == claims.MIXED and mixed.could_be == [claims.MIXED]
+    assert V.stall_part([trains, trains], "stalls").state == F and V.stall_part([split], "stalls").could_be == [H, F]
 
 
 def test_findings_carry_exactly_their_declared_numbers(result):

@@ -60,10 +60,9 @@ class LengthTerm:
         (a learned tensor, broadcast against ``n_keys``)."""
         n = torch.as_tensor(n_keys, dtype=torch.float64) if not isinstance(n_keys, torch.Tensor) else n_keys
         n = n.clamp_min(1)
-        if self.kind == "logn":
-            return torch.clamp(torch.log(n) / math.log(self.base), min=1.0)
-        if self.kind == "sqrtlogn":
-            return torch.clamp(torch.log(n) / math.log(self.base), min=1.0).sqrt()
+        if self.kind in ("logn", "sqrtlogn"):
+            log_ratio = torch.clamp(torch.log(n) / math.log(self.base), min=1.0)
+            return log_ratio if self.kind == "logn" else log_ratio.sqrt()
         if self.kind == "ssmax":
             return (self.coef if s is None else s) * torch.log(n)
         return 1.0 + self.coef * torch.log1p(torch.floor(n / self.base))

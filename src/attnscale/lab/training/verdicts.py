@@ -184,16 +184,11 @@ def stall_state(c: dict, scale: float = 1.0) -> str:
     return state_of(intervals.at_least(intervals.wilson(stalled, len(c["per_seed"])), DECIDED_RATE * scale))
 
 
-def over_cells(states: list[str]) -> Reading:
-    """A training part over its cells, as any part over its settings (:meth:`Reading.over`): an
-    undecided cell leaves the part open, and the part says what it could still turn out to be (a
-    cell that fails beside one that holds makes it 'holds in part' whatever an undecided third does)."""
-    return Reading.over(states)
-
-
 def stall_part(cells: list[dict], text: str) -> Reading:
     """'Training stalls' over the cells where sqrt works, with its thresholds movable; the pooled
-    stall rate over their seeds is the measured number, and an undecided part says what would decide it."""
+    stall rate over their seeds is the measured number, and an undecided part says what would decide it.
+    Cells combine as any part's settings do (:meth:`Reading.over`): an undecided cell leaves the part
+    open, and a cell that fails beside one that holds makes it 'holds in part' whatever a third does."""
     voters = [c for c in cells if c["class"] != "no reference"]
     if not voters:
         return Reading(claims.NOT_TESTABLE, note="no cell where sqrt itself works at this size: "
@@ -203,15 +198,14 @@ def stall_part(cells: list[dict], text: str) -> Reading:
         states = [stall_state(c, scale) for c in voters]
         stalled = sum(c["stall_rate"]["stalled"] for c in voters)
         seeds = sum(c["stall_rate"]["seeds"] for c in voters)
-        over = over_cells(states)
         decide = ""
-        if over.state == UNDECIDED:
+        if claims.over_settings(states) == UNDECIDED:
             needs = [f"{c.get('where') or c['task'] + ' d_head ' + str(c['d_head'])}: " + (
                      f"about {n} seeds at its rate"
                      if (n := seeds_to_decide(c["stall_rate"]["stalled"], c["stall_rate"]["seeds"], DECIDED_RATE))
                      else "no number of seeds at its rate") for c, st in zip(voters, states) if st == UNDECIDED]
             decide = f"seeds enough for a cell's stall rate to clear {DECIDED_RATE:g}: " + "; ".join(needs)
-        return Reading(over.state, could_be=over.could_be, measured=f"{text} in {stalled} of {seeds} seeds over {len(voters)} cells "
+        return Reading.over(states, measured=f"{text} in {stalled} of {seeds} seeds over {len(voters)} cells "
                        f"{intervals.fmt_interval(intervals.wilson(stalled, seeds), percent=True)}",
                        threshold=f"a seed stalls below {STALL_BELOW * scale:.2g} of sqrt's progress; a cell stalls where "
                                  f"its stall rate's interval lies above {DECIDED_RATE * scale:.2g}",
@@ -608,8 +602,7 @@ def judge_c13(result: dict) -> Finding:
 
     def read(scale: float) -> Reading:
         states = [slowdown_state(ratio_interval(r), scale) for r in rows]
-        over = over_cells(states)
-        return Reading(over.state, could_be=over.could_be, measured=speed_line(rows),
+        return Reading.over(states, measured=speed_line(rows),
                        threshold=f"the ratio's interval inside {SLOWER_RANGE[0] * scale:.3g}-{SLOWER_RANGE[1] * scale:.3g}x "
                                  "(open above where 1/d_k solved in under half of its seeds)",
                        settings=[{"where": f"recall d_head {r['d_head']}", "state": st} for r, st in zip(rows, states)],
@@ -621,7 +614,7 @@ def judge_c13(result: dict) -> Finding:
         f"Median steps to solve recall (accuracy >= {SOLVED_ACC}) over seeds, in cells where sqrt solves it, with the "
         f"bootstrap 95% interval of the ratio; a run that never solves counts at the run's length (a lower bound). "
         f"inv_d at sqrt's best learning rate (the claim's setting): {speed_line(rows)}. Context, inv_d at its own best "
-        f"learning rate: {speed_line(readings['own'])} ('2-3x slower' there: {over_cells(own_states).state}). Part rule, per "
+        f"learning rate: {speed_line(readings['own'])} ('2-3x slower' there: {claims.over_settings(own_states)}). Part rule, per "
         f"cell: the ratio's interval inside {low:g}-{high:g}x holds, wholly outside it fails (less than {low:g}x, or "
         f"more than {high:g}x slower), otherwise undecided (an undecided cell leaves the part open); where 1/d_k solved in "
         f"under half of its seeds the ratio is a lower bound set by the run's length, and its interval is open above.")
@@ -788,7 +781,7 @@ def constant_cells(result: dict) -> list[dict]:
                 off = scaling.factor(rule, d) / scaling.factor("sqrt", d)
                 if math.isclose(off, 1.0) or not runs_at(result, task, rule, d, best_lr(result, task, rule, d)):
                     continue
-                found.append({**cell(result, task, rule, d), "off": off,
+                found.append({**cell(result, task, rule, d),
                               "where": f"{task} d_head {d}, factor {scaling.factor(rule, d):g} "
                                        f"({max(off, 1 / off):.3g}x {'above' if off > 1 else 'below'} sqrt's)"})
     return found
