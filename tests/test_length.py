@@ -286,6 +286,17 @@ def test_log_n_keeps_only_where_both_log_n_models_keep(measured):
     assert L.judge(older)["L2"].readings["trained_logn"].settings == []
 
 
+def test_l3_trained_part_reaches_holds_and_fails(measured):
+    """L3 votes on trained models only: log_16 n keeping its needle while sqrt(log_16 n) loses it holds;
+    both keeping it fails, with the failing setting named."""
+    keeps = with_runs(measured, V.LOGN_TRAINED, [0.9, 0.9], [0.6, 0.6])
+    holds = with_runs(keeps, V.SQRT_LOG_TRAINED, [0.9, 0.7], [0.6, 0.3])
+    fails = with_runs(keeps, V.SQRT_LOG_TRAINED, [0.9, 0.9], [0.6, 0.6])
+    assert L.judge(holds)["L3"].verdict == claims.SUPPORTED
+    failed = L.judge(fails)["L3"]
+    assert failed.verdict == claims.REFUTED and "sqrt(log_16 n): 0 of 4 seeds" in failed.readings["trained"].direction
+
+
 def test_l3_parts_follow_the_numbers(measured):
     found = L.judge(measured)["L3"]
     assert found.readings["needle_log"].state == claims.HOLDS  # exact: log_18 n keeps margin 5, sqrt(log n) does not
