@@ -12,12 +12,12 @@ import torch
 from attnscale.audit import verdicts
 
 TRANSFORMERS = Path(__import__("transformers").__file__).parent
-FACTOR_REL = 1e-3  # "to 0.1%"
+FACTOR_REL = verdicts.FACTOR_TOL  # "to 0.1%": the tolerance the audit judges with
 KEY_SCALE_GEMMA4 = math.log(1 + math.e) / math.log(2)  # modeling_gemma4.py: self.k_scale
 
 
 def eager_layers(result):
-    return [row["backends"]["eager"] for row in result.layers]
+    return [row.backends["eager"] for row in result.layers]
 
 
 def capped_kernel(factor, cap=None, log_n=False):
@@ -46,9 +46,9 @@ def assert_blocks_read_at_their_width(row, model, class_name: str) -> dict:
     layer of the audit ``row``, read at int(channels)^-0.5 as its code scales; their channels by name."""
     channels = {name: module.in_channels for name, module in model.named_modules()
                 if type(module).__name__ == class_name}
-    assert sorted(layer["name"] for layer in row.layers) == sorted(channels)
+    assert sorted(layer.name for layer in row.layers) == sorted(channels)
     for layer in row.layers:
-        assert layer["d_k"] == channels[layer["name"]]
-        assert verdicts.judged_factor(layer["backends"]["eager"]) == pytest.approx(channels[layer["name"]] ** -0.5,
+        assert layer.d_k == channels[layer.name]
+        assert verdicts.judged_factor(layer.backends["eager"]) == pytest.approx(channels[layer.name] ** -0.5,
                                                                                   rel=FACTOR_REL)
     return channels

@@ -31,9 +31,9 @@ def test_gpt2_inline_eager_and_sdpa_through_the_function(tmp_path):
     assert result.backends["sdpa"]["accepted"] and result.backends["sdpa"]["calls"] == 2
     for index, row in enumerate(result.layers):
         expected = 16 ** -0.5 / (index + 1)
-        assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(expected, rel=1e-5)
-        assert row["backends"]["sdpa"]["function"]["factor"] == pytest.approx(expected, rel=1e-9)
-        assert row["backends"]["sdpa"]["path"]["factor"] == pytest.approx(expected, rel=1e-5)
+        assert row.backends["eager"].path["factor"] == pytest.approx(expected, rel=1e-5)
+        assert row.backends["sdpa"].function["factor"] == pytest.approx(expected, rel=1e-9)
+        assert row.backends["sdpa"].path["factor"] == pytest.approx(expected, rel=1e-5)
     assert result.verdict == "ok", result.findings
     assert family_row(result, ("eager", "sdpa"))["sdpa"] == "0.125..0.25"
 
@@ -101,8 +101,8 @@ def test_an_eager_mask_that_blocks_every_key_is_a_backend_disagreement():
     assert result.verdict == "backend disagreement" and record.is_measured(result)
     assert result.findings[0].startswith("eager output is not finite where sdpa's is (eager's attention calls: ")
     for layer in result.layers:
-        rows, of = layer["backends"]["eager"]["rows_masked_everywhere"]
-        assert rows == of > 0 and "rows_masked_everywhere" not in layer["backends"]["sdpa"]
-        assert math.isclose(verdicts.judged_factor(layer["backends"]["sdpa"]), 0.25, rel_tol=FACTOR_REL)
+        rows, of = layer.backends["eager"].rows_masked_everywhere
+        assert rows == of > 0 and layer.backends["sdpa"].rows_masked_everywhere is None
+        assert math.isclose(verdicts.judged_factor(layer.backends["sdpa"]), 0.25, rel_tol=FACTOR_REL)
     row = verdicts.family_row(result, ("eager", "sdpa"))
     assert row["eager"] == "-" and row["sdpa"] == "0.25" and row["position dependence"].startswith("none")

@@ -44,7 +44,7 @@ def test_measured_families_that_leave_attention_unread_are_counted_and_named():
     by what it computes (no softmax over q.k) is not unread, nor one a row it relies on reads (a composite's
     tower, which composites.settled requires measured with nothing left)."""
     unread = [{"name": "layers.0.local", "class": "LocalAttention", "mechanism": "not intercepted"}]
-    named = [{"name": "layers.0.wkv", "class": "WkvAttention", "mechanism": "WKV recurrence" + audit.NO_FACTOR}]
+    named = [{"name": "layers.0.wkv", "class": "WkvAttention", "mechanism": record.no_factor("WKV recurrence")}]
     read_by = [{**unread[0], "read_by": "vit"}]
     rows = [audit.FamilyAudit("partial", status="audited", verdict="ok", unread_attention=unread),
             audit.FamilyAudit("named", status="audited", verdict="ok", unread_attention=named),
@@ -137,7 +137,7 @@ def test_a_composite_part_with_no_model_class_and_no_attention_leaves_nothing_to
 def read_classes(family: str, rows) -> set[str]:
     """The attention classes the whole row of ``family`` reads (rebuilt to look the modules up)."""
     modules = dict(families.build_whole(family).named_modules())
-    return {type(modules[row["name"]]).__name__ for row in rows[0].layers if row["name"] in modules}
+    return {type(modules[row.name]).__name__ for row in rows[0].layers if row.name in modules}
 
 
 @pytest.mark.parametrize("family, own", [("sam", {"SamAttention"}), ("sam2", {"Sam2Attention"}),
@@ -157,8 +157,8 @@ def test_a_composite_its_towers_cannot_cover_is_built_whole_and_its_own_attentio
     assert whole.own_attention == [] and all(not row.tower_of or row.tower_of == family for row in rows)
     assert own <= read_classes(family, rows)
     for row in whole.layers:  # SAM's vision encoder beside the intercepted calls: read from its weights
-        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL), (
-            row["name"])
+        assert verdicts.judged_factor(row.backends["eager"]) == pytest.approx(row.d_k ** -0.5, rel=FACTOR_REL), (
+            row.name)
 
 
 @pytest.mark.parametrize("family, part, placeholders", [("aria", "multi_modal_projector.cross_attn", 4),
@@ -178,15 +178,15 @@ def test_a_composite_is_fed_the_media_its_placeholder_tokens_take_and_its_projec
     model = families.build_whole(family)
     assert [count for _, count, _ in composites.placeholder_media(model)] == [placeholders]
     modules = dict(model.named_modules())
-    read = [row for row in whole.layers if row["name"].startswith(part)]
-    assert read and {row["name"].split(".")[0] for row in whole.layers} == {
+    read = [row for row in whole.layers if row.name.startswith(part)]
+    assert read and {row.name.split(".")[0] for row in whole.layers} == {
         "vision_tower" if family == "aria" else "audio_tower", "multi_modal_projector", "language_model"}
     for row in read:
-        module = modules[row["name"]]
+        module = modules[row.name]
         head = (module.head_dim if hasattr(module, "head_dim") and isinstance(module.head_dim, int)
                 else module.embed_dim // module.num_heads)
-        assert row["d_k"] == head == 16
-        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(head ** -0.5, rel=FACTOR_REL)
+        assert row.d_k == head == 16
+        assert verdicts.judged_factor(row.backends["eager"]) == pytest.approx(head ** -0.5, rel=FACTOR_REL)
 
 
 @pytest.mark.parametrize("family, own", [
@@ -207,13 +207,13 @@ def test_a_video_tracker_is_run_through_a_prompted_session_and_its_memory_attent
     assert own <= read_classes(family, rows)
     config = families.whole_config(family)
     memory_head = config.memory_attention_hidden_size // config.memory_attention_num_attention_heads
-    memory_rows = [row for row in whole.layers if row["name"].startswith("memory_attention.")]
-    assert memory_rows and {row["d_k"] for row in memory_rows} == {memory_head}
-    read = [row for row in whole.layers if math.isfinite(row["backends"]["eager"]["function"]["factor"])]
-    assert {row["name"] for row in read} == {row["name"] for row in whole.layers}  # every module read at least once
+    memory_rows = [row for row in whole.layers if row.name.startswith("memory_attention.")]
+    assert memory_rows and {row.d_k for row in memory_rows} == {memory_head}
+    read = [row for row in whole.layers if math.isfinite(row.backends["eager"].function["factor"])]
+    assert {row.name for row in read} == {row.name for row in whole.layers}  # every module read at least once
     for row in read:
-        factor = row["backends"]["eager"]["function"]["factor"]
-        assert factor == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL), row["name"]
+        factor = row.backends["eager"].function["factor"]
+        assert factor == pytest.approx(row.d_k ** -0.5, rel=FACTOR_REL), row.name
 
 
 def test_a_composite_built_whole_counts_only_where_every_attention_it_runs_is_read_somewhere(monkeypatch):
@@ -248,7 +248,7 @@ def test_attention_with_no_softmax_over_q_k_is_named_and_left_out_of_the_unmeasu
     skipped with the mechanism its code shows, and counted apart from the unmeasured (nothing to scale)."""
     result = audit.audit_family(family, ("eager",))
     assert result.status == "skipped" and result.reason.startswith(f"{audit.NO_SOFTMAX} ({starts}")
-    assert result.reason.endswith(audit.NO_FACTOR + ")") and composites.nothing_left(result)
+    assert result.reason.endswith(record.NO_FACTOR + ")") and composites.nothing_left(result)
     cover = pipeline.coverage([result])
     assert cover["no_softmax"] == 1 and cover["unmeasured"] == 0 and cover["attention_bearing"] == 1
 
@@ -269,7 +269,7 @@ def test_composites_whose_sub_configs_are_typed_by_their_spec_or_class_alone_are
     fun = pipeline.audit_item(("family", "fun_asr_nano"), ("eager",), 0)[0]
     [fun] = composites.settled([fun])
     assert fun.status == "audited" and fun.verdict == "ok" and not fun.relies_on, (fun.reason, fun.findings)
-    assert any(row["name"].startswith("multi_modal_projector.layers") for row in fun.layers)
+    assert any(row.name.startswith("multi_modal_projector.layers") for row in fun.layers)
 
 
 def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights_or_keeps_a_tower_uncovered():
@@ -277,8 +277,8 @@ def test_attention_left_unread_beside_intercepted_calls_is_read_from_its_weights
     read from its weights at head_dim^-0.5; a measured row that still leaves an attention module
     unread does not cover its composite."""
     result = audit.audit_family("siglip2_vision_model", ("eager",))
-    head = [row for row in result.layers if row["name"] == "head.attention"]
-    assert head and verdicts.judged_factor(head[0]["backends"]["eager"]) == pytest.approx(0.25, rel=FACTOR_REL)
+    head = [row for row in result.layers if row.name == "head.attention"]
+    assert head and verdicts.judged_factor(head[0].backends["eager"]) == pytest.approx(0.25, rel=FACTOR_REL)
     assert result.unread_attention == []
     partial = audit.FamilyAudit("tower", status="audited", verdict="ok", layers=result.layers,
                                 unread_attention=[{"name": "x", "class": "X", "mechanism": "not intercepted"}])
@@ -310,10 +310,10 @@ def test_a_window_attention_merger_inside_the_tiny_depth_is_read_and_its_towers_
     for tower in ("minicpm_ocr_vision", "minicpmv4_7_vision", "minicpmv4_6.vision_config"):
         result = by_name[tower]
         assert result.verdict == "ok" and result.unread_attention == [], (tower, result.unread_attention)
-        merger = [row for row in result.layers if row["name"] == "vit_merger.self_attn"]
+        merger = [row for row in result.layers if row.name == "vit_merger.self_attn"]
         assert len(merger) == 4  # the 4 x 4 patches in 2 x 2 windows, one call each
         for row in result.layers:
-            assert row["backends"]["eager"]["function"]["factor"] == pytest.approx(0.25, rel=FACTOR_REL), row["name"]
+            assert row.backends["eager"].function["factor"] == pytest.approx(0.25, rel=FACTOR_REL), row.name
     for composite in ("minicpm_ocr", "minicpmv4_6", "minicpmv4_7"):
         assert by_name[composite].status == "covered", by_name[composite].reason
 
@@ -352,10 +352,10 @@ def test_composites_whose_towers_read_every_attention_they_run_are_covered(compo
     assert by_name[composite].status == "covered", by_name[composite].reason
     qformer = by_name.get(f"{composite}.qformer_config")
     if qformer is not None:
-        cross = [row for row in qformer.layers if "crossattention" in row["name"]]
+        cross = [row for row in qformer.layers if "crossattention" in row.name]
         assert cross and not qformer.unread_attention
         for row in cross:
-            assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL)
+            assert verdicts.judged_factor(row.backends["eager"]) == pytest.approx(row.d_k ** -0.5, rel=FACTOR_REL)
 
 
 def classes_of(model, names) -> set[str]:
@@ -384,7 +384,7 @@ def test_a_composite_audited_on_token_ids_relies_on_the_row_that_reads_its_tower
     assert {u["class"] for u in result.unread_attention if u["mechanism"] == "not intercepted"} == unread
     tower = pipeline.audit_item(("family", row), ("eager",), 0)[0]
     assert composites.nothing_left(tower), tower.unread_attention
-    assert unread <= classes_of(audit.tiny_model(row, 0, {}), [layer["name"] for layer in tower.layers])
+    assert unread <= classes_of(audit.tiny_model(row, 0, {}), [layer.name for layer in tower.layers])
     assert record.is_measured(composites.settled([result, tower])[0])
     [alone] = composites.settled([pipeline.audit_item(("family", composite), ("eager",), 0)[0]])
     assert alone.status == "skipped" and f"the attention of {row} is not read" in alone.reason
@@ -405,8 +405,8 @@ def test_a_vq_image_tokenizer_with_no_forward_is_read_through_its_round_trip(com
     rows = {row.family: row for row in pipeline.audit_item(("family", composite), ("eager",), 0)}
     result, vq = rows[composite], rows[f"{composite}.vq_config"]
     assert record.is_measured(result) and result.relies_on == [f"{composite}.vq_config"]
-    assert composites.nothing_left(vq) and [layer["name"] for layer in vq.layers] == names
+    assert composites.nothing_left(vq) and [layer.name for layer in vq.layers] == names
     for layer in vq.layers:
-        assert layer["d_k"] == d_k
-        assert verdicts.judged_factor(layer["backends"]["eager"]) == pytest.approx(d_k ** -0.5, rel=FACTOR_REL)
+        assert layer.d_k == d_k
+        assert verdicts.judged_factor(layer.backends["eager"]) == pytest.approx(d_k ** -0.5, rel=FACTOR_REL)
     assert record.is_measured(composites.settled(list(rows.values()))[0])

@@ -4,6 +4,7 @@ times the lengths its norms give a vector times the multipliers its code applies
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -38,7 +39,7 @@ def test_norm_gain_closed_forms(norm, expected):
 
 
 def rows(result):
-    return [row for row in result.layers if row["backends"]["eager"]["path"]["form"] == "q and k normalised"]
+    return [row for row in result.layers if row.backends["eager"].path["form"] == "q and k normalised"]
 
 
 def test_a_multiplier_after_the_norm_is_declared_and_judged():
@@ -50,9 +51,9 @@ def test_a_multiplier_after_the_norm_is_declared_and_judged():
         expected = 0.25 * 16 * (factor or 5.4730064863875)
         assert rows(result), "no layer read as QK-norm"
         for row in rows(result):
-            assert row["declared"]["cosine_temperature"] == pytest.approx(expected, rel=1e-4)
-            assert "qk_scale_factor" in row["declared"]["cosine_from"]
-            assert row["backends"]["eager"]["path"]["cosine_temperature"] == pytest.approx(expected, rel=qk_norm.COSINE_TOL)
+            assert row.declared["cosine_temperature"] == pytest.approx(expected, rel=1e-4)
+            assert "qk_scale_factor" in row.declared["cosine_from"]
+            assert row.backends["eager"].path["cosine_temperature"] == pytest.approx(expected, rel=qk_norm.COSINE_TOL)
         assert result.verdict == "ok", result.findings
         assert "declared" in family_row(result, ("eager",))["non-linearity"]
 
@@ -103,11 +104,11 @@ def test_rounded_keys_are_named_and_their_path_not_judged():
     """Kolibri 1.1's sparse layers round keys to NVFP4 before the product: the cosine-1 logit there reads the
     rounding (about 3% off), named beside the row and not judged; its dense layer is judged."""
     result = measure.audit_family("kolibri1_1", backends=("eager",))
-    sparse = [row for row in result.layers if "keys rounded to" in row["declared"]["fields"]]
+    sparse = [row for row in result.layers if "keys rounded to" in row.declared["fields"]]
     dense = [row for row in rows(result) if row not in sparse]
     assert sparse and dense
     assert result.verdict == "ok", result.findings
-    assert any(abs(row["backends"]["eager"]["path"]["cosine_temperature"] / row["declared"]["cosine_temperature"] - 1)
+    assert any(abs(row.backends["eager"].path["cosine_temperature"] / row.declared["cosine_temperature"] - 1)
                > qk_norm.COSINE_TOL for row in sparse)
     assert "rounded to NVFP4" in family_row(result, ("eager",))["other mechanisms"]
 
@@ -123,8 +124,8 @@ def test_a_learned_multiplier_after_the_norm_is_read_from_the_layer():
                     module.sqk.view(-1, module.head_dim)[:, 0] *= first_channel
         result = measure.audit_model(model, "dory", ("eager",))
         for row in rows(result):
-            assert row["declared"]["cosine_temperature"] == pytest.approx(4.0 * first_channel ** 2, rel=1e-6)
-            assert row["backends"]["eager"]["path"]["cosine_temperature"] == pytest.approx(4.0 * first_channel ** 2,
+            assert row.declared["cosine_temperature"] == pytest.approx(4.0 * first_channel ** 2, rel=1e-6)
+            assert row.backends["eager"].path["cosine_temperature"] == pytest.approx(4.0 * first_channel ** 2,
                                                                                            rel=qk_norm.COSINE_TOL)
         assert rows(result) and result.verdict == "ok", result.findings
 
@@ -145,9 +146,9 @@ def test_gpt2_scale_flags(weights, by_layer):
     for index, row in enumerate(result.layers):
         expected = (16**-0.5 if weights else 1.0) / ((index + 1) if by_layer else 1)
         for backend in ("eager", "sdpa"):  # sdpa gets the same factor since the fix of the per-layer scaling
-            entry = row["backends"][backend]
-            assert entry["function"]["factor"] == pytest.approx(expected, rel=FACTOR_REL)
-            assert entry["path"]["factor"] == pytest.approx(expected, rel=FACTOR_REL)
+            entry = row.backends[backend]
+            assert entry.function["factor"] == pytest.approx(expected, rel=FACTOR_REL)
+            assert entry.path["factor"] == pytest.approx(expected, rel=FACTOR_REL)
 
 
 def test_gemma2_query_pre_attn_scalar_and_soft_cap():
@@ -157,10 +158,10 @@ def test_gemma2_query_pre_attn_scalar_and_soft_cap():
     assert result.verdict == "ok", result.findings
     assert result.backends["flex_attention"]["accepted"]
     for entry in eager_layers(result):
-        assert entry["function"]["factor"] == pytest.approx(40**-0.5, rel=FACTOR_REL)
-        assert entry["function"]["nonlinearity"] == "soft cap"
-        assert entry["function"]["cap"] == pytest.approx(5.0, rel=0.05)
-        assert entry["path"]["factor"] == pytest.approx(40**-0.5, rel=FACTOR_REL)
+        assert entry.function["factor"] == pytest.approx(40**-0.5, rel=FACTOR_REL)
+        assert entry.function["nonlinearity"] == "soft cap"
+        assert entry.function["cap"] == pytest.approx(5.0, rel=0.05)
+        assert entry.path["factor"] == pytest.approx(40**-0.5, rel=FACTOR_REL)
     shown = verdicts.family_row(result, ("eager",))["non-linearity"]
     assert shown.startswith("soft cap ") and float(shown.split()[-1]) == pytest.approx(5.0, rel=0.05)
 
@@ -169,8 +170,8 @@ def test_granite_attention_multiplier():
     result = audit.audit_family("granite", ("eager", "sdpa"), attention_multiplier=0.015)
     assert result.verdict == "ok", result.findings
     for row in result.layers:
-        for entry in row["backends"].values():
-            assert entry["function"]["factor"] == pytest.approx(0.015, rel=FACTOR_REL)
+        for entry in row.backends.values():
+            assert entry.function["factor"] == pytest.approx(0.015, rel=FACTOR_REL)
 
 
 def test_deepseek_v3_yarn_mscale():
@@ -185,10 +186,10 @@ def test_deepseek_v3_yarn_mscale():
     rope_factor = function_factor * (mscale(1.0) / mscale(0.8)) ** 2
     assert result.verdict == "ok", result.findings
     for entry in eager_layers(result):
-        assert entry["function"]["factor"] == pytest.approx(function_factor, rel=FACTOR_REL)
-        assert entry["path"]["layout"] == "latent (MLA)"
-        assert entry["path"]["factor"] == pytest.approx(function_factor, rel=FACTOR_REL)  # first coordinate: no RoPE
-        assert entry["path"]["factor_last"] == pytest.approx(rope_factor, rel=FACTOR_REL)  # last: RoPE
+        assert entry.function["factor"] == pytest.approx(function_factor, rel=FACTOR_REL)
+        assert entry.path["layout"] == "latent (MLA)"
+        assert entry.path["factor"] == pytest.approx(function_factor, rel=FACTOR_REL)  # first coordinate: no RoPE
+        assert entry.path["factor_last"] == pytest.approx(rope_factor, rel=FACTOR_REL)  # last: RoPE
 
 
 def test_mpt_softmax_scale_is_the_factor():
@@ -196,8 +197,8 @@ def test_mpt_softmax_scale_is_the_factor():
     result = audit.audit_family("mpt", ("eager",), attn_config={"softmax_scale": 0.05})
     assert result.verdict == "ok", result.findings
     for row in result.layers:
-        assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(0.05, rel=FACTOR_REL)
-        assert "MPT_SOFTMAX_SCALE" in row["declared"]["rules"]
+        assert row.backends["eager"].path["factor"] == pytest.approx(0.05, rel=FACTOR_REL)
+        assert "MPT_SOFTMAX_SCALE" in row.declared["rules"]
 
 
 def test_ministral3_rope_parameters_do_not_scale_its_kernel():
@@ -212,10 +213,10 @@ def test_ministral3_rope_parameters_do_not_scale_its_kernel():
                                 max_position_embeddings=262144)
     assert result.verdict == "ok", result.findings
     for row in result.layers:
-        head_dim = row["declared"]["head_dim"]
-        assert row["backends"]["eager"]["function"]["factor"] == pytest.approx(head_dim**-0.5, rel=FACTOR_REL)
-        assert row["declared"]["function"] == pytest.approx(head_dim**-0.5)
-        assert "YARN_MSCALE_ALL_DIM" not in row["declared"]["rules"]
+        head_dim = row.declared["head_dim"]
+        assert row.backends["eager"].function["factor"] == pytest.approx(head_dim**-0.5, rel=FACTOR_REL)
+        assert row.declared["function"] == pytest.approx(head_dim**-0.5)
+        assert "YARN_MSCALE_ALL_DIM" not in row.declared["rules"]
 
 
 def test_t5_applies_no_factor():
@@ -224,9 +225,9 @@ def test_t5_applies_no_factor():
     assert result.verdict == "ok", result.findings
     assert len(result.layers) == 4  # 2 encoder layers, 1 decoder layer with self and cross attention
     for row in result.layers:
-        for entry in row["backends"].values():
-            assert entry["function"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
-            assert entry["path"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
+        for entry in row.backends.values():
+            assert entry.function["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
+            assert entry.path["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
 
 
 @pytest.mark.parametrize("family, rule, factor_of_d_k", [
@@ -240,9 +241,9 @@ def test_factors_set_in_the_layer_code_are_declared_as_the_code_computes_them(fa
     result = audit.audit_family(family, ("eager",))
     assert result.verdict == "ok", result.findings
     for row in result.layers:
-        assert rule in row["declared"]["rules"]
-        assert row["declared"]["function"] == pytest.approx(factor_of_d_k(row["d_k"]))
-        assert row["backends"]["eager"]["function"]["factor"] == pytest.approx(factor_of_d_k(row["d_k"]), rel=FACTOR_REL)
+        assert rule in row.declared["rules"]
+        assert row.declared["function"] == pytest.approx(factor_of_d_k(row.d_k))
+        assert row.backends["eager"].function["factor"] == pytest.approx(factor_of_d_k(row.d_k), rel=FACTOR_REL)
 
 
 @pytest.mark.parametrize("family, rule", [("deberta", "DISENTANGLED_TERMS"), ("deberta-v2", "DISENTANGLED_COUNTED")])
@@ -252,15 +253,15 @@ def test_deberta_counts_its_attention_terms(family, rule):
     result = audit.audit_family(family, ("eager",), relative_attention=True, pos_att_type=["c2p", "p2c"],
                                 max_relative_positions=16)
     for row in result.layers:
-        assert row["declared"]["rules"] == [rule]
-        assert row["declared"]["function"] == pytest.approx((3 * row["d_k"]) ** -0.5)
-        entry = row["backends"]["eager"]
-        measured = entry["path"]["factor"] if entry.get("path") else entry["function"]["factor"]
+        assert row.declared["rules"] == [rule]
+        assert row.declared["function"] == pytest.approx((3 * row.d_k) ** -0.5)
+        entry = row.backends["eager"]
+        measured = entry.path["factor"] if entry.path else entry.function["factor"]
         # the p2c term (k times a relative-position query) rides on the key gap: within 0.5% here
-        assert measured == pytest.approx((3 * row["d_k"]) ** -0.5, rel=5e-3)
+        assert measured == pytest.approx((3 * row.d_k) ** -0.5, rel=5e-3)
     plain = audit.audit_family(family, ("eager",))
     assert plain.verdict == "ok", plain.findings
-    assert all(row["declared"]["function"] == pytest.approx(row["d_k"] ** -0.5) for row in plain.layers)
+    assert all(row.declared["function"] == pytest.approx(row.d_k ** -0.5) for row in plain.layers)
 
 
 def test_cvt_scales_by_the_whole_width():
@@ -269,10 +270,10 @@ def test_cvt_scales_by_the_whole_width():
     result = audit.audit_family("cvt", ("eager",))
     assert result.verdict == "ok", result.findings
     for row in result.layers:
-        width = row["declared"]["fields"]["embed_dim"]
-        assert row["declared"]["rules"] == ["WIDTH_SCALE"] and width == row["d_k"] * (width // row["d_k"])
-        assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(width**-0.5, rel=FACTOR_REL)
-    assert any(row["declared"]["fields"]["embed_dim"] > row["d_k"] for row in result.layers)  # several heads
+        width = row.declared["fields"]["embed_dim"]
+        assert row.declared["rules"] == ["WIDTH_SCALE"] and width == row.d_k * (width // row.d_k)
+        assert row.backends["eager"].path["factor"] == pytest.approx(width**-0.5, rel=FACTOR_REL)
+    assert any(row.declared["fields"]["embed_dim"] > row.d_k for row in result.layers)  # several heads
 
 
 def test_an_input_multiplier_outside_the_factor_is_named():
@@ -280,7 +281,7 @@ def test_an_input_multiplier_outside_the_factor_is_named():
     row = verdicts.family_row(result, ("eager",))
     assert result.verdict == "ok" and row["eager"] == "0.25"  # the factor on the q and k that reach the product
     assert "attention input x0.5" in row["other mechanisms"] and "x0.25" in row["other mechanisms"]
-    assert "ATTENTION_IN_MULTIPLIER" in result.layers[0]["declared"]["rules"]
+    assert "ATTENTION_IN_MULTIPLIER" in result.layers[0].declared["rules"]
     plain = verdicts.family_row(audit.audit_family("falcon_h1", ("eager",)), ("eager",))
     assert "attention input" not in plain["other mechanisms"]  # the default 1 changes nothing
 
@@ -304,7 +305,7 @@ def test_a_query_scaled_before_rope_is_declared():
     """ESM multiplies q by head_dim^-0.5 before RoPE and passes factor 1 to the attention function."""
     result = audit.audit_family("esm", ("eager", "sdpa"))
     assert result.verdict == "ok", result.findings
-    assert "QUERY_PRESCALE" in result.layers[0]["declared"]["rules"]
+    assert "QUERY_PRESCALE" in result.layers[0].declared["rules"]
     assert verdicts.family_row(result, ("eager",))["eager"] == "0.25"
 
 
@@ -315,7 +316,7 @@ def test_a_config_field_the_code_never_reads_is_a_finding_with_its_source():
     assert unread.verdict == "mismatch"
     assert all("attn_logit_softcapping = 50 is set in the config, but the layer's code never applies it" in finding
                and "softcap=self.attn_logit_softcapping" in finding for finding in unread.findings)
-    assert all(layer["declared"]["cap"] is None for layer in unread.layers)
+    assert all(layer.declared["cap"] is None for layer in unread.layers)
     read = audit.audit_family("gemma2", ("eager",), attn_logit_softcapping=50.0)
     assert read.verdict == "ok" and verdicts.family_row(read, ("eager",))["non-linearity"] == "soft cap 50"
 
@@ -326,12 +327,12 @@ def test_a_cap_its_config_s_other_layers_apply_is_skipped_by_design_not_unread(t
     ok; read alone, as Gemma 3's layers are, the head would be the config's unread field."""
     families.whole_config("videoprism").save_pretrained(tmp_path)
     result = audit.audit_folder(tmp_path, ("eager",))
-    head = next(layer for layer in result.layers if layer["name"].endswith(".head"))
-    assert head["declared"]["cap"] is None and head["declared"]["cap_unapplied"] == 50.0
-    assert "vision_model" in head["declared"]["cap_applied_by"]
-    assert head["backends"]["eager"]["function"]["cap"] is None
+    head = next(layer for layer in result.layers if layer.name.endswith(".head"))
+    assert head.declared["cap"] is None and head.declared["cap_unapplied"] == 50.0
+    assert "vision_model" in head.declared["cap_applied_by"]
+    assert head.backends["eager"].function["cap"] is None
     assert result.verdict == "ok", result.findings
-    alone = {**head, "declared": {**head["declared"], "cap_applied_by": None}}
+    alone = dataclasses.replace(head, declared={**head.declared, "cap_applied_by": None})
     assert any("never applies it" in finding for finding in verdicts.layer_findings(alone, "eager"))
 
 
@@ -359,12 +360,12 @@ def test_a_learned_query_scale_per_coordinate_is_declared_from_the_layer():
     result = audit.audit_family("timesfm", ("eager",))
     assert result.verdict == "ok", result.findings
     for row in result.layers:
-        assert row["declared"]["rules"] == ["LEARNED_QUERY_SCALE"]
-        assert row["declared"]["path_first"] == pytest.approx(expected, rel=1e-9)
-        assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(expected, rel=FACTOR_REL)
+        assert row.declared["rules"] == ["LEARNED_QUERY_SCALE"]
+        assert row.declared["path_first"] == pytest.approx(expected, rel=1e-9)
+        assert row.backends["eager"].path["factor"] == pytest.approx(expected, rel=FACTOR_REL)
     later = audit.audit_family("timesfm2_5", ("eager",))
     assert later.verdict == "ok", later.findings
-    assert all(row["backends"]["eager"]["function"]["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
+    assert all(row.backends["eager"].function["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
                for row in later.layers)
 
 
@@ -381,8 +382,8 @@ def test_cosine_attention_is_judged_on_its_temperature_read_from_the_layers_lear
         result = audit.audit_model(model, "swinv2", ("eager",))
         assert result.verdict == "ok", result.findings
         for row in result.layers:
-            assert row["declared"]["cosine_temperature"] == pytest.approx(temperature, rel=1e-6)  # float32 log, exp
-            assert row["backends"]["eager"]["path"]["cosine_temperature"] == pytest.approx(temperature, rel=FACTOR_REL)
+            assert row.declared["cosine_temperature"] == pytest.approx(temperature, rel=1e-6)  # float32 log, exp
+            assert row.backends["eager"].path["cosine_temperature"] == pytest.approx(temperature, rel=FACTOR_REL)
     with torch.no_grad():
         for scale in scales:
             scale.fill_(math.log(1000.0))
@@ -406,8 +407,8 @@ def test_a_learned_per_coordinate_query_scale_and_a_key_scale_are_declared_from_
     assert result.verdict == "ok", result.findings
     softplus = lambda x: math.log1p(math.exp(x))  # noqa: E731
     for row in result.layers:
-        base = row["d_k"] ** -0.5 * KEY_SCALE_GEMMA4 / math.log(2)
-        path = row["backends"]["eager"]["path"]
+        base = row.d_k ** -0.5 * KEY_SCALE_GEMMA4 / math.log(2)
+        path = row.backends["eager"].path
         assert path["factor"] == pytest.approx(base * softplus(1.0), rel=FACTOR_REL)
         assert path["factor_last"] == pytest.approx(base * softplus(-1.0), rel=FACTOR_REL)
-        assert "PER_DIM_QUERY_SCALE" in row["declared"]["rules"] and "KEY_SCALE" in row["declared"]["rules"]
+        assert "PER_DIM_QUERY_SCALE" in row.declared["rules"] and "KEY_SCALE" in row.declared["rules"]

@@ -38,7 +38,7 @@ def test_vision_encoders_are_audited_from_an_image(family):
     row = verdicts.family_row(result, ("eager", "sdpa"))
     assert result.status == "audited" and result.verdict == "ok", result.findings
     assert row["eager"] == row["sdpa"] == row["declared"] == "0.25"
-    assert all(layer["backends"]["eager"]["path"]["form"] == "linear" for layer in result.layers)
+    assert all(layer.backends["eager"].path["form"] == "linear" for layer in result.layers)
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl_vision", "video_llama_3_vision", "glm4v_vision"])
@@ -51,7 +51,7 @@ def test_vision_towers_that_take_packed_patches_are_fed_them(family):
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
     row = verdicts.family_row(result, ("eager", "sdpa"))
     assert row["eager"] == row["sdpa"] == row["declared"] == "0.25"
-    assert all(layer["path_missing"] == audit.PACKED for layer in result.layers)
+    assert all(layer.path_missing == audit.PACKED for layer in result.layers)
 
 
 def test_a_vision_tower_that_takes_its_image_cut_into_patches_is_fed_patches_and_their_grid():
@@ -117,9 +117,9 @@ def test_audio_encoders_are_audited_from_samples_or_features(family):
     attention function with scaling=1.0, which is declared, so its decoder is no mismatch."""
     result = audit.audit_family(family, ("eager", "sdpa"))
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
-    assert any(layer["backends"]["eager"]["path"] for layer in result.layers)  # the encoder's whole path read
+    assert any(layer.backends["eager"].path for layer in result.layers)  # the encoder's whole path read
     if family == "whisper":
-        assert "Q_SCALED_FIRST" in result.layers[0]["declared"]["rules"]
+        assert "Q_SCALED_FIRST" in result.layers[0].declared["rules"]
 
 
 def test_a_video_model_gets_a_clip_of_its_own_frame_count():
@@ -129,8 +129,8 @@ def test_a_video_model_gets_a_clip_of_its_own_frame_count():
     assert clip.shape == (2, config.num_frames, config.num_channels, config.image_size, config.image_size)
     result = audit.audit_family("videomae", backends=("eager",))
     assert result.verdict == "ok"
-    assert all(abs(layer["backends"]["eager"]["function"]["factor"] - layer["d_k"] ** -0.5) < 1e-4
-               for layer in result.to_dict()["layers"])
+    assert all(abs(layer.backends["eager"].function["factor"] - layer.d_k ** -0.5) < 1e-4
+               for layer in result.layers)
 
 
 def test_audio_shapes_keep_the_stated_channels_first_and_add_sub_configs_and_stacked_frames():
@@ -149,15 +149,15 @@ def test_cross_attention_that_runs_only_with_encoder_states_is_fed_them_and_meas
     BLIP-2's Q-Former and Canary's decoder, whose attention classes scale by head_dim**-0.5)."""
 
     qformer = audit.audit_family("blip_2_qformer", backends=("eager",))
-    cross = [layer for layer in qformer.layers if "crossattention" in layer["name"]]
+    cross = [layer for layer in qformer.layers if "crossattention" in layer.name]
     assert qformer.verdict == "ok" and cross and not qformer.unread_attention
     cls = families.config_class("canary")
     tower = next(t for t in families.tower_types(cls, dict(cls.sub_configs)) if t["name"] == "decoder_config")
     decoder = composites.audit_tower("canary", tower, backends=("eager",))
     assert decoder.verdict == "ok" and not decoder.unread_attention
-    assert {layer["name"].rsplit(".", 1)[1] for layer in decoder.layers} == {"self_attn", "encoder_attn"}
+    assert {layer.name.rsplit(".", 1)[1] for layer in decoder.layers} == {"self_attn", "encoder_attn"}
     for layer in cross + decoder.layers:
-        assert abs(layer["backends"]["eager"]["function"]["factor"] - layer["d_k"] ** -0.5) < 1e-5
+        assert abs(layer.backends["eager"].function["factor"] - layer.d_k ** -0.5) < 1e-5
     assert feed.encoder_states(families.build(families.tiny_config("bert")), 1) == {}  # no cross-attention
 
 
@@ -241,11 +241,11 @@ def test_a_byte_model_built_whole_is_given_patches_of_two_bytes_and_its_cross_at
     assert not whole.own_attention and not whole.relies_on
     model = families.build_whole("blt")
     cross = {name: module for name, module in model.named_modules() if type(module).__name__ == "BltCrossAttention"}
-    read = {row["name"]: row for row in whole.layers if row["name"] in cross}
+    read = {row.name: row for row in whole.layers if row.name in cross}
     assert set(read) == set(cross) and any(name.startswith("local_encoder") for name in read)
     for name, row in read.items():
-        assert row["d_k"] == cross[name].head_dim
-        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(cross[name].scaling, rel=FACTOR_REL)
+        assert row.d_k == cross[name].head_dim
+        assert verdicts.judged_factor(row.backends["eager"]) == pytest.approx(cross[name].scaling, rel=FACTOR_REL)
         assert cross[name].scaling == cross[name].head_dim ** -0.5
 
 
@@ -271,9 +271,9 @@ def test_odd_inputs_and_composite_towers_are_fed_and_read_at_the_factor_their_so
     assert rows and all(row.verdict == "ok" for row in rows), [(row.family, row.findings) for row in rows]
     for result in rows:
         for layer in result.layers:
-            expected = layer["d_k"] ** -0.5 if factor is None else factor
-            assert verdicts.judged_factor(layer["backends"]["eager"]) == pytest.approx(expected, rel=FACTOR_REL), (
-                result.family, layer["name"])
+            expected = layer.d_k ** -0.5 if factor is None else factor
+            assert verdicts.judged_factor(layer.backends["eager"]) == pytest.approx(expected, rel=FACTOR_REL), (
+                result.family, layer.name)
 
 
 def test_a_model_that_predicts_one_codebook_is_given_its_index_beside_ids_per_codebook():
@@ -287,8 +287,8 @@ def test_a_model_that_predicts_one_codebook_is_given_its_index_beside_ids_per_co
     fine = by_name["bark.fine_acoustics_config"]
     assert fine.verdict == "ok" and fine.unread_attention == [], (fine.reason, fine.unread_attention)
     for row in fine.layers:
-        path = row["backends"]["eager"]["path"]
-        assert all(factor == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL) for factor in path["per_query"])
+        path = row.backends["eager"].path
+        assert all(factor == pytest.approx(row.d_k ** -0.5, rel=FACTOR_REL) for factor in path["per_query"])
     assert by_name["bark"].status == "covered", by_name["bark"].reason
 
 
@@ -322,12 +322,12 @@ def test_evolla_s_protein_path_runs_on_protein_ids_beside_its_text_and_each_clas
     suffixes = {"EvollaSaProtSelfAttention": ".attention.self", "EvollaSequenceCompressorAttention": ".0",
                 "EvollaSequenceAlignerCrossAttention": ".adapter"}
     for cls, factor in expected.items():
-        rows = [row for row in result.layers if row["name"].endswith(suffixes[cls])
-                and ("protein_encoder.model" in row["name"]) == (cls == "EvollaSaProtSelfAttention")]
+        rows = [row for row in result.layers if row.name.endswith(suffixes[cls])
+                and ("protein_encoder.model" in row.name) == (cls == "EvollaSaProtSelfAttention")]
         assert rows, cls
         for row in rows:
-            assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
-            assert row["declared"]["path_first"] == pytest.approx(factor, rel=FACTOR_REL), row["name"]
+            assert row.backends["eager"].path["factor"] == pytest.approx(factor, rel=FACTOR_REL), row.name
+            assert row.declared["path_first"] == pytest.approx(factor, rel=FACTOR_REL), row.name
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
     assert composites.nothing_left(result) and not result.relies_on, result.unread_attention
 

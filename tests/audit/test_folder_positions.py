@@ -104,11 +104,11 @@ def test_a_factor_set_by_the_whole_batch_is_measured_one_position_a_pass(tmp_pat
     folder = phimoe_longrope_folder(tmp_path, short_mscale, 1.25)
     result = measure.audit_folder(folder, ("eager",))
     row = result.layers[0]
-    path = row["backends"]["eager"]["path"]
-    assert result.verdict == "ok" and "BATCH_MSCALE" in row["declared"]["rules"], result.findings
+    path = row.backends["eager"].path
+    assert result.verdict == "ok" and "BATCH_MSCALE" in row.declared["rules"], result.findings
     assert path["factor"] == pytest.approx(0.25 * short_mscale**2, rel=1e-4)
     assert path["factor_far"] == pytest.approx(0.25 * 1.25**2, rel=1e-4)
     monkeypatch.setattr(measure, "reads_batch_maximum", lambda model: False)  # the designs in one batch, as before
     mixed = measure.audit_folder(folder, ("eager",))
-    assert mixed.layers[0]["backends"]["eager"]["path"]["factor"] == pytest.approx(0.25 * 1.25**2, rel=1e-4)
+    assert mixed.layers[0].backends["eager"].path["factor"] == pytest.approx(0.25 * 1.25**2, rel=1e-4)
     assert mixed.verdict == "mismatch"

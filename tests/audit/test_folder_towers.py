@@ -25,7 +25,7 @@ def test_a_composite_folder_measures_its_vision_tower(tmp_path, capsys):
     rows = composites.folder_rows(composite_folder(tmp_path, "llava"), ("eager",))
     folder, tower = rows
     assert tower.family == f"{folder.family}.vision_tower" and tower.tower_of == folder.family
-    assert tower.verdict == "ok" and len(tower.layers) == 2 and all(row["name"].startswith("encoder.layers.") for row in tower.layers)
+    assert tower.verdict == "ok" and len(tower.layers) == 2 and all(row.name.startswith("encoder.layers.") for row in tower.layers)
     clip = [u for u in folder.unread_attention if u["class"] == "CLIPAttention"]
     assert clip and all(u["read_by"] == tower.family for u in clip)
     code, out, _ = run_cli(["audit", str(tmp_path), "--backends", "eager", "--json"], capsys)
@@ -86,8 +86,8 @@ def test_designed_passes_that_do_not_fit_in_memory_are_not_run(monkeypatch):
 
     monkeypatch.setattr(measure, "fits", lambda needed: False)
     result = measure.audit_family("llama", ("eager",))
-    assert all(row["backends"]["eager"]["path"] is None for row in result.layers)
-    assert "one a pass), more than the free memory holds" in result.layers[0]["path_missing"]
+    assert all(row.backends["eager"].path is None for row in result.layers)
+    assert "one a pass), more than the free memory holds" in result.layers[0].path_missing
     assert result.verdict == "ok"  # the attention function's factor is still read and judged
 
 
@@ -105,9 +105,9 @@ def test_designed_passes_beyond_the_budget_are_named_with_their_cost_before_they
     monkeypatch.setattr(measure, "one_designed_pass", lambda *args: ran.append(args))
     monkeypatch.setattr(sizes, "DESIGN_FLOP_BUDGET", 1e3)
     result = measure.audit_family("llama", ("eager",))
-    assert not ran and all(row["backends"]["eager"]["path"] is None for row in result.layers)
+    assert not ran and all(row.backends["eager"].path is None for row in result.layers)
     assert "TFLOP the audit spends on a model's designed passes (ATTNSCALE_DESIGN_TFLOP=1 runs them)" in \
-        result.layers[0]["path_missing"]
+        result.layers[0].path_missing
     assert result.verdict == "ok"  # the attention function's factor is still read and judged
     monkeypatch.setenv("ATTNSCALE_DESIGN_TFLOP", "1")  # what the line says runs them: the passes run
     measure.audit_family("llama", ("eager",))
@@ -136,7 +136,7 @@ def test_designs_that_do_not_fit_at_once_run_in_parts_and_read_the_same_path(mon
     parts = measure.audit_family("llama", ("eager",))
     assert max(passes) == 3 and sum(passes) == len(whole_path.DESIGNS) + len(whole_path.LENGTH_DESIGNS)  # main, longer
     for before, after in zip(whole.layers, parts.layers):
-        old, new = before["backends"]["eager"]["path"], after["backends"]["eager"]["path"]
+        old, new = before.backends["eager"].path, after.backends["eager"].path
         assert new["form"] == old["form"] and new["factor"] == pytest.approx(old["factor"], rel=1e-6)
         assert new["factor_far"] == pytest.approx(old["factor_far"], rel=1e-6)
     assert parts.verdict == whole.verdict == "ok"

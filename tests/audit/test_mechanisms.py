@@ -57,5 +57,5 @@ def test_a_pass_that_calls_no_attention_function_is_read_from_the_weights_by_its
     monkeypatch.setattr(measure, "NO_CALL", "nothing intercepted")
     again = measure.audit_family("bloom", ("eager",), 0)
     assert again.backends["eager"]["reason"] == "inline attention: weights read"
-    assert [layer["backends"]["eager"]["path"]["factor"] for layer in again.layers] == [
-        layer["backends"]["eager"]["path"]["factor"] for layer in bloom.layers] != []
+    assert [layer.backends["eager"].path["factor"] for layer in again.layers] == [
+        layer.backends["eager"].path["factor"] for layer in bloom.layers] != []

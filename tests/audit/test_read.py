@@ -22,7 +22,7 @@ from audit_helpers import (FACTOR_REL, KEY_SCALE_GEMMA4, TRANSFORMERS, assert_bl
 
 
 def eager_paths(result) -> list[dict]:
-    return [row["backends"]["eager"]["path"] for row in result.layers]
+    return [row.backends["eager"].path for row in result.layers]
 
 
 def test_falcon_new_decoder_reads_the_grouped_fused_layout(tmp_path):
@@ -36,7 +36,7 @@ def test_falcon_new_decoder_reads_the_grouped_fused_layout(tmp_path):
     assert result.verdict == "ok", result.findings
     for row in result.layers:
         for backend in ("eager", "sdpa"):
-            path = row["backends"][backend]["path"]
+            path = row.backends[backend].path
             assert path["layout"] == "fused per key/value group [q..|k|v]"
             assert path["form"] == "linear"
             assert path["factor"] == pytest.approx(16 ** -0.5, rel=1e-5)
@@ -102,10 +102,10 @@ def test_qwen3_qk_norm():
     result = audit.audit_family("qwen3", ("eager", "sdpa"))
     assert result.verdict == "ok", result.findings
     for entry in eager_layers(result):
-        assert entry["function"]["factor"] == pytest.approx(16**-0.5, rel=FACTOR_REL)
-        assert entry["path"]["form"] == "q and k normalised"
-        assert entry["path"]["ratio_q"] == pytest.approx(1.0, abs=0.01)
-        assert entry["path"]["cosine_temperature"] == pytest.approx(4.0, rel=FACTOR_REL)
+        assert entry.function["factor"] == pytest.approx(16**-0.5, rel=FACTOR_REL)
+        assert entry.path["form"] == "q and k normalised"
+        assert entry.path["ratio_q"] == pytest.approx(1.0, abs=0.01)
+        assert entry.path["cosine_temperature"] == pytest.approx(4.0, rel=FACTOR_REL)
     assert verdicts.family_row(result, ("eager",))["non-linearity"] == "QK-norm (cosine-1 logit 3.999, declared 4)"
 
 
@@ -121,11 +121,11 @@ def test_inline_layouts_read_the_factor(family):
     assert result.verdict == "ok", result.findings
     assert result.layers
     for row in result.layers:
-        path = row["backends"]["eager"]["path"]
+        path = row.backends["eager"].path
         assert path["form"] == "linear"
-        assert path["factor"] == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL)
+        assert path["factor"] == pytest.approx(row.d_k ** -0.5, rel=FACTOR_REL)
     if family == "prophetnet":  # decoder heads (num_decoder_attention_heads) read as the layer has them
-        assert {row["d_k"] for row in result.layers} == {4, 16}
+        assert {row.d_k for row in result.layers} == {4, 16}
 
 
 def test_token_layouts():
@@ -160,11 +160,13 @@ def test_rounding_across_query_rows_is_not_read_as_a_query_dependence(rows):
     query index"; a temperature growing by 20% over the rows moves alike in both readings and is a dependence in each
     draw at the same rounding."""
     from attnscale.audit import whole_path
+    from attnscale.audit.record import BackendLayer, LayerReading
     fixed, tempered = torch.full((rows,), 0.125), 0.125 * (1 + 0.2 * torch.arange(float(rows)) / (rows - 1))
 
     def read(per_query, seed):
         path = whole_path.summarize(designed_rows(per_query, 1e-3, 2e-7, seed), 1e-3, None, positions=False)
-        return path, verdicts.dependence([{"backends": {"eager": {"path": path}}}])
+        layer = LayerReading("layers.0", 0, 16, {}, {"eager": BackendLayer({}, path)})
+        return path, verdicts.dependence([layer])
 
     noisy = [read(fixed, seed) for seed in range(200)]
     assert max(path["query_spread"] for path, _ in noisy) > 2 * verdicts.DEPENDENCE_TOL  # "query index" before
@@ -218,11 +220,11 @@ def test_sink_logits_are_measured_and_a_backend_that_drops_them_is_flagged():
         AttentionInterface._global_mapping.pop("plain_without_sinks")
     heads = torch.linspace(-1.0, 2.0, model.config.num_attention_heads)
     for number, row in enumerate(result.layers):
-        sink = row["backends"]["eager"]["function"]["sink"]
+        sink = row.backends["eager"].function["sink"]
         assert sink["present"] and sink["sink_logit"] == pytest.approx(float(heads.median()) + number, abs=1e-6)
         # at a causal row with one visible key and the largest sink, the key keeps 1 / (1 + e^(2 + layer))
         assert sink["min_key_mass"] == pytest.approx(1 / (1 + math.exp(2.0 + number)), rel=1e-6)
-        assert not row["backends"]["plain_without_sinks"]["function"]["sink"]["present"]
+        assert not row.backends["plain_without_sinks"].function["sink"]["present"]
     assert result.verdict == "backend disagreement"
     assert any("eager gives attention mass to a sink, plain_without_sinks does not" in f for f in result.findings)
     assert verdicts.family_row(result, ("eager",))["other mechanisms"].startswith("sink logit ")
@@ -230,7 +232,7 @@ def test_sink_logits_are_measured_and_a_backend_that_drops_them_is_flagged():
 
 def test_a_family_without_sinks_says_none():
     result = audit.audit_family("llama", ("eager", "sdpa"))
-    assert all(not row["backends"][b]["function"]["sink"]["present"] for row in result.layers for b in ("eager", "sdpa"))
+    assert all(not row.backends[b].function["sink"]["present"] for row in result.layers for b in ("eager", "sdpa"))
     assert verdicts.family_row(result, ("eager", "sdpa"))["other mechanisms"] == "none"
 
 
@@ -240,13 +242,13 @@ def test_a_layer_whose_whole_path_cannot_be_driven_says_so_and_reads_its_own_inp
     reason is named, and QK-norm is read from the layer's own q and k (RMS-normalised per head)."""
     result = audit.audit_family("inkling_text", ("eager", "sdpa"))
     row = verdicts.family_row(result, ("eager", "sdpa"))
-    assert all(layer["backends"]["eager"]["path"] is None for layer in result.layers)
+    assert all(layer.backends["eager"].path is None for layer in result.layers)
     assert "convolution over positions (k_sconv.conv1d)" in row["non-linearity"]
     assert row["non-linearity"].startswith("QK-norm (from the layer's own q and k)")
     assert row["position dependence"] == "not measured (no whole path read)"
     llama = verdicts.family_row(audit.audit_family("llama", ("eager", "sdpa")), ("eager", "sdpa"))
     assert (llama["non-linearity"], llama["position dependence"]) == ("linear", "none")
-    assert not any("inputs" in layer for layer in audit.audit_family("llama", ("eager", "sdpa")).layers)
+    assert not any(layer.inputs is not None for layer in audit.audit_family("llama", ("eager", "sdpa")).layers)
 
 
 def content_biased(model_type: str, names: tuple[str, ...], value: float):
@@ -272,9 +274,9 @@ def test_a_learned_query_bias_cancels_in_the_whole_path():
     result = audit.audit_model(model, "parakeet_encoder", ("eager",))
     assert result.verdict == "ok", result.findings
     layer = result.layers[0]
-    assert "CONTENT_BIAS" in layer["declared"]["rules"] and layer["declared"]["path_first"] == 0.25
-    assert layer["backends"]["eager"]["path"]["form"] == "linear"
-    assert math.isclose(layer["backends"]["eager"]["path"]["factor"], 0.25, rel_tol=FACTOR_REL)
+    assert "CONTENT_BIAS" in layer.declared["rules"] and layer.declared["path_first"] == 0.25
+    assert layer.backends["eager"].path["form"] == "linear"
+    assert math.isclose(layer.backends["eager"].path["factor"], 0.25, rel_tol=FACTOR_REL)
     assert "bias_u, Transformer-XL's content bias" in verdicts.family_row(result, ("eager",))["other mechanisms"]
 
 
@@ -293,10 +295,10 @@ def test_xlnet_relative_attention_is_read_through_its_parameter_projections():
         assert result.verdict == "ok", result.findings
         assert len(result.layers) == 2 and not result.unread_attention
         for layer in result.layers:
-            path = layer["backends"]["eager"]["path"]
-            assert layer["d_k"] == d_head and path["form"] == "linear"
+            path = layer.backends["eager"].path
+            assert layer.d_k == d_head and path["form"] == "linear"
             assert math.isclose(path["factor"], d_head**-0.5, rel_tol=FACTOR_REL)
-            assert layer["declared"]["path_first"] == d_head**-0.5
+            assert layer.declared["path_first"] == d_head**-0.5
 
 
 def test_rope_that_cannot_be_pinned_leaves_the_whole_path_unread():
@@ -307,7 +309,7 @@ def test_rope_that_cannot_be_pinned_leaves_the_whole_path_unread():
     result = audit.audit_family("moonshine", ("eager",))
     row = verdicts.family_row(result, ("eager",))
     assert result.verdict == "ok" and float(row["eager"]) == pytest.approx(8**-0.5, rel=FACTOR_REL)
-    assert all(layer["backends"]["eager"]["path"] is None for layer in result.layers)
+    assert all(layer.backends["eager"].path is None for layer in result.layers)
     assert "RoPE rotates q and k by positions the model does not take as position_ids" in row["non-linearity"]
     assert row["position dependence"] == "not measured (no whole path read)"
 
@@ -322,8 +324,8 @@ def test_conditional_detr_cross_attention_scales_by_its_doubled_head_dim():
 
     assert "self.scaling = expanded_head_dim**-0.5" in inspect.getsource(source)
     head_dim = families.TINY["hidden_size"] // families.TINY["encoder_attention_heads"]
-    factors = {layer["name"]: layer["backends"]["eager"]["function"]["factor"]
-               for layer in audit.audit_family("conditional_detr", backends=("eager",)).to_dict()["layers"]}
+    factors = {layer.name: layer.backends["eager"].function["factor"]
+               for layer in audit.audit_family("conditional_detr", backends=("eager",)).layers}
     cross = [name for name in factors if name.endswith("encoder_attn")]
     assert cross and all(abs(factors[name] - (2 * head_dim) ** -0.5) < 1e-6 for name in cross)
     assert all(abs(factor - head_dim**-0.5) < 1e-6 for name, factor in factors.items() if name not in cross)
@@ -342,7 +344,7 @@ def test_attention_modules_no_row_reads_are_named_with_what_they_compute():
     unread = result.unread_attention
     assert unread and all(module["mechanism"] == audit.DEFORMABLE for module in unread)
     assert {module["class"] for module in unread} == {"DeformableDetrMultiscaleDeformableAttention"}
-    assert [layer["name"] for layer in result.layers] == ["decoder.layers.0.self_attn"]
+    assert [layer.name for layer in result.layers] == ["decoder.layers.0.self_attn"]
     row = verdicts.family_row(result, ("eager",))
     assert row["verdict"] == "ok" and row["other mechanisms"].startswith("deformable attention (")
     assert audit.audit_family("bert", backends=("eager",)).unread_attention == []
@@ -359,7 +361,7 @@ def test_time_series_attention_with_no_factor_to_read_is_named_from_its_code(fam
     result = audit.audit_family(family, backends=("eager",))
     named = [module for module in result.unread_attention if module["class"] == class_name]
     assert named and all(module["mechanism"].startswith(starts) for module in named)
-    assert all(row["name"] not in {module["name"] for module in named} for row in result.layers)
+    assert all(row.name not in {module["name"] for module in named} for row in result.layers)
 
 
 def test_a_part_that_numbers_its_own_positions_leaves_its_whole_path_unread():
@@ -370,11 +372,11 @@ def test_a_part_that_numbers_its_own_positions_leaves_its_whole_path_unread():
     result = pipeline.audit_item(("family", "blt"), ("eager",), 0)[0]
     assert result.verdict == "ok", result.findings
     for row in result.layers:
-        path = row["backends"]["eager"]["path"]
-        if row["name"].startswith("global_transformer."):
-            assert path is None and row["path_missing"] == audit.ROTARY_UNPINNED, row["name"]
+        path = row.backends["eager"].path
+        if row.name.startswith("global_transformer."):
+            assert path is None and row.path_missing == audit.ROTARY_UNPINNED, row.name
         else:
-            assert path["form"] == "linear" and path["factor"] == pytest.approx(row["d_k"] ** -0.5, rel=FACTOR_REL)
+            assert path["form"] == "linear" and path["factor"] == pytest.approx(row.d_k ** -0.5, rel=FACTOR_REL)
 
 
 @pytest.mark.parametrize("family, factor", [("mobilevit", None), ("maskformer-swin", 0.25), ("seggpt", 0.25),
@@ -388,8 +390,8 @@ def test_inline_attention_with_terms_beside_q_k_is_read_at_the_factor_its_source
     result = audit.audit_family(family, ("eager",))
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
     for row in result.layers:
-        expected = factor if factor is not None else row["d_k"] ** -0.5
-        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(expected, rel=FACTOR_REL)
+        expected = factor if factor is not None else row.d_k ** -0.5
+        assert verdicts.judged_factor(row.backends["eager"]) == pytest.approx(expected, rel=FACTOR_REL)
 
 
 @pytest.mark.parametrize("family, module_class, starts", [
@@ -403,7 +405,7 @@ def test_attention_beside_the_measured_with_no_softmax_over_q_k_is_named(family,
     result = audit.audit_family(family, ("eager",))
     assert result.verdict == "ok" and result.layers
     unread = [u for u in result.unread_attention if u["class"] == module_class]
-    assert unread and all(u["mechanism"].startswith(starts) and u["mechanism"].endswith(audit.NO_FACTOR)
+    assert unread and all(u["mechanism"].startswith(starts) and record.kind_of(u) == record.MechanismKind.NO_FACTOR
                           for u in unread)
     assert composites.nothing_left(result), result.unread_attention
 
@@ -417,10 +419,10 @@ def test_grounding_dino_s_image_text_fusion_is_read_at_its_head_dim(family):
     result = audit.audit_family(family, ("eager",))
     config = families.tiny_config(family)
     head_dim = (config.encoder_ffn_dim // 2) // (config.encoder_attention_heads // 2)
-    fusion = [row for row in result.layers if row["name"].endswith("fusion_layer.attn")]
-    assert fusion and all(row["d_k"] == head_dim for row in fusion)
+    fusion = [row for row in result.layers if row.name.endswith("fusion_layer.attn")]
+    assert fusion and all(row.d_k == head_dim for row in fusion)
     for row in fusion:
-        assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
+        assert row.backends["eager"].path["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
     assert result.verdict == "ok" and composites.nothing_left(result), result.unread_attention
 
 
@@ -433,11 +435,11 @@ def test_dab_detr_s_decoder_attention_is_read_where_its_q_and_k_are_handed_in():
     config = families.tiny_config("dab-detr")
     widths = {"self_attn": config.hidden_size, "cross_attn": 2 * config.hidden_size}
     for part, width in widths.items():
-        rows = [row for row in result.layers if row["name"].startswith("decoder.") and f".{part}." in row["name"]]
+        rows = [row for row in result.layers if row.name.startswith("decoder.") and f".{part}." in row.name]
         head_dim = width // config.decoder_attention_heads
-        assert rows and all(row["d_k"] == head_dim for row in rows), part
+        assert rows and all(row.d_k == head_dim for row in rows), part
         for row in rows:
-            assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
+            assert row.backends["eager"].path["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
     assert result.verdict == "ok" and composites.nothing_left(result), result.unread_attention
 
 
@@ -448,10 +450,10 @@ def test_longt5_s_local_attention_is_read_across_its_blocks():
     designed keys 0 and 1 (those within local_radius of key 0), and nothing left unread."""
     radius = 3  # blocks of 4: the designs' keys lie in block 0, seen from block 1's first queries too
     result = audit.audit_family("longt5", ("eager",), local_radius=radius)
-    local = [row for row in result.layers if row["name"].endswith("LocalSelfAttention")]
+    local = [row for row in result.layers if row.name.endswith("LocalSelfAttention")]
     assert local
     for row in local:
-        path = row["backends"]["eager"]["path"]
+        path = row.backends["eager"].path
         assert path["factor"] == pytest.approx(1.0, rel=FACTOR_REL)
         seen = path["per_query"][:radius + 1]
         assert all(value == pytest.approx(1.0, rel=FACTOR_REL) for value in seen)
@@ -466,11 +468,11 @@ def test_prophetnet_s_ngram_self_attention_is_read_in_its_main_and_predict_strea
     result = audit.audit_family("prophetnet", ("eager",))
     config = families.tiny_config("prophetnet")
     head_dim = config.hidden_size // config.num_decoder_attention_heads
-    rows = [row for row in result.layers if row["name"].startswith("decoder.") and row["name"].endswith("self_attn")]
+    rows = [row for row in result.layers if row.name.startswith("decoder.") and row.name.endswith("self_attn")]
     assert rows
     for row in rows:
-        assert row["d_k"] == head_dim
-        per_query = row["backends"]["eager"]["path"]["per_query"]
+        assert row.d_k == head_dim
+        per_query = row.backends["eager"].path["per_query"]
         assert len(per_query) == (1 + config.ngram) * feed.TOKENS
         streams = [per_query[start:start + feed.TOKENS] for start in range(0, len(per_query), feed.TOKENS)]
         for stream in streams:  # each stream has queries that see the designed keys, each at the factor
@@ -498,7 +500,7 @@ def test_inline_attention_of_other_shapes_is_read_at_the_factor_its_source_state
     result = pipeline.audit_item(("family", family), ("eager",), 0)[0]
     assert result.status == "audited" and result.verdict == "ok", (result.reason, result.findings)
     for row in result.layers:
-        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(factor, rel=FACTOR_REL), row["name"]
+        assert verdicts.judged_factor(row.backends["eager"]) == pytest.approx(factor, rel=FACTOR_REL), row.name
 
 
 def test_alike_vectors_say_nothing_about_qk_norm():
@@ -524,10 +526,10 @@ def test_a_sam_encoder_inside_a_larger_vision_tower_is_read_at_its_own_head_widt
     rows = pipeline.audit_item(("family", "deepseek_ocr2"), ("eager",), 0)
     vision = next(row for row in rows if row.family == "deepseek_ocr2.vision_config")
     assert composites.nothing_left(vision), vision.unread_attention
-    sam = [layer for layer in vision.layers if layer["name"].startswith("sam_encoder.")]
-    assert sam and all(layer["d_k"] == 16 for layer in sam)
+    sam = [layer for layer in vision.layers if layer.name.startswith("sam_encoder.")]
+    assert sam and all(layer.d_k == 16 for layer in sam)
     for layer in sam:
-        assert layer["backends"]["eager"]["path"]["factor"] == pytest.approx(16 ** -0.5, rel=FACTOR_REL)
+        assert layer.backends["eager"].path["factor"] == pytest.approx(16 ** -0.5, rel=FACTOR_REL)
 
 
 def test_a_softmax_over_the_queries_is_read_with_q_and_k_swapped_and_its_weights_transposed():
@@ -539,19 +541,19 @@ def test_a_softmax_over_the_queries_is_read_with_q_and_k_swapped_and_its_weights
     model = families.build_tower("groupvit", "vision_config")
     result = audit.audit_model(model, "groupvit.vision_config", ("eager",), model_type="groupvit_vision_model")
     assert result.verdict == "ok" and result.unread_attention == [], result.unread_attention
-    assign = [row for row in result.layers if row["name"].endswith("downsample.assign")]
+    assign = [row for row in result.layers if row.name.endswith("downsample.assign")]
     assert len(assign) == 2
     for row in assign:
-        assert row["d_k"] == model.config.hidden_size
-        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(model.config.hidden_size ** -0.5,
+        assert row.d_k == model.config.hidden_size
+        assert verdicts.judged_factor(row.backends["eager"]) == pytest.approx(model.config.hidden_size ** -0.5,
                                                                                 rel=FACTOR_REL)
     for module in model.modules():
         if type(module).__name__ == "GroupViTAssignAttention":
             module.scale = 0.3
     changed = audit.audit_model(model, "groupvit.vision_config", ("eager",), model_type="groupvit_vision_model")
     for row in changed.layers:
-        if row["name"].endswith("downsample.assign"):
-            assert row["backends"]["eager"]["path"]["factor"] == pytest.approx(0.3, rel=FACTOR_REL)
+        if row.name.endswith("downsample.assign"):
+            assert row.backends["eager"].path["factor"] == pytest.approx(0.3, rel=FACTOR_REL)
     rows = pipeline.audit_item(("family", "groupvit"), ("eager",), 0)
     rows = pipeline.compose(rows)
     assert rows[0].status == "covered", rows[0].reason
@@ -594,10 +596,10 @@ def test_attention_that_calls_scaled_dot_product_attention_itself_is_read_at_the
     assert call in declared_rules.source_for(module)
     config = model.config
     expected = config.dim_head ** -0.5 if tower else (config.hidden_size // config.num_attention_heads) ** -0.5
-    rows = [row for row in result.layers if type(model.get_submodule(row["name"])).__name__ == class_name]
+    rows = [row for row in result.layers if type(model.get_submodule(row.name)).__name__ == class_name]
     assert result.verdict == "ok" and rows and result.unread_attention == [], (result.findings, result.unread_attention)
     for row in rows:
-        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(expected, rel=FACTOR_REL)
+        assert verdicts.judged_factor(row.backends["eager"]) == pytest.approx(expected, rel=FACTOR_REL)
 
 
 def test_a_scale_passed_to_scaled_dot_product_attention_is_the_factor_read():
@@ -610,7 +612,7 @@ def test_a_scale_passed_to_scaled_dot_product_attention_is_the_factor_read():
     result = audit.audit_model(model, "granite_speech_encoder", ("eager",))
     assert result.layers and result.verdict == "mismatch", result.findings
     for row in result.layers:
-        assert verdicts.judged_factor(row["backends"]["eager"]) == pytest.approx(0.3, rel=FACTOR_REL)
+        assert verdicts.judged_factor(row.backends["eager"]) == pytest.approx(0.3, rel=FACTOR_REL)
 
 
 def test_direct_scaled_dot_product_attention_probabilities_are_recorded_only_where_they_reproduce_the_call():
@@ -635,12 +637,12 @@ def test_inkling2_loops_message_attention_runs_in_its_second_pass_and_is_read():
     by default): with the loop inside the tiny depth, its learned queries attend over the previous pass's
     block states at scaling=hidden_size**-0.5, as its forward states."""
     result = audit.audit_family("inkling2_loop_text", ("eager",))
-    messages = [row for row in result.layers if row["name"] == "message_input"]
+    messages = [row for row in result.layers if row.name == "message_input"]
     hidden = families.tiny_config("inkling2_loop_text").hidden_size
     assert messages and result.unread_attention == [] and record.is_measured(result)
     for row in messages:
-        assert row["d_k"] == hidden
-        assert row["backends"]["eager"]["function"]["factor"] == pytest.approx(hidden ** -0.5, rel=FACTOR_REL)
+        assert row.d_k == hidden
+        assert row.backends["eager"].function["factor"] == pytest.approx(hidden ** -0.5, rel=FACTOR_REL)
 
 
 def test_pegasus_x_s_global_local_attention_is_read_in_its_blocks_beside_the_global_keys():
@@ -653,9 +655,9 @@ def test_pegasus_x_s_global_local_attention_is_read_in_its_blocks_beside_the_glo
     config = families.tiny_config("pegasus_x")
     head_dim = config.d_model // config.encoder_attention_heads
     block = config.block_size
-    rows = [row for row in result.layers if row["name"].startswith("encoder.")]
-    assert [row["name"] for row in rows] == ["encoder.layers.0.self_attn"]
-    path = rows[0]["backends"]["eager"]["path"]
+    rows = [row for row in result.layers if row.name.startswith("encoder.")]
+    assert [row.name for row in rows] == ["encoder.layers.0.self_attn"]
+    path = rows[0].backends["eager"].path
     assert path["factor"] == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL)
     assert all(value == pytest.approx(head_dim ** -0.5, rel=FACTOR_REL) for value in path["per_query"][:block])
     assert all(math.isnan(value) for value in path["per_query"][block:])  # blocks without keys 0 and 1

@@ -118,7 +118,7 @@ def audit_whole(skipped: FamilyAudit, backends=DEFAULT_BACKENDS, seed: int = 0) 
                              reason=f"audit failed: {families.first_line(error)}")
     # an attention class counts as read where a row reads one of its modules (the factor is the class's code)
     modules = dict(model.named_modules())
-    read = {type(modules[row["name"]]).__name__ for row in result.layers if row["name"] in modules}
+    read = {type(modules[row.name]).__name__ for row in result.layers if row.name in modules}
     unread, entries = [], []
     for module in result.unread_attention:
         row = None
@@ -309,7 +309,7 @@ def completed(records: list[FamilyAudit]) -> list[FamilyAudit]:
     for record in records:
         unread = unmeasured_here(record.unread_attention)
         if record.verdict == AuditVerdict.OK and unread:
-            measured = len({layer["name"] for layer in record.layers})
+            measured = len({layer.name for layer in record.layers})
             by_class = Counter((module["class"], why_unmeasured(module)) for module in unread)
             record = replace(record, verdict=AuditVerdict.INCOMPLETE, findings=[
                 *record.findings, f"{measured} of {measured + len(unread)} attention modules measured; not measured: "

@@ -51,12 +51,13 @@ class CannotAudit(Exception):
     ``final``: no other tiny size can help (multimodal, too big, no base model class).  A
     composite's CannotAudit also names its ``towers`` and the ``own_attention`` classes of its own file."""
 
-    def __init__(self, reason: str, final: bool = False, kind: SkipKind = SkipKind.NONE):
+    def __init__(self, reason: str, final: bool = False, kind: SkipKind = SkipKind.NONE, towers: list[dict] = (),
+                 own_attention: list[str] = ()):
         super().__init__(reason)
         self.final = final
         self.kind = kind  # the record's skip kind: a model without any attention module says so
-        self.towers: list[dict] = []
-        self.own_attention: list[str] = []
+        self.towers = list(towers)
+        self.own_attention = list(own_attention)
 
 
 @dataclass
@@ -399,19 +400,16 @@ def composite_model(config, **kwargs):
 def composite_skip(cls, sub_configs: dict, reason: str) -> CannotAudit:
     """A final CannotAudit for a composite, carrying its towers and its own attention classes (the audit's
     report marks it covered where every tower is measured as its own family and it has none)."""
-    skip = CannotAudit(reason, final=True)
-    skip.towers = tower_types(cls, sub_configs)
-    typed = [tower["name"] for tower in skip.towers if tower["model_type"]]
-    if len(typed) == len(skip.towers):  # only then can the towers cover it
-        skip.own_attention = own_attention_classes(cls, sub_configs)
-    rowed = [tower["name"] for tower in skip.towers if has_row(cls, sub_configs, tower)]
-    if rowed and len(rowed) < len(skip.towers) and not own_attention_classes(cls, sub_configs, rowed):
+    towers = tower_types(cls, sub_configs)
+    typed = [tower["name"] for tower in towers if tower["model_type"]]
+    own = own_attention_classes(cls, sub_configs) if len(typed) == len(towers) else []  # only then can towers cover it
+    rowed = [tower["name"] for tower in towers if has_row(cls, sub_configs, tower)]
+    if rowed and len(rowed) < len(towers) and not own_attention_classes(cls, sub_configs, rowed):
         # no attention outside the towers a row audits: the parts no row can (a head's or a streaming cache's
         # settings with no model type: Nemotron 3 Diarization's; a part with no model class of its own:
         # VibeVoice's diffusion head, AdaLN-modulated MLPs) run none, and leave nothing to measure
-        for tower in skip.towers:
-            tower.setdefault("attention", tower["name"] in rowed)
-    return skip
+        towers = [{**tower, "attention": tower.get("attention", tower["name"] in rowed)} for tower in towers]
+    return CannotAudit(reason, final=True, towers=towers, own_attention=own)
 
 
 def has_row(cls, sub_configs: dict, tower: dict) -> bool:
@@ -722,7 +720,7 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
             raise
         except Exception as error:  # noqa: BLE001 - a family transformers cannot build: skipped with the reason
             raise CannotAudit(f"cannot be built from its config: {first_line(error)}",
-                       final="Unrecognized configuration class" in str(error)) from None
+                              final=unmapped_config(error)) from None
         sub_configs = dict(getattr(type(config), "sub_configs", {}) or {})
         tower_names = [name for name in sub_configs if any(word in name for word in MULTIMODAL_WORDS)]
         if parameters > (min(max_parameters, max_composite) if tower_names else max_parameters):
@@ -738,6 +736,17 @@ def build(config, seed: int = 0, attn_implementation: str = "eager", max_paramet
             except Exception as error:  # noqa: BLE001
                 raise CannotAudit(f"cannot be built from its config: {first_line(error)}") from None
     return with_video_session(with_time_condition(fit_rotary_sections(model))).eval()
+
+
+def unmapped_config(error: BaseException) -> bool:
+    """An Auto class's refusal of a config class it maps to no model (its ``from_config`` raised it): no other tiny
+    size can help.  Told by where the error was raised, not by its message."""
+    frame = error.__traceback__
+    while frame is not None and frame.tb_next is not None:
+        frame = frame.tb_next
+    code = frame.tb_frame.f_code if frame is not None else None
+    return (isinstance(error, ValueError) and code is not None and code.co_name == "from_config"
+            and code.co_filename.endswith(("auto_factory.py",)))
 
 
 def causal_lm_names():  # read when called (the auto mappings load lazily)

@@ -25,6 +25,7 @@ import torch
 from ..errors import UserError
 from . import feed, whole_path
 from .declared import clip_of, source_for
+from .record import BackendLayer, LayerReading
 
 HEAD_COUNT_NAMES = ("num_attention_heads", "num_heads", "num_attn_heads", "n_heads", "n_head",
                     "num_attention_heads_per_partition")
@@ -90,8 +91,8 @@ def learned_query(module, config) -> list[whole_path.Layout]:
         return []
     d = width // heads
     return [whole_path.Layout("learned query designed at the call, separate k (weights read)",
-                              [whole_path.Block(CallQuery(width), 0, heads, d, 0, d)],
-                              [whole_path.Block(k_mod, 0, heads, d, 0, d)])]
+                              [whole_path.HeadSlice(CallQuery(width), 0, heads, d, 0, d)],
+                              [whole_path.HeadSlice(k_mod, 0, heads, d, 0, d)])]
 
 
 class HandedIn(PassThrough):
@@ -117,7 +118,7 @@ def handed_in_layout(module) -> list[whole_path.Layout]:
         return []
     q_mod, k_mod = HandedIn(heads * d), HandedIn(heads * d)
     return [whole_path.Layout("q and k designed where they are handed in (weights read)",
-                              [whole_path.Block(q_mod, 0, heads, d, 0, d)], [whole_path.Block(k_mod, 0, heads, d, 0, d)])]
+                              [whole_path.HeadSlice(q_mod, 0, heads, d, 0, d)], [whole_path.HeadSlice(k_mod, 0, heads, d, 0, d)])]
 
 
 def through_handed_in(shims, module, args, kwargs):
@@ -195,8 +196,8 @@ def over_queries_layout(module, q_mod, k_mod) -> whole_path.Layout:
     heads = head_count(module, None) or 1
     d = whole_path.out_features(q_mod) // heads
     return whole_path.Layout("separate, softmax over the queries (weights read transposed)",
-                             [whole_path.Block(k_mod, 0, heads, d, 0, d)], [whole_path.Block(q_mod, 0, heads, d, 0, d)],
-                             over_queries=True)
+                             [whole_path.HeadSlice(k_mod, 0, heads, d, 0, d)], [whole_path.HeadSlice(q_mod, 0, heads, d, 0, d)],
+                             over_queries=True, separate=True)
 
 
 # Grounding DINO's fusion of image and text (GroundingDinoBiMultiHeadAttention, modeling_grounding_dino.py): one
@@ -213,7 +214,7 @@ def bidirectional_layout(module) -> list[whole_path.Layout]:
             or BIDIRECTIONAL not in (source_for(module) or "")):
         return []
     return [whole_path.Layout("image queries over text keys, one q.k for both directions (weights read)",
-                              [whole_path.Block(q_mod, 0, heads, d, 0, d)], [whole_path.Block(k_mod, 0, heads, d, 0, d)])]
+                              [whole_path.HeadSlice(q_mod, 0, heads, d, 0, d)], [whole_path.HeadSlice(k_mod, 0, heads, d, 0, d)])]
 
 
 def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path.Layout]]]:
@@ -227,15 +228,15 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
             q_mod, k_mod, _ = in_projections(module)
             heads, d = module.num_heads, module.head_dim
             found.append((name, module, [whole_path.Layout("separate (nn.MultiheadAttention in_proj_weight, weights read)",
-                                                          [whole_path.Block(q_mod, 0, heads, d, 0, d)],
-                                                          [whole_path.Block(k_mod, 0, heads, d, 0, d)])]))
+                                                          [whole_path.HeadSlice(q_mod, 0, heads, d, 0, d)],
+                                                          [whole_path.HeadSlice(k_mod, 0, heads, d, 0, d)], separate=True)]))
             continue
         shims = parameter_projections(module)
         if shims is not None:
             heads, d = shims[0].heads, shims[0].width
             found.append((name, module, [whole_path.Layout("separate (q and k parameters applied by einsum, weights read)",
-                                                          [whole_path.Block(shims[0], 0, heads, d, 0, d)],
-                                                          [whole_path.Block(shims[1], 0, heads, d, 0, d)])]))
+                                                          [whole_path.HeadSlice(shims[0], 0, heads, d, 0, d)],
+                                                          [whole_path.HeadSlice(shims[1], 0, heads, d, 0, d)], separate=True)]))
             continue
         bidirectional = bidirectional_layout(module)
         if bidirectional:
@@ -253,8 +254,8 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
             q_out, k_out = whole_path.out_features(q_mod), whole_path.out_features(k_mod)
             if q_out % heads == 0 and k_out % (q_out // heads) == 0:
                 d = q_out // heads
-                layouts.append(whole_path.Layout("separate (weights read)", [whole_path.Block(q_mod, 0, heads, d, 0, d)],
-                                            [whole_path.Block(k_mod, 0, k_out // d, d, 0, d)]))
+                layouts.append(whole_path.Layout("separate (weights read)", [whole_path.HeadSlice(q_mod, 0, heads, d, 0, d)],
+                                            [whole_path.HeadSlice(k_mod, 0, k_out // d, d, 0, d)], separate=True))
         elif whole_path.child(module, whole_path.FUSED_NAMES) is not None or (
                 q_mod is not None and whole_path.child(module, whole_path.KV_NAMES) is not None):
             stated = head_width(module, q_mod, heads)
@@ -277,6 +278,8 @@ def attention_modules(model) -> list[tuple[str, torch.nn.Module, list[whole_path
     return found
 
 
+# what an inline layer's attention function reading says: there is no function to call
+NOT_REACHABLE = {"factor": None, "nonlinearity": "not reachable (inline attention)", "cap": None}
 NO_WEIGHTS = ("no attention probabilities were found: none came back with output_attentions=True and no softmax "
               "inside the attention module gave rows over its keys")
 SOFTMAXES = (torch.softmax, torch.nn.functional.softmax, torch.Tensor.softmax)
@@ -669,7 +672,7 @@ def inline_rows(model, feeding, declared_of, tokens: int, longer_tokens: int, fa
         for key, (module, layout) in trial.items():
             if key in main:
                 rows = rows_from_weights(main[key])
-                if layout.name.startswith("separate") or plausible(whole_path.summarize(rows, whole_path.logit_unit(units, key), None, positions)):
+                if layout.separate or plausible(whole_path.summarize(rows, whole_path.logit_unit(units, key), None, positions)):
                     chosen[key], main_rows[key] = (module, layout), rows
                     pending.pop(key)
         pending = {key: item for key, item in pending.items() if item[1]}
@@ -685,14 +688,12 @@ def inline_rows(model, feeding, declared_of, tokens: int, longer_tokens: int, fa
         if key not in chosen:
             continue
         layout = chosen[key][1]
-        summary = whole_path.summarize(main_rows[key], whole_path.logit_unit(units, key),
-                                  rows_from_weights(longer[key]) if key in longer else None, positions)
-        summary["layout"] = layout.name
+        summary = {**whole_path.summarize(main_rows[key], whole_path.logit_unit(units, key),
+                                          rows_from_weights(longer[key]) if key in longer else None, positions),
+                   "layout": layout.name}
         d = layout.q[0].size
-        rows.append({"name": name, "layer": index, "d_k": d, "declared": declared_of(module, index, d).to_dict(),
-                     "backends": {"eager": {"function": {"factor": None, "nonlinearity": "not reachable (inline "
-                                                                                       "attention)", "cap": None},
-                                            "path": summary}}})
+        rows.append(LayerReading(name=name, layer=index, d_k=d, declared=declared_of(module, index, d).to_dict(),
+                                 backends={"eager": BackendLayer(dict(NOT_REACHABLE), summary)}, from_weights=True))
     if not rows:
         raise UserError(NO_WEIGHTS)
     return rows

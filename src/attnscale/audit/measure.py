@@ -41,8 +41,8 @@ from ..threads import torch_threads
 from . import attention_function, families, feed, inline, positions, qk_norm, sizes, whole_path
 from . import declared as declared_rules
 from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_refused, first_inputs, is_fed
-from .record import (NO_FACTOR, NOT_INTERCEPTED, NOT_MEASURED, FamilyAudit, Mechanism, MechanismKind, Readings, SkipKind,
-                     Status, is_intercepted_nowhere, kind_of, no_factor)
+from .record import (NOT_INTERCEPTED, NOT_MEASURED, BackendLayer, FamilyAudit, LayerReading, Mechanism, MechanismKind,
+                     Readings, SkipKind, Status, is_intercepted_nowhere, kind_of, no_factor)
 from .sizes import RUN_RETRIES
 from .towers import rely_on_towers
 from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge, judged_far
@@ -480,11 +480,11 @@ def read_model(model, family: str, backends, seed: int, model_type: str, feeding
                 continue
             if backend == "eager":
                 reference = hidden
-            passes[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls)}
-            if isinstance(hidden, torch.Tensor) and not bool(torch.isfinite(hidden).all()):
-                passes[backend]["output"] = NOT_FINITE
-            if reference is not None and backend != "eager":
-                passes[backend]["positions"] = differing_positions(hidden, reference, PARITY_TOL[torch.float32])
+            not_finite = isinstance(hidden, torch.Tensor) and not bool(torch.isfinite(hidden).all())
+            passes[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls),
+                               **({"output": NOT_FINITE} if not_finite else {}),
+                               **({"positions": differing_positions(hidden, reference, PARITY_TOL[torch.float32])}
+                                  if reference is not None and backend != "eager" else {})}
             measured[backend] = (calls, functions, wholes)
     if "eager" in measured:
         layers = layer_rows(model, feeding, model_type, measured)
@@ -494,8 +494,7 @@ def read_model(model, family: str, backends, seed: int, model_type: str, feeding
         with quiet_transformers(), torch_threads(1), torch.random.fork_rng(devices=[]), uncompiled_flex():
             torch.manual_seed(seed)
             layers, unread = inline_beside(model, feeding, model_type, layers, unread)
-    box_refused(feeding, unread)
-    return Readings(family, model_class, passes, layers, source_lines, unread)
+    return Readings(family, model_class, passes, layers, source_lines, box_refused(feeding, unread))
 
 
 def not_measured_because(findings: list[str], backends: dict) -> str:
@@ -545,7 +544,7 @@ def inline_attention(model, feeding: Feeding, family: str, order, inputs, units:
     passes = {"eager": {"accepted": True, "reason": "inline attention: weights read", "parity": None, "inline": True}}
     with torch.no_grad():
         reference = final_hidden(model(**inputs))
-    rows = {row["name"]: row for row in layers}
+    index_of = {row.name: index for index, row in enumerate(layers)}
     for backend in order[1:]:
         try:
             calls, hidden, parity, functions, wholes, _ = backend_pass(model, feeding, backend, reference, inputs, units,
@@ -555,8 +554,10 @@ def inline_attention(model, feeding: Feeding, family: str, order, inputs, units:
                                else {"accepted": False, "reason": families.first_line(error), "parity": None})
             continue
         for call, function, whole in zip(calls, functions, wholes):
-            if call.name in rows:
-                rows[call.name]["backends"].setdefault(backend, {"function": function, "path": whole})
+            index = index_of.get(call.name)
+            if index is not None and backend not in layers[index].backends:
+                layers[index] = dataclasses.replace(layers[index], backends={**layers[index].backends,
+                                                                             backend: BackendLayer(function, whole)})
         passes[backend] = {"accepted": True, "reason": "", "parity": parity, "calls": len(calls),
                            "positions": differing_positions(hidden, reference, PARITY_TOL[torch.float32])}
     return layers, passes
@@ -639,7 +640,7 @@ def unread_attention(model, layers: list[dict]) -> list[dict]:
     """The model's attention modules (by class name) that no measured row reads: neither a row's
     module, inside one, nor holding one; each named with what it computes where that is recognised
     (deformable attention, autocorrelation, ProbSparse), "not intercepted" otherwise."""
-    read = [row["name"] for row in layers]
+    read = [row.name for row in layers]
     found = []
     for name, module in model.named_modules():
         if not name or not families.is_attention_class(type(module).__name__):
@@ -716,74 +717,89 @@ def rows_masked_everywhere(mask) -> list[int] | None:
     return [int(whole.sum()), whole.numel()] if bool(whole.any()) else None
 
 
-def layer_rows(model, feeding: Feeding, family: str, measured: dict) -> list[dict]:
-    calls, _, eager_wholes = measured["eager"]
-    rows = []
-    for index, call in enumerate(calls):
-        declared = declared_of(model, call, index, family)
-        row = {"name": call.name, "layer": layer_index(call.module, index), "d_k": int(call.query.shape[-1]),
-               "declared": declared.to_dict(), "backends": {}, "source": class_location(call.module)}
-        declare_cosine(model, call, row, eager_wholes[index])
-        if eager_wholes[index] is None:
-            row["path_missing"] = (feeding.too_large or (PACKED if feed.main_input(model) == feed.PATCHES else
-                                   ROTARY_UNPINNED if rotary_unpinned(model, feeding, call.module) else why_no_path(call.module)))
-            row["inputs"] = inputs_read(model, call, row, measured["eager"][1][index])
-        for backend, (b_calls, functions, wholes) in measured.items():
-            if index < len(b_calls) and b_calls[index].module is call.module:
-                row["backends"][backend] = {"function": functions[index], "path": wholes[index]}
-                masked = rows_masked_everywhere(b_calls[index].mask)
-                if masked:
-                    row["backends"][backend]["rows_masked_everywhere"] = masked
-        rows.append(row)
-    return caps_skipped_by_design(rows, [config_of(model, call) for call in calls])
+def layer_rows(model, feeding: Feeding, family: str, measured: dict) -> list[LayerReading]:
+    """Each eager attention call as a :class:`LayerReading`, made once its declaration is complete: the cosine-1
+    logit where q and k are read normalised, and the layers that apply a cap some other layer leaves unapplied."""
+    calls, eager_functions, eager_wholes = measured["eager"]
+    configs = [config_of(model, call) for call in calls]
+    inputs = [None if whole is not None else inputs_read(call, function)
+              for call, function, whole in zip(calls, eager_functions, eager_wholes)]
+    declared = [declared_with_cosine(model, call, declared_of(model, call, index, family).to_dict(),
+                                     eager_wholes[index] or cosine_inputs(inputs[index]))
+                for index, call in enumerate(calls)]
+    declared = caps_skipped_by_design([call.name for call in calls], declared, configs)
+    return [LayerReading(name=call.name, layer=layer_index(call.module, index), d_k=int(call.query.shape[-1]),
+                         declared=declared[index], backends=backends_of(call, index, measured),
+                         source=class_location(call.module),
+                         path_missing=None if eager_wholes[index] is not None else path_missing(model, feeding, call),
+                         inputs=inputs[index])
+            for index, call in enumerate(calls)]
+
+
+def backends_of(call, index: int, measured: dict) -> dict:
+    """Each backend's reading of the eager call ``index`` (a backend whose calls differ there has none)."""
+    found = {}
+    for backend, (b_calls, functions, wholes) in measured.items():
+        if index < len(b_calls) and b_calls[index].module is call.module:
+            found[backend] = BackendLayer(functions[index], wholes[index], rows_masked_everywhere(b_calls[index].mask))
+    return found
+
+
+def path_missing(model, feeding: Feeding, call) -> str:
+    """Why the whole path of a layer was not read."""
+    return feeding.too_large or (PACKED if feed.main_input(model) == feed.PATCHES else
+                                 ROTARY_UNPINNED if rotary_unpinned(model, feeding, call.module) else
+                                 why_no_path(call.module))
 
 
 def config_of(model, call):
     return getattr(call.module, "config", None) or model.config
 
 
-def caps_skipped_by_design(rows: list[dict], configs: list) -> list[dict]:
+def caps_skipped_by_design(names: list[str], declared: list[dict], configs: list) -> list[dict]:
     """A config's soft cap that some layers built from it apply and another's code never applies (VideoPrism's
     pooling head beside its encoder layers, one vision config) is skipped by that layer by design, not a field the
-    code ignores (Gemma 3, whose layers all skip it): its declaration names the layers that apply it."""
-    for row, config in zip(rows, configs):
-        cap = row["declared"].get("cap_unapplied")
-        if cap is None:
-            continue
-        applying = [other["name"] for other, other_config in zip(rows, configs)
-                    if other_config is config and other["declared"]["cap"] == cap]
+    code ignores (Gemma 3, whose layers all skip it): its declaration names the layers that apply it (new dicts)."""
+    out = []
+    for own, config in zip(declared, configs):
+        cap = own.get("cap_unapplied")
+        applying = [] if cap is None else [name for name, other, other_config in zip(names, declared, configs)
+                                           if other_config is config and other["cap"] == cap]
         if applying:
             more = f"{len(applying)} layer(s) of the same config ({applying[0]}, ...)"
-            row["declared"]["cap_applied_by"] = more if len(applying) > 1 else f"{applying[0]}, of the same config"
-    return rows
+            own = {**own, "cap_applied_by": more if len(applying) > 1 else f"{applying[0]}, of the same config"}
+        out.append(own)
+    return out
 
 
-def inputs_read(model, call, row: dict, function: dict) -> dict:
+def inputs_read(call, function: dict) -> dict:
     """The layer's own q and k where the whole path was not read: QK-norm found from their lengths, and then the
-    logit of a cosine-1 pair, the attention function's factor times those lengths, beside the one the config
-    declares (:func:`declare_cosine`)."""
+    logit of a cosine-1 pair, the attention function's factor times those lengths."""
     inputs = input_norms(call)
     factor = function.get("factor")
     if inputs["normalised"] == ["q", "k"] and factor is not None and math.isfinite(factor):
         inputs["cosine_temperature"] = factor * inputs["q_norm"] * inputs["k_norm"]
-        declare_cosine(model, call, row, {"form": "q and k normalised"})
     return inputs
 
 
-def declare_cosine(model, call, row: dict, eager_path: dict | None) -> None:
+def cosine_inputs(inputs: dict | None) -> dict | None:
+    """A layer's own q and k read normalised stand, for its declaration, where a normalised whole path would."""
+    return {"form": "q and k normalised"} if inputs and "cosine_temperature" in inputs else None
+
+
+def declared_with_cosine(model, call, declared: dict, eager_path: dict | None) -> dict:
     """Where q and k are read normalised (the whole path, or the layer's own q and k) and the config declares no
-    temperature of its own (Swin V2's logit_scale), the cosine-1 logit its factor, norms and multipliers declare
-    (:mod:`.qk_norm`)."""
-    declared = row["declared"]
+    temperature of its own (Swin V2's logit_scale), the declaration with the cosine-1 logit its factor, norms and
+    multipliers declare (:mod:`.qk_norm`); else the declaration as it is."""
     if not eager_path or eager_path["form"] != "q and k normalised" or declared["cosine_temperature"] is not None:
-        return
+        return declared
     config = getattr(call.module, "config", None) or model.config
     found = qk_norm.declared_cosine(call.module, config, declared_rules.source_for(call.module) or "",
-                                    declared["path_first"], row["d_k"], model)
-    if found is not None:
-        declared.update(cosine_temperature=found.value, cosine_from=found.text)
-        declared["rules"] = [*declared["rules"], "QK_NORM_LENGTHS"]
-        declared["fields"] = {**declared["fields"], **found.fields}
+                                    declared["path_first"], int(call.query.shape[-1]), model)
+    if found is None:
+        return declared
+    return {**declared, "cosine_temperature": found.value, "cosine_from": found.text,
+            "rules": [*declared["rules"], "QK_NORM_LENGTHS"], "fields": {**declared["fields"], **found.fields}}
 
 
 # ---------------------------------------------------------------------------------------
@@ -836,13 +852,13 @@ def tiny_model_fed(model_type: str, seed: int, overrides: dict) -> tuple[torch.n
     raise refusal
 
 
-@dataclass
+@dataclass(frozen=True)
 class CallableAudit:
     target: str
     d_k: int
     function: dict
     key_counts: dict
-    verdict: str = ""
+    verdict: Verdict = Verdict.NOT_MEASURED
     findings: list = field(default_factory=list)
     expect: str = ""                # the expected scale rule it was judged against ("": the reference family's)
     expected: float | None = None   # its factor at d_k
@@ -868,26 +884,34 @@ def audit_callable(attn_fn, d_k: int, name: str = "callable", reference: FamilyA
             counts = attention_function.key_count_factors(attn_fn, d_k)
     except Exception as error:  # noqa: BLE001 - the user's function failed on one of the designed inputs
         raise UserError(f"{name} failed on the audit's inputs (d_k {d_k}): {families.first_line(error)}") from None
-    audit = CallableAudit(name, d_k, result, {str(n): f for n, f in counts.items()})
+    key_counts = {str(n): f for n, f in counts.items()}
+    judged = {"expect": expected.spec, "expected": expected.factor(d_k)} if expected is not None else {}
     factor = result.get("factor")
     if factor is None or not math.isfinite(factor):
-        audit.verdict, audit.findings = Verdict.NOT_MEASURED, [f"no finite factor was read ({factor})"]
-        return audit
+        return CallableAudit(name, d_k, result, key_counts, Verdict.NOT_MEASURED,
+                             [f"no finite factor was read ({factor})"])
+    findings = callable_findings(result, counts, expected, d_k, reference)
+    return CallableAudit(name, d_k, result, key_counts, Verdict.MISMATCH if findings else Verdict.OK, findings,
+                         **judged)
+
+
+def callable_findings(result: dict, counts: dict, expected, d_k: int, reference: FamilyAudit | None) -> list[str]:
+    """What disagrees in a callable's reading: a factor that moves with the number of keys, a factor other than the
+    expected one, and a factor or cap other than the reference family's eager first layer."""
+    findings = []
     finite = [f for f in counts.values() if math.isfinite(f)]
     if len(finite) > 1 and (max(finite) - min(finite)) > DEPENDENCE_TOL * abs(finite[0]):
-        audit.findings.append(f"the factor depends on the number of keys: {counts}")
+        findings.append(f"the factor depends on the number of keys: {counts}")
     if expected is not None:
-        audit.expect, audit.expected = expected.spec, expected.factor(d_k)
-        verdict, finding = judge_factor(factor, expected, d_k)
-        audit.findings += [finding] if verdict != Verdict.OK else []
+        verdict, finding = judge_factor(result["factor"], expected, d_k)
+        findings += [finding] if verdict != Verdict.OK else []
     if reference is not None and reference.layers:
-        eager = reference.layers[0]["backends"]["eager"]["function"]
+        eager = reference.layers[0].backends["eager"].function
         if not agree(result["factor"], eager["factor"]):
-            audit.findings.append(f"factor {result['factor']:.6g}, {reference.family} eager {eager['factor']:.6g}")
+            findings.append(f"factor {result['factor']:.6g}, {reference.family} eager {eager['factor']:.6g}")
         if caps_differ(result["cap"], eager["cap"]):
-            audit.findings.append(f"soft cap {result['cap']}, {reference.family} eager {eager['cap']}")
-    audit.verdict = "mismatch" if audit.findings else "ok"
-    return audit
+            findings.append(f"soft cap {result['cap']}, {reference.family} eager {eager['cap']}")
+    return findings
 
 
 def load_callable(spec: str):
@@ -1005,7 +1029,7 @@ def audit_folder(folder: str, backends=DEFAULT_BACKENDS, seed: int = 0, keep_mod
             try:
                 row = positions.folder_row(far, part)
             except Exception as error:  # noqa: BLE001 - third-party model code at far positions: its failure is a reason
-                row = {"family": far.family, "verdict": "not measured",
+                row = {"family": far.family, "verdict": positions.FarVerdict.NOT_MEASURED,
                        "reason": families.first_line(error)[:200]}
             result = judged_far(result, row)
     result = dataclasses.replace(result, seconds=time.perf_counter() - start)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from enum import StrEnum
 from pathlib import Path
 from typing import Callable
 
@@ -40,6 +41,14 @@ from .known import KNOWN
 from .position_rules import PositionFamily
 
 POSITIONS = (1, 8192, 65536, 1_048_576)
+class FarVerdict(StrEnum):
+    """A far-position row's verdict: the factor measured at far positions against the config's own formula."""
+
+    AGREES = "agrees"
+    DIFFERS = "differs"
+    NOT_MEASURED = "not measured"
+
+
 TOLERANCE = 1e-3   # relative; the queries are float32 and the factor is applied in float32 or float64
 TOKEN_ID = 5
 
@@ -158,7 +167,7 @@ def measure(entry: PositionFamily, positions=POSITIONS, seed: int = 0, model=Non
            "source": source_line(entry), "enabled": dict(entry.enable), "learned": entry.learned,
            "positions": list(positions)}
     if not installed(entry):
-        return {**row, "verdict": "not measured", "reason": f"{entry.config_class} is not in this transformers"}
+        return {**row, "verdict": FarVerdict.NOT_MEASURED, "reason": f"{entry.config_class} is not in this transformers"}
     try:
         model = model if model is not None else build(entry, seed)
         base = query_norms(model, entry, 0)
@@ -179,12 +188,12 @@ def measure(entry: PositionFamily, positions=POSITIONS, seed: int = 0, model=Non
                 measured[p] = [float(ratio.min()), float(ratio.max())]
                 declared[p] = [float(want.min()), float(want.max())]
     except Exception as error:  # noqa: BLE001 - any failure to build or feed a family is reported with its reason
-        return {**row, "verdict": "not measured", "reason": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
+        return {**row, "verdict": FarVerdict.NOT_MEASURED,
+                "reason": f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"}
     error = max(errors)
-    row["layers_scaled"] = sorted(applies)
-    return {**row, "measured": {str(p): v for p, v in measured.items()},
+    return {**row, "layers_scaled": sorted(applies), "measured": {str(p): v for p, v in measured.items()},
             "declared": {str(p): v for p, v in declared.items()}, "max_error": error,
-            "verdict": "agrees" if error <= TOLERANCE else "differs",
+            "verdict": FarVerdict.AGREES if error <= TOLERANCE else FarVerdict.DIFFERS,
             "reason": "" if error <= TOLERANCE else f"measured differs from the config's formula by up to {error:.3g}"}
 
 
@@ -287,13 +296,13 @@ def folder_row(entry: PositionFamily, model) -> dict:
         positions = list(POSITIONS)
     skipped = [p for p in positions if entry.reads == "cache" and cache_bytes(config, p) > CACHE_BUDGET]
     kept = [p for p in positions if p not in skipped]
-    row = measure(entry, kept, model=model) if kept else {"family": entry.family, "verdict": "not measured",
+    row = measure(entry, kept, model=model) if kept else {"family": entry.family, "verdict": FarVerdict.NOT_MEASURED,
                                                          "reason": "no position fits the cache budget"}
-    if skipped:
-        row["not_measured_positions"] = skipped
-        row["reason"] = "; ".join(filter(None, [row.get("reason", ""), f"positions {skipped} not measured (a cache of "
-                                                f"that many masked tokens exceeds {CACHE_BUDGET / 1e9:g} GB)"]))
-    return row
+    if not skipped:
+        return row
+    return {**row, "not_measured_positions": skipped,
+            "reason": "; ".join(filter(None, [row.get("reason", ""), f"positions {skipped} not measured (a cache of "
+                                              f"that many masked tokens exceeds {CACHE_BUDGET / 1e9:g} GB)"]))}
 
 
 def far_entry(model_type: str) -> PositionFamily | None:

@@ -91,6 +91,45 @@ FAILING = (AuditVerdict.MISMATCH, AuditVerdict.BACKEND_DISAGREEMENT)  # what an 
 
 
 @dataclass(frozen=True)
+class BackendLayer:
+    """One layer read under one backend: its attention function's reading (factor, non-linearity, cap, sink), its
+    whole path's (None where not read) and the query rows its mask blocks at every key (None where none)."""
+
+    function: dict
+    path: dict | None = None
+    rows_masked_everywhere: list | None = None
+
+    def to_dict(self) -> dict:
+        masked = {"rows_masked_everywhere": self.rows_masked_everywhere} if self.rows_masked_everywhere else {}
+        return {"function": self.function, "path": self.path, **masked}
+
+
+@dataclass(frozen=True)
+class LayerReading:
+    """One attention layer of a model, read: its name and index, d_k, what its config declares (decided before the
+    reading is made, cosine logit and caps included), each backend's :class:`BackendLayer`, where its class is
+    defined (none for a layer read from its weights, ``from_weights``), and, where its whole path was not read, why
+    (``path_missing``) and its own q and k (``inputs``)."""
+
+    name: str
+    layer: int
+    d_k: int
+    declared: dict
+    backends: dict
+    source: str | None = None
+    path_missing: str | None = None
+    inputs: dict | None = None
+    from_weights: bool = False  # an inline attention read from its weights (:mod:`.inline`): no class location
+
+    def to_dict(self) -> dict:
+        source = {} if self.from_weights else {"source": self.source}
+        optional = {key: value for key, value in (("path_missing", self.path_missing), ("inputs", self.inputs))
+                    if value is not None}
+        return {"name": self.name, "layer": self.layer, "d_k": self.d_k, "declared": self.declared,
+                "backends": {backend: entry.to_dict() for backend, entry in self.backends.items()}, **source, **optional}
+
+
+@dataclass(frozen=True)
 class Readings:
     """What reading one model found, before it is judged (:func:`.verdicts.judge`): each backend's pass, the layers
     read (per layer and backend), the source lines that set the factor, and the attention modules no layer read."""
@@ -103,8 +142,10 @@ class Readings:
     unread_attention: list = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FamilyAudit:
+    """One model's audit, made once (a stage that settles more makes a new one with :func:`dataclasses.replace`)."""
+
     family: str
     model_class: str = ""
     status: Status = Status.AUDITED
@@ -112,7 +153,7 @@ class FamilyAudit:
     seconds: float = 0.0
     backends: dict = field(default_factory=dict)  # backend -> {"accepted", "reason", "parity"}
     layers: list = field(default_factory=list)
-    verdict: str = NOT_MEASURED
+    verdict: AuditVerdict = NOT_MEASURED
     findings: list = field(default_factory=list)
     source_lines: list = field(default_factory=list)
     towers: list = field(default_factory=list)        # a composite's towers: name, model type, own family or not
@@ -127,11 +168,13 @@ class FamilyAudit:
     # against the folder's own config (:func:`.positions.folder_row`)
     far_positions: dict = field(default_factory=dict)
 
-    def __post_init__(self):
-        self.status, self.skip = Status(self.status), SkipKind(self.skip)
+    def __post_init__(self):  # enums from their values, as replace() and callers may pass them
+        for name, kind in (("status", Status), ("skip", SkipKind), ("verdict", AuditVerdict)):
+            object.__setattr__(self, name, kind(getattr(self, name)))
 
     def to_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "skip"}
+        return {f.name: [layer.to_dict() for layer in self.layers] if f.name == "layers" else getattr(self, f.name)
+                for f in fields(self) if f.name != "skip"}
 
 
 def is_measured(record: FamilyAudit) -> bool:

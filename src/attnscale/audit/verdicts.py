@@ -18,6 +18,7 @@ import torch
 from ..backends import DEFAULT_BACKENDS  # noqa: E402,F401 - the attention implementations compared
 from ..scale_check import FACTOR_TOL  # measured and declared factors agree within 0.1%, as a module's expectation
 from .declared import cap_never_applied
+from .positions import FarVerdict
 from .qk_norm import COSINE_TOL
 from .record import AuditVerdict, FamilyAudit, Status, is_intercepted_nowhere, mechanism_name
 from .whole_path import moves_beyond
@@ -53,21 +54,21 @@ def agree(a, b, tol=FACTOR_TOL) -> bool:
 
 def layer_findings(row: dict, backend: str) -> list[str]:
     """What disagrees with the config in one layer under one backend."""
-    entry, declared = row["backends"][backend], row["declared"]
+    entry, declared = row.backends[backend], row.declared
     found = []
     applied = judged_factor(entry)
     if applied is not None and abs(applied) <= ZERO_FACTOR:  # as declared or not: such attention cannot focus
-        found.append(f"{row['name']}: the factor on q.k is {applied:.3g}: every logit is equal and attention is "
+        found.append(f"{row.name}: the factor on q.k is {applied:.3g}: every logit is equal and attention is "
                      "uniform whatever q and k (a key or query multiplier of 0?)")
-    function_factor = entry["function"].get("factor")
-    path = None if clipped(row, backend) or "ROUNDED_KEYS" in declared.get("rules", ()) else entry.get("path")
+    function_factor = entry.function.get("factor")
+    path = None if clipped(row, backend) or "ROUNDED_KEYS" in declared.get("rules", ()) else entry.path
     if path and (path["form"] == "linear" or last_only(path)):
         for last, key in ((False, "factor"), (True, "factor_last")):
             expected = declared["path_last" if last else "path_first"]
             if (path.get("form_last", "linear") if last else path["form"]) != "linear":
                 continue  # not one factor there (a norm on the RoPE part, unpinned RoPE): shown, not judged
             if expected is not None and not agree(path[key], expected):
-                found.append(f"{row['name']}: whole path {path[key]:.6g} along the {'last' if last else 'first'} "
+                found.append(f"{row.name}: whole path {path[key]:.6g} along the {'last' if last else 'first'} "
                              f"coordinate, config implies {expected:.6g}")
     elif path and path["form"] == "q and k normalised" and declared.get("cosine_temperature") is not None:
         made = declared.get("cosine_from")  # QK-norm: factor x the norms' lengths x multipliers; else logit_scale
@@ -75,21 +76,21 @@ def layer_findings(row: dict, backend: str) -> list[str]:
             digits = ".4g" if made else ".6g"  # QK-norm: the norms' eps moves the fifth digit
             source = f"the config implies {declared['cosine_temperature']:{digits}} ({made})" if made else \
                 f"the layer's logit_scale implies {declared['cosine_temperature']:{digits}}"
-            found.append(f"{row['name']}: logit of a cosine-1 pair {path['cosine_temperature']:{digits}}, {source}")
+            found.append(f"{row.name}: logit of a cosine-1 pair {path['cosine_temperature']:{digits}}, {source}")
     elif declared["function"] is not None and function_factor is not None and not agree(function_factor, declared["function"]):
-        found.append(f"{row['name']}: attention function applies {function_factor:.6g}, config implies "
+        found.append(f"{row.name}: attention function applies {function_factor:.6g}, config implies "
                      f"{declared['function']:.6g}")
-    inputs = row.get("inputs") or {}
+    inputs = row.inputs or {}
     if not path and inputs.get("cosine_temperature") is not None and declared.get("cosine_temperature") is not None:
         # QK-norm read from the layer's own q and k: their lengths times the function's factor, as declared
         if not agree(inputs["cosine_temperature"], declared["cosine_temperature"], COSINE_TOL):
-            found.append(f"{row['name']}: logit of a cosine-1 pair {inputs['cosine_temperature']:.4g} (the layer's own "
+            found.append(f"{row.name}: logit of a cosine-1 pair {inputs['cosine_temperature']:.4g} (the layer's own "
                          f"q and k), the config implies {declared['cosine_temperature']:.4g} ({declared.get('cosine_from')})")
     if declared.get("cap_unapplied") is not None and not declared.get("cap_applied_by"):
-        found.append(f"{row['name']}: {cap_never_applied(declared['cap_unapplied'])}")
-    cap = entry["function"].get("cap")
-    if entry["function"].get("nonlinearity") in ("linear", "soft cap") and caps_differ(cap, declared["cap"]):
-        found.append(f"{row['name']}: soft cap {cap if cap is None else round(cap, 4)}, config "
+        found.append(f"{row.name}: {cap_never_applied(declared['cap_unapplied'])}")
+    cap = entry.function.get("cap")
+    if entry.function.get("nonlinearity") in ("linear", "soft cap") and caps_differ(cap, declared["cap"]):
+        found.append(f"{row.name}: soft cap {cap if cap is None else round(cap, 4)}, config "
                      f"{declared['cap']}")
     return found
 
@@ -97,15 +98,15 @@ def layer_findings(row: dict, backend: str) -> list[str]:
 def clipped(row: dict, backend: str) -> bool:
     """The designs reached the layer's clip of q and k (clip_qkv): the whole path read is the clip's, not the
     factor's, and is not judged."""
-    clip = row["declared"].get("fields", {}).get("clip_qkv")
-    path = row["backends"][backend].get("path") or {}
+    clip = row.declared.get("fields", {}).get("clip_qkv")
+    path = row.backends[backend].path or {}
     return clip is not None and path.get("designed_rms", 0.0) >= clip * (1 - 1e-6)
 
 
 def clip_text(rows: list[dict]) -> list[str]:
     """Where the designs stood against the clip, read at the product (:func:`.measure.designed_rms`)."""
-    peaks = [(row["backends"]["eager"].get("path") or {}).get("designed_rms") for row in rows
-             if row["declared"].get("fields", {}).get("clip_qkv") is not None]
+    peaks = [(row.backends["eager"].path or {}).get("designed_rms") for row in rows
+             if row.declared.get("fields", {}).get("clip_qkv") is not None]
     peaks = [peak for peak in peaks if peak is not None]
     if not peaks:
         return []
@@ -116,40 +117,40 @@ def clip_text(rows: list[dict]) -> list[str]:
 
 def backend_findings(row: dict, backend: str) -> list[str]:
     """How a backend differs from eager in one layer."""
-    eager, other = row["backends"]["eager"], row["backends"][backend]
+    eager, other = row.backends["eager"], row.backends[backend]
     found = []
-    pairs = [("attention function", eager["function"].get("factor"), other["function"].get("factor"))]
-    if eager.get("path") and other.get("path"):
-        pairs.append(("whole path", eager["path"]["factor"], other["path"]["factor"]))
+    pairs = [("attention function", eager.function.get("factor"), other.function.get("factor"))]
+    if eager.path and other.path:
+        pairs.append(("whole path", eager.path["factor"], other.path["factor"]))
     for what, reference, value in pairs:
         if reference is not None and math.isfinite(reference) and not agree(value, reference):
-            found.append(f"{row['name']}: {backend} {what} factor {value:.6g}, eager {reference:.6g}")
-    if caps_differ(other["function"].get("cap"), eager["function"].get("cap")):
-        found.append(f"{row['name']}: {backend} soft cap {other['function'].get('cap')}, eager {eager['function'].get('cap')}")
-    sinks = [entry["function"].get("sink") for entry in (eager, other)]
+            found.append(f"{row.name}: {backend} {what} factor {value:.6g}, eager {reference:.6g}")
+    if caps_differ(other.function.get("cap"), eager.function.get("cap")):
+        found.append(f"{row.name}: {backend} soft cap {other.function.get('cap')}, eager {eager.function.get('cap')}")
+    sinks = [entry.function.get("sink") for entry in (eager, other)]
     if all(sinks) and sinks[0]["rows"] and sinks[1]["rows"] and sinks[0]["present"] != sinks[1]["present"]:
         has, lacks = (backend, "eager") if sinks[1]["present"] else ("eager", backend)
-        found.append(f"{row['name']}: {has} gives attention mass to a sink, {lacks} does not (the keys' mass at equal "
+        found.append(f"{row.name}: {has} gives attention mass to a sink, {lacks} does not (the keys' mass at equal "
                      f"logits: {backend} {fmt(sinks[1]['min_key_mass'])}, eager {fmt(sinks[0]['min_key_mass'])})")
-    if eager.get("path") and other.get("path"):
-        seen = [i for i, (a, b) in enumerate(zip(eager["path"]["per_query"], other["path"]["per_query"]))
+    if eager.path and other.path:
+        seen = [i for i, (a, b) in enumerate(zip(eager.path["per_query"], other.path["per_query"]))
                 if (a == a) != (b == b)]
         if seen:
-            found.append(f"{row['name']}: under {backend} queries {seen} see a different set of the two designed keys "
+            found.append(f"{row.name}: under {backend} queries {seen} see a different set of the two designed keys "
                          "than under eager (a mask differs)")
     return found
 
 
 def attention_source(result) -> str:
     """Where the family's attention layers are defined: file and line of their class."""
-    found = next((row.get("source") for row in result.layers if row.get("source")), None)
+    found = next((row.source for row in result.layers if row.source), None)
     return found or "attention class source unknown"
 
 
 def is_readable(entry: dict) -> bool:
     """A layer with a factor to judge: the attention function's, or a whole path that is one factor."""
-    factor = entry["function"].get("factor")
-    path = entry.get("path")
+    factor = entry.function.get("factor")
+    path = entry.path
     return (factor is not None and math.isfinite(factor)) or (path is not None and path["form"] == "linear"
                                                               and math.isfinite(path["factor"])) or (
         path is not None and last_only(path) and math.isfinite(path["factor_last"]))
@@ -164,9 +165,9 @@ def last_only(path: dict) -> bool:
 
 def cosine_read(row: dict) -> bool:
     """A cosine-attention layer whose temperature was measured and is declared (Swin V2's logit_scale)."""
-    path = row["backends"]["eager"].get("path")
+    path = row.backends["eager"].path
     return (path is not None and path["form"] == "q and k normalised" and path.get("cosine_temperature") is not None
-            and math.isfinite(path["cosine_temperature"]) and row["declared"].get("cosine_temperature") is not None)
+            and math.isfinite(path["cosine_temperature"]) and row.declared.get("cosine_temperature") is not None)
 
 
 def stand_in(result) -> str | None:
@@ -176,14 +177,14 @@ def stand_in(result) -> str | None:
         return None
     return next((backend for backend, info in result.backends.items()
                  if backend != "eager" and info.get("accepted") and info.get("output") != NOT_FINITE
-                 and all(backend in row["backends"] for row in result.layers)
-                 and any(is_readable(row["backends"][backend]) for row in result.layers)), None)
+                 and all(backend in row.backends for row in result.layers)
+                 and any(is_readable(row.backends[backend]) for row in result.layers)), None)
 
 
 def masked_rows_text(result, backend: str) -> str:
     """How many query rows a backend's attention calls mask at every key, over the layers."""
-    counts = [row["backends"][backend].get("rows_masked_everywhere") or [0, 0] for row in result.layers
-              if backend in row["backends"]]
+    counts = [row.backends[backend].rows_masked_everywhere or [0, 0] for row in result.layers
+              if backend in row.backends]
     masked = sum(count[0] for count in counts)
     return f"{masked} query rows masked at every key" if masked else "no query row masked at every key"
 
@@ -211,13 +212,13 @@ def judge(readings) -> Judgement:
     backend disagreement, a mismatch, incomplete (a QK-norm layer with no declared logit) or ok, with the findings
     that decide it.  Changes nothing."""
     judged = judged_backend(readings)
-    readable = [row for row in readings.layers if judged in row["backends"] and
-                (is_readable(row["backends"][judged]) or cosine_read(row))]
+    readable = [row for row in readings.layers if judged in row.backends and
+                (is_readable(row.backends[judged]) or cosine_read(row))]
     if not readable:
         eager = readings.backends.get("eager", {})
-        forms = sorted({row["backends"]["eager"]["path"]["form"] for row in readings.layers
-                        if row["backends"]["eager"].get("path")})
-        named = list(dict.fromkeys(n for row in readings.layers for n in row["declared"].get("outside", [])))
+        forms = sorted({row.backends["eager"].path["form"] for row in readings.layers
+                        if row.backends["eager"].path})
+        named = list(dict.fromkeys(n for row in readings.layers for n in row.declared.get("outside", [])))
         why = f" ({'; '.join(named)}: the designed q and k do not reach the product unchanged)" if named else ""
         return Judgement(AuditVerdict.NOT_MEASURED, [f"whole path: {', '.join(forms)}{why}" if forms and eager.get("accepted")
                                                      else eager.get("reason") or "no attention call could be read"])
@@ -242,13 +243,13 @@ def judge(readings) -> Judgement:
             where = f" at positions {info['positions']}" if info.get("positions") else ""
             disagreements.append(f"{backend} output differs from eager by {info['parity']:.3g}{where} (relative; "
                                  f"tolerance {tol:g}; {readings.model_class}, {attention_source(readings)})")
-        disagreements += [f for row in readable if backend in row["backends"] for f in backend_findings(row, backend)]
+        disagreements += [f for row in readable if backend in row.backends for f in backend_findings(row, backend)]
     # QK-norm read from a layer's own q and k, with no cosine-1 logit to hold it to: that layer is not judged
-    unjudged = [f"{row['name']}: QK-norm (read from the layer's own q and k, cosine-1 logit "
-                f"{row['inputs']['cosine_temperature']:.4g}) and no norm module found to declare its logit: not judged"
-                for row in readable if not (row["backends"][judged].get("path"))
-                and (row.get("inputs") or {}).get("cosine_temperature") is not None
-                and row["declared"].get("cosine_temperature") is None]
+    unjudged = [f"{row.name}: QK-norm (read from the layer's own q and k, cosine-1 logit "
+                f"{row.inputs['cosine_temperature']:.4g}) and no norm module found to declare its logit: not judged"
+                for row in readable if not (row.backends[judged].path)
+                and (row.inputs or {}).get("cosine_temperature") is not None
+                and row.declared.get("cosine_temperature") is None]
     verdict = (AuditVerdict.BACKEND_DISAGREEMENT if disagreements else AuditVerdict.MISMATCH if mismatches
                else AuditVerdict.INCOMPLETE if unjudged else AuditVerdict.OK)
     return Judgement(verdict, disagreements + mismatches + unjudged)
@@ -264,12 +265,12 @@ def fmt(value) -> str:
 def judged_factor(entry: dict) -> float | None:
     """The factor a layer applies as the audit judges it: the whole path's when it is one
     factor, else the attention function's."""
-    path = entry.get("path")
+    path = entry.path
     if path and path["form"] == "linear":
         return path["factor"]
-    if path and last_only(path) and entry["function"].get("factor") is None:
+    if path and last_only(path) and entry.function.get("factor") is None:
         return path["factor_last"]
-    return entry["function"].get("factor")
+    return entry.function.get("factor")
 
 
 def span(values) -> str:
@@ -284,7 +285,7 @@ def dependence(rows: list[dict], backend: str = "eager") -> str:
     """Where the judged backend's whole path moves: with the query index, the position ids, the length."""
     found = []
     for row in rows:
-        path = row["backends"][backend].get("path")
+        path = row.backends[backend].path
         if not path:
             continue
         base = path["factor"]
@@ -294,11 +295,11 @@ def dependence(rows: list[dict], backend: str = "eager") -> str:
             found.append("position ids")
         if path.get("length_change") is not None and path["length_change"] > DEPENDENCE_TOL:
             found.append("length")  # row by row: a factor of the query row alone is not a length one
-    read = sum(bool(row["backends"][backend].get("path")) for row in rows)
+    read = sum(bool(row.backends[backend].path) for row in rows)
     if rows and not read:
         return "not measured (no whole path read)"
     text = ", ".join(dict.fromkeys(found)) or ("none" if rows else "-")
-    if read and all((row["backends"][backend].get("path") or {}).get("length_change") is None for row in rows):
+    if read and all((row.backends[backend].path or {}).get("length_change") is None for row in rows):
         text += " (length not measured)"  # an image or audio input: one length at the audit's size
     return text if read == len(rows) else f"{text} ({read} of {len(rows)} layers' whole path read)"
 
@@ -306,32 +307,32 @@ def dependence(rows: list[dict], backend: str = "eager") -> str:
 def nonlinearity(rows: list[dict], backend: str = "eager") -> str:
     found = []
     for row in rows:
-        entry = row["backends"][backend]
-        function = entry["function"]
+        entry = row.backends[backend]
+        function = entry.function
         if function.get("nonlinearity") == "soft cap":
             found.append(f"soft cap {function['cap']:.4g}")
         elif function.get("nonlinearity") == "non-linear":
             found.append("non-linear")
-        path = entry.get("path")
+        path = entry.path
         if path and path["form"] not in ("linear", "varies with the query position", "not readable"):
             found.append(path["form"] if path["form"] != "q and k normalised" else qk_norm_text(rows, backend))
         elif path and path.get("form_last") not in (None, "linear", "not readable", path["form"]):
             found.append(f"{path['form_last']} (last coordinate)")
     for row in rows:
-        normalised = (row.get("inputs") or {}).get("normalised", [])
+        normalised = (row.inputs or {}).get("normalised", [])
         if normalised:
             found.append("QK-norm (from the layer's own q and k)" if len(normalised) == 2 else
                          f"{normalised[0]} normalised (from the layer's own {normalised[0]})")
     text = ", ".join(dict.fromkeys(found)) or ("linear" if rows else "-")
-    if rows and not any(row["backends"][backend].get("path") for row in rows):
-        return f"{text} (attention function only: {rows[0].get('path_missing', 'no whole path read')})"
+    if rows and not any(row.backends[backend].path for row in rows):
+        return f"{text} (attention function only: {rows[0].path_missing or 'no whole path read'})"
     return text
 
 
 def qk_norm_text(rows: list[dict], backend: str) -> str:
     """QK-norm, with the logit of a cosine-1 pair read over the layers and the one their configs declare."""
-    read = [(row["backends"][backend].get("path") or {}).get("cosine_temperature") for row in rows]
-    declared = [row["declared"].get("cosine_temperature") for row in rows]
+    read = [(row.backends[backend].path or {}).get("cosine_temperature") for row in rows]
+    declared = [row.declared.get("cosine_temperature") for row in rows]
     if not any(value is not None for value in read):
         return "QK-norm"
     return f"QK-norm (cosine-1 logit {span(read)}, declared {span(declared)})"
@@ -344,12 +345,12 @@ def other_mechanisms(rows: list[dict]) -> str:
     and have none."""
     logits, read, named = [], False, []
     for row in rows:
-        sink = row["backends"]["eager"]["function"].get("sink")
+        sink = row.backends["eager"].function.get("sink")
         if sink and sink["rows"]:
             read = True
             if sink["present"]:
                 logits.append(sink["sink_logit"])
-        named += row["declared"].get("outside", [])
+        named += row.declared.get("outside", [])
     found = ([f"sink logit {span(logits)}"] if logits else []) + list(dict.fromkeys(named)) + clip_text(rows)
     return ", ".join(found) or ("none" if read else "-")
 
@@ -369,7 +370,7 @@ def family_row(result, backends) -> dict:
     """family, declared factor, measured per backend, non-linearity, position dependence, verdict."""
     rows = result.layers
     row = {"family": result.family,
-           "declared": span([r["declared"]["path_first"] for r in rows]) if rows else "-"}
+           "declared": span([r.declared["path_first"] for r in rows]) if rows else "-"}
     for backend in backends:
         info = result.backends.get(backend)
         if info is None:
@@ -377,7 +378,7 @@ def family_row(result, backends) -> dict:
         elif not info["accepted"]:
             row[backend] = "not read" if info.get("inline") else "refused"
         else:
-            row[backend] = span([judged_factor(r["backends"][backend]) for r in rows if backend in r["backends"]])
+            row[backend] = span([judged_factor(r.backends[backend]) for r in rows if backend in r.backends])
             if row[backend] == "-" and info.get("parity") is not None:
                 row[backend] = f"parity {info['parity']:.2g}"
     mechanisms = other_mechanisms(rows)
@@ -398,10 +399,10 @@ def judged_far(result: FamilyAudit, row: dict) -> FamilyAudit:
     from dataclasses import replace
 
     verdict, findings = result.verdict, list(result.findings)
-    if row["verdict"] == "differs":
+    if row["verdict"] == FarVerdict.DIFFERS:
         verdict = AuditVerdict.MISMATCH if verdict in (AuditVerdict.OK, AuditVerdict.INCOMPLETE) else verdict
         findings.append(f"factor at far positions: {row['reason']} ({row.get('formula', '')})")
-    elif row["verdict"] == "not measured" or row.get("not_measured_positions"):
+    elif row["verdict"] == FarVerdict.NOT_MEASURED or row.get("not_measured_positions"):
         verdict = AuditVerdict.INCOMPLETE if verdict == AuditVerdict.OK else verdict
         findings.append(f"factor at far positions: {row['reason']}")
     return replace(result, verdict=verdict, findings=findings, far_positions=row)

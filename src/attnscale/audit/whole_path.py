@@ -40,7 +40,7 @@ CHECK_TOL = 1e-6  # relative change that counts as "changed" in the layout check
 
 
 @dataclass
-class Block:
+class HeadSlice:
     """Where head-vector coordinates [first, first + size) live in a module's output: head h
     at offset + h * stride + (0 .. size - 1); heads = 1 for a block shared by all heads."""
 
@@ -58,9 +58,10 @@ class Block:
 @dataclass
 class Layout:
     name: str
-    q: list[Block]
-    k: list[Block]
+    q: list[HeadSlice]
+    k: list[HeadSlice]
     over_queries: bool = False  # the module's softmax runs over its queries: q and k swapped (inline.over_queries_layout)
+    separate: bool = False  # q and k from projections of their own (trusted in a weights reading without a plausibility check)
 
 
 def channels_first(module) -> bool:
@@ -120,41 +121,41 @@ def candidate_layouts(module, q_shape, k_shape) -> list[Layout]:
         nope, rope = getattr(module, "qk_nope_head_dim", 0), getattr(module, "qk_rope_head_dim", 0)
         v_dim, latent = getattr(module, "v_head_dim", 0), getattr(module, "kv_lora_rank", 0)
         if nope and rope and nope + rope == d_k:
-            layouts.append(Layout("latent (MLA)", [Block(q_mod, 0, heads_q, d_q, 0, d_q)],
-                                  [Block(kv_b, 0, heads_k, nope + v_dim, 0, nope), Block(kv_a, latent, 1, rope, nope, rope)]))
+            layouts.append(Layout("latent (MLA)", [HeadSlice(q_mod, 0, heads_q, d_q, 0, d_q)],
+                                  [HeadSlice(kv_b, 0, heads_k, nope + v_dim, 0, nope), HeadSlice(kv_a, latent, 1, rope, nope, rope)]))
     if q_mod is not None:
         q_out = out_features(q_mod)
         q_blocks = []
         if q_out == heads_q * d_q:
-            q_blocks.append([Block(q_mod, 0, heads_q, d_q, 0, d_q)])
+            q_blocks.append([HeadSlice(q_mod, 0, heads_q, d_q, 0, d_q)])
         elif q_out == 2 * heads_q * d_q:  # q with a gate: per head [q | gate], or all q then all gates
-            q_blocks += [[Block(q_mod, 0, heads_q, 2 * d_q, 0, d_q)], [Block(q_mod, 0, heads_q, d_q, 0, d_q)]]
+            q_blocks += [[HeadSlice(q_mod, 0, heads_q, 2 * d_q, 0, d_q)], [HeadSlice(q_mod, 0, heads_q, d_q, 0, d_q)]]
         k_blocks = []
         if k_mod is not None and out_features(k_mod) == heads_k * d_k:
-            k_blocks.append([Block(k_mod, 0, heads_k, d_k, 0, d_k)])
+            k_blocks.append([HeadSlice(k_mod, 0, heads_k, d_k, 0, d_k)])
         fused_kv = child(module, KV_NAMES)
         kv_out = out_features(fused_kv) if fused_kv is not None else None
         if k_mod is None and kv_out == 2 * heads_k * d_k:
-            k_blocks.append([Block(fused_kv, 0, heads_k, d_k, 0, d_k)])  # [k | v], e.g. GPT-2 cross-attention
+            k_blocks.append([HeadSlice(fused_kv, 0, heads_k, d_k, 0, d_k)])  # [k | v], e.g. GPT-2 cross-attention
         if k_mod is None and kv_out and kv_out % heads_k == 0 and kv_out // heads_k > d_k:
             stride = kv_out // heads_k  # per head [k | v], v as wide as it is (LeViT's keys_values)
-            k_blocks.append([Block(fused_kv, 0, heads_k, stride, 0, d_k)])
-        layouts += [Layout("separate", q, k) for q in q_blocks for k in k_blocks]
+            k_blocks.append([HeadSlice(fused_kv, 0, heads_k, stride, 0, d_k)])
+        layouts += [Layout("separate", q, k, separate=True) for q in q_blocks for k in k_blocks]
     fused = child(module, FUSED_NAMES)
     if fused is not None and d_q == d_k:
         total, d = out_features(fused), d_q
         if total == heads_q * d + 2 * heads_k * d:
-            layouts.append(Layout("fused [q|k|v]", [Block(fused, 0, heads_q, d, 0, d)],
-                                  [Block(fused, heads_q * d, heads_k, d, 0, d)]))
+            layouts.append(Layout("fused [q|k|v]", [HeadSlice(fused, 0, heads_q, d, 0, d)],
+                                  [HeadSlice(fused, heads_q * d, heads_k, d, 0, d)]))
         if 1 < heads_k < heads_q and heads_q % heads_k == 0 and total == heads_q * d + 2 * heads_k * d:
             group, width = heads_q // heads_k, (heads_q // heads_k + 2) * d  # per key/value group: its queries, k, v
             layouts.append(Layout("fused per key/value group [q..|k|v]",
-                                  [Block(fused, j * width, group, d, 0, d) for j in range(heads_k)],
-                                  [Block(fused, j * width + group * d, 1, d, 0, d) for j in range(heads_k)]))
+                                  [HeadSlice(fused, j * width, group, d, 0, d) for j in range(heads_k)],
+                                  [HeadSlice(fused, j * width + group * d, 1, d, 0, d) for j in range(heads_k)]))
         if heads_q == heads_k and total % heads_q == 0 and total // heads_q > 2 * d:
             stride = total // heads_q  # v as wide as it is: 3 d, or LeViT's attention_ratio x d
-            layouts.append(Layout("fused per head [q|k|v]", [Block(fused, 0, heads_q, stride, 0, d)],
-                                  [Block(fused, d, heads_k, stride, 0, d)]))
+            layouts.append(Layout("fused per head [q|k|v]", [HeadSlice(fused, 0, heads_q, stride, 0, d)],
+                                  [HeadSlice(fused, d, heads_k, stride, 0, d)]))
     return layouts
 
 
@@ -220,7 +221,7 @@ def token_layout(shape, batch: int, tokens: int | None = None) -> tuple[int, int
     return None
 
 
-def write_hook(writes: list[tuple[Block, torch.Tensor, object]]):
+def write_hook(writes: list[tuple[HeadSlice, torch.Tensor, object]]):
     """A forward hook that writes each (block, vectors (B, T, dim), make) into the module's output, laid
     out as :func:`token_layout` reads it; where the output does not hold T tokens a design, the designs
     at the count it holds (``make(count)``): the other side of a cross-attention (a mask decoder's image

@@ -50,6 +50,7 @@ HEADERS = {"flex_attention": "flex", "position dependence": "moves with", "secon
 def print_table(report: dict) -> None:
     from rich.table import Table
 
+    from ..audit.record import AuditVerdict, Status
     from ..terminal import console
     from ..terminal import print_table as show
 
@@ -64,11 +65,12 @@ def print_table(report: dict) -> None:
     for row in report["rows"]:
         table.add_row(*(str(row[c]) for c in columns))
     show(table, console)
-    shown = {"mismatch": 3, "backend disagreement": 3, "not measured": 1, "incomplete": 1}  # findings per family
+    shown = {AuditVerdict.MISMATCH: 3, AuditVerdict.BACKEND_DISAGREEMENT: 3, AuditVerdict.NOT_MEASURED: 1,
+             AuditVerdict.INCOMPLETE: 1}  # findings per family
     findings = [(r["family"], f) for r in report["families"] for f in r["findings"][:shown.get(r["verdict"], 0)]]
     for family, finding in findings:
         console.print(f"{family}: {finding}", markup=False, highlight=False, soft_wrap=True)
-    skipped = [r for r in report["families"] if r["status"] == "skipped"]
+    skipped = [r for r in report["families"] if r["status"] == Status.SKIPPED]
     if skipped:
         console.print(f"skipped {len(skipped)}: " + "; ".join(f"{r['family']} ({r['reason']})" for r in skipped[:12]) +
                       (" ..." if len(skipped) > 12 else ""), markup=False, highlight=False, soft_wrap=True)
@@ -122,10 +124,11 @@ def print_callable(report: dict, console) -> None:
 
 def with_callable(report: dict) -> dict:
     """The audit's verdict and exit code with the --callable's verdict folded in (a mismatch of either fails it)."""
-    from ..scale_check import EXIT_CODES, model_verdict
+    from ..scale_check import EXIT_CODES, Verdict, model_verdict
 
+    audited = report.get("verdict")
     verdicts = [report["callable"]["verdict"]] + ([] if "rows" not in report else
-                                                 [{"ok": "ok", "mismatch": "mismatch"}.get(report["verdict"], "not measured")])
+                                                 [audited if audited in (Verdict.OK, Verdict.MISMATCH) else Verdict.NOT_MEASURED])
     overall = model_verdict(verdicts)
     return {**report, "verdict": str(overall), "exit_code": EXIT_CODES[overall]}
 
@@ -242,7 +245,7 @@ def register(app: typer.Typer) -> None:
             report = pipeline.report(results, chosen, time.perf_counter() - start)
             if port is not None:
                 reference = next((r for r in results if r.layers), None)
-                d_k = reference.layers[0]["d_k"] if reference else head_dim
+                d_k = reference.layers[0].d_k if reference else head_dim
                 report["callable"] = audit_api.audit_callable(port, d_k, callable_spec, reference, expect).to_dict()
                 report = with_callable(report)
             emit(report, out, as_json, lambda: print_table(report))

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from .. import checks
 from ..audit import pipeline
 from ..audit import positions as far_positions
+from ..audit.record import FAILING, Status
 from ..errors import UserError
 from ..plotting import pyplot, save
 
@@ -61,13 +62,13 @@ def compact(result) -> dict:
     layers = []
     for row in result.layers:
         layers.append({
-            "name": row["name"], "d_k": row["d_k"], "declared": row["declared"]["path_first"],
-            "declared_rules": row["declared"]["rules"],
-            "measured": {backend: {"function": entry["function"].get("factor"), "cap": entry["function"].get("cap"),
-                                   "sink_logit": (entry["function"].get("sink") or {}).get("sink_logit"),
-                                   "path": (entry.get("path") or {}).get("factor"),
-                                   "form": (entry.get("path") or {}).get("form")}
-                         for backend, entry in row["backends"].items()},
+            "name": row.name, "d_k": row.d_k, "declared": row.declared["path_first"],
+            "declared_rules": row.declared["rules"],
+            "measured": {backend: {"function": entry.function.get("factor"), "cap": entry.function.get("cap"),
+                                   "sink_logit": (entry.function.get("sink") or {}).get("sink_logit"),
+                                   "path": (entry.path or {}).get("factor"),
+                                   "form": (entry.path or {}).get("form")}
+                         for backend, entry in row.backends.items()},
         })
     return {"family": result.family, "status": result.status, "reason": result.reason, "verdict": result.verdict,
             "findings": result.findings, "source_lines": result.source_lines,
@@ -104,15 +105,15 @@ def judge(result: dict) -> dict:
 def tables(result: dict) -> dict[str, list[dict]]:
     findings = []
     for family in result["families"]:
-        if family["verdict"] not in ("mismatch", "backend disagreement"):
+        if family["verdict"] not in FAILING:
             continue
         for text in family["findings"][:4]:
             findings.append({"family": family["family"], "verdict": family["verdict"], "finding": text,
                              "source": "; ".join(family["source_lines"][:2])})
     scope = "all families" if result["families_audited"] == "all" else \
         f"{len(result['families_audited'])} families (attnscale audit: all)"
-    skipped = [{"family": f["family"], "reason": f["reason"]} for f in result["families"] if f["status"] == "skipped"]
-    covered = [{"family": f["family"], "towers": f["reason"]} for f in result["families"] if f["status"] == "covered"]
+    skipped = [{"family": f["family"], "reason": f["reason"]} for f in result["families"] if f["status"] == Status.SKIPPED]
+    covered = [{"family": f["family"], "towers": f["reason"]} for f in result["families"] if f["status"] == Status.COVERED]
     out = {f"mismatches and backend disagreements in transformers {result['transformers']} ({scope})": findings,
            "families audited": result["rows"]}
     if result.get("far_positions"):

@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -474,25 +474,23 @@ def inside(name: str, outer: str) -> bool:
     return outer == "" or name == outer or name.startswith(outer + ".")
 
 
-def judge_call(read: AttentionRead, expected: Expectation) -> None:
-    """The call's verdict and finding against ``expected``."""
+def judge_call(read: AttentionRead, expected: Expectation) -> AttentionRead:
+    """The call with its verdict and finding against ``expected`` (a new read)."""
     if read.form == "constant" and read.factor is not None:
-        read.expected = expected.factor(read.d_k)
-        read.verdict, read.finding = judge_factor(read.factor, expected, read.d_k)
-    elif read.form == "QK-norm" and read.cosine_logit is not None:
-        read.expected = expected.cosine_logit(read.d_k)
-        read.verdict, read.finding = judge_cosine_logit(read.cosine_logit, expected, read.d_k)
-    elif read.form == "not finite":
-        read.verdict, read.finding = Verdict.MISMATCH, f"attention is not finite: {read.detail}"
-    else:
-        why = NOT_MEASURED_WHY.get(read.form, "{detail}").format(detail=read.detail or read.form)
-        read.verdict, read.finding = Verdict.NOT_MEASURED, why
+        verdict, finding = judge_factor(read.factor, expected, read.d_k)
+        return replace(read, expected=expected.factor(read.d_k), verdict=verdict, finding=finding)
+    if read.form == "QK-norm" and read.cosine_logit is not None:
+        verdict, finding = judge_cosine_logit(read.cosine_logit, expected, read.d_k)
+        return replace(read, expected=expected.cosine_logit(read.d_k), verdict=verdict, finding=finding)
+    if read.form == "not finite":
+        return replace(read, verdict=Verdict.MISMATCH, finding=f"attention is not finite: {read.detail}")
+    why = NOT_MEASURED_WHY.get(read.form, "{detail}").format(detail=read.detail or read.form)
+    return replace(read, verdict=Verdict.NOT_MEASURED, finding=why)
 
 
 def judge(result: ModuleProbe, module: torch.nn.Module, expected: Expectation) -> ModuleProbe:
     """One verdict per attention module (a call outside every attention module counts as its own), and the
-    module's: ok only when every one was measured and matches."""
-    result.expect = expected.spec
+    module's: ok only when every one was measured and matches.  Returns a new probe; ``result`` is left as read."""
     every = attention_modules(module)
     outermost = [(name, cls) for name, cls in every if not any(other != name and inside(name, other)
                                                                for other, _ in every)]
@@ -505,31 +503,32 @@ def judge(result: ModuleProbe, module: torch.nn.Module, expected: Expectation) -
     quiet = [(name, cls) for name, cls in every if (name, cls) not in outermost and not called(name)]
     silent = [(name, cls) for name, cls in quiet if not any(other != name and inside(name, other) for other, _ in quiet)
               and all(called(outer) for outer, _ in outermost if inside(name, outer))]
-    units = {name: AttentionModule(name, cls) for name, cls in outermost + silent}
     classes = {name: type(sub).__name__ for name, sub in module.named_modules()}
+    units = {name: cls for name, cls in outermost + silent}
+    reads = [judge_call(read, expected) for read in result.calls]
     owners = []
-    for read in result.calls:
-        judge_call(read, expected)
+    for read in reads:
         owner = next((name for name, _ in outermost if inside(read.module, name)), None)
         if owner is None:
             owner = read.module
-            units.setdefault(owner, AttentionModule(owner, classes.get(owner, result.module)))
+            units.setdefault(owner, classes.get(owner, result.module))
         owners.append(owner)
-    for name, unit in units.items():
-        calls = [read for read, owner in zip(result.calls, owners) if owner == name]
-        unit.calls = len(calls)
-        verdicts = {read.verdict for read in calls}
-        if not calls:
-            unit.verdict, unit.findings = Verdict.NOT_MEASURED, [NEVER_CALLED]
-        else:
-            unit.verdict = Verdict.MISMATCH if Verdict.MISMATCH in verdicts else \
-                Verdict.NOT_MEASURED if Verdict.NOT_MEASURED in verdicts else Verdict.OK
-            unit.findings = list(dict.fromkeys(read.finding for read in calls if read.verdict == unit.verdict
-                                               and read.finding))
-    result.modules = list(units.values())
-    verdicts = [unit.verdict for unit in result.modules] + [Verdict.NOT_MEASURED] * bool(result.unread)
-    result.verdict = model_verdict(verdicts)
-    return result
+    modules = [module_judged(name, cls, [read for read, owner in zip(reads, owners) if owner == name])
+               for name, cls in units.items()]
+    verdicts = [unit.verdict for unit in modules] + [Verdict.NOT_MEASURED] * bool(result.unread)
+    return replace(result, expect=expected.spec, calls=reads, modules=modules, verdict=model_verdict(verdicts))
+
+
+def module_judged(name: str, cls: str, calls: list[AttentionRead]) -> AttentionModule:
+    """One attention module's verdict from its judged calls: a mismatch in any, else not measured in any, else ok;
+    with the findings of the calls behind it (never called: not measured)."""
+    if not calls:
+        return AttentionModule(name, cls, 0, Verdict.NOT_MEASURED, [NEVER_CALLED])
+    verdicts = {read.verdict for read in calls}
+    verdict = (Verdict.MISMATCH if Verdict.MISMATCH in verdicts else
+               Verdict.NOT_MEASURED if Verdict.NOT_MEASURED in verdicts else Verdict.OK)
+    return AttentionModule(name, cls, len(calls), verdict,
+                           list(dict.fromkeys(read.finding for read in calls if read.verdict == verdict and read.finding)))
 
 
 def read_softmax(recorder: _Recorder, where: str, logits: torch.Tensor) -> None:

@@ -135,15 +135,14 @@ def image_companions(model, feeding: Feeding) -> None:
             feeding.box_refusal = refusal
 
 
-def box_refused(feeding: Feeding, unread: list[dict]) -> None:
-    """Says, beside each attention module left unread (not intercepted) by a model that runs without the
-    box prompt it refused, that refusal: what would run such a module is not run here, and why."""
+def box_refused(feeding: Feeding, unread: list[dict]) -> list[dict]:
+    """The unread attention modules, each left unread (not intercepted) by a model that runs without the box prompt
+    it refused saying that refusal beside it (new entries): what would run such a module is not run here, and why."""
     refusal = feeding.box_refusal
     if refusal is None or "boxes" in (feeding.known("image_beside") or ()):
-        return
-    for entry in unread:
-        if is_intercepted_nowhere(entry):
-            entry["why"] = f"not run by the inputs that run here; the box prompt it takes beside them is refused ({refusal})"
+        return unread
+    why = f"not run by the inputs that run here; the box prompt it takes beside them is refused ({refusal})"
+    return [{**entry, "why": why} if is_intercepted_nowhere(entry) else entry for entry in unread]
 
 
 @dataclass(frozen=True)
