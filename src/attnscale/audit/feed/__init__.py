@@ -5,7 +5,7 @@ with a box prompt or text beside it where the model needs them: :mod:`.image`), 
 the model runs on (:mod:`.audio`), a time series or a trajectory (:mod:`.series`), or a composite's media at its
 placeholder tokens; what a model reads beside its main input (a page's boxes, region features, a prompt:
 :mod:`.companions`).  Which of them a model takes is its main input (:mod:`.kinds`), decided once; the tensor
-inputs are fed through one registry keyed by it (:data:`SHAPED_KINDS`).  What a first pass finds here
+inputs are fed through one registry keyed by it (:data:`FEEDERS`; the tensor inputs' shapes by :data:`SHAPED_KINDS`).  What a first pass finds here
 (:func:`first_inputs`) is what the designed passes are fed (:func:`path_inputs`), so both read the same record;
 nothing about a model is kept anywhere else.
 """
@@ -39,28 +39,39 @@ TOKENS, LONGER_TOKENS = 8, 24
 def first_inputs(model, feeding: Feeding) -> dict:
     """The real pass's inputs: TOKENS token ids (and their mask), one image, or one audio input of
     the first shape the model runs on (kept on ``feeding`` for the designed passes); raises UserError if none runs."""
+    return feeder(main_input(model)).first(model, feeding)
+
+
+def image_first(model, feeding: Feeding) -> dict:
+    """One image, with what a promptable model runs beside it, on the image axis it runs on."""
+    if feeding.image_beside is UNKNOWN:
+        image_companions(model, feeding)
+    if feeding.image_axis is UNKNOWN:
+        feeding.image_axis = image_axis(model, feeding)
+    return image_inputs(model, 1, feeding)
+
+
+def shaped_first(model, feeding: Feeding) -> dict:
+    """One tensor input of the first shape the model runs on (audio, patches, a series, embeddings)."""
+    if feeding.signal_shape is not UNKNOWN:
+        return shaped_input(model, 1, feeding.signal_shape)
     takes = main_input(model)
-    if takes == "pixel_values":
-        if feeding.image_beside is UNKNOWN:
-            image_companions(model, feeding)
-        if feeding.image_axis is UNKNOWN:
-            feeding.image_axis = image_axis(model, feeding)
-        return image_inputs(model, 1, feeding)
-    if is_shaped(takes):
-        if feeding.signal_shape is not UNKNOWN:
-            return shaped_input(model, 1, feeding.signal_shape)
-        refusals = []
-        for shape in input_shapes(model, takes):
-            inputs = shaped_input(model, 1, shape)
-            try:
-                with torch.no_grad(), quiet_transformers(), torch_threads(1):
-                    model(**inputs)
-            except Exception as error:  # noqa: BLE001 - a shape the model does not take: try the next
-                refusals.append(f"{tuple(shape)}: {first_line(error)}")
-                continue
-            feeding.signal_shape = shape
-            return inputs
-        raise UserError(f"{type(model).__name__} ran on none of the {takes} shapes tried ({'; '.join(refusals)})")
+    refusals = []
+    for shape in input_shapes(model, takes):
+        inputs = shaped_input(model, 1, shape)
+        try:
+            with torch.no_grad(), quiet_transformers(), torch_threads(1):
+                model(**inputs)
+        except Exception as error:  # noqa: BLE001 - a shape the model does not take: try the next
+            refusals.append(f"{tuple(shape)}: {first_line(error)}")
+            continue
+        feeding.signal_shape = shape
+        return inputs
+    raise UserError(f"{type(model).__name__} ran on none of the {takes} shapes tried ({'; '.join(refusals)})")
+
+
+def ids_first(model, feeding: Feeding) -> dict:
+    """TOKENS token ids in the layout the model runs on, with what it reads beside them where it needs it."""
     vocab = getattr(model.config, "vocab_size", None) or 100
     ids = ((torch.arange(TOKENS) * 5 + 3) % max(vocab - 3, 1) + 3).unsqueeze(0)
     if feeding.id_layout is UNKNOWN and id_layouts(model.config):
@@ -155,7 +166,7 @@ class ShapedKind:
 
 
 # The registry of tensor inputs, keyed by the forward's main input (:func:`.kinds.main_input`); token ids and
-# images are fed by first_inputs and path_inputs themselves.  An input of any other name (audio under a model's
+# images have feeders of their own (:data:`FEEDERS`).  An input of any other name (audio under a model's
 # own name, embeddings, another encoder's states) is fed as audio is: a tensor of a shape the model runs on.
 AUDIO = ShapedKind(lambda model, takes: audio_shapes(model.config, takes), audio_input)
 EMBEDDINGS = ShapedKind(lambda model, takes: [(EMBEDS_TOKENS, model.config.hidden_size)], audio_input)
@@ -187,13 +198,22 @@ def shaped_input(model, batch: int, shape: tuple[int, ...]) -> dict:
 
 def path_inputs(model, feeding, designs, tokens: int, far_position: int, vocab: int) -> dict:
     """The designed passes' inputs, fed as the first pass found the model runs (``feeding``: :class:`.feed.Feeding`)."""
+    return feeder(main_input(model)).designed(model, feeding, designs, tokens, far_position, vocab)
+
+
+def image_designed(model, feeding, designs, tokens: int, far_position: int, vocab: int) -> dict:
+    return image_inputs(model, len(designs), feeding)
+
+
+def shaped_designed(model, feeding, designs, tokens: int, far_position: int, vocab: int) -> dict:
+    if feeding.known("signal_shape") is None:
+        raise ValueError("no audio shape found to run on")
+    return shaped_input(model, len(designs), feeding.signal_shape)
+
+
+def ids_designed(model, feeding, designs, tokens: int, far_position: int, vocab: int) -> dict:
+    """One sequence of token ids a design, at the design's position where the model takes position ids."""
     count = len(designs)
-    if main_input(model) == "pixel_values":
-        return image_inputs(model, count, feeding)
-    if is_shaped(main_input(model)):
-        if feeding.known("signal_shape") is None:
-            raise ValueError("no audio shape found to run on")
-        return shaped_input(model, count, feeding.signal_shape)
     ids = with_placeholders(((torch.arange(tokens) * 7 + 3) % max(vocab - 3, 1) + 3).repeat(count, 1), feeding)
     tokens = ids.shape[-1]
     inputs = {"input_ids": lay_out_ids(ids, feeding.known("id_layout")),
@@ -209,6 +229,26 @@ def path_inputs(model, feeding, designs, tokens: int, far_position: int, vocab: 
         if "position_ids" in inputs and accepts(model, "decoder_position_ids"):
             inputs["decoder_position_ids"] = inputs["position_ids"]
     return mask_queries(inputs)
+
+
+@dataclass(frozen=True)
+class Feeder:
+    """How one kind of main input is fed: the first pass's inputs (what it finds kept on the :class:`Feeding`) and the
+    designed passes' (``designed(model, feeding, designs, tokens, far_position, vocab)``), fed as the first found."""
+
+    first: Callable[[object, Feeding], dict]
+    designed: Callable[..., dict]
+
+
+IDS, IMAGE, SHAPED = Feeder(ids_first, ids_designed), Feeder(image_first, image_designed), \
+    Feeder(shaped_first, shaped_designed)
+FEEDERS = {"input_ids": IDS, "pixel_values": IMAGE}  # every shaped input (SHAPED_KINDS, audio, embeddings): SHAPED
+
+
+def feeder(takes: str) -> Feeder:
+    """The registry's feeder for a main input: token ids, an image, or a tensor of a shape the model runs on (token
+    ids for a name no kind feeds: :func:`is_fed` says so before any pass)."""
+    return FEEDERS.get(takes) or (SHAPED if is_shaped(takes) else IDS)
 
 
 INPUT_KINDS = {"input_features": "audio features, e.g. log-mel frames", "input_values": "raw audio samples",
