@@ -278,6 +278,17 @@ def test_a_derivation_never_moves_the_label(spec, derived):
     assert claims.label(_pairs(*spec, (D_, derived))).verdict == claims.label(_pairs(*spec)).verdict
 
 
+def test_a_failing_derivation_is_named_in_the_line_and_leaves_the_label():
+    """A derivation that fails is said beside the label (the arithmetic does not hold in the claim's setting),
+    and the label stays the voting parts' own; one that holds is not said."""
+    H, F = claims.HOLDS, claims.FAILS
+    failing = claims.label(_pairs((A_, H), (D_, F)))
+    assert failing.verdict == SUPPORTED and failing.line == "supported (a derivation fails, not counted: part 1)"
+    assert claims.label(_pairs((A_, H), (D_, H))).line == "supported"
+    assert claims.label(_pairs((A_, F), (D_, claims.MIXED))).line == \
+        "refuted (a derivation fails, not counted: part 1)"
+
+
 def test_margins_name_the_moves_that_change_the_label():
     pairs = _pairs((A_, claims.HOLDS), (A_, claims.HOLDS))
     pairs[1] = (pairs[1][0], claims.Reading(claims.HOLDS, moved={"0.8": claims.HOLDS, "1.2": claims.FAILS}))

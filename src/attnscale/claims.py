@@ -325,6 +325,12 @@ def label(pairs) -> Label:
             notes.append(f"undecided: {_texts(undecided)}")
         if verdict == INCONCLUSIVE and held:
             notes.append(f"holds: {_texts(held)}")
+    # a derivation that fails does not move the label, and is still said: the arithmetic a claim's setting rests on
+    # does not hold there
+    derived_wrong = [(p, r) for p, r in pairs if p.role == DERIVATION and r.state in (FAILS, MIXED)]
+    if derived_wrong:
+        notes.append(f"{'a derivation fails' if len(derived_wrong) == 1 else 'derivations fail'}, not counted: "
+                     f"{_texts(derived_wrong)}")
     notes += untested_notes
     return Label(verdict, verdict + (f" ({'; '.join(notes)})" if notes else ""))
 
