@@ -746,7 +746,7 @@ def unmapped_config(error: BaseException) -> bool:
         frame = frame.tb_next
     code = frame.tb_frame.f_code if frame is not None else None
     return (isinstance(error, ValueError) and code is not None and code.co_name == "from_config"
-            and code.co_filename.endswith(("auto_factory.py",)))
+            and code.co_filename.endswith("auto_factory.py"))
 
 
 def causal_lm_names():  # read when called (the auto mappings load lazily)

@@ -636,7 +636,7 @@ def has_no_factor(verdict: str, unread: list[dict]) -> bool:
             and all(kind_of(u) == MechanismKind.NO_FACTOR for u in unread))
 
 
-def unread_attention(model, layers: list[dict]) -> list[dict]:
+def unread_attention(model, layers: list[LayerReading]) -> list[dict]:
     """The model's attention modules (by class name) that no measured row reads: neither a row's
     module, inside one, nor holding one; each named with what it computes where that is recognised
     (deformable attention, autocorrelation, ProbSparse), "not intercepted" otherwise."""
@@ -793,8 +793,7 @@ def declared_with_cosine(model, call, declared: dict, eager_path: dict | None) -
     multipliers declare (:mod:`.qk_norm`); else the declaration as it is."""
     if not eager_path or eager_path["form"] != "q and k normalised" or declared["cosine_temperature"] is not None:
         return declared
-    config = getattr(call.module, "config", None) or model.config
-    found = qk_norm.declared_cosine(call.module, config, declared_rules.source_for(call.module) or "",
+    found = qk_norm.declared_cosine(call.module, config_of(model, call), declared_rules.source_for(call.module) or "",
                                     declared["path_first"], int(call.query.shape[-1]), model)
     if found is None:
         return declared

@@ -41,6 +41,8 @@ from .known import KNOWN
 from .position_rules import PositionFamily
 
 POSITIONS = (1, 8192, 65536, 1_048_576)
+
+
 class FarVerdict(StrEnum):
     """A far-position row's verdict: the factor measured at far positions against the config's own formula."""
 

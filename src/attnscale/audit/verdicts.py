@@ -20,7 +20,8 @@ from ..scale_check import FACTOR_TOL  # measured and declared factors agree with
 from .declared import cap_never_applied
 from .positions import FarVerdict
 from .qk_norm import COSINE_TOL
-from .record import AuditVerdict, FamilyAudit, Status, is_intercepted_nowhere, mechanism_name
+from .record import (AuditVerdict, BackendLayer, FamilyAudit, LayerReading, Status, is_intercepted_nowhere,
+                     mechanism_name)
 from .whole_path import moves_beyond
 
 NOT_FINITE = "not finite"  # a backend's final hidden states hold NaN or inf
@@ -52,7 +53,7 @@ def agree(a, b, tol=FACTOR_TOL) -> bool:
 # ---------------------------------------------------------------------------------------
 # Verdicts.
 
-def layer_findings(row: dict, backend: str) -> list[str]:
+def layer_findings(row: LayerReading, backend: str) -> list[str]:
     """What disagrees with the config in one layer under one backend."""
     entry, declared = row.backends[backend], row.declared
     found = []
@@ -95,7 +96,7 @@ def layer_findings(row: dict, backend: str) -> list[str]:
     return found
 
 
-def clipped(row: dict, backend: str) -> bool:
+def clipped(row: LayerReading, backend: str) -> bool:
     """The designs reached the layer's clip of q and k (clip_qkv): the whole path read is the clip's, not the
     factor's, and is not judged."""
     clip = row.declared.get("fields", {}).get("clip_qkv")
@@ -103,7 +104,7 @@ def clipped(row: dict, backend: str) -> bool:
     return clip is not None and path.get("designed_rms", 0.0) >= clip * (1 - 1e-6)
 
 
-def clip_text(rows: list[dict]) -> list[str]:
+def clip_text(rows: list[LayerReading]) -> list[str]:
     """Where the designs stood against the clip, read at the product (:func:`.measure.designed_rms`)."""
     peaks = [(row.backends["eager"].path or {}).get("designed_rms") for row in rows
              if row.declared.get("fields", {}).get("clip_qkv") is not None]
@@ -115,7 +116,7 @@ def clip_text(rows: list[dict]) -> list[str]:
             + ("at the clip, whole path not judged" if reached else "inside the clip")]
 
 
-def backend_findings(row: dict, backend: str) -> list[str]:
+def backend_findings(row: LayerReading, backend: str) -> list[str]:
     """How a backend differs from eager in one layer."""
     eager, other = row.backends["eager"], row.backends[backend]
     found = []
@@ -147,7 +148,7 @@ def attention_source(result) -> str:
     return found or "attention class source unknown"
 
 
-def is_readable(entry: dict) -> bool:
+def is_readable(entry: BackendLayer) -> bool:
     """A layer with a factor to judge: the attention function's, or a whole path that is one factor."""
     factor = entry.function.get("factor")
     path = entry.path
@@ -163,7 +164,7 @@ def last_only(path: dict) -> bool:
     return path["form"] == "varies with the query position" and path.get("form_last") == "linear"
 
 
-def cosine_read(row: dict) -> bool:
+def cosine_read(row: LayerReading) -> bool:
     """A cosine-attention layer whose temperature was measured and is declared (Swin V2's logit_scale)."""
     path = row.backends["eager"].path
     return (path is not None and path["form"] == "q and k normalised" and path.get("cosine_temperature") is not None
@@ -262,7 +263,7 @@ def fmt(value) -> str:
     return "-" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.4g}"
 
 
-def judged_factor(entry: dict) -> float | None:
+def judged_factor(entry: BackendLayer) -> float | None:
     """The factor a layer applies as the audit judges it: the whole path's when it is one
     factor, else the attention function's."""
     path = entry.path
@@ -281,7 +282,7 @@ def span(values) -> str:
     return fmt(low) if relative(low, high) <= FACTOR_TOL else f"{fmt(low)}..{fmt(high)}"
 
 
-def dependence(rows: list[dict], backend: str = "eager") -> str:
+def dependence(rows: list[LayerReading], backend: str = "eager") -> str:
     """Where the judged backend's whole path moves: with the query index, the position ids, the length."""
     found = []
     for row in rows:
@@ -304,7 +305,7 @@ def dependence(rows: list[dict], backend: str = "eager") -> str:
     return text if read == len(rows) else f"{text} ({read} of {len(rows)} layers' whole path read)"
 
 
-def nonlinearity(rows: list[dict], backend: str = "eager") -> str:
+def nonlinearity(rows: list[LayerReading], backend: str = "eager") -> str:
     found = []
     for row in rows:
         entry = row.backends[backend]
@@ -329,7 +330,7 @@ def nonlinearity(rows: list[dict], backend: str = "eager") -> str:
     return text
 
 
-def qk_norm_text(rows: list[dict], backend: str) -> str:
+def qk_norm_text(rows: list[LayerReading], backend: str) -> str:
     """QK-norm, with the logit of a cosine-1 pair read over the layers and the one their configs declare."""
     read = [(row.backends[backend].path or {}).get("cosine_temperature") for row in rows]
     declared = [row.declared.get("cosine_temperature") for row in rows]
@@ -338,7 +339,7 @@ def qk_norm_text(rows: list[dict], backend: str) -> str:
     return f"QK-norm (cosine-1 logit {span(read)}, declared {span(declared)})"
 
 
-def other_mechanisms(rows: list[dict]) -> str:
+def other_mechanisms(rows: list[LayerReading]) -> str:
     """What changes the logits outside the factor: the eager attention sinks (the sink logit
     relative to a key's at q.k = 0, its range over layers) and the mechanisms the config declares
     outside the factor (an input multiplier, q/k/v clipping); "none" where the layers were read
