@@ -265,7 +265,8 @@ def answer_cases():
 LONG_NUMBERS = {"L1": {"sqrt_weight_equal_64": 0.70, "sqrt_weight_equal_65536": 0.002},
                 "L2": {"logn_weight_equal_64": 0.85, "logn_weight_equal_65536": 0.99},
                 "L3": {"sqrt_log_entropy_64": 0.775, "sqrt_log_entropy_65536": 0.751, "log_entropy_64": 0.843,
-                       "log_entropy_65536": 0.576, "sqrt_log_trained_fading": 1, "sqrt_log_trained_seeds": 8},
+                       "log_entropy_65536": 0.576, "sqrt_log_trained_fading": 1, "sqrt_log_trained_seeds": 8,
+                       "sqrt_log_trained_kept": 0.932, "logn_trained_kept": 1.008},
                 "L4": {"train_length": 34, "test_length": 544, "sqrt_drop_rate": 1.0, "logn_drop_rate": 0.0,
                        "sqrt_dropping": 4, "sqrt_drop_seeds": 4, "logn_dropping": 0, "logn_drop_seeds": 4,
                        "logn_trained_dropping": 1, "logn_trained_drop_seeds": 6}}
@@ -288,7 +289,8 @@ def test_the_long_contexts_follow_up_quotes_its_numbers_in_both_languages():
     assert ("4 of 4 models under 1/sqrt(d_k) alone lost accuracy, 0 of 4 of the same models run under log-n, and 1 of "
             "6 models trained under log-n") in en
     assert "one-layer models on a needle task" in en
-    assert "lets a needle fade; trained under sqrt(log n), 1 of 8 models lost their needle at 16x (L3" in en
+    assert ("lets a needle fade; trained, models under sqrt(log n) kept 0.93 of their needle's weight at 16x against "
+            "1.01 under log n (1 of 8 lost more than a tenth of it) (L3") in en
     assert "not measured" in answer.compose(report_from({}), "en")["follow_ups"][3]["answer"][0]
 
 

@@ -63,7 +63,8 @@ READS = {
     ("C18", "training"): ("cells", "sqrt_near_best_cells"),
     ("L1", "length"): ("sqrt_weight_equal_*",),
     ("L2", "length"): ("logn_weight_equal_*",),
-    ("L3", "length"): ("sqrt_log_entropy_*", "log_entropy_*", "sqrt_log_trained_fading", "sqrt_log_trained_seeds"),
+    ("L3", "length"): ("sqrt_log_entropy_*", "log_entropy_*", "sqrt_log_trained_kept", "logn_trained_kept",
+                       "sqrt_log_trained_fading", "sqrt_log_trained_seeds"),
     ("L4", "length"): ("train_length", "test_length", "sqrt_dropping", "sqrt_drop_seeds", "logn_dropping",
                        "logn_drop_seeds", "logn_trained_dropping", "logn_trained_drop_seeds"),
 }
@@ -379,9 +380,11 @@ def long_contexts(ev: Evidence) -> Seq | Word:
     label = lambda sid: Word(f"verdict.{ev.verdict(sid)}")
     text = Word("long.fade", small=small, large=f"{int(large):,}", w_small=f"{plain[small]:.2f}",
                 w_large=f"{plain[large]:.3f}", l1=label("L1"), logn_large=f"{logn[large]:.2f}", l2=label("L2"))
-    law_trained = (Word("long.law.trained", k=ev.number("L3", "sqrt_log_trained_fading"),
-                        n=ev.number("L3", "sqrt_log_trained_seeds"))
-                   if ev.has("L3", "sqrt_log_trained_fading", "sqrt_log_trained_seeds") else "")
+    kept_keys = ("sqrt_log_trained_kept", "logn_trained_kept", "sqrt_log_trained_fading", "sqrt_log_trained_seeds")
+    law_trained = (Word("long.law.trained", sq_kept=f"{ev.number('L3', kept_keys[0]):.2f}",
+                        log_kept=f"{ev.number('L3', kept_keys[1]):.2f}", k=ev.number("L3", kept_keys[2]),
+                        n=ev.number("L3", kept_keys[3]))
+                   if ev.has("L3", *kept_keys) else "")
     law = Word("long.law", log_small=f"{log[small]:.2f}", log_large=f"{log[large]:.2f}",
                sq_small=f"{sqrt_log[small]:.2f}", sq_large=f"{sqrt_log[large]:.2f}", l3=label("L3"), trained=law_trained)
     counts = ("sqrt_dropping", "sqrt_drop_seeds", "logn_dropping", "logn_drop_seeds")

@@ -598,8 +598,9 @@ STATEMENTS: tuple[Claim, ...] = (
            ("entropy_sqrt_log", "over iid logits, sqrt(log n) keeps the entropy fraction and log n lowers it", D,
             "length", "iid N(0, 1) logits, H / ln n at n = 64 and 65536, m = 0.5 sqrt(2 ln n) against log_34 n"),
            ("trained", "trained on needles, a model under log n keeps its needle's weight at 16x and one under "
-            "sqrt(log n) loses it", A, "length", "log_16 n and sqrt(log_16 n), each acting from 16 keys on and "
-            "trained with it at its own best learning rate, no position embedding")),
+            "sqrt(log n) keeps less of it", A, "length", "log_16 n and sqrt(log_16 n), each acting from 16 keys on and "
+            "trained with it at its own best learning rate, no position embedding; the two compared seed by seed "
+            "(the same initial weights and batches)")),
     _claim("L4", "long contexts",
            "Beyond its training length a model under 1/sqrt(d_k) alone loses accuracy, and a length term keeps it.",
            "",

@@ -7,7 +7,9 @@
   seeded generator (same seed, same interval);
 * :func:`bonferroni_z`: the critical |z| of m two-sided tests whose family-wise false-rejection
   rate is at most ``alpha``;
-* :func:`mean_interval`: the normal interval of a mean over independent rows;
+* :func:`mean_interval`: the normal interval of a mean over independent rows, and
+  :func:`t_interval` the Student t interval of a mean over a few (seeds: at 8 values the normal
+  interval is 17% too narrow);
 * :func:`side`: where an interval lies against a threshold ("above", "below" or "straddles"),
   the one question a rule asks of it: a rule decides a part of a claim only where the interval
   clears the threshold; :func:`at_least`, :func:`at_most` and :func:`inside` ask it as a part
@@ -131,6 +133,18 @@ def mean_interval(sample, level: float = LEVEL) -> tuple[float, float]:
     else:
         mean, spread = float(values.mean()), float(values.std())
     half = z_of(level) * spread / math.sqrt(count)
+    return mean - half, mean + half
+
+
+def t_interval(sample: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
+    """mean +- t(n - 1) * std / sqrt(n): the interval of the mean of a few independent, roughly normal values."""
+    from scipy import stats
+
+    values = [float(v) for v in sample]
+    if len(values) < 2 or not all(math.isfinite(v) for v in values):
+        raise UserError(f"the t interval of a mean needs at least two finite values, got {values!r}")
+    mean = statistics.fmean(values)
+    half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
     return mean - half, mean + half
 
 
