@@ -16,8 +16,9 @@ and not at all, and compare.  What runs (see :class:`Config`):
   on that side, up to ``lr_widen`` times.
 * deep (full preset): an 8-layer model at d_head 256 on recall, factor 1/8 vs 1/16 -> C09.  Each
   factor's grid (on ``deep_seeds`` base seeds) widens like the others', and each factor's best
-  cell gets added seeds while its solve rate is undecided, up to ``deep_seed_cap`` (a seed
-  escapes the copy plateau or not: the solve rate is what is read).
+  cell is then filled to ``deep_best_seeds`` seeds, a count fixed before any result is seen (a
+  seed escapes the copy plateau or not: the solve rate is what is read, and its Wilson interval
+  is that of a fixed count only if the count was not chosen by looking at it).
 * t5: rule ``none`` + ``t5`` init (the factor folded into W_q) vs ``sqrt`` + ``unit`` init,
   same seeds, under AdamW, SGD and Adafactor, on recall -> C10.
 * a fixed rule whose factor equals sqrt's at a d_head (``const:0.125`` at d_head 64) is the
@@ -63,7 +64,7 @@ def stored_key() -> str:
 
 # (base seeds, cap) of each kind of cell: recall, recall at d_head >= large_d_head, Shakespeare, C09's 8-layer cells
 SEED_SCHEDULES = (("seeds", "seed_cap"), ("seeds_large", "seed_cap_large"), ("lm_seeds", "lm_seed_cap"),
-                  ("deep_seeds", "deep_seed_cap"))
+                  ("deep_seeds", "deep_best_seeds"))
 
 
 def rate_undecided(count: int, seeds: int) -> bool:
@@ -106,7 +107,7 @@ class Config:
     # 2-layer d_head 256 run, so the rates are compared on fewer seeds than the grid's and the best cell alone
     # gets more
     deep_seeds: int = 3
-    deep_seed_cap: int = 10
+    deep_best_seeds: int = 10   # seeds in each factor's best deep cell, fixed before looking (the base seeds among them)
     t5_recall_d_head: int = 16
     t5_tasks: tuple[str, ...] = ("recall",)
     t5_lm_d_head: int = 64
@@ -139,7 +140,7 @@ class Config:
     def __post_init__(self):
         checks.fields(self, ints=("seeds", "d_model", "n_heads", "n_layers", "log_every", "recall_pairs", "recall_values",
                                   "recall_steps", "recall_batch", "lm_context", "lm_steps", "lm_batch",
-                                  "deep_layers", "deep_d_head", "deep_steps", "deep_seeds", "deep_seed_cap", "lm_seeds", "seeds_large", "t5_recall_d_head", "t5_lm_d_head",
+                                  "deep_layers", "deep_d_head", "deep_steps", "deep_seeds", "deep_best_seeds", "lm_seeds", "seeds_large", "t5_recall_d_head", "t5_lm_d_head",
                                   "seed_cap", "seed_cap_large", "large_d_head", "lm_seed_cap"),
                       non_negative=("lr_widen",), int_tuples=("d_heads", "lm_d_heads"),
                       float_tuples=("recall_lrs", "lm_lrs", "deep_lrs"))
@@ -164,11 +165,10 @@ class Config:
 
 PRESETS = {
     "quick": Config(),
-    # C09's deep cells take up to 20 seeds a factor while a rate is undecided (10 left all three of its parts
-    # undecided at seed 0: a Wilson interval over 10 seeds clears 1/2 only at 0-1 or 9-10 of them); a deep run
-    # costs about 23 CPU-s here
+    # C09's best deep cells get a fixed 12 seeds a factor (they took up to 20 while a rate was undecided, and
+    # read the fixed-count interval of the count that looking had chosen); a deep run costs about 25 CPU-s here
     "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
-                   deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256, deep_seeds=3, deep_seed_cap=20,
+                   deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256, deep_seeds=3, deep_best_seeds=12,
                    decisive_d_heads=(), seed_cap=10, seeds_large=3, seed_cap_large=8, lm_seeds=3, lm_seed_cap=5,
                    t5_optimisers=(("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))),
 }
@@ -329,20 +329,15 @@ def deep_widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int
 
 
 def deep_extend(config: Config, best: dict[tuple, dict], runs: list[dict]) -> list[RunSpec]:
-    """Seeds for each factor's best cell, twice as many per round up to ``deep_seed_cap``, while its
-    solve rate is undecided (its Wilson interval straddles DECIDED_RATE, the line C09's rate parts
-    are read against): whether a seed escapes the plateau is close to a coin flip at this depth.
-    The oscillation ratio is read over the seeds the rates leave each factor (at seed 0, 20 and 12);
-    at the ratios measured it would take far more than the cap to decide."""
+    """Seeds for each factor's best cell up to ``deep_best_seeds``, a count fixed before any result is seen:
+    whether a seed escapes the plateau is close to a coin flip at this depth, so the solve rate is read
+    with the Wilson interval of a fixed design (adding seeds while the rate was undecided, as this lab
+    did before, made that interval overstate its confidence)."""
     new = []
     for (_, rule, _), info in best.items():
         members = [r for r in runs if r["rule"] == rule and r["lr"] == info["lr"]]
-        solved_count = sum(r["status"] == "finished" and solved(r) for r in members)
-        if len(members) >= config.deep_seed_cap or not rate_undecided(solved_count, len(members)):
-            continue
         start = config.seed + len(members)
-        new += [deep_spec(config, rule, info["lr"], s)
-                for s in range(start, config.seed + min(config.deep_seed_cap, 2 * len(members)))]
+        new += [deep_spec(config, rule, info["lr"], s) for s in range(start, config.seed + config.deep_best_seeds)]
     return new
 
 
