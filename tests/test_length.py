@@ -317,8 +317,55 @@ def test_l3_contrast_is_the_paired_t_interval_of_the_kept_share(measured):
     half = stats.t.ppf(0.975, len(differences) - 1) * sd / math.sqrt(len(differences))
     assert intervals.t_interval(differences) == pytest.approx((mean - half, mean + half))
     reading = V.keeps_less_part(edited, V.LOGN_TRAINED, V.SQRT_LOG_TRAINED, ("log_16 n", "sqrt(log_16 n)"))
-    assert reading.state == claims.UNDECIDED and "seeds at the observed difference" in reading.decide
+    # the half-width shrinks as 1/sqrt(n): 4 * (half / mean)^2 = 26.3 seeds would put the low end at 0
+    assert reading.state == claims.UNDECIDED and reading.decide == "about 27 seeds at the observed difference"
     assert f"{mean:.3f} less per seed" in reading.measured
+
+
+def edit_shares(result, rule, shares, accuracy=0.9):
+    """The rule's best cell with seed i keeping shares[i] of its needle's weight (accuracy at 1x ``accuracy``)."""
+    edited = copy.deepcopy(result)
+    best_lr = next(b["lr"] for b in edited["best"] if b["rule"] == rule)
+    cell = sorted((r for r in edited["models"] if r["rule"] == rule and r["lr"] == best_lr), key=lambda r: r["seed"])
+    for r, share in zip(cell, shares):
+        r["accuracy"], r["needle_weight"] = [accuracy, accuracy], [0.6, 0.6 * share]
+    return edited
+
+
+def test_l3_contrast_holds_and_fails_with_spread_and_pairs_seeds_by_number(measured):
+    names = ("log_16 n", "sqrt(log_16 n)")
+    keeps = edit_shares(measured, V.LOGN_TRAINED, [1.0, 0.98, 1.02, 1.0])
+
+    def read(edited):
+        return V.keeps_less_part(edited, V.LOGN_TRAINED, V.SQRT_LOG_TRAINED, names)
+    less = read(edit_shares(keeps, V.SQRT_LOG_TRAINED, [0.9, 0.93, 0.95, 0.91]))
+    assert less.state == claims.HOLDS and less.moved == {"0.8": claims.HOLDS, "1.2": claims.HOLDS}
+    more = read(edit_shares(keeps, V.SQRT_LOG_TRAINED, [1.1, 1.05, 1.12, 1.08]))
+    assert more.state == claims.FAILS and more.direction == "sqrt(log_16 n) keeps as much or more, not less"
+    # a seed where sqrt(log n) did not learn the task drops out of both sides: three pairs, not four
+    unlearned = edit_shares(keeps, V.SQRT_LOG_TRAINED, [0.9, 0.93, 0.95, 0.91])
+    first = min((r for r in unlearned["models"] if r["rule"] == V.SQRT_LOG_TRAINED), key=lambda r: r["seed"])
+    first["accuracy"] = [0.1, 0.1]
+    three = read(unlearned)
+    assert "over the 3 seeds both learned at" in three.measured
+    numbers = V.numbers_of(unlearned)
+    assert numbers["sqrt_log_trained_kept"] == pytest.approx((0.93 + 0.95 + 0.91) / 3)
+    assert numbers["logn_trained_kept"] == pytest.approx((0.98 + 1.02 + 1.0) / 3)
+    assert numbers["kept_difference"] == pytest.approx(numbers["logn_trained_kept"] - numbers["sqrt_log_trained_kept"])
+    # fewer than two seeds learned under both: open, and the numbers say so with None
+    lone = edit_shares(keeps, V.SQRT_LOG_TRAINED, [0.9, 0.9, 0.9, 0.9], accuracy=0.1)
+    assert read(lone).state == claims.UNDECIDED and V.numbers_of(lone)["kept_difference"] is None
+
+
+def test_t_interval_refuses_what_it_cannot_read():
+    with pytest.raises(UserError, match="at least two finite values, got 1 value"):
+        intervals.t_interval([0.5])
+    with pytest.raises(UserError, match="with nan"):
+        intervals.t_interval([0.5, float("nan")])
+    with pytest.raises(UserError, match=r"level must lie in \(0, 1\), got 1.5"):
+        intervals.t_interval([0.5, 0.6], level=1.5)
+    with pytest.raises(UserError, match="needs numbers"):
+        intervals.t_interval(["a", 0.6])
 
 
 def test_l3_parts_follow_the_numbers(measured):

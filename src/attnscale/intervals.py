@@ -19,7 +19,7 @@
   only where the Wilson interval shows it rarer than a stated share, None where too few rows
   were looked at to say; :func:`occurs_in` asks it of several groups measured apart.
 
-Pure Python: these run on a few dozen numbers.
+Pure Python (the t quantile from scipy): these run on a few dozen numbers.
 """
 
 from __future__ import annotations
@@ -140,9 +140,16 @@ def t_interval(sample: Sequence[float], level: float = LEVEL) -> tuple[float, fl
     """mean +- t(n - 1) * std / sqrt(n): the interval of the mean of a few independent, roughly normal values."""
     from scipy import stats
 
-    values = [float(v) for v in sample]
-    if len(values) < 2 or not all(math.isfinite(v) for v in values):
-        raise UserError(f"the t interval of a mean needs at least two finite values, got {values!r}")
+    if not 0 < level < 1:
+        raise UserError(f"level must lie in (0, 1), got {level!r}")
+    try:
+        values = [float(v) for v in sample]
+    except (TypeError, ValueError) as error:
+        raise UserError(f"the t interval of a mean needs numbers: {error}") from None
+    first_bad = next((v for v in values if not math.isfinite(v)), None)
+    if len(values) < 2 or first_bad is not None:
+        raise UserError(f"the t interval of a mean needs at least two finite values, got {len(values)} value(s)"
+                        + (f" with {first_bad!r}" if first_bad is not None else ""))
     mean = statistics.fmean(values)
     half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
     return mean - half, mean + half

@@ -117,8 +117,16 @@ def kept_share(run: dict) -> float:
 
 
 def kept_by_seed(result: dict, rule: str) -> dict[int, float]:
-    """{seed: kept share} over the seeds of a rule's best cell that learned the task."""
-    return {r["seed"]: kept_share(r) for r in cell_runs(result, rule) if learned(r)}
+    """{seed: kept share} over the seeds of a rule's best cell that learned the task (and gave their needle a
+    weight at 1x to keep)."""
+    return {r["seed"]: kept_share(r) for r in cell_runs(result, rule)
+            if learned(r) and r["needle_weight"][0] > 0 and math.isfinite(kept_share(r))}
+
+
+def paired_kept(result: dict, more: str, less: str) -> tuple[list[int], dict[int, float], dict[int, float]]:
+    """The seeds both rules' best cells learned the task at, and each rule's {seed: kept share}."""
+    more_kept, less_kept = kept_by_seed(result, more), kept_by_seed(result, less)
+    return sorted(set(more_kept) & set(less_kept)), more_kept, less_kept
 
 
 def keeps_less_part(result: dict, more: str, less: str, names: tuple[str, str]) -> Reading:
@@ -127,8 +135,7 @@ def keeps_less_part(result: dict, more: str, less: str, names: tuple[str, str]) 
     statistic is the per-seed difference of the kept share (``more``'s minus ``less``'s) with its t interval: it
     holds where the interval lies above 0, fails where it lies at or below 0 (``less`` keeps as much or more).  The contrast is
     measured against the faster law's own models, so no cut is chosen (0 does not move with the margins)."""
-    more_kept, less_kept = kept_by_seed(result, more), kept_by_seed(result, less)
-    seeds = sorted(set(more_kept) & set(less_kept))
+    seeds, more_kept, less_kept = paired_kept(result, more, less)
     if len(seeds) < 2:
         return Reading(claims.UNDECIDED, measured=f"{len(seeds)} seed(s) where both learned the task",
                        threshold="the per-seed difference above 0", decide="seeds where both models learn the task")
@@ -136,7 +143,9 @@ def keeps_less_part(result: dict, more: str, less: str, names: tuple[str, str]) 
     low, high = intervals.t_interval(differences)
     mean = statistics.fmean(differences)
     state = state_of(intervals.at_most((low, high), 0.0), negate=True)  # less is strictly less: 0 is not
-    needed = len(seeds) * math.ceil((((high - low) / 2) / mean) ** 2) if state == claims.UNDECIDED and mean > 0 else None
+    # the interval's half-width shrinks as 1/sqrt(seeds): the count that would put its low end at 0 at this mean
+    needed = (max(len(seeds) + 1, math.ceil(len(seeds) * (((high - low) / 2) / mean) ** 2))
+              if state == claims.UNDECIDED and mean > 0 else None)
     measured = (f"the needle keeps {statistics.fmean(less_kept[s] for s in seeds):.3f} of its weight, against "
                 f"{statistics.fmean(more_kept[s] for s in seeds):.3f} under {names[0]}: {mean:.3f} less per seed "
                 f"({intervals.fmt_interval((low, high))}) over the {len(seeds)} seeds both learned at")
@@ -222,12 +231,11 @@ def numbers_of(result: dict) -> dict:
         out[f"{key}_dropping"], out[f"{key}_drop_seeds"] = k, n
         for i, length in enumerate(result["lengths"]):
             out[f"{key}_accuracy_{length}"] = statistics.median(r["accuracy"][i] for r in runs)
-        kept = kept_by_seed(result, rule)
-        out[f"{key}_kept"] = statistics.fmean(kept.values()) if kept else None
-    more, less = kept_by_seed(result, LOGN_TRAINED), kept_by_seed(result, SQRT_LOG_TRAINED)
-    paired = sorted(set(more) & set(less))
-    if paired:
-        out["kept_difference"] = statistics.fmean(more[s] - less[s] for s in paired)
+    if cell_runs(result, SQRT_LOG_TRAINED):  # L3's contrast, over the seeds it pairs (as its part reads them)
+        paired, more, less = paired_kept(result, LOGN_TRAINED, SQRT_LOG_TRAINED)
+        out["logn_trained_kept"] = statistics.fmean(more[s] for s in paired) if paired else None
+        out["sqrt_log_trained_kept"] = statistics.fmean(less[s] for s in paired) if paired else None
+        out["kept_difference"] = statistics.fmean(more[s] - less[s] for s in paired) if paired else None
     for rule, key in (("sqrt", "rope_sqrt"), (LOGN, "rope_logn")):
         runs = cell_runs(result, rule, "rope")
         if runs:

@@ -62,7 +62,8 @@ def stored_key() -> str:
     return f"engine-{engine.VERSION}"
 
 
-# (base seeds, cap) of each kind of cell: recall, recall at d_head >= large_d_head, Shakespeare, C09's 8-layer cells
+# (base seeds, most seeds) of each kind of cell: recall, recall at d_head >= large_d_head, Shakespeare (caps, seeds added
+# while a rate is undecided), C09's 8-layer cells (a fixed count)
 SEED_SCHEDULES = (("seeds", "seed_cap"), ("seeds_large", "seed_cap_large"), ("lm_seeds", "lm_seed_cap"),
                   ("deep_seeds", "deep_best_seeds"))
 
@@ -611,8 +612,10 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
 def _run(config: Config, progress, store, workers: int | None, batch_runs: int, pool: KeptPool) -> dict:
     rounds = 1 + config.lr_widen
     used = {"lm_seeds": "shakespeare" in config.tasks, "deep_seeds": config.deep}  # the others always run
+    # the doubling cells' rounds, and one for the deep cells' fill to their fixed count (the progress bar's total)
     extension_rounds = max(0, *(math.ceil(math.log2(getattr(config, cap) / getattr(config, base)))
-                                for base, cap in SEED_SCHEDULES if used.get(base, True)))
+                                for base, cap in SEED_SCHEDULES[:-1] if used.get(base, True)),
+                           int(config.deep and config.deep_best_seeds > config.deep_seeds))
 
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
         def report(done, total, message):

@@ -379,8 +379,8 @@ def judge_c09(result: dict) -> Finding:
 
     def read_oscillates(scale: float) -> Reading:
         state = state_of(intervals.at_least(ratio_ci, DEEP_OSCILLATES * scale))
-        # the interval's width shrinks with the seeds of both factors: scaled from the fewer (the rates may have
-        # left 1/8 and 1/16 with different counts)
+        # the interval's width shrinks with the seeds of both factors: scaled from the fewer (a report from before
+        # the fixed count may hold 1/8 and 1/16 with different counts)
         needed = seeds_for_ratio(ratio_ci, ratio, DEEP_OSCILLATES, min(len(old["oscillations"]), len(new["oscillations"])))
         return Reading(state, measured=f"1/8's loss rises {ratio:.2f}x {intervals.fmt_interval(ratio_ci)} as much as 1/16's "
                        f"(median total rise {statistics.median(old['oscillations']):.3g} against "
