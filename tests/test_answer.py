@@ -290,7 +290,7 @@ def test_the_long_contexts_follow_up_quotes_its_numbers_in_both_languages():
             "6 models trained under log-n") in en
     assert "one-layer models on a needle task" in en
     assert ("lets a needle fade; trained, models under sqrt(log n) kept 0.93 of their needle's weight at 16x against "
-            "1.01 under log n (1 of 8 lost more than a tenth of it) (L3") in en
+            "1.01 under log n, 1 of 8 losing more than a tenth of it (L3") in en
     assert "not measured" in answer.compose(report_from({}), "en")["follow_ups"][3]["answer"][0]
 
 

@@ -199,9 +199,9 @@ ENTRIES: dict[str, dict[str, str]] = {
               "{log_small} 降到 {log_large}），而 0.5 sqrt(2 ln n) 能保住这个熵（{sq_small} 到 {sq_large}），但在初始化时"
               "让目标 key 的权重衰减{trained}（L3，{l3}）。"},
     "long.law.trained": {"en": "; trained, models under sqrt(log n) kept {sq_kept} of their needle's weight at 16x "
-                               "against {log_kept} under log n ({k} of {n} lost more than a tenth of it)",
+                               "against {log_kept} under log n, {k} of {n} losing more than a tenth of it",
                          "zh": "；训练后，sqrt(log n) 下的模型在 16 倍长度上保住目标 key 权重的 {sq_kept}，log n 下为 "
-                               "{log_kept}（{n} 个中 {k} 个丢了一成以上）"},
+                               "{log_kept}，{n} 个中 {k} 个丢了一成以上"},
 
     "small.tv": {
         "en": "At d_k = 1 the factor is exactly 1. At d_k = 2 the attention rows with and without 1/sqrt(2) are {tv2} "
