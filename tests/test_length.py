@@ -358,9 +358,9 @@ def test_l3_contrast_holds_and_fails_with_spread_and_pairs_seeds_by_number(measu
 
 
 def test_t_interval_refuses_what_it_cannot_read():
-    with pytest.raises(UserError, match="at least two finite values, got 1 value"):
+    with pytest.raises(UserError, match="need at least two values for the interval of a mean, got 1"):
         intervals.t_interval([0.5])
-    with pytest.raises(UserError, match="with nan"):
+    with pytest.raises(UserError, match="needs finite values, got nan"):
         intervals.t_interval([0.5, float("nan")])
     with pytest.raises(UserError, match=r"level must lie in \(0, 1\), got 1.5"):
         intervals.t_interval([0.5, 0.6], level=1.5)

@@ -137,21 +137,13 @@ def mean_interval(sample, level: float = LEVEL) -> tuple[float, float]:
 
 
 def t_interval(sample: Sequence[float], level: float = LEVEL) -> tuple[float, float]:
-    """mean +- t(n - 1) * std / sqrt(n): the interval of the mean of a few independent, roughly normal values."""
+    """mean +- t(n - 1) * std / sqrt(n): the interval of the mean of a few independent, roughly normal values,
+    :func:`mean_interval` (which checks the sample and the level) widened by t(n - 1) / z."""
     from scipy import stats
 
-    if not 0 < level < 1:
-        raise UserError(f"level must lie in (0, 1), got {level!r}")
-    try:
-        values = [float(v) for v in sample]
-    except (TypeError, ValueError) as error:
-        raise UserError(f"the t interval of a mean needs numbers: {error}") from None
-    first_bad = next((v for v in values if not math.isfinite(v)), None)
-    if len(values) < 2 or first_bad is not None:
-        raise UserError(f"the t interval of a mean needs at least two finite values, got {len(values)} value(s)"
-                        + (f" with {first_bad!r}" if first_bad is not None else ""))
-    mean = statistics.fmean(values)
-    half = float(stats.t.ppf(0.5 + level / 2, len(values) - 1)) * statistics.stdev(values) / math.sqrt(len(values))
+    low, high = mean_interval(sample, level)
+    widen = float(stats.t.ppf(0.5 + level / 2, len(sample) - 1)) / z_of(level)
+    mean, half = (low + high) / 2, (high - low) / 2 * widen
     return mean - half, mean + half
 
 

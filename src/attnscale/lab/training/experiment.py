@@ -611,7 +611,7 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
 
 def _run(config: Config, progress, store, workers: int | None, batch_runs: int, pool: KeptPool) -> dict:
     rounds = 1 + config.lr_widen
-    used = {"lm_seeds": "shakespeare" in config.tasks, "deep_seeds": config.deep}  # the others always run
+    used = {"lm_seeds": "shakespeare" in config.tasks}  # the others always run (the deep cells are counted apart)
     # the doubling cells' rounds, and one for the deep cells' fill to their fixed count (the progress bar's total)
     extension_rounds = max(0, *(math.ceil(math.log2(getattr(config, cap) / getattr(config, base)))
                                 for base, cap in SEED_SCHEDULES[:-1] if used.get(base, True)),
