@@ -97,11 +97,10 @@ def test_the_tiny_run_has_every_seed_cell_and_widened_grid(tiny_result):
     for cell in tiny_result["cells"]:
         cap = E.seed_cap(config, cell["task"], cell["d_head"])
         base = len(E.seeds_of(config, cell["task"], cell["d_head"]))  # 3 on recall, lm_seeds = 2 on Shakespeare
-        # every cell has its task's base seeds; a deciding cell may have more, contiguous, up to its cap
+        # every cell has its task's base seeds, contiguous; a deciding cell exactly its fixed count
         assert cell["seeds"] == list(range(cfg["seed"], cfg["seed"] + len(cell["seeds"])))
-        assert base <= len(cell["seeds"]) <= cap
-        if len(cell["seeds"]) > base:
-            assert (cell["task"], cell["rule"], cell["d_head"], cell["lr"]) in deciding
+        is_deciding = (cell["task"], cell["rule"], cell["d_head"], cell["lr"]) in deciding
+        assert len(cell["seeds"]) == (cap if is_deciding else base)
         scores = [s for s in cell["scores"] if s is not None]
         assert cell["score"]["median"] == pytest.approx(statistics.median(scores))
         assert cell["score"]["min"] <= cell["score"]["median"] <= cell["score"]["max"]
@@ -591,24 +590,31 @@ def test_judge_tables_and_figures_from_the_real_run(tiny_result, tmp_path):
             assert (tmp_path / name).stat().st_size > 1000
 
 
-def test_seeds_go_where_a_cell_is_undecided(result):
-    """A cell gets more seeds while its stall rate's Wilson interval straddles 1/2: three seeds that
-    disagree (2 of 3 stall) or agree (3 of 3), not four that all stall (Wilson [0.51, 1])."""
+def test_deciding_cells_get_their_fixed_count_whatever_their_seeds_show(result):
+    """Every deciding cell is filled to its fixed count (seed_cap_large here: d_head 64 counts as large in
+    TINY), the same seeds whether its base seeds split, all stall or all train: the count is not chosen
+    by looking, so its Wilson interval is that of a fixed design.  A cell no verdict reads gets none."""
     make_sqrt_work(result)
-    config = dataclasses.replace(TINY, seed_cap=8, seed_cap_large=8)  # d_head 64 counts as large in TINY
+    config = dataclasses.replace(TINY, seed_cap=8, seed_cap_large=7)
     base = range(TINY.seed, TINY.seed + TINY.seeds)
+    best = E.best_lrs(E.fold_cells([r for r in result["grid"] if r["seed"] in base]))
+    lr = best[("recall", "inv_d", 64)]["lr"]
 
-    def added(accs, seeds):
+    def added(accs, seeds=3, at=lr):
         edited = copy.deepcopy(result)
-        best = E.best_lrs(E.fold_cells([r for r in edited["grid"] if r["seed"] in base]))
-        lr = best[("recall", "inv_d", 64)]["lr"]
         edited["grid"] = [r for r in edited["grid"] if not ((r["task"], r["rule"], r["d_head"], r["lr"]) ==
-                                                             ("recall", "inv_d", 64, lr) and r["seed"] >= TINY.seed + seeds)]
-        set_recall(edited, "inv_d", 64, accs, lr=lr, seeds=seeds)
-        return sorted(s.seed for rule, s in E.extend_seeds(config, best, edited["grid"], edited["baselines"])
-                      if (rule, s.d_head, s.lr, s.task) == ("inv_d", 64, lr, "recall"))
+                                                             ("recall", "inv_d", 64, at) and r["seed"] >= TINY.seed + seeds)]
+        set_recall(edited, "inv_d", 64, accs, lr=at, seeds=seeds)
+        return sorted(s.seed for r, s in E.fill_seeds(config, best, edited["grid"])
+                      if (r, s.d_head, s.lr, s.task) == ("inv_d", 64, at, "recall"))
 
-    start = TINY.seed + 3
-    assert added([COPY, COPY, 0.97], 3) == list(range(start, start + 3))  # split: undecided, doubled
-    assert added([COPY] * 3, 3) == list(range(start, start + 3))          # 3 of 3: still undecided
-    assert added([COPY] * 4, 4) == []                                      # 4 of 4: decided
+    start, end = TINY.seed + 3, TINY.seed + 7
+    assert added([COPY, COPY, 0.97]) == list(range(start, end))   # split
+    assert added([COPY] * 3) == list(range(start, end))           # all stall
+    assert added([0.97] * 3) == list(range(start, end))           # all train
+    assert added([COPY] * 5, seeds=5) == list(range(TINY.seed + 5, end))  # a cell part filled: the rest
+    assert added([COPY] * 7, seeds=7) == []
+    deciding = set(E.deciding_cells(config, best))
+    others = [c["lr"] for c in E.fold_cells(result["grid"]) if (c["task"], c["rule"], c["d_head"]) == ("recall", "inv_d", 64)
+              and ("recall", "inv_d", 64, c["lr"]) not in deciding]
+    assert others and all(added([COPY] * 3, at=other) == [] for other in others)

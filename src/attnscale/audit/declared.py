@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from .known import KNOWN
+from .source_lines import source_of
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ def class_code(cls) -> str:
 
     def source(obj) -> str:
         try:
-            return inspect.getsource(obj)
+            return source_of(obj)
         except (OSError, TypeError):
             return ""
 

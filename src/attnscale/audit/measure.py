@@ -44,6 +44,7 @@ from .feed import FED_TEXT, INPUT_KINDS, LONGER_TOKENS, TOKENS, Feeding, box_ref
 from .record import (NOT_INTERCEPTED, NOT_MEASURED, BackendLayer, FamilyAudit, LayerReading, Mechanism, MechanismKind,
                      Readings, SkipKind, Status, is_intercepted_nowhere, kind_of, no_factor)
 from .sizes import RUN_RETRIES
+from .source_lines import class_source_lines
 from .towers import rely_on_towers
 from .verdicts import DEFAULT_BACKENDS, DEPENDENCE_TOL, NOT_FINITE, PARITY_TOL, agree, caps_differ, judge, judged_far
 
@@ -656,7 +657,7 @@ def unread_attention(model, layers: list[LayerReading]) -> list[dict]:
 def class_location(module) -> str | None:
     """``transformers/models/<family>/modeling_<family>.py:<line>`` of the module's class (None if unknown)."""
     try:
-        path, line = inspect.getsourcefile(type(module)), inspect.getsourcelines(type(module))[1]
+        path, line = inspect.getsourcefile(type(module)), class_source_lines(type(module))[1]
     except (OSError, TypeError):
         return None
     parts = Path(path).parts

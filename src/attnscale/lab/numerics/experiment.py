@@ -196,9 +196,15 @@ def logit_grid(config: Config, gen: torch.Generator, device) -> tuple[list[dict]
 
 # ----------------------------------------------------------------------------- 3. implementations
 
-def plain_attention(q, k, v, factor):
-    """The plain math in the inputs' dtype: flash-attn's low-precision reference."""
-    return torch.softmax((q @ k.transpose(-2, -1)) * factor, dim=-1) @ v
+def scaled_logits(q, k, factor):
+    """q k^T times the factor, in the inputs' dtype."""
+    return (q @ k.transpose(-2, -1)) * factor
+
+
+def plain_attention(q, k, v, factor, logits=None):
+    """The plain math in the inputs' dtype: flash-attn's low-precision reference.  ``logits``: the
+    :func:`scaled_logits` of q and k when already computed (the same numbers, one product fewer)."""
+    return torch.softmax(scaled_logits(q, k, factor) if logits is None else logits, dim=-1) @ v
 
 
 def tiled_naive_attention(q, k, v, factor, block_size: int):
@@ -213,30 +219,32 @@ def tiled_naive_attention(q, k, v, factor, block_size: int):
     return out / total
 
 
-def clamped_attention(q, k, v, factor, limit: float):
+def clamped_attention(q, k, v, factor, limit: float, logits=None):
     """torch.clamp on the logits, then exp / sum (the softmax that overflows without it)."""
-    logits = ((q @ k.transpose(-2, -1)) * factor).clamp(-limit, limit)
-    return naive_softmax(logits) @ v
+    logits = scaled_logits(q, k, factor) if logits is None else logits
+    return naive_softmax(logits.clamp(-limit, limit)) @ v
 
 
 def impl_names(config: Config) -> tuple[str, ...]:
     return BASE_IMPLS + tuple(f"clamp:{c:g}" for c in config.clamp_values)
 
 
-def attend(impl: str, q, k, v, scale: str, block_size: int):
+def attend(impl: str, q, k, v, scale: str, block_size: int, logits=None):
+    """One implementation's output (``logits``: the plain and clamped ones may reuse :func:`scaled_logits`)."""
     factor = scaling.factor(scale, q.shape[-1])
     if impl == "plain":
-        return plain_attention(q, k, v, factor)
+        return plain_attention(q, k, v, factor, logits)
     if impl == "tiled_naive":
         return tiled_naive_attention(q, k, v, factor, block_size)
     if impl.startswith("clamp:"):
-        return clamped_attention(q, k, v, factor, float(impl.partition(":")[2]))
+        return clamped_attention(q, k, v, factor, float(impl.partition(":")[2]), logits)
     return attention(q, k, v, scale=scale, impl=impl, block_size=block_size)
 
 
-def exact_attention(q, k, v, factor, limit: float | None = None):
-    """float64 probabilities and output, optionally of clamped logits."""
-    logits = (q @ k.transpose(-2, -1)) * factor
+def exact_attention(q, k, v, factor, limit: float | None = None, logits=None):
+    """float64 log-probabilities and output, optionally of clamped logits (``logits``: their
+    :func:`scaled_logits`, when already computed)."""
+    logits = scaled_logits(q, k, factor) if logits is None else logits
     if limit is not None:
         logits = logits.clamp(-limit, limit)
     log_probs = torch.log_softmax(logits, dim=-1)
@@ -296,9 +304,10 @@ def implementation_sweep(config: Config, scenarios, gen, device, progress) -> tu
             factor = scaling.factor(scale, config.claim_d_k)
             ref = exact_attention(q_low.double(), k_low.double(), v_low.double(), factor)[1]
             logits_finite = bool(torch.isfinite(q_low @ k_low.transpose(-2, -1)).all())
-            plain = error_row(plain_attention(q_low, k_low, v_low, factor), ref)
+            logits = scaled_logits(q_low, k_low, factor)  # the plain and clamped implementations' product, once
+            plain = error_row(plain_attention(q_low, k_low, v_low, factor, logits), ref)
             for impl in impls:
-                row = error_row(attend(impl, q_low, k_low, v_low, scale, config.block_size), ref)
+                row = error_row(attend(impl, q_low, k_low, v_low, scale, config.block_size, logits), ref)
                 rows.append({"scenario": label, "std": std, "outliers": outliers, "scale": scale, "dtype": name,
                              "impl": impl, "logits_finite": logits_finite, **row, **accept(row, plain, dtype, ref)})
         if progress:
@@ -310,11 +319,11 @@ def implementation_sweep(config: Config, scenarios, gen, device, progress) -> tu
 
 def clamp_cost(q, k, v, scale: str, clamp_values, label: str, std: float, outliers: bool) -> list[dict]:
     factor = scaling.factor(scale, q.shape[-1])
-    log_p, out = exact_attention(q, k, v, factor)
-    logits = (q @ k.transpose(-2, -1)) * factor
+    logits = scaled_logits(q, k, factor)
+    log_p, out = exact_attention(q, k, v, factor, logits=logits)
     rows = []
     for limit in clamp_values:
-        log_c, out_c = exact_attention(q, k, v, factor, limit)
+        log_c, out_c = exact_attention(q, k, v, factor, limit, logits)
         kl = (log_p.exp() * (log_p - log_c)).sum(dim=-1)
         change = (out_c - out).abs()
         rows.append({"scenario": label, "std": std, "outliers": outliers, "scale": scale, "clamp": limit,

@@ -46,7 +46,7 @@ from ...runs import KeptPool, execute, run_key
 from ...threads import torch_threads
 from ...train import RunSpec, attention_stats, build_model, build_task
 
-VERSION = 8
+VERSION = 9
 TASKS = ("recall", "shakespeare")
 SOLVED_ACC = 0.9          # recall: validation accuracy that counts as solved
 STALL_BELOW = 0.2         # progress below this: the seed stalls (learned under a fifth of what sqrt learned)
@@ -62,15 +62,10 @@ def stored_key() -> str:
     return f"engine-{engine.VERSION}"
 
 
-# (base seeds, most seeds) of each kind of cell: recall, recall at d_head >= large_d_head, Shakespeare (caps, seeds added
-# while a rate is undecided), C09's 8-layer cells (a fixed count)
+# (base seeds, seeds of a deciding cell) of each kind of cell: recall, recall at d_head >= large_d_head, Shakespeare,
+# C09's 8-layer cells; each count is fixed before any result is seen
 SEED_SCHEDULES = (("seeds", "seed_cap"), ("seeds_large", "seed_cap_large"), ("lm_seeds", "lm_seed_cap"),
                   ("deep_seeds", "deep_best_seeds"))
-
-
-def rate_undecided(count: int, seeds: int) -> bool:
-    """Whether a cell's rate (``count`` of ``seeds``) is undecided: its Wilson interval straddles DECIDED_RATE."""
-    return intervals.side(intervals.wilson(count, seeds), DECIDED_RATE) == intervals.STRADDLES
 
 
 @dataclass(frozen=True)
@@ -120,20 +115,18 @@ class Config:
     decisive_rules: tuple[str, ...] = ("sqrt", "none")
     decisive_lrs: tuple[float, ...] = (1e-3, 3e-3)
     decisive_sqrt_lrs: tuple[float, ...] = (1e-3,)
-    # seeds added to a deciding cell while all its seeds agree, and to sqrt's reference cells, up to
-    # this many (fewer where runs cost more: a d_head 256 run costs about 3 of d_head 64's).  At 6 and
-    # 4 the quick report keeps its 180 s budget.  The stored reports of base seeds 0-4, 11 and 12
-    # (trained at caps 8 and 6), judged again with each cell cut to these caps, give the same 18
-    # verdicts (an added seed is the same run whatever the cap); a cell whose 6 or 4 seeds all agree
-    # has its stall rate's interval clear of DECIDED_RATE: Wilson [0.61, 1] and [0.51, 1]
+    # the seeds of every deciding cell (each rule at the rates the verdicts read, sqrt's reference cells),
+    # a count fixed before any result is seen, so that a stall rate's Wilson interval is that of a fixed
+    # design (fewer where runs cost more: a d_head 256 run costs about 3 of d_head 64's).  A cell whose 6
+    # or 4 seeds all agree has its interval clear of DECIDED_RATE: Wilson [0.61, 1] and [0.51, 1]
     seed_cap: int = 6
     seed_cap_large: int = 4
     large_d_head: int = 256
     # Shakespeare's progress is a loss drop, continuous and far from the stall threshold in every cell
-    # measured (0.83-1.1 of sqrt's at seed 0, full preset, 10 seeds a cell): its cells stop at this many
+    # measured (0.83-1.1 of sqrt's at seed 0, full preset, 10 seeds a cell): its deciding cells get this many
     lm_seed_cap: int = 8
-    # Shakespeare's base seeds (each rule's best rate is chosen on them; a deciding cell then gets seeds up to
-    # lm_seed_cap while its stall rate is undecided, as a recall cell does)
+    # Shakespeare's base seeds (each rule's best rate is chosen on them; a deciding cell is then filled to
+    # lm_seed_cap, as a recall cell is to seed_cap)
     lm_seeds: int = 3
     # recall's base seeds at d_head >= large_d_head (a run there costs about 3 of d_head 64's)
     seeds_large: int = 3
@@ -166,10 +159,11 @@ class Config:
 
 PRESETS = {
     "quick": Config(),
-    # C09's best deep cells get a fixed 12 seeds a factor (they took up to 20 while a rate was undecided, and
-    # read the fixed-count interval of the count that looking had chosen); a deep run costs about 25 CPU-s here
+    # every deciding cell gets a fixed count (10 seeds on recall, 8 at d_head 256, 5 on Shakespeare); C09's
+    # best deep cells a fixed 8 a factor: a deep run costs about 28 CPU-s here, and 12 left C09 as undecided
+    # as 8 at base seeds 0 and 1 (docs/benchmarks.md)
     "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
-                   deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256, deep_seeds=3, deep_best_seeds=12,
+                   deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256, deep_seeds=3, deep_best_seeds=8,
                    decisive_d_heads=(), seed_cap=10, seeds_large=3, seed_cap_large=8, lm_seeds=3, lm_seed_cap=5,
                    t5_optimisers=(("adamw", 3e-3), ("sgd", 0.1), ("adafactor", 1e-2))),
 }
@@ -567,31 +561,22 @@ def deciding_cells(config: Config, best: dict[tuple, dict]) -> list[tuple[str, s
     return out
 
 
-def extend_seeds(config: Config, best: dict[tuple, dict], runs: list[dict],
-                 task_baselines: dict) -> list[tuple[str, RunSpec]]:
-    """Seeds for every deciding cell below its cap: twice as many (at most the cap).  sqrt's reference
-    cells always get them (each comparison divides by their median gain, and whether they solve the
-    task decides whether a cell votes).  Any other cell gets them while its stall rate (the share
-    of its seeds below STALL_BELOW of sqrt's progress) is undecided: its Wilson interval straddles
-    DECIDED_RATE, whether its seeds agree (too few yet) or disagree (a rate near the threshold)."""
-    by_cell: dict[tuple, list[dict]] = {}
+def fill_seeds(config: Config, best: dict[tuple, dict], runs: list[dict]) -> list[tuple[str, RunSpec]]:
+    """Seeds for every deciding cell up to its fixed count (:func:`seed_cap`), whatever its seeds show:
+    sqrt's reference cells (each comparison divides by their median gain) and every cell a verdict
+    reads.  The count is chosen before any result is seen, so a stall rate's Wilson interval is that
+    of a fixed design (adding seeds while a rate was undecided, as this lab did before, is a
+    sequential design, and made that interval overstate its confidence)."""
+    have: dict[tuple, int] = {}
     for r in runs:
-        by_cell.setdefault((r["task"], r["rule"], r["d_head"], r["lr"]), []).append(r)
+        key = (r["task"], r["rule"], r["d_head"], r["lr"])
+        have[key] = have.get(key, 0) + 1
     new = []
     for task, rule, d, lr in deciding_cells(config, best):
-        members = by_cell.get((task, rule, d, lr), [])
-        cap = seed_cap(config, task, d)
-        if not members or len(members) >= cap:
-            continue
-        if rule != "sqrt":  # the reference always gets seeds; any other cell while its seeds agree
-            ref = by_cell.get((task, "sqrt", d, best[(task, "sqrt", d)]["lr"]), []) if (task, "sqrt", d) in best else []
-            if not ref:
-                continue
-            stalled = sum(classify(progress(r, ref, task_baselines)) == "stalls" for r in members)
-            if not rate_undecided(stalled, len(members)):
-                continue
-        start = config.seed + len(members)
-        new.extend(cell_specs(config, task, rule, d, lr, range(start, config.seed + min(cap, 2 * len(members)))))
+        count = have.get((task, rule, d, lr), 0)
+        if count:
+            new.extend(cell_specs(config, task, rule, d, lr,
+                                  range(config.seed + count, config.seed + seed_cap(config, task, d))))
     return new
 
 
@@ -611,17 +596,11 @@ def run(config: Config, progress=None, *, store=None, workers: int | None = None
 
 def _run(config: Config, progress, store, workers: int | None, batch_runs: int, pool: KeptPool) -> dict:
     rounds = 1 + config.lr_widen
-    used = {"lm_seeds": "shakespeare" in config.tasks}  # the others always run (the deep cells are counted apart)
-    # the doubling cells' rounds, and one for the deep cells' fill to their fixed count (the progress bar's total)
-    extension_rounds = max(0, *(math.ceil(math.log2(getattr(config, cap) / getattr(config, base)))
-                                for base, cap in SEED_SCHEDULES[:-1] if used.get(base, True)),
-                           int(config.deep and config.deep_best_seeds > config.deep_seeds))
 
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
         def report(done, total, message):
-            if progress:
-                progress(min(1.0, (number + done / max(1, total)) / (rounds + extension_rounds + 1)),
-                         f"{what}: {message}")
+            if progress:  # the grid, the widening rounds, the fill
+                progress(min(1.0, (number + done / max(1, total)) / (rounds + 1)), f"{what}: {message}")
         return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report, pool=pool)
 
     stored_before = store.keys() if store is not None else set()
@@ -668,14 +647,11 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
         deep += new_deep
     best = chosen_lrs(summaries())
     deep_best = chosen_lrs(deep_summaries(), deep_base)
-    for number in range(1, extension_rounds + 1):  # seeds where the deciding cells' rates are still undecided
-        have = {(rule, run_key(s)) for rule, s in grid}
-        new = [(rule, s) for rule, s in extend_seeds(config, best, summaries(), task_baselines)
-               if (rule, run_key(s)) not in have]
-        new_deep = unseen(deep_extend(config, deep_best, deep_summaries()))
-        if not new and not new_deep:
-            break
-        results.update(train_round([s for _, s in new] + new_deep, rounds + number, f"adding seeds (round {number})"))
+    have = {(rule, run_key(s)) for rule, s in grid}
+    new = [(rule, s) for rule, s in fill_seeds(config, best, summaries()) if (rule, run_key(s)) not in have]
+    new_deep = unseen(deep_extend(config, deep_best, deep_summaries()))
+    if new or new_deep:  # the deciding cells filled to their fixed counts
+        results.update(train_round([s for _, s in new] + new_deep, rounds, "filling the deciding cells' seeds"))
         grid += new
         deep += new_deep
     out = {"config": dataclasses.asdict(config), "baselines": task_baselines}

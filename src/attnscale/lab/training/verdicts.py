@@ -15,8 +15,8 @@ How a comparison is made (every rule below uses it):
 * each seed is classed ``stalls`` (progress < 0.2), ``worse`` or ``trains`` (>= 0.8), and a
   cell is read as a rate: how many of its seeds stall, with the Wilson 95% interval.  The cell
   stalls where that interval lies above 1/2, does not where it lies below, and is undecided
-  otherwise (it then leaves the part open); the experiment adds seeds to a cell while its rate is
-  undecided, up to its cap.  A part read over cells holds where every cell stalls, fails where
+  otherwise (it then leaves the part open); every cell a verdict reads has a fixed count of seeds,
+  chosen before any result is seen.  A part read over cells holds where every cell stalls, fails where
   none does, and holds in part where some do and some do not (:func:`stall_part`);
 * each rule is read at its own best learning rate (chosen on the base seeds by the mean score)
   and at sqrt's best learning rate; a claim declares which of the two is its setting (the other
