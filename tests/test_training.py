@@ -618,3 +618,16 @@ def test_deciding_cells_get_their_fixed_count_whatever_their_seeds_show(result):
     others = [c["lr"] for c in E.fold_cells(result["grid"]) if (c["task"], c["rule"], c["d_head"]) == ("recall", "inv_d", 64)
               and ("recall", "inv_d", 64, c["lr"]) not in deciding]
     assert others and all(added([COPY] * 3, at=other) == [] for other in others)
+
+
+def test_a_cell_without_sqrt_beside_it_is_not_filled():
+    """A deciding cell whose (task, d_head) has no sqrt reference votes in no verdict: no seeds for it."""
+    info = {"lr": 1e-3, "grid": [1e-3], "at_edge": None, "near_best": []}
+    rows = [{"task": "recall", "rule": rule, "d_head": 256, "lr": 1e-3, "seed": s} for rule in ("none", "sqrt")
+            for s in range(TINY.seed, TINY.seed + 3)]
+    config = dataclasses.replace(TINY, seed_cap_large=5, large_d_head=256)
+    alone = E.fill_seeds(config, {("recall", "none", 256): info}, rows[:3])
+    assert alone == []
+    beside = E.fill_seeds(config, {("recall", "none", 256): info, ("recall", "sqrt", 256): info}, rows)
+    assert sorted((rule, s.seed) for rule, s in beside) == [(rule, s) for rule in ("none", "sqrt")
+                                                             for s in range(TINY.seed + 3, TINY.seed + 5)]

@@ -38,7 +38,9 @@ def class_starts(filename: str) -> dict[str, int]:
 
 def class_source_lines(cls: type) -> tuple[list[str], int]:
     """What ``inspect.getsourcelines(cls)`` gives: the class's lines and its first line's number.
-    Raises OSError (or TypeError for a built-in class) where inspect would."""
+    Raises OSError (or TypeError for a built-in class) where inspect would.  A file is parsed once a
+    process: a source file edited while it runs is not read again."""
+    cls = inspect.unwrap(cls)
     filename = inspect.getsourcefile(cls)
     if filename is None:
         raise OSError(f"source code of {cls.__qualname__} not available")

@@ -86,7 +86,7 @@ class Config:
     batch: int = 32
     val_size: int = 256
     steps: int = 300
-    lrs: tuple[float, ...] = (3e-3, 6e-3)   # quick: the better of two rates; full: a grid widened past its edges
+    lrs: tuple[float, ...] = (3e-3, 6e-3)   # each rule at the better of two rates
     lr_widen: int = 0
     seeds: int = 3
     best_seeds: int = 8          # seeds in each rule's best cell, fixed before looking (the base seeds among them)
@@ -117,9 +117,8 @@ class Config:
 
 PRESETS = {
     "quick": Config(),
-    # the quick preset's trainings (the same runs at a base seed), and RoPE models of sqrt and log_34 n beside
-    # them (L4's RoPE part), and more Monte Carlo rows.  It trained 800 steps on a wider grid: 480 CPU-s of the
-    # full preset's 30 minutes, for the same labels at base seeds 0 and 1 (docs/benchmarks.md)
+    # the quick preset's trainings (the same runs at a base seed), RoPE models of sqrt and log_34 n beside them
+    # (L4's RoPE part), and more Monte Carlo rows
     "full": Config(positions=("none", "rope"), draws=2000),
 }
 

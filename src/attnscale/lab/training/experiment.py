@@ -160,8 +160,7 @@ class Config:
 PRESETS = {
     "quick": Config(),
     # every deciding cell gets a fixed count (10 seeds on recall, 8 at d_head 256, 5 on Shakespeare); C09's
-    # best deep cells a fixed 8 a factor: a deep run costs about 28 CPU-s here, and 12 left C09 as undecided
-    # as 8 at base seeds 0 and 1 (docs/benchmarks.md)
+    # best deep cells a fixed 8 a factor (a deep run costs about 28 CPU-s here)
     "full": Config(tasks=("recall", "shakespeare"), d_heads=(16, 64, 256), seeds=5, recall_steps=400,
                    deep=True, deep_steps=400, deep_lrs=(1e-3, 3e-3), t5_recall_d_head=256, deep_seeds=3, deep_best_seeds=8,
                    decisive_d_heads=(), seed_cap=10, seeds_large=3, seed_cap_large=8, lm_seeds=3, lm_seed_cap=5,
@@ -574,7 +573,7 @@ def fill_seeds(config: Config, best: dict[tuple, dict], runs: list[dict]) -> lis
     new = []
     for task, rule, d, lr in deciding_cells(config, best):
         count = have.get((task, rule, d, lr), 0)
-        if count:
+        if count and (task, "sqrt", d) in best:  # a cell without sqrt's reference beside it votes in no verdict
             new.extend(cell_specs(config, task, rule, d, lr,
                                   range(config.seed + count, config.seed + seed_cap(config, task, d))))
     return new
@@ -599,8 +598,8 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
 
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
         def report(done, total, message):
-            if progress:  # the grid, the widening rounds, the fill
-                progress(min(1.0, (number + done / max(1, total)) / (rounds + 1)), f"{what}: {message}")
+            if progress:  # the grid (0), the widening rounds (1 to rounds), the fill (rounds + 1)
+                progress(min(1.0, (number + done / max(1, total)) / (rounds + 2)), f"{what}: {message}")
         return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report, pool=pool)
 
     stored_before = store.keys() if store is not None else set()
@@ -651,7 +650,7 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
     new = [(rule, s) for rule, s in fill_seeds(config, best, summaries()) if (rule, run_key(s)) not in have]
     new_deep = unseen(deep_extend(config, deep_best, deep_summaries()))
     if new or new_deep:  # the deciding cells filled to their fixed counts
-        results.update(train_round([s for _, s in new] + new_deep, rounds, "filling the deciding cells' seeds"))
+        results.update(train_round([s for _, s in new] + new_deep, rounds + 1, "filling the deciding cells' seeds"))
         grid += new
         deep += new_deep
     out = {"config": dataclasses.asdict(config), "baselines": task_baselines}
