@@ -55,6 +55,26 @@ def test_bootstrap_is_seeded_and_brackets_the_statistic():
     assert intervals.bootstrap_ratio([1.0], [0.0]) == (math.inf, math.inf)
 
 
+def test_a_censored_run_leaves_the_ratio_open_where_its_resamples_reach():
+    """A run unfinished within its budget is given at the budget (its least value) and inf (its
+    greatest).  One such run of six in the numerator: a resample's median reaches it where 3 or more of
+    its 6 draws are that run, P = 1 - sum_{j<3} C(6,j) (1/6)^j (5/6)^(6-j) = 0.062 > 2.5%, so the high
+    end is open while the low end is the one read at the budget.  In the denominator it opens the low
+    end instead.  With no bound given, the interval is the plain one (the same resamples)."""
+    least = [100.0, 110.0, 120.0, 130.0, 140.0, 300.0]
+    greatest = least[:-1] + [math.inf]
+    plain = intervals.bootstrap_ratio(least, [50.0] * 4)
+    low, high = intervals.bootstrap_ratio(least, [50.0] * 4, numerator_high=greatest)
+    assert (low, high) == (plain[0], math.inf) and plain[1] < math.inf
+    low, high = intervals.bootstrap_ratio([100.0] * 4, least, denominator_high=greatest)
+    assert low == 0.0 and high == intervals.bootstrap_ratio([100.0] * 4, least)[1]
+    # a censored run too rare to reach the 2.5% tail: 1 of 20, P(median reaches it) ~ 1e-5
+    assert intervals.bootstrap_ratio([100.0] * 20, [50.0] * 4, numerator_high=[100.0] * 19 + [math.inf]) == (2.0, 2.0)
+    with pytest.raises(ValueError, match=r"numerator_high and denominator_high must match their samples' lengths \(2, 1\), got 1, 1"):
+        intervals.bootstrap_ratio([1.0, 2.0], [1.0], numerator_high=[1.0])
+    assert intervals.fmt_interval((0.95, math.inf)) == "[0.95-∞]"
+
+
 def test_side_of_a_threshold():
     assert intervals.side((0.6, 0.9), 0.5) == intervals.ABOVE
     assert intervals.side((0.1, 0.4), 0.5) == intervals.BELOW

@@ -84,19 +84,39 @@ def bootstrap(sample: Sequence[float], statistic: Callable[[list[float]], float]
 
 def bootstrap_ratio(numerator: Sequence[float], denominator: Sequence[float],
                     statistic: Callable[[list[float]], float] = statistics.median, *, seed: int = 0,
-                    level: float = LEVEL, resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float]:
+                    level: float = LEVEL, resamples: int = BOOTSTRAP_RESAMPLES,
+                    numerator_high: Sequence[float] | None = None,
+                    denominator_high: Sequence[float] | None = None) -> tuple[float, float]:
     """Percentile bootstrap interval of statistic(numerator) / statistic(denominator), the two
-    samples resampled independently (seeded); a zero denominator gives inf."""
+    samples resampled independently (seeded); a zero denominator gives inf.
+
+    Where a value is only a lower bound (a run that did not finish within its budget: its true
+    value lies anywhere above it), the samples hold each value's least possible value and
+    ``numerator_high`` / ``denominator_high`` its greatest (inf for such a run), index for index.
+    A resample draws the same indices from both; the interval's low end reads the least numerators
+    over the greatest denominators, its high end the reverse, so it holds whatever the unfinished
+    runs' true values are (an end they can move without limit is inf)."""
     numerator, denominator = list(numerator), list(denominator)
     if not numerator or not denominator:
         raise UserError("bootstrap_ratio needs values in both samples")
+    numerator_high = numerator if numerator_high is None else list(numerator_high)
+    denominator_high = denominator if denominator_high is None else list(denominator_high)
+    if len(numerator_high) != len(numerator) or len(denominator_high) != len(denominator):
+        raise UserError(f"numerator_high and denominator_high must match their samples' lengths "
+                        f"({len(numerator)}, {len(denominator)}), got {len(numerator_high)}, {len(denominator_high)}")
+
+    def ratio(top: float, bottom: float) -> float:
+        return top / bottom if bottom else math.inf
+
     rng = random.Random(seed)
-    draws = []
+    lows, highs = [], []
     for _ in range(resamples):
-        top = statistic(rng.choices(numerator, k=len(numerator)))
-        bottom = statistic(rng.choices(denominator, k=len(denominator)))
-        draws.append(top / bottom if bottom else math.inf)
-    return _percentiles(draws, level)
+        # indices drawn as rng.choices draws values: the same resamples as drawing the values
+        tops = rng.choices(range(len(numerator)), k=len(numerator))
+        bottoms = rng.choices(range(len(denominator)), k=len(denominator))
+        lows.append(ratio(statistic([numerator[i] for i in tops]), statistic([denominator_high[i] for i in bottoms])))
+        highs.append(ratio(statistic([numerator_high[i] for i in tops]), statistic([denominator[i] for i in bottoms])))
+    return _percentiles(lows, level)[0], _percentiles(highs, level)[1]
 
 
 def bonferroni_z(tests: int, alpha: float = FAMILY_ALPHA) -> float:
@@ -217,7 +237,12 @@ def occurs_in(groups, rare: float, level: float = LEVEL) -> bool | None:
 
 
 def fmt_interval(interval: tuple[float, float], digits: int = 2, percent: bool = False) -> str:
+    """'[0.95-1.7]'; an open end (inf) as ∞: '[0.95-∞]'."""
     low, high = interval
-    if percent:
-        return f"[{low:.0%}-{high:.0%}]"
-    return f"[{low:.{digits}g}-{high:.{digits}g}]"
+
+    def number(value: float) -> str:
+        if math.isinf(value):
+            return "∞" if value > 0 else "-∞"
+        return f"{value:.0%}" if percent else f"{value:.{digits}g}"
+
+    return f"[{number(low)}-{number(high)}]"
