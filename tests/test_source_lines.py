@@ -4,7 +4,6 @@ import importlib
 import inspect
 
 import pytest
-import transformers
 
 from attnscale.audit import source_lines
 

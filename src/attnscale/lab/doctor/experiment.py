@@ -321,11 +321,11 @@ def mean_trajectory(runs: list[dict]) -> list[dict]:
     """One rule's flag along training, averaged over its seeds check by check: the mean share of
     heads flagged, its lowest and highest seed, the mean entropy and validation loss."""
     rows = []
-    for checks in zip(*(run["trajectory"] for run in runs)):
-        shares = [check["over_smoothed_heads"] for check in checks]
-        rows.append({"step": checks[0]["step"], "seeds": len(checks), "over_smoothed_heads": statistics.fmean(shares),
+    for at_step in zip(*(run["trajectory"] for run in runs)):
+        shares = [check["over_smoothed_heads"] for check in at_step]
+        rows.append({"step": at_step[0]["step"], "seeds": len(at_step), "over_smoothed_heads": statistics.fmean(shares),
                      "lowest_seed": min(shares), "highest_seed": max(shares),
-                     **{key: statistics.fmean(check[key] for check in checks)
+                     **{key: statistics.fmean(check[key] for check in at_step)
                         for key in ("normalized_entropy", "val_loss")}})
     return rows
 
