@@ -3,6 +3,7 @@ learning-rate grid that widens, and every verdict of every rule produced from on
 run of the lab, edited the way a different measurement would have come out."""
 
 import copy
+import math
 import dataclasses
 import random
 import statistics
@@ -506,6 +507,24 @@ def test_c13_every_outcome(result):
     assert outcomes["slower"] == SUPPORTED  # 2.5x (whether the old BERT used 1/d_k is the doctor lab's part)
     assert outcomes["same"] == REFUTED
     assert outcomes["a bit slower"] == REFUTED  # 1.25x: slower, but not 2-3x
+
+
+def test_c13_an_unsolved_seed_leaves_the_slowdown_open_above(result):
+    """Where 1/d_k solved in fewer than half of its seeds its median is a lower bound: the interval's high
+    end is inf (an unsolved seed read at infinity), so the part can fail only as "more than 3x", never
+    hold or read "less than 2x".  One unsolved seed of six already opens it (a resample's median reaches
+    it with P 0.062 > 2.5%), while the low end stays the one read at the run's length."""
+    make_sqrt_work(result)
+    few = copy.deepcopy(result)
+    set_rule_everywhere(few, "inv_d", [COPY, COPY, COPY, COPY, 0.97], solve_at=5)  # 2 of 6 solve
+    rows = V.speed_rows(few, "sqrt")
+    assert rows and all(r["lower_bound"] and r["interval"][1] == math.inf for r in rows)
+    assert V.judge_c13(few).readings["slower"].state != claims.HOLDS
+    one = copy.deepcopy(result)
+    set_rule_everywhere(one, "inv_d", [COPY, 0.97], solve_at=5)  # 5 of 6 solve, in 5 steps
+    rows = V.speed_rows(one, "sqrt")
+    assert all(not r["lower_bound"] and r["interval"][1] == math.inf and r["interval"][0] < math.inf for r in rows)
+    assert V.judge_c13(one).readings["slower"].state == claims.UNDECIDED
 
 
 def test_c18_every_outcome(result):

@@ -534,7 +534,8 @@ def speed_rows(result: dict, reading: str) -> list[dict]:
     """Per d_head where sqrt solves recall: the median steps to solve of inv_d over sqrt's, with a
     bootstrap 95% interval of that ratio (the two cells' seeds resampled independently; an unsolved
     seed's steps lie anywhere above the run's length, so the interval holds for any of them: its high
-    end is open where its resamples reach such a seed, see :func:`attnscale.intervals.bootstrap_ratio`)."""
+    end is open where its resamples reach such a seed, see :func:`attnscale.intervals.bootstrap_ratio`;
+    so always where 1/d_k solved in fewer than half of its seeds, the median then a ``lower_bound``)."""
     rows = []
     for d in result["config"]["d_heads"]:
         ref = reference(result, "recall", d)
@@ -557,13 +558,6 @@ def speed_rows(result: dict, reading: str) -> list[dict]:
     return rows
 
 
-def ratio_interval(row: dict) -> tuple[float, float]:
-    """A cell's interval of the slowdown; where 1/d_k solved in fewer than half of its seeds the median
-    is a lower bound set by the run's length, so the interval is open above."""
-    low, high = row["interval"]
-    return (low, math.inf) if row["lower_bound"] else (low, high)
-
-
 def slowdown_state(interval: tuple[float, float], scale: float = 1.0) -> str:
     """One cell's '2-3x slower': holds where the ratio's interval lies inside SLOWER_RANGE, fails where
     it lies wholly outside it (not 2x slower, or more than 3x), undecided otherwise."""
@@ -578,8 +572,8 @@ def slowdown_state(interval: tuple[float, float], scale: float = 1.0) -> str:
 def slowdown_direction(rows: list[dict], scale: float = 1.0) -> str:
     """Which way the failing cells lie from 2-3x: "1.2x, less than 2x slower", "more than 3x"."""
     low, high = SLOWER_RANGE[0] * scale, SLOWER_RANGE[1] * scale
-    below = [r for r in rows if ratio_interval(r)[1] < low]
-    above = [r for r in rows if ratio_interval(r)[0] > high]
+    below = [r for r in rows if r["interval"][1] < low]
+    above = [r for r in rows if r["interval"][0] > high]
     words = []
     if below:
         words.append(", ".join(f"{r['ratio']:.2f}x" for r in below) + f": less than {low:.3g}x slower")
@@ -605,14 +599,14 @@ def judge_c13(result: dict) -> Finding:
     rows = readings["sqrt"]
 
     def read(scale: float) -> Reading:
-        states = [slowdown_state(ratio_interval(r), scale) for r in rows]
+        states = [slowdown_state(r["interval"], scale) for r in rows]
         return Reading.over(states, measured=speed_line(rows),
                        threshold=f"the ratio's interval inside {SLOWER_RANGE[0] * scale:.3g}-{SLOWER_RANGE[1] * scale:.3g}x "
                                  "(open above where 1/d_k solved in under half of its seeds)",
                        settings=[{"where": f"recall d_head {r['d_head']}", "state": st} for r, st in zip(rows, states)],
                        direction=slowdown_direction(rows, scale))
 
-    own_states = [slowdown_state(ratio_interval(r)) for r in readings["own"]]
+    own_states = [slowdown_state(r["interval"]) for r in readings["own"]]
     low, high = SLOWER_RANGE
     evidence = (
         f"Median steps to solve recall (accuracy >= {SOLVED_ACC}) over seeds, in cells where sqrt solves it, with the "
