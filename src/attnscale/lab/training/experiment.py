@@ -32,6 +32,7 @@ Nothing here writes a file or prints.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import statistics
@@ -566,13 +567,10 @@ def fill_seeds(config: Config, best: dict[tuple, dict], runs: list[dict]) -> lis
     reads.  The count is chosen before any result is seen, so a stall rate's Wilson interval is that
     of a fixed design (adding seeds while a rate was undecided, as this lab did before, is a
     sequential design, and made that interval overstate its confidence)."""
-    have: dict[tuple, int] = {}
-    for r in runs:
-        key = (r["task"], r["rule"], r["d_head"], r["lr"])
-        have[key] = have.get(key, 0) + 1
+    have = collections.Counter((r["task"], r["rule"], r["d_head"], r["lr"]) for r in runs)
     new = []
     for task, rule, d, lr in deciding_cells(config, best):
-        count = have.get((task, rule, d, lr), 0)
+        count = have[(task, rule, d, lr)]
         if count and (task, "sqrt", d) in best:  # a cell without sqrt's reference beside it votes in no verdict
             new.extend(cell_specs(config, task, rule, d, lr,
                                   range(config.seed + count, config.seed + seed_cap(config, task, d))))
