@@ -75,6 +75,24 @@ def test_capture_path_equals_fused_path():
     assert torch.allclose(fused, dense, atol=1e-5)
 
 
+@pytest.mark.parametrize("n_layers,pos,scale", [(1, "none", "sqrt"), (1, "rope", "sqrt+ssmax"), (2, "learned", "inv_d"),
+                                                 (2, "rope", "sqrt+logn:4"), (3, "none", "sqrt+sqrtlogn:4")])
+def test_logits_at_some_rows_equal_the_forward_passs_rows(n_layers, pos, scale):
+    """logits_at runs the last block on the asked rows only; its logits and the last layer's
+    probabilities are the full forward pass's at those rows (the dense capture path's probabilities)."""
+    model = Transformer(small(n_layers=n_layers, pos=pos, scale=scale), seed=1).eval()
+    x = torch.randint(0, 20, (3, 12), generator=torch.Generator().manual_seed(2))
+    rows = slice(-4, None)
+    with torch.no_grad(), capture(model) as seen:
+        full, _ = model(x)
+    logits, probs = model.logits_at(x, rows)
+    assert logits.shape == (3, 4, 20) and probs.shape == (3, 2, 4, 12)
+    assert torch.allclose(logits, full[:, rows], atol=1e-5)
+    assert torch.allclose(probs, seen[f"blocks.{n_layers - 1}.attn"].probs[:, :, rows], atol=1e-6)
+    middle = model.logits_at(x, slice(3, 5))[0]
+    assert torch.allclose(middle, full[:, 3:5], atol=1e-5)  # causal rows inside the sequence too
+
+
 @pytest.mark.parametrize("d_head", [4, 64])
 def test_t5_fold_equals_sqrt_at_init(d_head):
     """none + t5 init (W_q std (d_model d_k)^-1/2) gives the same function as sqrt + unit init: the

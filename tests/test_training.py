@@ -48,7 +48,9 @@ def test_a_rule_with_sqrts_factor_shares_sqrts_runs(tiny_result):
     def cell_losses(rule, d_head):
         return sorted((r["lr"], r["seed"], r["final_val_loss"]) for r in tiny_result["grid"]
                       if (r["task"], r["rule"], r["d_head"]) == ("recall", rule, d_head))
-    assert cell_losses("const:0.125", 64) == cell_losses("sqrt", 64) != []
+    const, sqrt = cell_losses("const:0.125", 64), cell_losses("sqrt", 64)
+    # each of const's runs is sqrt's at that rate and seed; sqrt has more where its candidate rates were filled
+    assert const and set(const) <= set(sqrt)
     assert cell_losses("const:0.125", 8) != cell_losses("sqrt", 8)  # 1/8 is not 1/sqrt(8): trained on its own
     assert (E.trained_rule("const:0.125", 64), E.trained_rule("const:0.125", 8)) == ("sqrt", "const:0.125")
     assert E.trained_rule("learned", 64) == "learned"
@@ -93,8 +95,14 @@ def test_the_tiny_run_has_every_seed_cell_and_widened_grid(tiny_result):
     cfg = tiny_result["config"]
     config = T.Config(**{k: tuple(map(tuple, v)) if k == "t5_optimisers" else tuple(v) if isinstance(v, list) else v
                          for k, v in cfg.items()})
-    deciding = set(E.deciding_cells(config, E.best_lrs(E.fold_cells(
-        [r for r in tiny_result["grid"] if r["seed"] in E.seeds_of(config, r["task"], r["d_head"])]))))
+    base_best = E.best_lrs(E.fold_cells(
+        [r for r in tiny_result["grid"] if r["seed"] in E.seeds_of(config, r["task"], r["d_head"])]))
+    final_best = {(r["task"], r["rule"], r["d_head"]): r for r in tiny_result["best_lr"]}
+    candidates = E.reference_candidates(base_best)
+    # filled: the deciding cells at the base seeds' choice, sqrt's candidate rates where several, and the
+    # cells read at sqrt's confirmed rate
+    deciding = (set(E.deciding_cells(config, base_best)) | set(E.deciding_cells(config, final_best))
+                | {(t, "sqrt", d, lr) for (t, d), rates in candidates.items() if len(rates) > 1 for lr in rates})
     for cell in tiny_result["cells"]:
         cap = E.seed_cap(config, cell["task"], cell["d_head"])
         base = len(E.seeds_of(config, cell["task"], cell["d_head"]))  # 3 on recall, lm_seeds = 2 on Shakespeare
@@ -155,6 +163,32 @@ def test_best_lr_and_widening_rules():
     new = E.widen(TINY, best, widened)
     assert {s.lr for _, s in new} == {0.03} and len(new) == TINY.seeds and widened == {("recall", "sqrt", 8): 1}
     assert E.widen(TINY, best, widened) == []  # lr_widen=1: no more
+
+
+def test_sqrts_rate_is_confirmed_on_every_seed_of_its_candidates():
+    """The base seed 8 case of the quick preset: two rates solve all three base seeds, the higher by a
+    hair; at six seeds it solves three.  The reference is chosen again on the six, among the rates the
+    base seeds could not tell apart, and the cells read at sqrt's rate follow it."""
+    def run(lr, seed, acc, rule="sqrt"):
+        return {"task": "recall", "rule": rule, "d_head": 16, "lr": lr, "seed": seed, "final_val_acc": acc,
+                "final_val_loss": 1 - acc, "steps_to_solve": None, "status": "finished"}
+    accs = {3e-3: [0.97, 1.0, 0.97, 0.99, 1.0, 0.98], 9e-3: [0.99, 1.0, 1.0, 0.52, 0.54, 0.41], 1e-3: [0.3, 0.35, 0.44]}
+    runs = [run(lr, s, a) for lr, seq in accs.items() for s, a in enumerate(seq)]
+    base = E.best_lrs(E.fold_cells([r for r in runs if r["seed"] < 3]))
+    assert base[("recall", "sqrt", 16)]["lr"] == 9e-3 and base[("recall", "sqrt", 16)]["near_best"] == [3e-3]
+    candidates = E.reference_candidates(base)
+    assert candidates == {("recall", 16): [3e-3, 9e-3]}
+    # each candidate is filled to the cell's fixed count from the seeds it has
+    fill = E.fill_candidates(TINY, candidates, [r for r in runs if r["seed"] < 3])
+    cap = E.seed_cap(TINY, "recall", 16)
+    assert sorted((s.lr, s.seed) for _, s in fill) == sorted((lr, s) for lr in (3e-3, 9e-3) for s in range(3, cap))
+    confirmed = E.confirm_reference(base, candidates, runs)[("recall", "sqrt", 16)]
+    assert (confirmed["lr"], confirmed["chosen_on_base"], confirmed["confirmed_among"]) == (3e-3, 9e-3, [3e-3, 9e-3])
+    assert confirmed["confirmed_seeds"] == 6 and confirmed["grid"] == [1e-3, 3e-3, 9e-3]
+    # a rate alone needs no confirmation: nothing filled, nothing moved
+    alone = {key: {**info, "near_best": []} for key, info in base.items()}
+    assert E.fill_candidates(TINY, E.reference_candidates(alone), runs) == []
+    assert E.confirm_reference(alone, E.reference_candidates(alone), runs) == alone
 
 
 def test_recall_grids_start_moved_toward_the_factor_lm_grids_do_not():

@@ -103,7 +103,7 @@ class Transformer(nn.Module):
         return [{"W_q": b.attn.w_q.weight, "W_k": b.attn.w_k.weight, "W_v": b.attn.w_v.weight,
                  "W_o": b.attn.w_o.weight} for b in self.blocks]
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+    def embed(self, idx: torch.Tensor) -> torch.Tensor:
         learned = self.config.pos == "learned"
         if idx.dim() != 2 or (learned and idx.shape[1] > self.config.seq_len):
             limit = f" with T <= seq_len={self.config.seq_len} (learned positions; pos 'none' or 'rope' run at any T)" \
@@ -112,6 +112,26 @@ class Transformer(nn.Module):
         x = self.tok_emb(idx)
         if learned:
             x = x + self.pos_emb(torch.arange(idx.shape[1], device=idx.device))
+        return x
+
+    @torch.no_grad()
+    def logits_at(self, idx: torch.Tensor, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """The logits at the positions ``rows`` only, (B, R, vocab), and the last layer's attention
+        probabilities of those rows, (B, H, R, T).  Every block but the last runs on all positions (the
+        last one's keys and values need them); the last runs its queries, MLP and head on the rows
+        alone, which is what the forward pass computes there (for a one-layer model, R rows of
+        attention, not T)."""
+        x = self.embed(idx)
+        for block in self.blocks[:-1]:
+            x = block(x)
+        last = self.blocks[-1]
+        attended, probs = last.attn.row_output(last.ln_1(x), rows)
+        x = x[:, rows] + attended
+        x = x + last.mlp(last.ln_2(x))
+        return self.head(self.ln_f(x)), probs
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        x = self.embed(idx)
         for block in self.blocks:
             x = block(x)
         logits = self.head(self.ln_f(x))

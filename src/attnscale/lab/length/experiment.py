@@ -260,20 +260,14 @@ def evaluate_at(model: Transformer, config: Config, length: int, chunk: int = 64
     """Accuracy over the validation queries at ``length`` tokens, and the mean attention weight the
     queries give their needle (the layer's single head, from its input as the forward pass saw it)."""
     x_all, y_all = task_at(config, length).validation()
-    attn = model.blocks[0].attn
-    seen = {}
-    hook = attn.register_forward_pre_hook(lambda module, args: seen.__setitem__("x", args[0]))
+    queries = slice(-config.n_needles, None)  # the only scored positions
     correct, weights = 0, []
-    try:
-        for start in range(0, x_all.shape[0], chunk):
-            x, y = x_all[start:start + chunk].to(config.device), y_all[start:start + chunk].to(config.device)
-            logits, _ = model(x)
-            scored = y != IGNORE_INDEX
-            correct += int((logits.argmax(-1)[scored] == y[scored]).sum())
-            probs = attn.row_weights(seen["x"], slice(-config.n_needles, None))[:, 0]
-            weights.append((probs * needle_mask(x, config)).sum(dim=-1).flatten())
-    finally:
-        hook.remove()
+    for start in range(0, x_all.shape[0], chunk):
+        x, y = x_all[start:start + chunk].to(config.device), y_all[start:start + chunk, queries].to(config.device)
+        logits, probs = model.logits_at(x, queries)  # the layer's single head
+        scored = y != IGNORE_INDEX
+        correct += int((logits.argmax(-1)[scored] == y[scored]).sum())
+        weights.append((probs[:, 0] * needle_mask(x, config)).sum(dim=-1).flatten())
     queries = x_all.shape[0] * config.n_needles
     return {"accuracy": correct / queries, "needle_weight": float(torch.cat(weights).mean()), "queries": queries}
 

@@ -21,6 +21,9 @@ and not at all, and compare.  What runs (see :class:`Config`):
   is that of a fixed count only if the count was not chosen by looking at it).
 * t5: rule ``none`` + ``t5`` init (the factor folded into W_q) vs ``sqrt`` + ``unit`` init,
   same seeds, under AdamW, SGD and Adafactor, on recall -> C10.
+* sqrt's reference rate in each cell is chosen on the base seeds and then again, among that rate
+  and the rates its base seeds cannot tell from it, on as many seeds for each as the cell's fixed
+  count (:func:`confirm_reference`): every comparison divides by it.
 * a fixed rule whose factor equals sqrt's at a d_head (``const:0.125`` at d_head 64) is the
   same model: its cell reuses sqrt's runs instead of training them twice.
 * baselines: recall's copy baseline (a model that copies a random value token of its
@@ -47,7 +50,7 @@ from ...runs import KeptPool, execute, run_key
 from ...threads import torch_threads
 from ...train import RunSpec, attention_stats, build_model, build_task
 
-VERSION = 9
+VERSION = 10
 TASKS = ("recall", "shakespeare")
 SOLVED_ACC = 0.9          # recall: validation accuracy that counts as solved
 STALL_BELOW = 0.2         # progress below this: the seed stalls (learned under a fifth of what sqrt learned)
@@ -561,17 +564,54 @@ def deciding_cells(config: Config, best: dict[tuple, dict]) -> list[tuple[str, s
     return out
 
 
+def reference_candidates(best: dict[tuple, dict]) -> dict[tuple, list[float]]:
+    """{(task, d_head): rates}: sqrt's rate chosen on the base seeds and the rates those seeds cannot
+    tell from it (``near_best``).  The reference is what every comparison divides by and what decides
+    whether a cell votes at all, so it is chosen again among these on every seed of its cell."""
+    return {(task, d): sorted({info["lr"], *info["near_best"]}) for (task, rule, d), info in best.items()
+            if rule == "sqrt"}
+
+
+def fill_candidates(config: Config, candidates: dict[tuple, list[float]], runs: list[dict]) -> list[tuple[str, RunSpec]]:
+    """Seeds for each of sqrt's candidate rates up to its cell's fixed count (a rate alone needs none)."""
+    have = collections.Counter((r["task"], r["rule"], r["d_head"], r["lr"]) for r in runs)
+    return [spec for (task, d), rates in candidates.items() if len(rates) > 1 for lr in rates
+            for spec in cell_specs(config, task, "sqrt", d, lr, range(config.seed + have[(task, "sqrt", d, lr)],
+                                                                     config.seed + seed_cap(config, task, d)))]
+
+
+def confirm_reference(best: dict[tuple, dict], candidates: dict[tuple, list[float]],
+                      runs: list[dict]) -> dict[tuple, dict]:
+    """``best`` with sqrt's rate in each cell chosen among its candidates on all their seeds (as many for
+    each, a count fixed before looking), by the same rank as on the base seeds; ``confirmed_among``
+    names the candidates where there were several."""
+    out = dict(best)
+    for (task, d), rates in candidates.items():
+        if len(rates) < 2:
+            continue
+        cells = [c for c in fold_cells([r for r in runs if (r["task"], r["rule"], r["d_head"]) == (task, "sqrt", d)])
+                 if c["lr"] in rates]
+        top = min(cells, key=rank)
+        info = best[(task, "sqrt", d)]
+        grid = info["grid"]
+        edge = "both" if len(grid) == 1 else "low" if top["lr"] == grid[0] else "high" if top["lr"] == grid[-1] else None
+        out[(task, "sqrt", d)] = {**info, "lr": top["lr"], "at_edge": edge, "chosen_on_base": info["lr"],
+                                  "confirmed_among": rates, "confirmed_seeds": len(top["seeds"])}
+    return out
+
+
 def fill_seeds(config: Config, best: dict[tuple, dict], runs: list[dict]) -> list[tuple[str, RunSpec]]:
     """Seeds for every deciding cell up to its fixed count (:func:`seed_cap`), whatever its seeds show:
     sqrt's reference cells (each comparison divides by their median gain) and every cell a verdict
     reads.  The count is chosen before any result is seen, so a stall rate's Wilson interval is that
     of a fixed design (adding seeds while a rate was undecided, as this lab did before, is a
-    sequential design, and made that interval overstate its confidence)."""
+    sequential design, and made that interval overstate its confidence).  A cell read at sqrt's rate
+    that its grid lacks (sqrt's confirmed rate off that rule's grid) gets all its seeds here."""
     have = collections.Counter((r["task"], r["rule"], r["d_head"], r["lr"]) for r in runs)
     new = []
     for task, rule, d, lr in deciding_cells(config, best):
         count = have[(task, rule, d, lr)]
-        if count and (task, "sqrt", d) in best:  # a cell without sqrt's reference beside it votes in no verdict
+        if (task, "sqrt", d) in best:  # a cell without sqrt's reference beside it votes in no verdict
             new.extend(cell_specs(config, task, rule, d, lr,
                                   range(config.seed + count, config.seed + seed_cap(config, task, d))))
     return new
@@ -596,8 +636,8 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
 
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
         def report(done, total, message):
-            if progress:  # the grid (0), the widening rounds (1 to rounds), the fill (rounds + 1)
-                progress(min(1.0, (number + done / max(1, total)) / (rounds + 2)), f"{what}: {message}")
+            if progress:  # the grid (0), the widening rounds (1 to rounds), the fills (rounds + 1, rounds + 2)
+                progress(min(1.0, (number + done / max(1, total)) / (rounds + 3)), f"{what}: {message}")
         return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report, pool=pool)
 
     stored_before = store.keys() if store is not None else set()
@@ -643,14 +683,25 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
         grid += new
         deep += new_deep
     best = chosen_lrs(summaries())
+    candidates = reference_candidates(best)
     deep_best = chosen_lrs(deep_summaries(), deep_base)
-    have = {(rule, run_key(s)) for rule, s in grid}
-    new = [(rule, s) for rule, s in fill_seeds(config, best, summaries()) if (rule, run_key(s)) not in have]
+
+    def missing(specs: list[tuple[str, RunSpec]]) -> list[tuple[str, RunSpec]]:
+        have = {(rule, run_key(s)) for rule, s in grid}
+        return list({(rule, run_key(s)): (rule, s) for rule, s in specs if (rule, run_key(s)) not in have}.values())
+
+    # the deciding cells filled to their fixed counts, and sqrt's candidate rates beside them
+    new = missing(fill_seeds(config, best, summaries()) + fill_candidates(config, candidates, summaries()))
     new_deep = unseen(deep_extend(config, deep_best, deep_summaries()))
-    if new or new_deep:  # the deciding cells filled to their fixed counts
+    if new or new_deep:
         results.update(train_round([s for _, s in new] + new_deep, rounds + 1, "filling the deciding cells' seeds"))
         grid += new
         deep += new_deep
+    best = confirm_reference(best, candidates, summaries())
+    new = missing(fill_seeds(config, best, summaries()))
+    if new:  # where sqrt's rate moved: the cells read at its new rate
+        results.update(train_round([s for _, s in new], rounds + 2, "filling the cells read at sqrt's confirmed rate"))
+        grid += new
     out = {"config": dataclasses.asdict(config), "baselines": task_baselines}
     out["grid"] = summaries()
     out["deep"] = deep_summaries()

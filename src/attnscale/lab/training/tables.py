@@ -12,6 +12,14 @@ def spread_text(s: dict | None) -> str:
     return "-" if s is None else fmt_spread(s)
 
 
+def chosen_on(row: dict) -> str:
+    """The base seeds, or sqrt's confirmation among its candidate rates on every seed of theirs."""
+    if "confirmed_among" not in row:
+        return "base seeds"
+    rates = ", ".join(f"{lr:g}" for lr in row["confirmed_among"])
+    return f"{row['confirmed_seeds']} seeds each of {rates} (base seeds: {row['chosen_on_base']:g})"
+
+
 def best_lr_rows(result: dict) -> list[dict]:
     by_key = {(c["task"], c["rule"], c["d_head"], c["lr"]): c for c in result["cells"]}
     rows = []
@@ -21,6 +29,7 @@ def best_lr_rows(result: dict) -> list[dict]:
                      "lrs tried": ", ".join(f"{lr:g}" for lr in row["grid"]),
                      "best at an edge": row["at_edge"] or "no",
                      "indistinguishable (bootstrap)": ", ".join(f"{lr:g}" for lr in row.get("near_best", ())) or "-",
+                     "chosen on": chosen_on(row),
                      "seeds": len(c["seeds"]), "accuracy" if row["task"] == "recall" else "loss":
                      spread_text(c["final_val_acc"] if row["task"] == "recall" else c["final_val_loss"]),
                      "diverged seeds": c["diverged"]})

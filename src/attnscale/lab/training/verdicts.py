@@ -18,8 +18,8 @@ How a comparison is made (every rule below uses it):
   otherwise (it then leaves the part open); every cell a verdict reads has a fixed count of seeds,
   chosen before any result is seen.  A part read over cells holds where every cell stalls, fails where
   none does, and holds in part where some do and some do not (:func:`stall_part`);
-* each rule is read at its own best learning rate (chosen on the base seeds by the mean score)
-  and at sqrt's best learning rate; a claim declares which of the two is its setting (the other
+* each rule is read at its own best learning rate (chosen on the base seeds by the mean score;
+  sqrt's confirmed on the filled seeds of its candidate rates) and at sqrt's best learning rate; a claim declares which of the two is its setting (the other
   is context in its evidence).
 
 Every number quoted is a median with its [min-max] over seeds, or a rate with its interval.
