@@ -14,11 +14,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from attnscale.history import factor_history, format_table
 from attnscale.history.cache import check, default_cache_dir, fetch, status, unpack
 from attnscale.history.probe import match_rule, probe_release, probe_releases
-from attnscale.history.reader import SUBJECTS, read_release, read_tree, scan_source
+from attnscale.history.reader import SUBJECTS, blank_strings_and_comments, read_release, read_tree, scan_source
 from attnscale.history.releases import RELEASES, Release, find_release
 
 SCALE = "attention_scores = attention_scores / math.sqrt(self.attention_head_size)"
@@ -472,3 +473,48 @@ def test_a_relative_cache_folder_is_the_one_below_the_current_folder(tmp_path, m
     monkeypatch.setenv("ATTNSCALE_HISTORY_CACHE", "hist")
     assert cache.default_cache_dir() == tmp_path / "hist" and cache.resolve_cache_dir().is_absolute()
     assert cache.resolve_cache_dir("other") == tmp_path / "other"
+
+
+def blank_by_hand(text: str) -> str:
+    """The reference: strings' bodies and comments blanked one character at a time, as a reader walks
+    them (a backslash takes the next character with it; a one-quote string ends at a bare newline)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        char = text[i]
+        if char == "#":
+            end = text.find("\n", i)
+            end = n if end < 0 else end
+            out.append(" " * (end - i))
+            i = end
+        elif char in "'\"":
+            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else char
+            j = i + len(quote)
+            while j < n and not text.startswith(quote, j):
+                if len(quote) == 1 and text[j] == "\n":
+                    break
+                j += 2 if text[j] == "\\" else 1
+            body = text[i + len(quote):j]
+            closed = j < n and text.startswith(quote, j)
+            out.append(quote + "".join(c if c == "\n" else " " for c in body) + (quote if closed else ""))
+            i = min(n, j + len(quote)) if closed else j
+        else:
+            out.append(char)
+            i += 1
+    return "".join(out)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.lists(st.sampled_from(["#", "'", '"', "\\", "\n", "a", " ", '"""', "'''", "r", "\\\n", "(", "x = 1"]),
+                max_size=40).map("".join))
+def test_blanking_strings_and_comments_equals_a_character_walk(text):
+    blanked = blank_strings_and_comments(text)
+    assert blanked == blank_by_hand(text)
+    assert len(blanked) == len(text) and [i for i, c in enumerate(blanked) if c == "\n"] == \
+        [i for i, c in enumerate(text) if c == "\n"]
+
+
+def test_blanking_keeps_code_and_quotes():
+    text = 'x = "a # b"  # note\ny = \'\'\'doc\n"s"\'\'\' + f"{z}"\n'
+    assert blank_strings_and_comments(text) == 'x = "     "        \ny = \'\'\'   \n   \'\'\' + f"   "\n'
+    # an escaped quote does not close; a one-quote string left open ends at its line's end
+    assert blank_strings_and_comments('a = "b\\" c\nd') == 'a = "     \nd'

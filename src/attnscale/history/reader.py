@@ -21,6 +21,7 @@ matching (same length, same lines), so a docstring that says "rsqrt(d_k)" is not
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -236,31 +237,30 @@ def power_formula(argument: str, exponent: float) -> str:
 
 # ----------------------------------------------------------------------------- source text
 
+# A comment, or a string: its opening quote, its body (a backslash takes the next character with it, a
+# newline included; a one-quote string also ends at a bare newline) and its closing quote where there is one
+_STRING_OR_COMMENT = re.compile(r'''
+    (?P<comment>\#[^\n]*)
+  | (?P<open>"""|\'\'\')(?P<long>(?:[^"'\\]|\\[\s\S]?|(?!(?P=open))["'])*)(?P<long_close>(?P=open))?
+  | (?P<quote>["'])(?P<short>(?:(?!(?P=quote))[^\\\n]|\\[\s\S]?)*)(?P<short_close>(?P=quote))?
+''', re.VERBOSE)
+
+
+def _blanked(match: re.Match) -> str:
+    if match.group("comment") is not None:
+        return " " * len(match.group("comment"))
+    long = match.group("open") is not None
+    body = match.group("long" if long else "short")
+    return (match.group("open" if long else "quote") + "\n".join(" " * len(part) for part in body.split("\n"))
+            + (match.group("long_close" if long else "short_close") or ""))
+
+
+@functools.lru_cache(maxsize=256)
 def blank_strings_and_comments(text: str) -> str:
-    """``text`` with string bodies and comments replaced by spaces: same length, same line breaks."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        char = text[i]
-        if char == "#":
-            end = text.find("\n", i)
-            end = n if end < 0 else end
-            out.append(" " * (end - i))
-            i = end
-        elif char in "'\"":
-            quote = text[i:i + 3] if text[i:i + 3] in ('"""', "'''") else char
-            j = i + len(quote)
-            while j < n and not text.startswith(quote, j):
-                if len(quote) == 1 and text[j] == "\n":
-                    break
-                j += 2 if text[j] == "\\" else 1
-            body = text[i + len(quote):j]
-            out.append(quote + re.sub(r"[^\n]", " ", body) + (quote if j < n and text.startswith(quote, j) else ""))
-            i = min(n, j + len(quote)) if text.startswith(quote, j) else j
-        else:
-            out.append(char)
-            i += 1
-    return "".join(out)
+    """``text`` with string bodies and comments replaced by spaces: same length, same line breaks.
+    (A file is blanked several times, for its statements, its guards and the definition search:
+    the last files' are kept.)"""
+    return _STRING_OR_COMMENT.sub(_blanked, text)
 
 
 @dataclass(frozen=True)
@@ -281,12 +281,13 @@ def logical_lines(text: str) -> list[LogicalLine]:
                 continue
             first = number
         buffer.append(line)
-        depth += sum(line.count(c) for c in "([{") - sum(line.count(c) for c in ")]}")
+        depth += (line.count("(") + line.count("[") + line.count("{")
+                  - line.count(")") - line.count("]") - line.count("}"))
         if depth > 0 or line.rstrip().endswith("\\"):
             continue
         joined = " ".join(part.strip().rstrip("\\").strip() for part in buffer)
         indent = len(buffer[0]) - len(buffer[0].lstrip())
-        result.append(LogicalLine(first, number, indent, re.sub(r"\s+", " ", joined).strip()))
+        result.append(LogicalLine(first, number, indent, " ".join(joined.split())))
         buffer, depth = [], 0
     return result
 
