@@ -185,6 +185,14 @@ def test_sqrts_rate_is_confirmed_on_every_seed_of_its_candidates():
     confirmed = E.confirm_reference(base, candidates, runs)[("recall", "sqrt", 16)]
     assert (confirmed["lr"], confirmed["chosen_on_base"], confirmed["confirmed_among"]) == (3e-3, 9e-3, [3e-3, 9e-3])
     assert confirmed["confirmed_seeds"] == 6 and confirmed["grid"] == [1e-3, 3e-3, 9e-3]
+    assert confirmed["near_best"] == []  # on six seeds 9e-3's mean 0.74 is told from 3e-3's 0.985
+    # a rule whose grid lacks sqrt's confirmed rate gets its base seeds there; one that has it, none
+    others = {("recall", "none", 16): {"lr": 1e-3, "grid": [3.33e-4, 1e-3, 9e-3]},
+              ("recall", "inv_d", 16): {"lr": 9e-3, "grid": [3e-3, 9e-3, 2.7e-2]}}
+    reference = E.fill_reference_rates(TINY, {**others, ("recall", "sqrt", 16): confirmed})
+    assert sorted((rule, s.lr, s.seed) for rule, s in reference) == [("none", 3e-3, s) for s in E.seeds_of(TINY, "recall", 16)]
+    # every rule's own choice stands; sqrt's is the confirmed one
+    assert E.with_reference({**others, **base}, {("recall", "sqrt", 16): confirmed}) == {**others, ("recall", "sqrt", 16): confirmed}
     # a rate alone needs no confirmation: nothing filled, nothing moved
     alone = {key: {**info, "near_best": []} for key, info in base.items()}
     assert E.fill_candidates(TINY, E.reference_candidates(alone), runs) == []

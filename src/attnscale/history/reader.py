@@ -255,11 +255,10 @@ def _blanked(match: re.Match) -> str:
             + (match.group("long_close" if long else "short_close") or ""))
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=4)
 def blank_strings_and_comments(text: str) -> str:
     """``text`` with string bodies and comments replaced by spaces: same length, same line breaks.
-    (A file is blanked several times, for its statements, its guards and the definition search:
-    the last files' are kept.)"""
+    (A file's statements and their guards blank it several times in a row: the last few are kept.)"""
     return _STRING_OR_COMMENT.sub(_blanked, text)
 
 

@@ -260,11 +260,11 @@ def evaluate_at(model: Transformer, config: Config, length: int, chunk: int = 64
     """Accuracy over the validation queries at ``length`` tokens, and the mean attention weight the
     queries give their needle (the layer's single head, from its input as the forward pass saw it)."""
     x_all, y_all = task_at(config, length).validation()
-    queries = slice(-config.n_needles, None)  # the only scored positions
+    query_rows = slice(-config.n_needles, None)  # the only scored positions
     correct, weights = 0, []
     for start in range(0, x_all.shape[0], chunk):
-        x, y = x_all[start:start + chunk].to(config.device), y_all[start:start + chunk, queries].to(config.device)
-        logits, probs = model.logits_at(x, queries)  # the layer's single head
+        x, y = x_all[start:start + chunk].to(config.device), y_all[start:start + chunk, query_rows].to(config.device)
+        logits, probs = model.logits_at(x, query_rows)  # the layer's single head
         scored = y != IGNORE_INDEX
         correct += int((logits.argmax(-1)[scored] == y[scored]).sum())
         weights.append((probs[:, 0] * needle_mask(x, config)).sum(dim=-1).flatten())

@@ -1,6 +1,6 @@
 """The training lab's experiment: small Transformers trained under sqrt(d_k), d_k, no scaling
 and a constant, with seeds, real baselines and learning-rate grids that widen until every
-rule's best rate is inside what was tried.
+rule's best rate on its base seeds is inside what was tried.
 
 The seed (section 6) proposes it: train the same model dividing QK^T by sqrt(d_k), by d_k
 and not at all, and compare.  What runs (see :class:`Config`):
@@ -584,7 +584,9 @@ def confirm_reference(best: dict[tuple, dict], candidates: dict[tuple, list[floa
                       runs: list[dict]) -> dict[tuple, dict]:
     """``best`` with sqrt's rate in each cell chosen among its candidates on all their seeds (as many for
     each, a count fixed before looking), by the same rank as on the base seeds; ``confirmed_among``
-    names the candidates where there were several."""
+    names the candidates where there were several, ``near_best`` the candidates those seeds cannot
+    tell from the confirmed rate.  (A candidate is a rate of sqrt's grid, so the grid does not widen
+    again: a confirmed rate may sit at its edge, as ``at_edge`` says.)"""
     out = dict(best)
     for (task, d), rates in candidates.items():
         if len(rates) < 2:
@@ -592,12 +594,19 @@ def confirm_reference(best: dict[tuple, dict], candidates: dict[tuple, list[floa
         cells = [c for c in fold_cells([r for r in runs if (r["task"], r["rule"], r["d_head"]) == (task, "sqrt", d)])
                  if c["lr"] in rates]
         top = min(cells, key=rank)
+        near = sorted(c["lr"] for c in cells if c is not top and overlaps(score_interval(c), score_interval(top)))
         info = best[(task, "sqrt", d)]
         grid = info["grid"]
         edge = "both" if len(grid) == 1 else "low" if top["lr"] == grid[0] else "high" if top["lr"] == grid[-1] else None
-        out[(task, "sqrt", d)] = {**info, "lr": top["lr"], "at_edge": edge, "chosen_on_base": info["lr"],
-                                  "confirmed_among": rates, "confirmed_seeds": len(top["seeds"])}
+        out[(task, "sqrt", d)] = {**info, "lr": top["lr"], "at_edge": edge, "near_best": near,
+                                  "chosen_on_base": info["lr"], "confirmed_among": rates,
+                                  "confirmed_seeds": len(top["seeds"])}
     return out
+
+
+def with_reference(chosen: dict[tuple, dict], confirmed: dict[tuple, dict]) -> dict[tuple, dict]:
+    """Every rule's rate as ``chosen`` on the base seeds, sqrt's as ``confirmed``."""
+    return {**chosen, **{key: info for key, info in confirmed.items() if key[1] == "sqrt"}}
 
 
 def fill_seeds(config: Config, best: dict[tuple, dict], runs: list[dict]) -> list[tuple[str, RunSpec]]:
@@ -636,8 +645,9 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
 
     def train_round(specs: list[RunSpec], number: int, what: str) -> dict[str, dict]:
         def report(done, total, message):
-            if progress:  # the grid (0), the widening rounds (1 to rounds), the fills (rounds + 1, rounds + 2)
-                progress(min(1.0, (number + done / max(1, total)) / (rounds + 3)), f"{what}: {message}")
+            if progress:  # the grid (0), the widening rounds (1 to rounds), the fill and what sqrt's confirmed
+                # rate adds (rounds + 1 to rounds + 3)
+                progress(min(1.0, (number + done / max(1, total)) / (rounds + 4)), f"{what}: {message}")
         return execute(specs, store, workers=workers, batch_runs=batch_runs, progress=report, pool=pool)
 
     stored_before = store.keys() if store is not None else set()
@@ -662,7 +672,7 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
     def deep_base(row: dict) -> bool:
         return row["seed"] in deep_seeds_of(config.seed, config.deep_seeds)
 
-    def chosen_lrs(rows: list[dict], base=grid_base) -> dict[tuple, dict]:  # on base seeds: added seeds cannot move a choice
+    def chosen_lrs(rows: list[dict], base=grid_base) -> dict[tuple, dict]:  # on base seeds (sqrt's is then confirmed)
         return best_lrs(fold_cells([r for r in rows if base(r)]))
 
     def unseen(specs: list[RunSpec]) -> list[RunSpec]:
@@ -697,10 +707,17 @@ def _run(config: Config, progress, store, workers: int | None, batch_runs: int, 
         results.update(train_round([s for _, s in new] + new_deep, rounds + 1, "filling the deciding cells' seeds"))
         grid += new
         deep += new_deep
-    best = confirm_reference(best, candidates, summaries())
+    confirmed = confirm_reference(best, candidates, summaries())
+    # where sqrt's rate moved off a rule's grid: that rule's base seeds at it (every rule is trained at sqrt's
+    # rate), its own rate chosen again with it, then the cells read at the rates now chosen filled
+    new = missing(fill_reference_rates(config, confirmed))
+    if new:
+        results.update(train_round([s for _, s in new], rounds + 2, "every rule at sqrt's confirmed rate"))
+        grid += new
+    best = with_reference(chosen_lrs(summaries()), confirmed)
     new = missing(fill_seeds(config, best, summaries()))
-    if new:  # where sqrt's rate moved: the cells read at its new rate
-        results.update(train_round([s for _, s in new], rounds + 2, "filling the cells read at sqrt's confirmed rate"))
+    if new:
+        results.update(train_round([s for _, s in new], rounds + 3, "filling the cells read at sqrt's confirmed rate"))
         grid += new
     out = {"config": dataclasses.asdict(config), "baselines": task_baselines}
     out["grid"] = summaries()

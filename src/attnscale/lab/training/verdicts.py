@@ -832,7 +832,8 @@ def judge_c18(result: dict) -> Finding:
     const_fails = sum(stall_state(c) == HOLDS for c in const_cells)
     evidence = (
         f"Each rule at its best learning rate, medians over seeds, in the {len(voting_cells)} cells of the main grid "
-        f"where sqrt works ({', '.join(f'{t} d_head {d}' for t, d in voting_cells)}). sqrt near the best rule (recall accuracy within "
+        f"where sqrt works ({', '.join(f'{t} d_head {d}' for t, d in voting_cells)}; sqrt's rate confirmed on all the "
+        f"seeds it is read on, the others' chosen on their base seeds, which favours sqrt a little). sqrt near the best rule (recall accuracy within "
         f"{NEAR_BEST['recall']}, Shakespeare loss within {NEAR_BEST['shakespeare']:.0%}) in {sqrt_ok} of "
         f"{len(voting_cells)}. inv_d's final normalised attention entropy {OVERSMOOTH_ENTROPY} or more above sqrt's "
         f"(over-smoothing) in {oversmooth} of {len(voting_cells)}. A constant factor where it is off sqrt's value (no "
