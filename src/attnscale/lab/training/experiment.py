@@ -50,7 +50,7 @@ from ...runs import KeptPool, execute, run_key
 from ...threads import torch_threads
 from ...train import RunSpec, attention_stats, build_model, build_task
 
-VERSION = 10
+VERSION = 11
 TASKS = ("recall", "shakespeare")
 SOLVED_ACC = 0.9          # recall: validation accuracy that counts as solved
 STALL_BELOW = 0.2         # progress below this: the seed stalls (learned under a fifth of what sqrt learned)
