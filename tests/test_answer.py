@@ -8,6 +8,7 @@ import pytest
 from attnscale import answer, claims, lab, reference
 from attnscale.claims import INCONCLUSIVE, NOT_IN_PRESET, NOT_TESTABLE, PARTLY, REFUTED, SUPPORTED
 
+from attnscale.claims import HOLDS, MIXED, UNDECIDED, Finding as RealFinding, Reading
 from findings import Stub as Finding, finding_as, real
 
 # Labs whose findings do not declare their numbers yet; once a lab declares NUMBER_KEYS, take it out
@@ -206,6 +207,13 @@ def answer_cases():
     cases["base"] = report_from(base)
     for verdict in (SUPPORTED, PARTLY, REFUTED):
         cases[f"none trains {verdict}"] = report_from({**MEASURED, "training": training(verdict, 0.5)})
+    # "training stalls" undecided between holding in full and in part, the other trained part holding: the
+    # answer says it holds at least in part
+    leaning = training(INCONCLUSIVE, 0.05)
+    leaning["C06"] = RealFinding("C06", "training", "", leaning["C06"].numbers,
+                                 {"logits_trained": Reading(HOLDS),
+                                  "stalls": Reading(UNDECIDED, could_be=[HOLDS, MIXED])})
+    cases["none leans to stalling"] = report_from({**MEASURED, "training": leaning})
     edits = {
         "C01 all near": ("variance", "C01", None, (), {"var[torch-default square]": 1.02, "var[xavier-uniform per-head]": 0.97}),
         "C01 none near": ("variance", "C01", None, (), {"var[xavier-uniform square]": 1.5}),
