@@ -414,22 +414,26 @@ class ScaledAttention(nn.Module):
                     causal: bool | None = None) -> torch.Tensor:
         """The attention probabilities of the query rows ``rows`` only, (B, H, R, T): what the
         forward pass computes for them, without the (T, T) matrix of every row."""
-        return self.row_output(x, rows, mask, causal)[1]
+        return self._rows(x, rows, mask, causal)[0]
 
     @torch.no_grad()
     def row_output(self, x: torch.Tensor, rows: slice, mask: torch.Tensor | None = None,
                    causal: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The module's output at the query rows ``rows`` only, (B, R, d_model), and their attention
         probabilities (B, H, R, T): the forward pass's rows, at the cost of R rows, not T."""
+        probs, v = self._rows(x, rows, mask, causal)
+        out = probs @ v
+        batch, _, picked_rows, _ = out.shape
+        return self.w_o(out.transpose(1, 2).reshape(batch, picked_rows, self.n_heads * self.d_head)), probs
+
+    def _rows(self, x, rows: slice, mask, causal: bool | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The probabilities of the query rows ``rows`` and every position's v."""
         causal = self.causal if causal is None else causal
         q, k, v, factor = self.project(x, mask, causal)
         time = x.shape[1]
         full = combined_mask(mask, causal, time, time, x.device)
         picked = None if full is None else full[..., rows, :]
-        probs = stable_softmax(scores(q[..., rows, :], k, factor), picked)
-        out = probs @ v
-        batch, _, picked_rows, _ = out.shape
-        return self.w_o(out.transpose(1, 2).reshape(batch, picked_rows, self.n_heads * self.d_head)), probs
+        return stable_softmax(scores(q[..., rows, :], k, factor), picked), v
 
     def _record(self, q, k, factor, mask, probs) -> None:
         logits = scores(q, k, factor)

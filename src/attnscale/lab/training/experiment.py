@@ -499,9 +499,13 @@ def best_lrs(cells: list[dict]) -> dict[tuple, dict]:
         best = top["lr"]
         low, high = score_interval(top)
         near = sorted(c["lr"] for c in members if c is not top and overlaps(score_interval(c), (low, high)))
-        edge = "both" if len(grid) == 1 else "low" if best == grid[0] else "high" if best == grid[-1] else None
-        out[key] = {"lr": best, "grid": grid, "at_edge": edge, "near_best": near}
+        out[key] = {"lr": best, "grid": grid, "at_edge": edge_of(best, grid), "near_best": near}
     return out
+
+
+def edge_of(lr: float, grid: list[float]) -> str | None:
+    """Where ``lr`` sits in the sorted ``grid``: "low", "high", "both" (a grid of one) or None (inside)."""
+    return "both" if len(grid) == 1 else "low" if lr == grid[0] else "high" if lr == grid[-1] else None
 
 
 def widen(config: Config, best: dict[tuple, dict], widened: dict[tuple, int]) -> list[tuple[str, RunSpec]]:
@@ -576,16 +580,14 @@ def reference_candidates(best: dict[tuple, dict]) -> dict[tuple, list[float]]:
 
 def fill_candidates(config: Config, candidates: dict[tuple, list[float]], runs: list[dict]) -> list[tuple[str, RunSpec]]:
     """Seeds for each of sqrt's candidate rates up to its cell's fixed count (a rate alone needs none)."""
-    have = collections.Counter((r["task"], r["rule"], r["d_head"], r["lr"]) for r in runs)
-    return [spec for (task, d), rates in candidates.items() if len(rates) > 1 for lr in rates
-            for spec in cell_specs(config, task, "sqrt", d, lr, range(config.seed + have[(task, "sqrt", d, lr)],
-                                                                     config.seed + seed_cap(config, task, d)))]
+    return fill_to_count(config, [(task, "sqrt", d, lr) for (task, d), rates in candidates.items() if len(rates) > 1
+                                  for lr in rates], runs)
 
 
 def confirm_reference(best: dict[tuple, dict], candidates: dict[tuple, list[float]],
                       runs: list[dict]) -> dict[tuple, dict]:
     """``best`` with sqrt's rate in each cell chosen among its candidates on all their seeds (as many for
-    each, a count fixed before looking), by the same rank as on the base seeds; ``confirmed_among``
+    each, a count fixed before looking), by :func:`best_lrs` as on the base seeds; ``confirmed_among``
     names the candidates where there were several, ``near_best`` the candidates those seeds cannot
     tell from the confirmed rate.  (A candidate is a rate of sqrt's grid, so the grid does not widen
     again: a confirmed rate may sit at its edge, as ``at_edge`` says.)"""
@@ -595,14 +597,12 @@ def confirm_reference(best: dict[tuple, dict], candidates: dict[tuple, list[floa
             continue
         cells = [c for c in fold_cells([r for r in runs if (r["task"], r["rule"], r["d_head"]) == (task, "sqrt", d)])
                  if c["lr"] in rates]
-        top = min(cells, key=rank)
-        near = sorted(c["lr"] for c in cells if c is not top and overlaps(score_interval(c), score_interval(top)))
+        top = best_lrs(cells)[(task, "sqrt", d)]
         info = best[(task, "sqrt", d)]
-        grid = info["grid"]
-        edge = "both" if len(grid) == 1 else "low" if top["lr"] == grid[0] else "high" if top["lr"] == grid[-1] else None
-        out[(task, "sqrt", d)] = {**info, "lr": top["lr"], "at_edge": edge, "near_best": near,
-                                  "chosen_on_base": info["lr"], "confirmed_among": rates,
-                                  "confirmed_seeds": len(top["seeds"])}
+        out[(task, "sqrt", d)] = {**info, "lr": top["lr"], "at_edge": edge_of(top["lr"], info["grid"]),
+                                  "near_best": top["near_best"], "chosen_on_base": info["lr"],
+                                  "confirmed_among": rates,
+                                  "confirmed_seeds": len(next(c for c in cells if c["lr"] == top["lr"])["seeds"])}
     return out
 
 
@@ -611,21 +611,24 @@ def with_reference(chosen: dict[tuple, dict], confirmed: dict[tuple, dict]) -> d
     return {**chosen, **{key: info for key, info in confirmed.items() if key[1] == "sqrt"}}
 
 
-def fill_seeds(config: Config, best: dict[tuple, dict], runs: list[dict]) -> list[tuple[str, RunSpec]]:
-    """Seeds for every deciding cell up to its fixed count (:func:`seed_cap`), whatever its seeds show:
-    sqrt's reference cells (each comparison divides by their median gain) and every cell a verdict
-    reads.  The count is chosen before any result is seen, so a stall rate's Wilson interval is that
-    of a fixed design (adding seeds while a rate was undecided, as this lab did before, is a
-    sequential design, and made that interval overstate its confidence).  A cell read at sqrt's rate
-    that its grid lacks (sqrt's confirmed rate off that rule's grid) gets all its seeds here."""
+def fill_to_count(config: Config, cells: list[tuple[str, str, int, float]], runs: list[dict]) -> list[tuple[str, RunSpec]]:
+    """Seeds for each (task, rule, d_head, lr) cell from the runs it has up to its fixed count (:func:`seed_cap`)."""
     have = collections.Counter((r["task"], r["rule"], r["d_head"], r["lr"]) for r in runs)
-    new = []
-    for task, rule, d, lr in deciding_cells(config, best):
-        count = have[(task, rule, d, lr)]
-        if (task, "sqrt", d) in best:  # a cell without sqrt's reference beside it votes in no verdict
-            new.extend(cell_specs(config, task, rule, d, lr,
-                                  range(config.seed + count, config.seed + seed_cap(config, task, d))))
-    return new
+    return [spec for task, rule, d, lr in cells
+            for spec in cell_specs(config, task, rule, d, lr, range(config.seed + have[(task, rule, d, lr)],
+                                                                   config.seed + seed_cap(config, task, d)))]
+
+
+def fill_seeds(config: Config, best: dict[tuple, dict], runs: list[dict]) -> list[tuple[str, RunSpec]]:
+    """Seeds for every deciding cell up to its fixed count, whatever its seeds show: sqrt's reference
+    cells (each comparison divides by their median gain) and every cell a verdict reads.  The count is
+    chosen before any result is seen, so a stall rate's Wilson interval is that of a fixed design
+    (adding seeds while a rate was undecided, as this lab did before, is a sequential design, and made
+    that interval overstate its confidence).  A cell read at sqrt's rate that its grid lacks (sqrt's
+    confirmed rate off that rule's grid) gets all its seeds here; a cell without sqrt's reference
+    beside it votes in no verdict and gets none."""
+    return fill_to_count(config, [(task, rule, d, lr) for task, rule, d, lr in deciding_cells(config, best)
+                                  if (task, "sqrt", d) in best], runs)
 
 
 # --------------------------------------------------------------------------- the lab

@@ -19,8 +19,8 @@ How a comparison is made (every rule below uses it):
   chosen before any result is seen.  A part read over cells holds where every cell stalls, fails where
   none does, and holds in part where some do and some do not (:func:`stall_part`);
 * each rule is read at its own best learning rate (chosen on the base seeds by the mean score;
-  sqrt's confirmed on the filled seeds of its candidate rates) and at sqrt's best learning rate; a claim declares which of the two is its setting (the other
-  is context in its evidence).
+  sqrt's confirmed on the filled seeds of its candidate rates) and at sqrt's best learning rate; a
+  claim declares which of the two is its setting (the other is context in its evidence).
 
 Every number quoted is a median with its [min-max] over seeds, or a rate with its interval.
 """
