@@ -93,6 +93,38 @@ def test_logits_at_some_rows_equal_the_forward_passs_rows(n_layers, pos, scale):
     assert torch.allclose(middle, full[:, 3:5], atol=1e-5)  # causal rows inside the sequence too
 
 
+@pytest.mark.parametrize("n_layers,pos,scale", [(1, "none", "sqrt"), (1, "rope", "sqrt+ssmax"), (1, "none", "sqrt+logn:4"),
+                                                 (2, "learned", "inv_d"), (3, "rope", "sqrt+sqrtlogn:4")])
+def test_loss_at_the_scored_rows_is_the_forward_passs_loss_and_gradient(n_layers, pos, scale):
+    """Training on the scored rows alone (what the length lab does) is training on the forward pass's
+    loss: the same value and the same gradient for every parameter (SSMax's s included), in float64
+    to well below float32's rounding."""
+    config = small(n_layers=n_layers, pos=pos, scale=scale)
+    full_model = Transformer(config, seed=3).double()
+    rows_model = Transformer(config, seed=3).double()
+    g = torch.Generator().manual_seed(4)
+    x = torch.randint(0, 20, (3, 12), generator=g)
+    y = torch.full_like(x, IGNORE_INDEX)
+    y[:, -4:] = torch.randint(0, 20, (3, 4), generator=g)
+    y[0, -2] = IGNORE_INDEX  # a row inside the slice may still carry no loss
+    _, full_loss = full_model(x, y)
+    rows_loss = rows_model.loss_at(x, y, slice(-4, None))
+    full_loss.backward()
+    rows_loss.backward()
+    assert torch.allclose(rows_loss, full_loss, rtol=1e-12, atol=0)
+    for (name, a), b in zip(full_model.named_parameters(), rows_model.parameters()):
+        assert torch.allclose(a.grad, b.grad, rtol=1e-9, atol=1e-13), name
+
+
+def test_loss_at_refuses_targets_outside_its_rows():
+    model = Transformer(small())
+    x = torch.randint(0, 20, (2, 12))
+    y = torch.full_like(x, IGNORE_INDEX)
+    y[:, -3:] = 1
+    with pytest.raises(ValueError, match=r"rows slice\(-2, None, None\) only.*use forward"):
+        model.loss_at(x, y, slice(-2, None))
+    assert torch.isfinite(model.loss_at(x, y, slice(-3, None)))
+
 @pytest.mark.parametrize("d_head", [4, 64])
 def test_t5_fold_equals_sqrt_at_init(d_head):
     """none + t5 init (W_q std (d_model d_k)^-1/2) gives the same function as sqrt + unit init: the

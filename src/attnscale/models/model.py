@@ -121,6 +121,22 @@ class Transformer(nn.Module):
         last one's keys and values need them); the last runs its queries, MLP and head on the rows
         alone, which is what the forward pass computes there (for a one-layer model, R rows of
         attention, not T)."""
+        return self._rows_forward(idx, rows)
+
+    def loss_at(self, idx: torch.Tensor, targets: torch.Tensor, rows: slice) -> torch.Tensor:
+        """The training loss of ``forward(idx, targets)`` computed on the positions ``rows`` alone, as
+        :meth:`logits_at` does, with gradients: the same loss and gradient (up to float rounding)
+        when every scored target lies in ``rows``, for a fraction of the work when they are few
+        (a task that scores its last tokens only)."""
+        outside = torch.ones(targets.shape[1], dtype=torch.bool, device=targets.device)
+        outside[rows] = False
+        if bool((targets[:, outside] != IGNORE_INDEX).any()):
+            raise ValueError(f"loss_at scores the rows {rows} only, but targets outside them carry a loss; use forward()")
+        logits, _ = self._rows_forward(idx, rows)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[:, rows].reshape(-1),
+                               ignore_index=IGNORE_INDEX)
+
+    def _rows_forward(self, idx: torch.Tensor, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.embed(idx)
         for block in self.blocks[:-1]:
             x = block(x)

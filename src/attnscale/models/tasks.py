@@ -69,6 +69,11 @@ class RecallTask:
     def chance_accuracy(self) -> float:
         return 1.0 / self.n_values
 
+    @property
+    def loss_rows(self) -> slice:
+        """The positions that carry a target: the queries after the pairs."""
+        return slice(2 * self.n_pairs, None)
+
     def batch(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         keys = torch.rand(batch_size, self.n_keys, generator=generator).argsort(dim=1)[:, : self.n_pairs]
         values = torch.randint(0, self.n_values, (batch_size, self.n_pairs), generator=generator) + self.n_keys
@@ -119,6 +124,11 @@ class NeedleTask:
     @property
     def chance_accuracy(self) -> float:
         return 1.0 / self.n_values
+
+    @property
+    def loss_rows(self) -> slice:
+        """The positions that carry a target: the queries after the haystack."""
+        return slice(self.haystack, None)
 
     def batch(self, batch_size: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         keys = torch.rand(batch_size, self.n_keys, generator=generator).argsort(dim=1)
@@ -187,6 +197,11 @@ class ShakespeareTask:
     @property
     def seq_len(self) -> int:
         return self.context
+
+    @property
+    def loss_rows(self) -> None:
+        """Every position carries a target (the next character)."""
+        return None
 
     def _windows(self, ids: torch.Tensor, starts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         offsets = torch.arange(self.context + 1)
