@@ -216,8 +216,10 @@ def main(argv: list[str] | None = None) -> None:
         check_completion(args, os.environ)
         if args and not asks_for_help(args):  # help and the version read no variable
             from .environment import check_environment
+            from .threads import keep_freed_heap
 
             check_environment()
+            keep_freed_heap()
         code = app(args=args or ["--help"], prog_name="attnscale", standalone_mode=False)
     except usage_error_types() as error:
         fail(error.format_message().replace("\n", " "))

@@ -43,6 +43,7 @@ from typing import Callable, Iterator
 from . import checks
 from .errors import UserError
 from .store import SQLiteTable, digested, row_digest
+from .threads import keep_freed_heap
 from .train import RunSpec, as_spec, group_specs, run_key, train, train_group
 
 EXECUTORS = ("local", "ray")
@@ -252,6 +253,7 @@ def init_worker(threads: int, parent: int | None = None, queue=None) -> None:
     global _progress_queue
     _progress_queue = queue
     torch.set_num_threads(threads)
+    keep_freed_heap()
     if parent is not None:
         _die_with_parent()
         if os.getppid() != parent:  # the parent died before the kernel could be asked

@@ -122,21 +122,31 @@ class BatchedTransformer(nn.Module):
         w = weight.view(runs, self.config.n_heads, self.config.d_head, d_model).transpose(2, 3)
         return torch.matmul(x.unsqueeze(1), w)
 
-    def attention(self, layer: int, x: torch.Tensor, observe: list | None) -> torch.Tensor:
+    def attention(self, layer: int, x: torch.Tensor, observe: list | None, rows: slice | None = None) -> torch.Tensor:
+        """The layer's output at every position, or with ``rows`` at those query positions only (keys
+        and values from every position): (K, B, T or R, D)."""
         runs, batch, time, d_model = x.shape
         heads, d_head = self.config.n_heads, self.config.d_head
         prefix = f"blocks.{layer}.attn."
         flat_x = x.reshape(runs, batch * time, d_model)
-        q, k, v = (self.heads(flat_x, self.p(prefix + name + ".weight")) for name in ("w_q", "w_k", "w_v"))
+        k, v = (self.heads(flat_x, self.p(prefix + name + ".weight")) for name in ("w_k", "w_v"))
+        queries = flat_x if rows is None else x[:, :, rows].reshape(runs, -1, d_model)
+        q = self.heads(queries, self.p(prefix + "w_q.weight"))
         if self.any_qknorm:
             normed = self.is_qknorm.view(runs, 1, 1, 1)
             q = torch.where(normed, F.normalize(q, dim=-1), q)
             k = torch.where(normed, F.normalize(k, dim=-1), k)
         q = q * self.factor(layer).view(runs, 1, 1, 1)
-        flat = (runs * heads * batch, time, d_head)
-        q, k, v = q.reshape(flat), k.reshape(flat), v.reshape(flat)
-        if observe is not None:
-            mask = torch.ones(time, time, dtype=torch.bool, device=x.device).tril()
+        q_time = queries.shape[1] // batch
+        q = q.reshape(runs * heads * batch, q_time, d_head)
+        k, v = (t.reshape(runs * heads * batch, time, d_head) for t in (k, v))
+        mask = torch.ones(time, time, dtype=torch.bool, device=x.device).tril()
+        if rows is not None:
+            if observe is not None:
+                raise ValueError("observe reads every row's attention; call without rows")
+            logits = torch.bmm(q, k.transpose(1, 2)).masked_fill_(~mask[rows], float("-inf"))
+            out = torch.bmm(torch.softmax(logits, dim=-1), v)
+        elif observe is not None:
             out, probs = dense_attention(q, k, v, 1.0, mask, "stable")
             logits = torch.bmm(q, k.transpose(1, 2)).masked_fill(~mask, float("nan"))
             observe.append((logits.view(runs, heads, batch, time, time).transpose(1, 2),
@@ -145,14 +155,13 @@ class BatchedTransformer(nn.Module):
             out = F.scaled_dot_product_attention(q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1), is_causal=True,
                                                  scale=1.0).squeeze(1)
         else:
-            mask = torch.ones(time, time, dtype=torch.bool, device=x.device).tril()
             logits = torch.bmm(q, k.transpose(1, 2)).masked_fill_(~mask, float("-inf"))
             out = torch.bmm(torch.softmax(logits, dim=-1), v)
         # W_o per head: (K, H, N, dh) @ (K, H, dh, D), summed over heads.
         w_o = self.p(prefix + "w_o.weight").view(runs, d_model, heads, d_head).permute(0, 2, 3, 1)
-        mixed = torch.matmul(out.view(runs, heads, batch * time, d_head), w_o)
+        mixed = torch.matmul(out.view(runs, heads, batch * q_time, d_head), w_o)
         mixed = mixed.squeeze(1) if heads == 1 else mixed.sum(dim=1)
-        return mixed.view(runs, batch, time, d_model)
+        return mixed.view(runs, batch, q_time, d_model)
 
     def mlp(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         prefix = f"blocks.{layer}.mlp."
@@ -162,19 +171,32 @@ class BatchedTransformer(nn.Module):
     def norm(self, name: str, x: torch.Tensor) -> torch.Tensor:
         return layer_norm(x, self.p(name + ".weight"), self.p(name + ".bias"))
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, observe: list | None = None):
-        """``observe``: a list that receives (logits, probs) per layer, from the plain (dense) path."""
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, observe: list | None = None,
+                rows: slice | None = None):
+        """``observe``: a list that receives (logits, probs) per layer, from the plain (dense) path.
+        ``rows``: the last layer runs its queries, MLP and head on those positions alone (as
+        :meth:`attnscale.models.Transformer.loss_at` does); the logits are theirs, (K, B, R, V), and
+        the loss is the forward pass's when every target lies in ``rows``."""
         runs, _, time = idx.shape
         if runs != self.runs or time > self.config.seq_len:
             raise ValueError(f"expected token ids (K={self.runs}, B, T<={self.config.seq_len}), got {tuple(idx.shape)}")
         x = self.p("tok_emb.weight")[self.run_index.view(runs, 1, 1), idx]
         x = x + self.p("pos_emb.weight")[:, :time].unsqueeze(1)
+        last = self.config.n_layers - 1
         for i in range(self.config.n_layers):
-            x = x + self.attention(i, self.norm(f"blocks.{i}.ln_1", x), observe)
+            picked = rows if i == last else None
+            attended = self.attention(i, self.norm(f"blocks.{i}.ln_1", x), observe, picked)
+            x = (x if picked is None else x[:, :, picked]) + attended
             x = x + self.mlp(i, self.norm(f"blocks.{i}.ln_2", x))
         logits = linear(self.norm("ln_f", x), self.p("head.weight"), self.p("head.bias"))
         if targets is None:
             return logits, None
+        if rows is not None:
+            outside = torch.ones(time, dtype=torch.bool, device=targets.device)
+            outside[rows] = False
+            if bool((targets[..., outside] != IGNORE_INDEX).any()):
+                raise ValueError(f"rows {rows} hold the loss only if no target outside them is scored")
+            targets = targets[..., rows]
         return logits, per_run_loss(logits, targets)
 
     def attention_weights(self, layer: int) -> dict[str, nn.Parameter]:

@@ -60,9 +60,10 @@ class Batches:
 
 @torch.no_grad()
 def log_step(model: BatchedTransformer, logs: list[dict], active: list[bool], step: int, train_loss: torch.Tensor,
-             val: tuple[torch.Tensor, torch.Tensor], has_accuracy: bool) -> None:
+             val: tuple[torch.Tensor, torch.Tensor], has_accuracy: bool, rows: slice | None = None) -> None:
     x_val, y_val = val
-    logits, val_loss = model(x_val, y_val)
+    logits, val_loss = model(x_val, y_val, rows=rows)
+    y_val = y_val if rows is None else y_val[..., rows]
     scored = y_val != -100
     correct = ((logits.argmax(-1) == y_val) & scored).flatten(1).sum(dim=1)
     accuracy = correct / scored.flatten(1).sum(dim=1)
@@ -122,7 +123,7 @@ def train_group(specs, return_models: bool = False, progress=None):
     for step in range(first.steps + 1):
         x, y = batches.next()
         model.train()
-        _, losses = model(x, y)
+        _, losses = model(x, y, rows=task.loss_rows)  # a task scored at its last positions: the loss there alone
         finite = torch.isfinite(losses.detach())
         for k in range(len(specs)):
             if active[k] and not bool(finite[k]):
@@ -135,7 +136,7 @@ def train_group(specs, return_models: bool = False, progress=None):
         torch.where(mask, losses, torch.zeros_like(losses)).sum().backward()
         if is_log_step(step, first):
             model.eval()
-            log_step(model, logs, active, step, losses.detach(), val, task.has_accuracy)
+            log_step(model, logs, active, step, losses.detach(), val, task.has_accuracy, task.loss_rows)
         if step == first.steps:
             break
         lr = (base_lr * lr_factor(step, first)).to(device=first.device, dtype=losses.dtype)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from .. import stats
 from ..attention import capture
@@ -103,9 +104,20 @@ def attention_stats(model: Transformer, x: torch.Tensor) -> list[dict]:
     return [as_row(layer_stats(seen[name].logits, seen[name].probs)) for name in model.observation_points()]
 
 
+def loss_of(model: Transformer, x: torch.Tensor, y: torch.Tensor, rows: slice | None) -> torch.Tensor:
+    """The forward pass's loss; with ``rows`` (the task's ``loss_rows``, where every target lies), the
+    same loss computed on those positions alone (:meth:`Transformer.loss_at`)."""
+    return model(x, y)[1] if rows is None else model.loss_at(x, y, rows)
+
+
 @torch.no_grad()
-def evaluate(model: Transformer, x: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    logits, loss = model(x, y)
+def evaluate(model: Transformer, x: torch.Tensor, y: torch.Tensor, rows: slice | None = None) -> tuple[float, float]:
+    """Validation loss and accuracy over the scored positions (``rows``: as in :func:`loss_of`)."""
+    if rows is None:
+        logits, loss = model(x, y)
+    else:
+        logits, y = model.logits_at(x, rows)[0], y[:, rows]
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE_INDEX)
     scored = y != IGNORE_INDEX
     accuracy = float((logits.argmax(-1)[scored] == y[scored]).float().mean())
     return float(loss), accuracy
@@ -156,6 +168,8 @@ def check_memory(spec: RunSpec, runs: int = 1) -> None:
 def train(spec, return_model: bool = False):
     """Train one run; returns its result dict (and the model if ``return_model``).
 
+    A task whose targets lie at its last positions only (recall: the queries) is trained on the loss
+    computed there alone (:func:`loss_of`): the same loss and gradients, less work.
     Logged at step 0, every ``log_every`` steps and at the end, before that step's update:
     the minibatch loss, validation loss and accuracy, per-layer gradient norms of W_q, W_k,
     W_v, W_o, and per-layer attention statistics on 32 validation sequences.  Subnormal floats
@@ -175,7 +189,7 @@ def train(spec, return_model: bool = False):
     for step in range(spec.steps + 1):
         x, y = (t.to(spec.device) for t in task.batch(spec.batch_size, batches))
         model.train()
-        _, loss = model(x, y)
+        loss = loss_of(model, x, y, task.loss_rows)
         if not torch.isfinite(loss):
             status, diverged_at = "diverged", step
             break
@@ -183,7 +197,7 @@ def train(spec, return_model: bool = False):
         loss.backward()
         if is_log_step(step, spec):
             model.eval()
-            val_loss, val_acc = evaluate(model, x_val, y_val)
+            val_loss, val_acc = evaluate(model, x_val, y_val, task.loss_rows)
             log["step"].append(step)
             log["train_loss"].append(float(loss.detach()))
             log["val_loss"].append(finite_or_none(val_loss))

@@ -17,7 +17,8 @@ from .. import checks, scaling
 from ..models.tasks import check_task
 
 # Raised whenever the engine changes what a run computes: stored runs of an older version are not reused.
-VERSION = 3  # 3: subnormal floats flushed to zero while training (threads.flushed_denormals)
+VERSION = 4  # 3: subnormal floats flushed to zero while training (threads.flushed_denormals); 4: a task scored at
+# its last positions (recall) trained on the loss computed there alone (the same loss and gradients up to rounding)
 OPTIMISERS = ("adamw", "sgd", "adafactor")
 
 # Fields a run may differ in from the other runs of its group; every other field is the group's shape.
