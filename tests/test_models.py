@@ -124,6 +124,8 @@ def test_loss_at_refuses_targets_outside_its_rows():
     with pytest.raises(ValueError, match=r"rows slice\(-2, None, None\) only.*use forward"):
         model.loss_at(x, y, slice(-2, None))
     assert torch.isfinite(model.loss_at(x, y, slice(-3, None)))
+    with pytest.raises(ValueError, match="select a position"):
+        model.loss_at(x, torch.full_like(x, IGNORE_INDEX), slice(12, None))
 
 @pytest.mark.parametrize("d_head", [4, 64])
 def test_t5_fold_equals_sqrt_at_init(d_head):

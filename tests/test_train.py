@@ -302,6 +302,8 @@ def test_the_batched_loss_on_the_query_rows_is_the_forward_passs_loss_and_gradie
         full(idx, targets, rows=slice(-1, None))
     with pytest.raises(ValueError, match="observe"):
         full(idx, targets, observe=[], rows=task.loss_rows)
+    with pytest.raises(ValueError, match="select no position"):
+        full(idx, torch.full_like(targets, -100), rows=slice(idx.shape[-1], None))
 
 
 HEAP_CHILD = """

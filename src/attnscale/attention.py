@@ -419,8 +419,9 @@ class ScaledAttention(nn.Module):
     def row_output(self, x: torch.Tensor, rows: slice, mask: torch.Tensor | None = None,
                    causal: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The module's output at the query rows ``rows`` only, (B, R, d_model), and their attention
-        probabilities (B, H, R, T): the forward pass's rows, at the cost of R rows, not T (with
-        gradients, so a loss scored on those rows alone trains through it)."""
+        probabilities (B, H, R, T): the forward pass's rows, with R rows of scores, softmax and output
+        projection, not T (q, k and v are still projected at every position), and with gradients, so a
+        loss scored on those rows alone trains through it."""
         probs, v = self._rows(x, rows, mask, causal)
         out = probs @ v
         batch, _, picked_rows, _ = out.shape

@@ -1,5 +1,6 @@
-"""Torch's CPU settings for a block of work, restored after it: the intra-op thread count, and
-whether subnormal floats are flushed to zero."""
+"""The CPU settings of the work: for a block of work, restored after it, torch's intra-op thread count
+and whether subnormal floats are flushed to zero; for the whole process, glibc's malloc keeping the
+memory a training step frees (:func:`keep_freed_heap`)."""
 
 from __future__ import annotations
 
@@ -60,18 +61,19 @@ def flushed_denormals():
 # glibc's malloc hands the top of its heap back to the kernel once more than M_TRIM_THRESHOLD of it is free
 # (128 KiB at start, raised only as large mmapped blocks are freed), and serves blocks from M_MMAP_THRESHOLD
 # up by mmap, returned on free.  A training step allocates and frees the same few MB of activations and
-# gradients every step, so each step faulted its pages in again: about 1,000-2,000 minor page faults a step
-# at the quick preset's recall shapes, and 10-30% more CPU a step at d_head 64 and 256 than with the freed
-# memory kept (bench/query_rows.py --heap; the numbers are the same bit for bit, only where memory comes
-# from changes).  Kept: up to 64 MiB of free heap a process, blocks up to 32 MiB (glibc's largest) from it.
+# gradients every step, so each step faulted its pages in again: 400-2,000 minor page faults a step at the
+# quick preset's recall shapes, and 5-16% more CPU a step than with the freed memory kept (bench/query_rows.py
+# --heap; the numbers are the same bit for bit, only where memory comes from changes).  Kept: up to 64 MiB of
+# free heap a process, blocks up to 32 MiB (the largest glibc takes on 64-bit; 16 MiB on 32-bit) from it.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 KEEP_FREE_HEAP = 64 << 20
-HEAP_BLOCKS_UP_TO = 32 << 20
+HEAP_BLOCKS_UP_TO = (32 << 20, 16 << 20)
 
 
 def keep_freed_heap() -> bool:
     """Have glibc's malloc keep freed memory for the next step instead of returning it to the kernel
-    (see above); False where the C library is not glibc (nothing is changed there)."""
+    (see above), for the rest of the process; False where the C library is not glibc (nothing is
+    changed there) or refuses the setting."""
     import ctypes
     import ctypes.util
 
@@ -82,4 +84,5 @@ def keep_freed_heap() -> bool:
         libc.gnu_get_libc_version  # glibc only: another libc's mallopt takes other parameters
     except (OSError, AttributeError, TypeError):
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, HEAP_BLOCKS_UP_TO)) and bool(mallopt(M_TRIM_THRESHOLD, KEEP_FREE_HEAP))
+    blocks = any(mallopt(M_MMAP_THRESHOLD, size) for size in HEAP_BLOCKS_UP_TO)
+    return blocks and bool(mallopt(M_TRIM_THRESHOLD, KEEP_FREE_HEAP))

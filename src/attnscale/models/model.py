@@ -128,6 +128,8 @@ class Transformer(nn.Module):
         :meth:`logits_at` does, with gradients: the same loss and gradient (up to float rounding)
         when every scored target lies in ``rows``, for a fraction of the work when they are few
         (a task that scores its last tokens only)."""
+        if not range(targets.shape[1])[rows]:
+            raise ValueError(f"loss_at needs rows that select a position of {targets.shape[1]}, got {rows}")
         outside = torch.ones(targets.shape[1], dtype=torch.bool, device=targets.device)
         outside[rows] = False
         if bool((targets[:, outside] != IGNORE_INDEX).any()):

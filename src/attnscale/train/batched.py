@@ -180,6 +180,8 @@ class BatchedTransformer(nn.Module):
         runs, _, time = idx.shape
         if runs != self.runs or time > self.config.seq_len:
             raise ValueError(f"expected token ids (K={self.runs}, B, T<={self.config.seq_len}), got {tuple(idx.shape)}")
+        if rows is not None and not range(time)[rows]:
+            raise ValueError(f"rows {rows} select no position of {time}")
         x = self.p("tok_emb.weight")[self.run_index.view(runs, 1, 1), idx]
         x = x + self.p("pos_emb.weight")[:, :time].unsqueeze(1)
         last = self.config.n_layers - 1

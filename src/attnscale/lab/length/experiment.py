@@ -45,7 +45,7 @@ from ...threads import torch_threads
 # 4: the Monte Carlo at initialisation drawn a block of rows at a time (the same draws; the needle's mean weight
 # moves in its last bit, summed over its rows in another order); 5: each best cell filled to a fixed count
 # of seeds (was: seeds added while its rate was undecided); 6: trained on the loss of the query rows computed alone
-# (Transformer.loss_at: the forward pass's loss and gradients up to float rounding, 1.5x less CPU; a model's
+# (Transformer.loss_at: the forward pass's loss and gradients up to float rounding; the quick lab 84 -> 55-73 CPU-s; a model's
 # accuracies move by up to 0.05 from rounding carried through 300 steps)
 VERSION = 6
 DECIDED_RATE = 0.5    # a cell's fade rate decides once its Wilson interval lies clear of this
