@@ -52,6 +52,20 @@ class ModelConfig:
             raise UserError(f"pos 'rope' needs an even d_head, got {self.d_head}")
 
 
+def targets_at(targets: torch.Tensor, rows: slice) -> torch.Tensor:
+    """``targets[..., rows]`` (positions last), refused unless ``rows`` select a position and no target
+    outside them is scored: a loss computed on the rows alone is then the whole pass's loss."""
+    time = targets.shape[-1]
+    if not range(time)[rows]:
+        raise ValueError(f"rows {rows} select no position of {time}: the loss needs rows that select a position")
+    outside = torch.ones(time, dtype=torch.bool, device=targets.device)
+    outside[rows] = False
+    if bool((targets[..., outside] != IGNORE_INDEX).any()):
+        raise ValueError(f"the loss is computed on the rows {rows} only, which holds it only if no target outside "
+                         "them is scored, and targets outside them carry a loss: use forward() without rows")
+    return targets[..., rows]
+
+
 class MLP(nn.Module):
     def __init__(self, d_model: int, mlp_ratio: int):
         super().__init__()
@@ -128,15 +142,9 @@ class Transformer(nn.Module):
         :meth:`logits_at` does, with gradients: the same loss and gradient (up to float rounding)
         when every scored target lies in ``rows``, for a fraction of the work when they are few
         (a task that scores its last tokens only)."""
-        if not range(targets.shape[1])[rows]:
-            raise ValueError(f"loss_at needs rows that select a position of {targets.shape[1]}, got {rows}")
-        outside = torch.ones(targets.shape[1], dtype=torch.bool, device=targets.device)
-        outside[rows] = False
-        if bool((targets[:, outside] != IGNORE_INDEX).any()):
-            raise ValueError(f"loss_at scores the rows {rows} only, but targets outside them carry a loss; use forward()")
+        targets = targets_at(targets, rows)
         logits, _ = self._rows_forward(idx, rows)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets[:, rows].reshape(-1),
-                               ignore_index=IGNORE_INDEX)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
     def _rows_forward(self, idx: torch.Tensor, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
         x = self.embed(idx)

@@ -20,7 +20,7 @@ from torch import nn
 
 from ..attention import dense_attention
 from ..errors import UserError
-from ..models import IGNORE_INDEX, Transformer
+from ..models import IGNORE_INDEX, Transformer, targets_at
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -180,7 +180,9 @@ class BatchedTransformer(nn.Module):
         runs, _, time = idx.shape
         if runs != self.runs or time > self.config.seq_len:
             raise ValueError(f"expected token ids (K={self.runs}, B, T<={self.config.seq_len}), got {tuple(idx.shape)}")
-        if rows is not None and not range(time)[rows]:
+        if rows is not None and targets is not None:
+            targets = targets_at(targets, rows)  # checked before the work
+        elif rows is not None and not range(time)[rows]:
             raise ValueError(f"rows {rows} select no position of {time}")
         x = self.p("tok_emb.weight")[self.run_index.view(runs, 1, 1), idx]
         x = x + self.p("pos_emb.weight")[:, :time].unsqueeze(1)
@@ -193,12 +195,6 @@ class BatchedTransformer(nn.Module):
         logits = linear(self.norm("ln_f", x), self.p("head.weight"), self.p("head.bias"))
         if targets is None:
             return logits, None
-        if rows is not None:
-            outside = torch.ones(time, dtype=torch.bool, device=targets.device)
-            outside[rows] = False
-            if bool((targets[..., outside] != IGNORE_INDEX).any()):
-                raise ValueError(f"rows {rows} hold the loss only if no target outside them is scored")
-            targets = targets[..., rows]
         return logits, per_run_loss(logits, targets)
 
     def attention_weights(self, layer: int) -> dict[str, nn.Parameter]:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from .. import stats
 from ..attention import capture
 from ..errors import UserError
-from ..models import IGNORE_INDEX, ModelConfig, Transformer
+from ..models import IGNORE_INDEX, ModelConfig, Transformer, targets_at
 from ..models.tasks import make_task
 from ..memory import require_memory
 from ..threads import flushed_denormals
@@ -116,7 +116,7 @@ def evaluate(model: Transformer, x: torch.Tensor, y: torch.Tensor, rows: slice |
     if rows is None:
         logits, loss = model(x, y)
     else:
-        logits, y = model.logits_at(x, rows)[0], y[:, rows]
+        logits, y = model.logits_at(x, rows)[0], targets_at(y, rows)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=IGNORE_INDEX)
     scored = y != IGNORE_INDEX
     accuracy = float((logits.argmax(-1)[scored] == y[scored]).float().mean())
