@@ -185,6 +185,34 @@ def test_batched_float64_learned_qknorm_and_three_optimisers():
     assert_same_runs(specs[0], rel=1e-9)
 
 
+WIDE = dict(SMALL, d_head=40)  # heads wider than the model: the batched engine computes their bilinear forms
+
+
+@pytest.mark.parametrize("n_heads", [1, 2])
+def test_heads_wider_than_the_model_train_through_their_bilinear_forms_as_the_plain_model_does(n_heads):
+    """q k^T = x (W_q^T W_k) x^T and p v W_o^T = p x (W_v^T W_o^T): the same function of the same weights, so
+    every logged number (losses, gradient norms of W_q, W_k, W_v, W_o, attention statistics) and every final
+    weight match the plain model's projections (float64), a learnable factor and three optimisers included."""
+    specs = T.group_specs([
+        T.RunSpec(rule="sqrt", seed=0, lr=3e-3, steps=20, dtype="float64", n_heads=n_heads, **WIDE),
+        T.RunSpec(rule="none", seed=1, lr=1e-2, steps=20, optimiser="sgd", dtype="float64", n_heads=n_heads, **WIDE),
+        T.RunSpec(rule="learned", seed=2, lr=1e-2, steps=20, dtype="float64", n_heads=n_heads, **WIDE),
+        T.RunSpec(rule="inv_d", seed=3, lr=1e-2, steps=20, optimiser="adafactor", dtype="float64", n_heads=n_heads,
+                  **WIDE)])
+    assert len(specs) == 1
+    models = [T.build_model(s, T.build_task(s)) for s in specs[0]]
+    assert batched.BatchedTransformer(models).uses_bilinear
+    assert_same_runs(specs[0], rel=1e-9)
+
+
+def test_a_group_with_qknorm_keeps_the_projections_of_wide_heads():
+    specs = [T.RunSpec(rule=rule, seed=s, steps=20, dtype="float64", **WIDE) for s, rule in enumerate(("sqrt", "qknorm"))]
+    task = T.build_task(specs[0])
+    assert not batched.BatchedTransformer([T.build_model(s, task) for s in specs]).uses_bilinear
+    assert batched.BatchedTransformer([T.build_model(specs[0], task)]).uses_bilinear
+    assert_same_runs(specs, rel=1e-9)
+
+
 def test_batched_float32_equals_separate_runs_over_50_steps():
     specs = [T.RunSpec(rule=rule, seed=seed, lr=lr, steps=50, **SMALL)
              for rule, seed, lr in (("sqrt", 0, 3e-3), ("inv_d", 1, 1e-2), ("qknorm", 2, 3e-3))]
@@ -222,14 +250,20 @@ def test_group_specs_share_a_shape_keep_optimisers_contiguous_and_cap_the_size()
 
 def test_groups_stay_within_the_cache_sized_cap_of_their_shape():
     from attnscale.train.spec import GROUP_CACHE_BYTES, shape_cap
-    # the quick preset's recall shape: 64 examples x 9 tokens x (4 x 2 heads x d_head + 10 x 32) values of 4 bytes
+    # the quick preset's recall shape: 64 examples x 9 tokens x (4 x 2 heads x width + 10 x 32) values of 4 bytes,
+    # the width d_head, or d_model (32) for heads wider than the model (their bilinear forms), unless QK-norm
     recall = dict(task="recall", batch_size=64, n_pairs=3, n_queries=3, n_heads=2, d_model=32, steps=5)
-    for d_head, cap in ((16, GROUP_CACHE_BYTES // (64 * 9 * 448 * 4)), (64, 4), (256, 1)):
+    bilinear = GROUP_CACHE_BYTES // (64 * 9 * 576 * 4)
+    for d_head, cap in ((16, GROUP_CACHE_BYTES // (64 * 9 * 448 * 4)), (64, bilinear), (256, bilinear)):
         assert shape_cap(T.RunSpec(d_head=d_head, **recall)) == cap
+    assert (shape_cap(T.RunSpec(d_head=64, rule="qknorm", **recall)), shape_cap(T.RunSpec(d_head=256, rule="qknorm", **recall))) == (4, 1)
+    assert shape_cap(T.RunSpec(d_head=256, **recall), kinds=["fixed", "qknorm"]) == 1  # a group with a QK-norm run
     assert shape_cap(T.RunSpec(d_head=16, dtype="float64", **recall)) == GROUP_CACHE_BYTES // (64 * 9 * 448 * 8)
     specs = [T.RunSpec(d_head=d, seed=s, **recall) for d in (16, 64, 256) for s in range(20)]
     sizes = {d: sorted(len(g) for g in T.group_specs(specs) if g[0].d_head == d) for d in (16, 64, 256)}
-    assert sizes == {16: [6, 7, 7], 64: [4] * 5, 256: [1] * 20}
+    assert bilinear == 6 and sizes == {16: [6, 7, 7], 64: [5] * 4, 256: [5] * 4}
+    with_qknorm = specs[40:] + [dataclasses.replace(specs[40], rule="qknorm")]
+    assert [len(g) for g in T.group_specs(with_qknorm)] == [1] * 21
     assert [len(g) for g in T.group_specs(specs, cache_bytes=None)] == [20, 20, 20]
     on_gpu = [dataclasses.replace(s, device="cuda") for s in specs]  # a GPU wants big batches: no cache cap
     assert [len(g) for g in T.group_specs(on_gpu)] == [20, 20, 20]
@@ -262,12 +296,14 @@ def test_batched_optimisers_match_torch_per_run():
                 assert torch.allclose(stacked[k].detach(), alone.detach(), rtol=1e-12, atol=1e-14), (kind, shape, k)
 
 
-def test_attention_kernels_agree_and_bad_kernel_is_refused():
-    spec = T.RunSpec(rule="sqrt", steps=3, dtype="float64", **SMALL)
+@pytest.mark.parametrize("shape", [SMALL, WIDE])
+def test_attention_kernels_agree_and_bad_kernel_is_refused(shape):
+    spec = T.RunSpec(rule="sqrt", steps=3, dtype="float64", **shape)
     task = T.build_task(spec)
     models = [T.build_model(dataclasses.replace(spec, seed=s), task) for s in range(2)]
     x, y = task.batch(4, torch.Generator().manual_seed(0))
     idx, targets = x.expand(2, *x.shape), y.expand(2, *y.shape)
+    assert batched.BatchedTransformer(models).uses_bilinear == (shape is WIDE)
     losses = {kernel: batched.BatchedTransformer(models, kernel=kernel)(idx, targets)[1] for kernel in ("sdpa", "math")}
     observed: list = []
     dense = batched.BatchedTransformer(models)(idx, targets, observe=observed)[1]
@@ -279,18 +315,20 @@ def test_attention_kernels_agree_and_bad_kernel_is_refused():
         batched.BatchedTransformer(models, kernel="cuda-graphs")
 
 
-@pytest.mark.parametrize("n_layers", [1, 2])
-def test_the_batched_loss_on_the_query_rows_is_the_forward_passs_loss_and_gradient(n_layers):
+@pytest.mark.parametrize("n_layers, shape", [(1, SMALL), (2, SMALL), (2, WIDE)])
+def test_the_batched_loss_on_the_query_rows_is_the_forward_passs_loss_and_gradient(n_layers, shape):
     """Recall is trained on the loss of its query rows computed alone (the last layer's queries, MLP and
     head on those rows): per run the same loss and the same gradient for every parameter as the full
-    forward pass, a learnable factor and QK-norm's gain included (float64)."""
-    spec = T.RunSpec(steps=3, dtype="float64", n_layers=n_layers, **SMALL)
+    forward pass, a learnable factor and QK-norm's gain included (float64); heads wider than the model
+    through their bilinear forms."""
+    spec = T.RunSpec(steps=3, dtype="float64", n_layers=n_layers, **shape)
     task = T.build_task(spec)
     models = [T.build_model(dataclasses.replace(spec, rule=rule, seed=s), task)
-              for s, rule in enumerate(("sqrt", "learned", "qknorm"))]
+              for s, rule in enumerate(("sqrt", "learned", "qknorm" if shape is SMALL else "none"))]
     x, y = task.batch(4, torch.Generator().manual_seed(0))
     idx, targets = x.expand(3, *x.shape), y.expand(3, *y.shape)
     full, rows = batched.BatchedTransformer(models), batched.BatchedTransformer(models)
+    assert full.uses_bilinear == (shape is WIDE)
     full_loss, rows_loss = full(idx, targets)[1], rows(idx, targets, rows=task.loss_rows)[1]
     assert rows(idx, targets, rows=task.loss_rows)[0].shape == (3, 4, spec.n_queries, task.vocab_size)
     assert torch.allclose(rows_loss, full_loss, rtol=1e-12, atol=0)

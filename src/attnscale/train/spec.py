@@ -17,8 +17,9 @@ from .. import checks, scaling
 from ..models.tasks import check_task
 
 # Raised whenever the engine changes what a run computes: stored runs of an older version are not reused.
-VERSION = 4  # 3: subnormal floats flushed to zero while training (threads.flushed_denormals); 4: a task scored at
-# its last positions (recall) trained on the loss computed there alone (the same loss and gradients up to rounding)
+VERSION = 5  # 3: subnormal floats flushed to zero while training (threads.flushed_denormals); 4: a task scored at
+# its last positions (recall) trained on the loss computed there alone (the same loss and gradients up to rounding);
+# 5: heads wider than the model batched through their bilinear forms (the same function, rounding differs)
 OPTIMISERS = ("adamw", "sgd", "adafactor")
 
 # Fields a run may differ in from the other runs of its group; every other field is the group's shape.
@@ -86,15 +87,24 @@ def run_key(spec) -> str:
 GROUP_CACHE_BYTES = 8 << 20
 
 
-def shape_cap(spec: RunSpec, cache_bytes: int = GROUP_CACHE_BYTES) -> int:
+def uses_bilinear(d_head: int, d_model: int, kinds) -> bool:
+    """Whether the batched engine computes a group's attention through each head's bilinear forms
+    (:mod:`attnscale.train.batched`), given its runs' rule kinds: heads wider than the model, no QK-norm."""
+    return d_head > d_model and "qknorm" not in kinds
+
+
+def shape_cap(spec: RunSpec, cache_bytes: int = GROUP_CACHE_BYTES, kinds=None) -> int:
     """Most runs of this shape worth batching on a CPU: as many as keep one layer's activations
-    within ``cache_bytes`` (per token: q, k, v and the attention output, 4 x heads x d_head
-    values, and the residual, norm and MLP tensors, about 10 x d_model), and at least one.
-    On a GPU no cap: its kernels want the largest batch that fits."""
+    within ``cache_bytes`` (per token: q, k, v and the attention output, 4 x heads x their
+    width, d_head or, through the bilinear forms, d_model; and the residual, norm and MLP
+    tensors, about 10 x d_model), and at least one.  ``kinds``: the group's rule kinds (default:
+    ``spec``'s).  On a GPU no cap: its kernels want the largest batch that fits."""
     if spec.device != "cpu":
         return sys.maxsize
     element = 8 if spec.dtype == "float64" else 4
-    per_token = 4 * spec.n_heads * spec.d_head + 10 * spec.d_model
+    kinds = [scaling.parse(spec.rule).kind] if kinds is None else kinds
+    width = spec.d_model if uses_bilinear(spec.d_head, spec.d_model, kinds) else spec.d_head
+    per_token = 4 * spec.n_heads * width + 10 * spec.d_model
     return max(1, cache_bytes // (spec.batch_size * seq_len(spec) * per_token * element))
 
 
@@ -115,7 +125,8 @@ def group_specs(specs, max_runs: int = 24, cache_bytes: int | None = GROUP_CACHE
     groups = []
     for members in by_shape.values():
         members = sorted(members, key=lambda s: OPTIMISERS.index(s.optimiser))
-        cap = max_runs if cache_bytes is None else min(max_runs, shape_cap(members[0], cache_bytes))
+        kinds = [scaling.parse(s.rule).kind for s in members]
+        cap = max_runs if cache_bytes is None else min(max_runs, shape_cap(members[0], cache_bytes, kinds))
         count = -(-len(members) // cap)
         size, larger = divmod(len(members), count)
         start = 0
