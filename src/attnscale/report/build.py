@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from .. import __version__, answer, claims, lab
+from .. import __version__, answer, claims, lab, timings
 from ..errors import UserError, WriteError
 from ..runs import RunStore, default_workers, drained, progress_queue, worker_pool
 from ..paths import FolderLock, check_folder, check_outputs, replace_set
@@ -77,7 +77,7 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
 
     alone = [name for name in todo if not lab.REGISTRY[name].uses_run_store]
     side_pool = side_workers(len(alone))
-    beside = alone if len(alone) > 1 and side_pool > 1 else []
+    beside = longest_first(alone, preset) if len(alone) > 1 and side_pool > 1 else []
     here = [name for name in todo if name not in beside]
     with SideLabs({name: todo[name][1] for name in beside}, keep, progress, figure_dir, side_pool) as side:
         for name in here:
@@ -85,6 +85,14 @@ def run_labs(preset: str, seed: int, device: str, store: Store, labs: tuple[str,
             keep(name, *_run_here(name, module, config, store, fresh, side.passing_on(progress), run_store))
         side.finish()
     return {name: runs[name] for name in labs}
+
+
+def longest_first(names: list[str], preset: str) -> list[str]:
+    """``names`` ordered by their measured time in ``preset`` (data/timings.json), longest first: the side
+    labs' pool then starts the longest lab at once rather than after the short ones, so it does not run
+    on alone after the rest have finished (labs without a measured time keep their order, last)."""
+    measured = timings.load().get(preset, {}).get("labs", {})
+    return sorted(names, key=lambda name: -measured.get(name, 0.0))
 
 
 def _run_here(name: str, module, config, store: Store, fresh: bool, progress: Progress | None,
