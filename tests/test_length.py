@@ -119,16 +119,60 @@ def test_learned_positions_refuse_a_longer_sequence():
         ModelConfig(vocab_size=10, seq_len=16, pos="alibi")
 
 
-def test_the_batched_engine_refuses_length_terms_and_runs_train_one_by_one():
+LENGTH_RULES = ("sqrt", "sqrt+logn:4", "learned+sqrtlogn:4", "sqrt+ssmax", "none+temp:0.1:4", "qknorm+logn:4")
+
+
+@pytest.mark.parametrize("pos, d_head, rules", [
+    ("learned", 8, LENGTH_RULES), ("none", 8, LENGTH_RULES), ("rope", 8, LENGTH_RULES),
+    ("none", 24, LENGTH_RULES[:5]),  # heads wider than the model: through their bilinear forms
+])
+def test_the_batched_engine_computes_positions_and_length_terms_as_the_plain_model_does(pos, d_head, rules):
+    """Per run, the batched engine's loss and every parameter's gradient (SSMax's s included) equal the
+    plain model's, with every query row or the scored rows alone, for each position scheme (float64)."""
+    from attnscale.train.batched import BatchedTransformer, stack_name
+
+    models = [Transformer(ModelConfig(vocab_size=20, seq_len=12, d_model=16, n_heads=2, d_head=d_head, scale=rule,
+                                      pos=pos), seed=i).double() for i, rule in enumerate(rules)]
+    engine = BatchedTransformer(models)
+    assert engine.uses_bilinear == (d_head > 16 and pos != "rope")
+    gen = torch.Generator().manual_seed(0)
+    x, y = torch.randint(0, 20, (3, 12), generator=gen), torch.randint(0, 20, (3, 12), generator=gen)
+    y[:, :-3] = -100  # scored at the last three positions only, as the needle task is
+    idx, targets = x.expand(len(rules), 3, 12), y.expand(len(rules), 3, 12)
+    for rows in (None, slice(-3, None)):
+        for m in models:
+            m.zero_grad()
+            (m(x, y)[1] if rows is None else m.loss_at(x, y, rows)).backward()
+        engine.zero_grad()
+        losses = engine(idx, targets, rows=rows)[1]
+        losses.sum().backward()
+        for k, m in enumerate(models):
+            assert float(losses[k].detach()) == pytest.approx(float(m(x, y)[1].detach()), rel=1e-12), (rules[k], rows)
+            for name, param in m.named_parameters():
+                got = engine.params[stack_name(name)].grad[k]
+                assert torch.allclose(got, param.grad, rtol=1e-9, atol=1e-13), (rules[k], name, rows)
+    observed: list = []
+    assert torch.allclose(engine(idx, targets, observe=observed)[1], losses.detach(), rtol=1e-12)
+    for k, m in enumerate(models):
+        with capture(m) as seen:
+            m(x)
+        want = seen["blocks.0.attn"].probs
+        assert torch.allclose(observed[0][1][k], want, rtol=1e-9, atol=1e-12), rules[k]
+
+
+def test_runs_with_a_length_term_train_in_one_batch_as_they_train_alone():
     from attnscale.train import group
-    from attnscale.train.batched import BatchedTransformer
     from attnscale.train.single import train
 
-    config = ModelConfig(vocab_size=32, seq_len=12, scale="sqrt+logn:4")
-    with pytest.raises(ValueError, match="length term"):
-        BatchedTransformer([Transformer(config)])
-    spec = dict(task="recall", rule="sqrt+logn:4", steps=3, log_every=1, n_pairs=2, n_queries=2, d_head=8)
-    assert group.train_group([spec])[0]["log"]["val_loss"] == train(spec)["log"]["val_loss"]
+    specs = [dict(task="recall", rule=rule, seed=i, steps=6, log_every=2, n_pairs=2, n_queries=2, d_head=8,
+                  dtype="float64") for i, rule in enumerate(("sqrt+logn:4", "sqrt+ssmax", "sqrt"))]
+    together = group.train_group(specs)
+    for spec, mine in zip(specs, together):
+        alone = train(spec)
+        assert mine["log"]["val_loss"] == pytest.approx(alone["log"]["val_loss"], rel=1e-9)
+        for weight in ("W_q", "W_k"):
+            flat = [[g for layer in log["grad"][weight] for g in layer] for log in (mine["log"], alone["log"])]
+            assert flat[0] == pytest.approx(flat[1], rel=1e-9)
 
 
 def test_the_needle_task_puts_each_answer_at_its_needle():

@@ -4,9 +4,11 @@
 each run keeps its own seeded initial weights) and computes all K forwards with batched
 matmuls: one forward and one backward serve every run.  Each run keeps its own scale rule:
 a fixed factor, a learnable temperature (``learned``) or QK-norm with a learnable gain
-(``qknorm``); the factor is folded into q before torch's fused attention, so runs with
-different factors share one kernel call.  Nothing mixes runs: a run whose numbers turn
-NaN/inf cannot change its neighbours'.
+(``qknorm``), and a length term m(n) on each query row (fixed, or SSMax's learned s per
+head); the factor and the term are folded into q before torch's fused attention, so runs
+with different factors share one kernel call.  The runs of a batch share their position
+scheme (learned, none or RoPE).  Nothing mixes runs: a run whose numbers turn NaN/inf cannot
+change its neighbours'.
 
 Heads wider than the model (d_head > d_model) are computed through their bilinear forms:
 per head, q k^T = x (W_q^T W_k) x^T and p v W_o^T = p x (W_v^T W_o^T), with two d_model x
@@ -26,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import dense_attention
+from ..attention import dense_attention, rotate
 from ..errors import UserError
 from ..models import IGNORE_INDEX, Transformer, targets_at
 from .spec import uses_bilinear
@@ -73,20 +75,17 @@ class BatchedTransformer(nn.Module):
         if not models:
             raise ValueError("a batch needs at least one model")
         first = models[0].config
-        shape = ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "d_head", "mlp_ratio")
+        shape = ("vocab_size", "seq_len", "d_model", "n_layers", "n_heads", "d_head", "mlp_ratio", "pos")
         for m in models:
             if any(getattr(m.config, f) != getattr(first, f) for f in shape):
                 raise ValueError(f"models of one batch must share {', '.join(shape)}; got {first} and {m.config}")
         rules = [m.blocks[0].attn.rule for m in models]
-        if first.pos != "learned" or any(r.length is not None for r in rules):
-            raise UserError(f"the batched engine trains learned positions and rules without a length term; got pos "
-                             f"{first.pos!r}, rules {[r.spec for r in rules]}: train these with attnscale.train.single")
         self.config = first
         self.runs = len(models)
         self.rules = [block.attn.rule for block in models[0].blocks]  # per layer, run 0 (used for names only)
         self.params = nn.ParameterDict()
         for name, _ in models[0].named_parameters():
-            if name.endswith(("log_factor", "gain")):
+            if name.endswith(("log_factor", "gain", "ssmax_s")):
                 continue
             self.params[stack_name(name)] = nn.Parameter(torch.stack([m.get_parameter(name).detach() for m in models]))
         ref = next(models[0].parameters())
@@ -97,7 +96,12 @@ class BatchedTransformer(nn.Module):
         self.register_buffer("is_qknorm", torch.tensor([k == "qknorm" for k in kinds], device=ref.device))
         self.any_learned, self.any_qknorm = any(k == "learned" for k in kinds), any(k == "qknorm" for k in kinds)
         self.kinds = kinds
-        self.uses_bilinear = uses_bilinear(first.d_head, first.d_model, kinds)
+        self.uses_bilinear = first.pos != "rope" and uses_bilinear(first.d_head, first.d_model, kinds)
+        self.lengths = [r.length for r in rules]
+        self.any_length = any(term is not None for term in self.lengths)
+        self.register_buffer("is_ssmax", torch.tensor([t is not None and t.learnable for t in self.lengths],
+                                                      device=ref.device))
+        self.any_ssmax = bool(self.is_ssmax.any())
         self.kernel = attention_kernel(kernel, first.d_model if self.uses_bilinear else first.d_head)
         for i in range(first.n_layers):
             # Every run gets both slots; a run uses the one its rule names (the other gets no gradient).
@@ -109,6 +113,10 @@ class BatchedTransformer(nn.Module):
             if self.any_qknorm:
                 self.params[f"blocks__{i}__attn__gain"] = nn.Parameter(
                     torch.tensor(gain, dtype=ref.dtype, device=ref.device))
+            if self.any_ssmax:  # SSMax's s per head, (H, 1); a run without it holds ones it never uses
+                self.params[f"blocks__{i}__attn__ssmax_s"] = nn.Parameter(torch.stack(
+                    [m.blocks[i].attn.ssmax_s.detach() if hasattr(m.blocks[i].attn, "ssmax_s")
+                     else torch.ones(first.n_heads, 1, dtype=ref.dtype, device=ref.device) for m in models]))
         self.register_buffer("run_index", torch.arange(self.runs, device=ref.device))
 
     def p(self, name: str) -> torch.Tensor:
@@ -122,6 +130,20 @@ class BatchedTransformer(nn.Module):
         if self.any_qknorm:
             factor = torch.where(self.is_qknorm, self.p(f"blocks.{layer}.attn.gain"), factor)
         return factor
+
+    def length_multiplier(self, layer: int, time: int, rows: slice | None, dtype: torch.dtype) -> torch.Tensor:
+        """(K, H or 1, Tq) each run's length term m(n) at each query row (n = its position + 1, the keys a
+        causal row sees), ones for runs without one; computed as :func:`attnscale.attention.with_length_term`
+        computes it (float32, float64 for float64 models)."""
+        device = self.run_index.device
+        n_keys = torch.arange(1, time + 1, device=device, dtype=torch.float64 if dtype == torch.float64 else torch.float32)
+        fixed = torch.stack([torch.ones_like(n_keys) if term is None or term.learnable else term.multiplier(n_keys)
+                             for term in self.lengths]).unsqueeze(1)
+        if self.any_ssmax:
+            s = self.p(f"blocks.{layer}.attn.ssmax_s").to(n_keys.dtype)
+            fixed = torch.where(self.is_ssmax.view(-1, 1, 1), s * torch.log(n_keys), fixed)
+        picked = fixed if rows is None else fixed[..., rows]
+        return picked.to(dtype)
 
     def heads(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """Per-run, per-head projection: x (K, N, D), weight (K, H*dh, D) -> (K, H, N, dh).
@@ -168,6 +190,13 @@ class BatchedTransformer(nn.Module):
         queries = flat_x if rows is None else x[:, :, rows].reshape(runs, -1, d_model)
         q, k, v = (self.bilinear if self.uses_bilinear else self.projected)(layer, flat_x, queries)
         width, q_time = q.shape[-1], queries.shape[1] // batch
+        if self.config.pos == "rope" or self.any_length:
+            q, k = q.view(runs, heads, batch, q_time, width), k.view(runs, heads, batch, time, width)
+            if self.config.pos == "rope":
+                positions = torch.arange(time, device=x.device)
+                q, k = rotate(q, positions if rows is None else positions[rows]), rotate(k, positions)
+            if self.any_length:
+                q = q * self.length_multiplier(layer, time, rows, q.dtype).unsqueeze(2).unsqueeze(-1)
         q = q.reshape(runs * heads * batch, q_time, width)
         k, v = (t.reshape(runs * heads * batch, time, width) for t in (k, v))
         mask = torch.ones(time, time, dtype=torch.bool, device=x.device).tril()
@@ -209,14 +238,17 @@ class BatchedTransformer(nn.Module):
         :meth:`attnscale.models.Transformer.loss_at` does); the logits are theirs, (K, B, R, V), and
         the loss is the forward pass's when every target lies in ``rows``."""
         runs, _, time = idx.shape
-        if runs != self.runs or time > self.config.seq_len:
-            raise ValueError(f"expected token ids (K={self.runs}, B, T<={self.config.seq_len}), got {tuple(idx.shape)}")
+        learned = self.config.pos == "learned"
+        if runs != self.runs or (learned and time > self.config.seq_len):
+            limit = f"<={self.config.seq_len}" if learned else ""
+            raise ValueError(f"expected token ids (K={self.runs}, B, T{limit}), got {tuple(idx.shape)}")
         if rows is not None and targets is not None:
             targets = targets_at(targets, rows)  # checked before the work
         elif rows is not None and not range(time)[rows]:
             raise ValueError(f"rows {rows} select no position of {time}")
         x = self.p("tok_emb.weight")[self.run_index.view(runs, 1, 1), idx]
-        x = x + self.p("pos_emb.weight")[:, :time].unsqueeze(1)
+        if learned:
+            x = x + self.p("pos_emb.weight")[:, :time].unsqueeze(1)
         last = self.config.n_layers - 1
         for i in range(self.config.n_layers):
             picked = rows if i == last else None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from .. import scaling
 from ..threads import flushed_denormals
 from . import single
 from .batched import BatchedTransformer
@@ -84,16 +83,6 @@ def log_step(model: BatchedTransformer, logs: list[dict], active: list[bool], st
         log["attention"].append([as_row(layer, k) for layer in layers])
 
 
-def train_one_by_one(specs: list[RunSpec], return_models: bool, progress):
-    """Runs whose rule has a length term train through the plain model (:func:`single.train`),
-    one after another: the batched engine folds one factor per run, not one per query row."""
-    outcomes = [single.train(s, return_model=True) for s in specs]
-    if progress:
-        progress(specs[0].steps, specs[0].steps)
-    results = [result for result, _ in outcomes]
-    return (results, [model for _, model in outcomes]) if return_models else results
-
-
 @flushed_denormals()
 def train_group(specs, return_models: bool = False, progress=None):
     """Train ``specs`` (runs of one shape, each optimiser's runs contiguous) as one batch.
@@ -104,8 +93,6 @@ def train_group(specs, return_models: bool = False, progress=None):
     """
     specs = [as_spec(s) for s in specs]
     check_group(specs)
-    if any(scaling.parse(s.rule).length is not None for s in specs):
-        return train_one_by_one(specs, return_models, progress)
     first = specs[0]
     check_device(first)
     check_memory(first, len(specs))
