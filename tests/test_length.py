@@ -265,6 +265,21 @@ def test_log_n_below_its_base_length_trains_bit_for_bit_as_the_plain_rule(pos):
     assert plain.keys() == logn.keys() and all(torch.equal(plain[k], logn[k]) for k in plain)
 
 
+@pytest.mark.parametrize("pos", ["none", "rope"])
+def test_models_trained_together_end_where_each_trained_alone_ends(pos):
+    """The lab trains a phase's models in one batch (train_together); each ends with the weights the plain
+    loop (train_one) gives it, up to float32 rounding over the steps: its own seed's batches, its own rate,
+    its length term (SSMax's s learned per model)."""
+    config = dataclasses.replace(TINY, steps=25)
+    jobs = [("sqrt", pos, 3e-3, 0), ("sqrt+ssmax", pos, 6e-3, 0), ("sqrt+logn:16", pos, 3e-3, 1)]
+    for job, together in zip(jobs, E.train_together(config, jobs)):
+        alone = E.train_one(config, *job).state_dict()
+        mine = together.state_dict()
+        assert mine.keys() == alone.keys()
+        for name in alone:
+            assert torch.allclose(mine[name], alone[name], rtol=1e-4, atol=1e-5), (job, name)
+
+
 def test_the_lab_trains_a_shared_model_once_and_evaluates_it_under_each_rule(measured):
     by_cell = {(r["rule"], r["lr"], r["seed"]): r for r in measured["models"]}
     for (rule, lr, seed), row in by_cell.items():

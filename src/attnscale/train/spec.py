@@ -127,13 +127,20 @@ def group_specs(specs, max_runs: int = 24, cache_bytes: int | None = GROUP_CACHE
         members = sorted(members, key=lambda s: OPTIMISERS.index(s.optimiser))
         kinds = [scaling.parse(s.rule).kind for s in members]
         cap = max_runs if cache_bytes is None else min(max_runs, shape_cap(members[0], cache_bytes, kinds))
-        count = -(-len(members) // cap)
-        size, larger = divmod(len(members), count)
-        start = 0
-        for i in range(count):
-            stop = start + size + (i < larger)
-            groups.append(members[start:stop])
-            start = stop
+        groups += split_evenly(members, cap)
+    return groups
+
+
+def split_evenly(items: list, most: int) -> list[list]:
+    """``items`` in as few consecutive groups of at most ``most`` as can hold them, of sizes that differ
+    by at most one (25 with at most 24: 13 and 12)."""
+    count = -(-len(items) // most)
+    size, larger = divmod(len(items), max(count, 1))
+    groups, start = [], 0
+    for i in range(count):
+        stop = start + size + (i < larger)
+        groups.append(items[start:stop])
+        start = stop
     return groups
 
 

@@ -41,13 +41,19 @@ from ...errors import UserError
 from ...models import IGNORE_INDEX, ModelConfig, Transformer
 from ...models.tasks import NeedleTask
 from ...threads import torch_threads
+from ...train.batched import BatchedTransformer
+from ...train.optim import BatchedOptimiser
+from ...train.single import ADAMW_BETAS
+from ...train.spec import split_evenly
 
 # 4: the Monte Carlo at initialisation drawn a block of rows at a time (the same draws; the needle's mean weight
 # moves in its last bit, summed over its rows in another order); 5: each best cell filled to a fixed count
 # of seeds (was: seeds added while its rate was undecided); 6: trained on the loss of the query rows computed alone
 # (Transformer.loss_at: the forward pass's loss and gradients up to float rounding; the quick lab 84 -> 55-73 CPU-s; a model's
-# accuracies move by up to 0.05 from rounding carried through 300 steps)
-VERSION = 6
+# accuracies move by up to 0.05 from rounding carried through 300 steps); 7: the models of a phase trained together,
+# a batch at a time (attnscale.train.batched: the same training up to float rounding, which 300 steps carry into
+# the accuracies)
+VERSION = 7
 DECIDED_RATE = 0.5    # a cell's fade rate decides once its Wilson interval lies clear of this
 FADES_BELOW = 0.9     # a seed's needle fades at a length when its weight there is below this share of its weight at 1x
 DROPS_BY = 0.05       # a seed's accuracy drops at a length when it falls this much below its accuracy at 1x
@@ -55,7 +61,8 @@ LEARNED_ACC = 0.5     # a seed counts only if it learned the task at 1x (chance 
 LR_STEP = 2.0
 LAWS = ("constant", "sqrt_log", "log")
 FIG1_LOGITS = (3.0, -2.0)  # Nakanishi 2025, Fig. 1: one logit +3 among logits -2 (margin 5)
-ADAMW_BETAS = (0.9, 0.95)
+BATCH_RUNS = 12      # models trained together at most: one layer of 32 x 34 tokens a model; on 2 cores, one thread,
+# 8 of them took 1.97 ms a model-step, 16 took 1.75, one alone 5.2 (the plain model)
 
 
 @dataclass(frozen=True)
@@ -229,18 +236,28 @@ def trained_as(rule: str, length: int) -> str:
     return rule.partition("+")[0]
 
 
+def warmup(step: int) -> float:
+    """The rate's share at ``step``: a 20-step linear warmup, then constant."""
+    return min(1.0, (step + 1) / 20)
+
+
+def batch_stream(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed + 1_000_003)
+
+
 def train_one(config: Config, rule: str, pos: str, lr: float, seed: int) -> Transformer:
     """AdamW at a constant rate after a 20-step warmup, ``steps`` batches at the base length.  Only the
     query rows carry a loss, so the loss is computed on them alone (:meth:`Transformer.loss_at`: keys
-    and values at every position, queries, MLP and head at the rows)."""
+    and values at every position, queries, MLP and head at the rows).  The plain way, one model;
+    the lab trains its models together (:func:`train_together`), which this is the reference for."""
     task = task_at(config, config.base_length)
     model = build(config, rule, pos, seed)
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, betas=ADAMW_BETAS, weight_decay=0.0)
-    batches = torch.Generator().manual_seed(seed + 1_000_003)
+    batches = batch_stream(seed)
     query_rows = task.loss_rows
     for step in range(config.steps):
         for group in optimiser.param_groups:
-            group["lr"] = lr * min(1.0, (step + 1) / 20)
+            group["lr"] = lr * warmup(step)
         x, y = (t.to(config.device) for t in task.batch(config.batch, batches))
         loss = model.loss_at(x, y, query_rows)  # the forward pass's loss, computed on the scored rows alone
         if not torch.isfinite(loss):
@@ -249,6 +266,45 @@ def train_one(config: Config, rule: str, pos: str, lr: float, seed: int) -> Tran
         loss.backward()
         optimiser.step()
     return model
+
+
+def train_together(config: Config, jobs: list[tuple[str, str, float, int]]) -> list[Transformer]:
+    """Train the models ``jobs`` [(rule, pos, lr, seed)] of one position scheme as :func:`train_one` trains
+    each, all in one batch (:class:`attnscale.train.batched.BatchedTransformer`: one forward and backward a
+    step for all, each model with its own weights, batches, rate and AdamW state; a model whose loss
+    turns NaN/inf stops where :func:`train_one` stops).  Returns the trained models, in ``jobs``' order."""
+    task = task_at(config, config.base_length)
+    models = [build(config, rule, pos, seed) for rule, pos, _, seed in jobs]
+    engine = BatchedTransformer(models)
+    optimiser = BatchedOptimiser(list(engine.parameters()), [("adamw", 0, len(jobs))], weight_decay=0.0)
+    rates = torch.tensor([lr for _, _, lr, _ in jobs], dtype=torch.float64)
+    streams = {seed: batch_stream(seed) for _, _, _, seed in jobs}  # models of one seed share its batches
+    active = torch.ones(len(jobs), dtype=torch.bool, device=config.device)
+    for step in range(config.steps):
+        drawn = {seed: task.batch(config.batch, stream) for seed, stream in streams.items()}
+        x, y = (torch.stack([drawn[seed][i] for _, _, _, seed in jobs]).to(config.device) for i in (0, 1))
+        _, losses = engine(x, y, rows=task.loss_rows)
+        active &= torch.isfinite(losses.detach())
+        if not bool(active.any()):
+            break
+        for param in engine.parameters():
+            param.grad = None
+        torch.where(active, losses, torch.zeros_like(losses)).sum().backward()
+        optimiser.step((rates * warmup(step)).to(device=config.device, dtype=losses.dtype), active)
+    return [engine.unstack(k, model) for k, model in enumerate(models)]
+
+
+def train_all(config: Config, keys: list[tuple[str, str, float, int]], trained: dict, progress=None) -> None:
+    """Train each (rule, pos, lr, seed) of ``keys`` not yet in ``trained`` and put its weights there, the
+    models of a position scheme :data:`BATCH_RUNS` at a time (:func:`train_together`)."""
+    todo = list(dict.fromkeys(key for key in keys if key not in trained))
+    with torch_threads(1):
+        for pos in dict.fromkeys(key[1] for key in todo):
+            for batch in split_evenly([key for key in todo if key[1] == pos], BATCH_RUNS):
+                if progress:
+                    progress(f"training {len(batch)} models together ({pos} positions)")
+                for key, model in zip(batch, train_together(config, batch)):
+                    trained[key] = model.state_dict()
 
 
 def needle_mask(x: torch.Tensor, config: Config) -> torch.Tensor:
@@ -343,6 +399,9 @@ def run(config: Config, progress=None) -> dict:
     trained: dict = {}
 
     def train(jobs):
+        train_all(config, [(trained_as(rule, config.base_length), pos, lr, seed) for pos, rule, lr, seed in jobs
+                           if (pos, rule, lr, seed) not in done], trained,
+                  progress and (lambda message: progress(min(0.99, len(runs) / planned), message)))
         for pos, rule, lr, seed in jobs:
             if (pos, rule, lr, seed) not in done:
                 done.add((pos, rule, lr, seed))
