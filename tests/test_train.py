@@ -205,6 +205,25 @@ def test_heads_wider_than_the_model_train_through_their_bilinear_forms_as_the_pl
     assert_same_runs(specs[0], rel=1e-9)
 
 
+def test_either_way_to_attend_gives_the_same_loss_and_gradients_and_bilinear_is_refused_where_it_cannot_hold():
+    specs = [T.RunSpec(rule=rule, seed=s, steps=2, dtype="float64", **shape)
+             for shape in (SMALL, WIDE) for s, rule in enumerate(("sqrt", "learned"))]
+    x, y = T.build_task(specs[0]).batch(4, torch.Generator().manual_seed(0))
+    idx, targets = x.expand(2, *x.shape), y.expand(2, *y.shape)
+    for pair in (specs[:2], specs[2:]):  # heads narrower and wider than the model
+        task = T.build_task(pair[0])
+        engines = [batched.BatchedTransformer([T.build_model(s, task) for s in pair], bilinear=b) for b in (False, True)]
+        losses = [engine(idx, targets)[1] for engine in engines]
+        assert torch.allclose(losses[0], losses[1], rtol=1e-12)
+        for loss in losses:
+            loss.sum().backward()
+        for (name, a), b in zip(engines[0].named_parameters(), engines[1].parameters()):
+            assert torch.allclose(a.grad, b.grad, rtol=1e-9, atol=1e-13), name
+    task = T.build_task(specs[0])
+    with pytest.raises(ValueError, match="bilinear"):
+        batched.BatchedTransformer([T.build_model(dataclasses.replace(specs[2], rule="qknorm"), task)], bilinear=True)
+
+
 def test_a_group_with_qknorm_keeps_the_projections_of_wide_heads():
     specs = [T.RunSpec(rule=rule, seed=s, steps=20, dtype="float64", **WIDE) for s, rule in enumerate(("sqrt", "qknorm"))]
     task = T.build_task(specs[0])

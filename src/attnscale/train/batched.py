@@ -70,7 +70,9 @@ def stack_name(name: str) -> str:
 class BatchedTransformer(nn.Module):
     """``forward(idx (K, B, T), targets (K, B, T)) -> (logits (K, B, T, V), per-run losses (K,))``."""
 
-    def __init__(self, models: list[Transformer], kernel: str = "auto"):
+    def __init__(self, models: list[Transformer], kernel: str = "auto", bilinear: bool | None = None):
+        """``bilinear``: compute attention through each head's bilinear forms (True), through the
+        projections (False), or as :func:`attnscale.train.spec.uses_bilinear` picks (None)."""
         super().__init__()
         if not models:
             raise ValueError("a batch needs at least one model")
@@ -96,7 +98,11 @@ class BatchedTransformer(nn.Module):
         self.register_buffer("is_qknorm", torch.tensor([k == "qknorm" for k in kinds], device=ref.device))
         self.any_learned, self.any_qknorm = any(k == "learned" for k in kinds), any(k == "qknorm" for k in kinds)
         self.kinds = kinds
-        self.uses_bilinear = first.pos != "rope" and uses_bilinear(first.d_head, first.d_model, kinds)
+        if bilinear and (first.pos == "rope" or "qknorm" in kinds):
+            raise UserError("the bilinear forms need q and k as linear maps of x: not with RoPE or QK-norm; "
+                            "use bilinear=None or False")
+        self.uses_bilinear = (first.pos != "rope" and uses_bilinear(first.d_head, first.d_model, kinds)
+                              if bilinear is None else bool(bilinear))
         self.lengths = [r.length for r in rules]
         self.any_length = any(term is not None for term in self.lengths)
         self.register_buffer("is_ssmax", torch.tensor([t is not None and t.learnable for t in self.lengths],
