@@ -92,6 +92,18 @@ def step_flops_and_rate(specs: list[RunSpec], device: str, steps: int = 20) -> t
     return flops, flops * steps / seconds
 
 
+def plain_step_flops(spec: RunSpec) -> float:
+    """FLOPs of one forward+backward of one run on the plain model (the one-at-a-time path's arithmetic,
+    which at d_head > d_model is more than the batched engine's: it projects where the engine uses the
+    heads' bilinear forms)."""
+    task = build_task(spec)
+    model = build_model(spec, task)
+    x, y = task.batch(spec.batch_size, torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter:
+        model(x.to(spec.device), y.to(spec.device))[1].backward()
+    return counter.get_total_flops()
+
+
 def overhead_share(d_model: int, d_head: int, steps: int, device: str) -> float:
     """Time of a one-run training at batch_size 1 over its time at the real batch size."""
     spec = specs_for(d_model, d_head, 1, steps, device)[0]
@@ -125,7 +137,7 @@ def main() -> None:
                 group = specs_for(d_model, d_head, runs, args.steps, args.device)
                 rates[runs] = runs * args.steps / timed(lambda: train_group(group), args.device)
             flops, achieved = step_flops_and_rate(specs_for(d_model, d_head, 24, args.steps, args.device), args.device)
-            one_share = flops / 24 * rate_one / peak
+            one_share = plain_step_flops(single[0]) * rate_one / peak
             share = overhead_share(d_model, d_head, args.steps, args.device)
             rates[1] = rate_one
             print(f"{d_model:>7} {d_head:>6} {rate_one:>14.1f} {rates[12]:>8.1f} {rates[24]:>8.1f} "

@@ -125,6 +125,7 @@ LENGTH_RULES = ("sqrt", "sqrt+logn:4", "learned+sqrtlogn:4", "sqrt+ssmax", "none
 @pytest.mark.parametrize("pos, d_head, rules", [
     ("learned", 8, LENGTH_RULES), ("none", 8, LENGTH_RULES), ("rope", 8, LENGTH_RULES),
     ("none", 24, LENGTH_RULES[:5]),  # heads wider than the model: through their bilinear forms
+    ("rope", 24, LENGTH_RULES[:5]),  # ... except under RoPE, which rotates q and k themselves
 ])
 def test_the_batched_engine_computes_positions_and_length_terms_as_the_plain_model_does(pos, d_head, rules):
     """Per run, the batched engine's loss and every parameter's gradient (SSMax's s included) equal the
@@ -156,8 +157,14 @@ def test_the_batched_engine_computes_positions_and_length_terms_as_the_plain_mod
     for k, m in enumerate(models):
         with capture(m) as seen:
             m(x)
-        want = seen["blocks.0.attn"].probs
-        assert torch.allclose(observed[0][1][k], want, rtol=1e-9, atol=1e-12), rules[k]
+        for layer, (logits, probs) in enumerate(observed):
+            want = seen[f"blocks.{layer}.attn"]
+            assert torch.allclose(probs[k], want.probs, rtol=1e-9, atol=1e-12), (rules[k], layer)
+            assert torch.allclose(logits[k], want.logits, rtol=1e-9, atol=1e-12, equal_nan=True), (rules[k], layer)
+    if pos != "learned":  # no learned positions: any length, beyond seq_len too
+        longer = torch.randint(0, 20, (2, 17), generator=gen)
+        for k, logits in enumerate(engine(longer.expand(len(rules), 2, 17))[0]):
+            assert torch.allclose(logits, models[k](longer)[0], rtol=1e-9, atol=1e-12), rules[k]
 
 
 def test_runs_with_a_length_term_train_in_one_batch_as_they_train_alone():
@@ -278,6 +285,16 @@ def test_models_trained_together_end_where_each_trained_alone_ends(pos):
         assert mine.keys() == alone.keys()
         for name in alone:
             assert torch.allclose(mine[name], alone[name], rtol=1e-4, atol=1e-5), (job, name)
+
+
+def test_a_model_whose_loss_turns_nan_stops_and_leaves_the_others_trained_together_untouched():
+    config = dataclasses.replace(TINY, steps=10)
+    jobs = [("sqrt", "none", 3e-3, 0), ("sqrt", "none", float("inf"), 1), ("sqrt+ssmax", "none", 3e-3, 1)]
+    for job, together in zip(jobs, E.train_together(config, jobs)):
+        alone, mine = E.train_one(config, *job).state_dict(), together.state_dict()
+        for name in alone:
+            assert torch.allclose(mine[name], alone[name], rtol=1e-4, atol=1e-5, equal_nan=True), (job, name)
+    assert not all(torch.isfinite(t).all() for t in E.train_one(config, *jobs[1]).state_dict().values())
 
 
 def test_the_lab_trains_a_shared_model_once_and_evaluates_it_under_each_rule(measured):

@@ -15,8 +15,8 @@ per head, q k^T = x (W_q^T W_k) x^T and p v W_o^T = p x (W_v^T W_o^T), with two 
 d_model matrices instead of projections to d_head (:meth:`BatchedTransformer.bilinear`).  It
 is the same function of the same weights (autograd carries the gradients back to W_q, W_k,
 W_v and W_o; only rounding differs), for a fraction of the arithmetic: the quick preset's
-d_head 256 runs take a third of the time a step.  QK-norm, which normalises q and k
-themselves, keeps the projections.
+d_head 256 runs take a third of the time a step.  QK-norm and RoPE, which act on q and k
+themselves, keep the projections.
 
 :meth:`BatchedTransformer.unstack` gives run k back as a plain Transformer (checkpoints,
 equivalence tests).
@@ -101,8 +101,8 @@ class BatchedTransformer(nn.Module):
         if bilinear and (first.pos == "rope" or "qknorm" in kinds):
             raise UserError("the bilinear forms need q and k as linear maps of x: not with RoPE or QK-norm; "
                             "use bilinear=None or False")
-        self.uses_bilinear = (first.pos != "rope" and uses_bilinear(first.d_head, first.d_model, kinds)
-                              if bilinear is None else bool(bilinear))
+        self.uses_bilinear = uses_bilinear(first.d_head, first.d_model, kinds, first.pos) if bilinear is None \
+            else bool(bilinear)
         self.lengths = [r.length for r in rules]
         self.any_length = any(term is not None for term in self.lengths)
         self.register_buffer("is_ssmax", torch.tensor([t is not None and t.learnable for t in self.lengths],

@@ -19,7 +19,8 @@ from ..models.tasks import check_task
 # Raised whenever the engine changes what a run computes: stored runs of an older version are not reused.
 VERSION = 5  # 3: subnormal floats flushed to zero while training (threads.flushed_denormals); 4: a task scored at
 # its last positions (recall) trained on the loss computed there alone (the same loss and gradients up to rounding);
-# 5: heads wider than the model batched through their bilinear forms (the same function, rounding differs)
+# 5: heads wider than the model batched through their bilinear forms, and runs with a length term batched (were
+# trained one at a time on the plain model): the same functions, rounding differs
 OPTIMISERS = ("adamw", "sgd", "adafactor")
 
 # Fields a run may differ in from the other runs of its group; every other field is the group's shape.
@@ -87,10 +88,12 @@ def run_key(spec) -> str:
 GROUP_CACHE_BYTES = 8 << 20
 
 
-def uses_bilinear(d_head: int, d_model: int, kinds) -> bool:
+def uses_bilinear(d_head: int, d_model: int, kinds, pos: str = "learned") -> bool:
     """Whether the batched engine computes a group's attention through each head's bilinear forms
-    (:mod:`attnscale.train.batched`), given its runs' rule kinds: heads wider than the model, no QK-norm."""
-    return d_head > d_model and "qknorm" not in kinds
+    (:mod:`attnscale.train.batched`), given its runs' rule kinds and position scheme: heads wider than
+    the model, and neither QK-norm nor RoPE (both act on q and k themselves).  A RunSpec's runs have
+    learned positions."""
+    return d_head > d_model and "qknorm" not in kinds and pos != "rope"
 
 
 def shape_cap(spec: RunSpec, cache_bytes: int = GROUP_CACHE_BYTES, kinds=None) -> int:
@@ -113,7 +116,8 @@ def group_specs(specs, max_runs: int = 24, cache_bytes: int | None = GROUP_CACHE
     at most :func:`shape_cap` of that shape (``cache_bytes=None``: no such cap).
 
     A shape's runs are split into as few groups as the cap allows, of sizes that differ by at
-    most one (25 runs with a cap of 24 make groups of 13 and 12, not 24 and 1: a group of one
+    most one (the cap is the shape's: one QK-norm run among them caps every group at the projections'
+    width) (25 runs with a cap of 24 make groups of 13 and 12, not 24 and 1: a group of one
     would train alone while another worker idles).  Within a group, runs are ordered by
     optimiser (each optimiser's runs are contiguous), then by their order in ``specs``; groups
     come in order of their first spec.  ``max_runs=1`` gives one run per group.
