@@ -373,7 +373,9 @@ def test_no_ray_process_outlives_a_sweep_killed_with_kill_9(tmp_path):
 
 def test_plan_groups_shares_work_evenly_caps_by_shape_and_puts_the_costliest_first():
     recall = dict(task="recall", batch_size=64, n_pairs=3, n_queries=3, n_heads=2, d_model=32, steps=50)
-    specs = [T.RunSpec(d_head=d, seed=s, **recall) for d in (16, 256) for s in range(6)]
+    # QK-norm at d_head 256: projected heads (its activations allow one run a group, and each costs its width)
+    specs = [T.RunSpec(d_head=d, seed=s, rule="sqrt" if d == 16 else "qknorm", **recall) for d in (16, 256)
+             for s in range(6)]
     todo = {T.run_key(s): dataclasses.asdict(s) for s in specs}
     groups = runs.plan_groups(todo, batch_runs=24, workers=2)
     shapes = [todo[g[0]]["d_head"] for g in groups]
@@ -381,6 +383,10 @@ def test_plan_groups_shares_work_evenly_caps_by_shape_and_puts_the_costliest_fir
     assert [len(g) for g in groups if todo[g[0]]["d_head"] == 256] == [1] * 6  # its activations allow one run
     assert shapes[:6] == [256] * 6  # by width: one run of d_head 256 (32 + 2 x 256) outweighs six of 16 (32 + 2 x 16)
     assert sorted(k for g in groups for k in g) == sorted(todo)
+    # sqrt at d_head 256: computed through the heads' bilinear forms, at d_model's width (cap 6, cost 32 + 2 x 32)
+    wide = {T.run_key(s): dataclasses.asdict(s) for s in (dataclasses.replace(s, rule="sqrt") for s in specs)}
+    planned = runs.plan_groups(wide, batch_runs=24, workers=2)
+    assert [(wide[g[0]]["d_head"], len(g)) for g in planned] == [(256, 6), (16, 6)]
     four = runs.plan_groups(todo, batch_runs=24, workers=4)
     assert [len(g) for g in four if todo[g[0]]["d_head"] == 16] == [3, 3]  # at most 12 runs / 4 workers per group
     with pytest.raises(ValueError, match="batch_runs"):

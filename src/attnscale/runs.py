@@ -40,11 +40,12 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import checks
+from . import checks, scaling
 from .errors import UserError
 from .store import SQLiteTable, digested, row_digest
 from .threads import keep_freed_heap
 from .train import RunSpec, as_spec, group_specs, run_key, train, train_group
+from .train.spec import head_width
 
 EXECUTORS = ("local", "ray")
 MAX_POOL_RESTARTS = 3
@@ -412,7 +413,8 @@ def plan_groups(todo: dict[str, dict], batch_runs: int, workers: int) -> list[li
 
     def cost(group):
         s = specs[group[0]]
-        return len(group) * s.steps * s.n_layers * s.batch_size * (s.d_model + s.n_heads * s.d_head)
+        kinds = [scaling.parse(specs[key].rule).kind for key in group]
+        return len(group) * s.steps * s.n_layers * s.batch_size * (s.d_model + s.n_heads * head_width(s, kinds))
 
     return sorted(groups, key=cost, reverse=True)
 

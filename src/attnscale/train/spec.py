@@ -96,6 +96,13 @@ def uses_bilinear(d_head: int, d_model: int, kinds, pos: str = "learned") -> boo
     return d_head > d_model and "qknorm" not in kinds and pos != "rope"
 
 
+def head_width(spec: RunSpec, kinds=None) -> int:
+    """The width a head of ``spec`` is computed at in the batched engine: d_head, or d_model through its
+    bilinear forms.  ``kinds``: the group's rule kinds (default: ``spec``'s)."""
+    kinds = [scaling.parse(spec.rule).kind] if kinds is None else kinds
+    return spec.d_model if uses_bilinear(spec.d_head, spec.d_model, kinds) else spec.d_head
+
+
 def shape_cap(spec: RunSpec, cache_bytes: int = GROUP_CACHE_BYTES, kinds=None) -> int:
     """Most runs of this shape worth batching on a CPU: as many as keep one layer's activations
     within ``cache_bytes`` (per token: q, k, v and the attention output, 4 x heads x their
@@ -105,9 +112,7 @@ def shape_cap(spec: RunSpec, cache_bytes: int = GROUP_CACHE_BYTES, kinds=None) -
     if spec.device != "cpu":
         return sys.maxsize
     element = 8 if spec.dtype == "float64" else 4
-    kinds = [scaling.parse(spec.rule).kind] if kinds is None else kinds
-    width = spec.d_model if uses_bilinear(spec.d_head, spec.d_model, kinds) else spec.d_head
-    per_token = 4 * spec.n_heads * width + 10 * spec.d_model
+    per_token = 4 * spec.n_heads * head_width(spec, kinds) + 10 * spec.d_model
     return max(1, cache_bytes // (spec.batch_size * seq_len(spec) * per_token * element))
 
 
