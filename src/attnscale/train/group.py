@@ -15,7 +15,7 @@ from ..threads import flushed_denormals
 from . import single
 from .batched import BatchedTransformer
 from .optim import BatchedOptimiser
-from .single import (STATS_ROWS, WEIGHTS, as_row, batch_generator, build_model, build_task, check_device, check_memory,
+from .single import (STATS_ROWS, WEIGHTS, as_row, batch_stream, build_model, build_task, check_device, check_memory,
                      finish, finite_or_none, is_log_step, layer_stats, lr_factor, new_log)
 from .spec import RunSpec, as_spec
 
@@ -43,12 +43,13 @@ def check_group(specs: list[RunSpec]) -> None:
 
 class Batches:
     """Each run's own training batches, drawn as that run alone would draw them (runs that
-    share a seed share a stream, drawn once)."""
+    share a seed share a stream, drawn once): ``seeds`` one per run, ``stream(seed)`` the
+    generator a seed's batches are drawn from."""
 
-    def __init__(self, task, specs: list[RunSpec]):
-        self.task, self.batch_size, self.device = task, specs[0].batch_size, specs[0].device
-        self.seeds = [s.seed for s in specs]
-        self.streams = {seed: batch_generator(s) for seed, s in zip(self.seeds, specs)}
+    def __init__(self, task, seeds: list[int], batch_size: int, device, stream=batch_stream):
+        self.task, self.batch_size, self.device = task, batch_size, device
+        self.seeds = list(seeds)
+        self.streams = {seed: stream(seed) for seed in self.seeds}
 
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         drawn = {seed: self.task.batch(self.batch_size, g) for seed, g in self.streams.items()}
@@ -101,7 +102,7 @@ def train_group(specs, return_models: bool = False, progress=None):
     model = BatchedTransformer(singles)
     optimiser = BatchedOptimiser(list(model.parameters()), optimiser_ranges(specs), first.weight_decay)
     base_lr = torch.tensor([s.lr for s in specs], dtype=torch.float64)
-    batches = Batches(task, specs)
+    batches = Batches(task, [s.seed for s in specs], first.batch_size, first.device)
     x_val, y_val = (t.to(first.device) for t in task.validation())
     val = (x_val.expand(len(specs), *x_val.shape), y_val.expand(len(specs), *y_val.shape))
     logs = [new_log() for _ in specs]

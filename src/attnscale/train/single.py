@@ -68,9 +68,14 @@ def lr_factor(step: int, spec: RunSpec) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, done)))
 
 
+def batch_stream(seed: int) -> torch.Generator:
+    """The stream of training batches of a run with this seed (seeded apart from its initial weights)."""
+    return torch.Generator().manual_seed(seed + 1_000_003)
+
+
 def batch_generator(spec: RunSpec) -> torch.Generator:
-    """The run's own stream of training batches (seeded apart from its initial weights)."""
-    return torch.Generator().manual_seed(spec.seed + 1_000_003)
+    """The run's own stream of training batches."""
+    return batch_stream(spec.seed)
 
 
 def layer_stats(logits: torch.Tensor, probs: torch.Tensor, runs: int = 0) -> dict[str, torch.Tensor]:

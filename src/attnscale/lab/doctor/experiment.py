@@ -41,6 +41,7 @@ from ...models.tasks import make_task
 from ...runtime import check_device
 from .. import run_in_one_thread
 from ...train.batched import BatchedTransformer
+from ...train.group import Batches
 from ...train.optim import BatchedOptimiser
 
 VERSION = 4  # 4: the from-scratch decoders (d_head 64 over d_model 32) batched through their heads' bilinear forms
@@ -296,7 +297,8 @@ def train_from_scratch(config: Config) -> list[dict]:
     optimiser = BatchedOptimiser(list(model.parameters()), [("adamw", 0, len(runs))], weight_decay=0.0)
     lr = torch.full((len(runs),), config.scratch_lr, device=config.device)
     active = torch.ones(len(runs), dtype=torch.bool, device=config.device)
-    batches = {seed: torch.Generator().manual_seed(seed + 14) for seed in seeds}
+    batches = Batches(task, [seed for _, seed in runs], config.scratch_batch, config.device,
+                      stream=lambda seed: torch.Generator().manual_seed(seed + 14))
     checks = {round(i * config.scratch_steps / config.scratch_checks) for i in range(config.scratch_checks + 1)}
     trajectories = [[] for _ in runs]
     for step in range(config.scratch_steps + 1):
@@ -306,8 +308,7 @@ def train_from_scratch(config: Config) -> list[dict]:
                 trajectory.append({"step": step, **check})
         if step == config.scratch_steps:
             break
-        drawn = {seed: task.batch(config.scratch_batch, generator) for seed, generator in batches.items()}
-        x, y = (torch.stack([drawn[seed][i] for _, seed in runs]).to(config.device) for i in (0, 1))
+        x, y = batches.next()
         _, losses = model(x, y, rows=task.loss_rows)  # the loss at the query rows, where every target lies
         model.zero_grad(set_to_none=False)
         losses.sum().backward()  # each run's parameters get the gradient of its own loss only

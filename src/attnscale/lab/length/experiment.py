@@ -43,7 +43,8 @@ from ...models.tasks import NeedleTask
 from ...threads import torch_threads
 from ...train.batched import BatchedTransformer
 from ...train.optim import BatchedOptimiser
-from ...train.single import ADAMW_BETAS
+from ...train.group import Batches
+from ...train.single import ADAMW_BETAS, batch_stream
 from ...train.spec import split_evenly
 
 # 4: the Monte Carlo at initialisation drawn a block of rows at a time (the same draws; the needle's mean weight
@@ -241,10 +242,6 @@ def warmup(step: int) -> float:
     return min(1.0, (step + 1) / 20)
 
 
-def batch_stream(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed + 1_000_003)
-
-
 def train_one(config: Config, rule: str, pos: str, lr: float, seed: int) -> Transformer:
     """AdamW at a constant rate after a 20-step warmup, ``steps`` batches at the base length.  Only the
     query rows carry a loss, so the loss is computed on them alone (:meth:`Transformer.loss_at`: keys
@@ -278,11 +275,10 @@ def train_together(config: Config, jobs: list[tuple[str, str, float, int]]) -> l
     engine = BatchedTransformer(models)
     optimiser = BatchedOptimiser(list(engine.parameters()), [("adamw", 0, len(jobs))], weight_decay=0.0)
     rates = torch.tensor([lr for _, _, lr, _ in jobs], dtype=torch.float64)
-    streams = {seed: batch_stream(seed) for _, _, _, seed in jobs}  # models of one seed share its batches
+    batches = Batches(task, [seed for _, _, _, seed in jobs], config.batch, config.device)  # as train_one draws
     active = torch.ones(len(jobs), dtype=torch.bool, device=config.device)
     for step in range(config.steps):
-        drawn = {seed: task.batch(config.batch, stream) for seed, stream in streams.items()}
-        x, y = (torch.stack([drawn[seed][i] for _, _, _, seed in jobs]).to(config.device) for i in (0, 1))
+        x, y = batches.next()
         _, losses = engine(x, y, rows=task.loss_rows)
         active &= torch.isfinite(losses.detach())
         if not bool(active.any()):
